@@ -1,0 +1,99 @@
+package fairlock
+
+import (
+	"fmt"
+	"reflect"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// Client makes the Mutex handles of one Redis deployment. It owns one
+// pub/sub connection, shared by every waiter of every lock, and the
+// watchdogs of its holds. It is safe for concurrent use.
+type Client struct {
+	engine *fair.Engine
+	cfg    config
+}
+
+// New returns a Client that keeps its locks in rdb (a *redis.Client,
+// *redis.ClusterClient, *redis.Ring or a failover client). It opens no
+// connection of its own until a Lock has to wait. A nil rdb or an invalid
+// option makes it fail with ErrInvalidOption.
+func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
+	if isNil(rdb) {
+		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
+	}
+	cfg := defaults()
+	for i, o := range opts {
+		if o == nil {
+			cfg.invalid("option %d is nil", i)
+			continue
+		}
+		o.applyClient(&cfg)
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	e := fair.NewEngine(rdb, fair.Config{
+		Prefix:      cfg.prefix,
+		Lease:       cfg.lease,
+		WaiterTTL:   cfg.waiterTTL,
+		CallTimeout: cfg.callTimeout,
+		Heartbeat:   cfg.heartbeat,
+		Logger:      cfg.logger,
+	})
+	return &Client{engine: e, cfg: cfg}, nil
+}
+
+func isNil(rdb redis.UniversalClient) bool {
+	if rdb == nil {
+		return true
+	}
+	v := reflect.ValueOf(rdb)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// Close releases the Client: Lock calls still waiting return ErrClosed
+// (after leaving the queue), holds still live are released in Redis and
+// their contexts cancelled with cause ErrClosed, the pub/sub connection is
+// closed, and every goroutine of the Client has exited when Close returns.
+// It does not close the redis client given to New. Close is idempotent.
+func (c *Client) Close() error {
+	return c.engine.Close()
+}
+
+// Mutex returns a handle on the lock called name. Handles are cheap and
+// safe for concurrent use; two handles of one name (from any Client with
+// the same prefix on the same Redis) are the same lock. An invalid name or
+// option is reported by every method of the handle (ErrInvalidName,
+// ErrInvalidOption).
+func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
+	m := &Mutex{c: c, name: name, lease: c.cfg.lease}
+	var mc mutexConfig
+	for i, o := range opts {
+		if o == nil {
+			if mc.err == nil {
+				mc.err = fmt.Errorf("%w: mutex option %d is nil", ErrInvalidOption, i)
+			}
+			continue
+		}
+		o.applyMutex(&mc)
+	}
+	if mc.fixedLease > 0 {
+		m.lease, m.fixed = mc.fixedLease, true
+	}
+	keys, err := queue.For(c.cfg.prefix, name)
+	switch {
+	case err != nil:
+		m.err = err
+	case mc.err != nil:
+		m.err = mc.err
+	default:
+		m.lock = c.engine.Lock(keys)
+		m.key = holdKey{lock: keys.Lock}
+	}
+	return m
+}

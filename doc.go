@@ -1,0 +1,39 @@
+// Package fairlock is a fair, re-entrant, lease-renewed mutex on Redis.
+//
+// Waiters queue in Redis and are granted the lock in the order they joined
+// (strict FIFO): a release hands the lock straight to the head of the
+// line, so the lock is never free between two holders and nobody can
+// barge in. The next holder is woken by pub/sub, not by polling, and
+// starts without a round trip of its own. TryLock never jumps the line.
+//
+// A hold belongs to an owner carried by a context. Lock returns a context
+// that carries the hold; passing it (or a context derived from it) to Lock
+// again re-enters the hold, to Unlock releases one level. Unrelated
+// contexts exclude each other, like separate callers of sync.Mutex.
+// ContextWithOwner names the owner explicitly, so that several processes
+// can share one hold.
+//
+// A hold has a lease. By default a watchdog renews it every third of the
+// lease (WithLease, 30s), so a hold lasts until Unlock, and a crashed
+// holder's lock expires one lease after its last renewal. WithFixedLease
+// makes a hold expire a fixed time after its grant instead. When a lease
+// is lost (Redis lost the key, renewal failed for too long, the fixed
+// lease ran out, ForceUnlock), the hold's context is cancelled with cause
+// ErrLeaseLost: the work under the lock should stop, because another owner
+// may already hold it.
+//
+// A waiter that stops polling (its process died) keeps its place for the
+// waiter TTL (WithWaiterTTL, 10s) and is then dropped; a waiter whose
+// context ends leaves the line at once and leaves nothing in Redis.
+//
+// Every fresh grant carries a fencing token (Token) that strictly
+// increases per lock name. Redis replicates asynchronously: a failover can
+// lose a lock, and a paused holder can outlive its lease. A lock alone
+// cannot make a protected resource safe against that; a resource that
+// rejects writes carrying a token lower than one it has seen can.
+//
+// Client, Mutex and the contexts Lock returns are safe for concurrent use.
+// One Client per process and Redis deployment is enough: it keeps one
+// pub/sub connection for all its waiters. Close stops everything it
+// started.
+package fairlock

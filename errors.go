@@ -1,0 +1,49 @@
+package fairlock
+
+import (
+	"errors"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// Errors returned by fairlock. Test for them with errors.Is: they are often
+// wrapped, or joined with a context's error.
+var (
+	// ErrLocked is returned by TryLock when another owner holds the lock or
+	// anyone is waiting for it.
+	ErrLocked = fair.ErrLocked
+
+	// ErrNotHeld is returned by Unlock and Token when the context carries
+	// no live hold of the lock: it never held it, was already unlocked as
+	// many times as it was locked, or the hold ended (then ErrLeaseLost or
+	// ErrClosed is wrapped too).
+	ErrNotHeld = fair.ErrNotHeld
+
+	// ErrLeaseLost is the cause of a hold's context when its lease ran out
+	// or its key vanished before Unlock: another owner may hold the lock
+	// now. Unlock and re-entry report it when Redis no longer knows the
+	// hold.
+	ErrLeaseLost = fair.ErrLeaseLost
+
+	// ErrClosed is returned by every method once the Client is closed, and
+	// to Lock calls that were waiting when it was closed. It is the cause
+	// of the contexts of holds that were live at Close.
+	ErrClosed = fair.ErrClosed
+
+	// ErrInvalidName: the lock name is empty, longer than 1024 bytes, not
+	// valid UTF-8, or contains '}'.
+	ErrInvalidName = queue.ErrInvalidName
+
+	// ErrInvalidOwner: an owner id given with ContextWithOwner is empty,
+	// longer than 256 bytes, not valid UTF-8, or contains a space or a
+	// control character.
+	ErrInvalidOwner = queue.ErrInvalidOwner
+
+	// ErrInvalidOption: an option was given a value it does not accept
+	// (see each option), or New was given a nil client.
+	ErrInvalidOption = errors.New("fairlock: invalid option")
+)
+
+// errNilContext is returned to callers that pass a nil context.
+var errNilContext = errors.New("fairlock: nil context")

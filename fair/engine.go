@@ -1,0 +1,151 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/notify"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// Redis is what the engine needs of a go-redis client.
+type Redis interface {
+	redis.Scripter
+	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
+	Exists(ctx context.Context, keys ...string) *redis.IntCmd
+	PTTL(ctx context.Context, key string) *redis.DurationCmd
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+var _ Redis = (redis.UniversalClient)(nil)
+
+// Config is the engine's configuration. The root package fills it from its
+// options and validates it; the engine trusts it.
+type Config struct {
+	Prefix      string        // key prefix
+	Lease       time.Duration // watchdog lease, renewed every Lease/3
+	WaiterTTL   time.Duration // how long a silent waiter keeps its place
+	CallTimeout time.Duration // bound of one state-changing call, run detached from the caller's context
+	Heartbeat   time.Duration // notify hub heartbeat
+	Logger      *slog.Logger
+}
+
+// Engine runs the locks of one fairlock Client: the scripts, the notify
+// hub, and the goroutines that keep holds alive. Its methods are safe for
+// concurrent use.
+type Engine struct {
+	rdb     Redis
+	cfg     Config
+	log     *slog.Logger
+	hub     *notify.Hub
+	closing chan struct{} // closed when Close starts
+
+	mu        sync.Mutex
+	closed    bool               // guarded by mu
+	holds     map[*Hold]struct{} // live holds; guarded by mu
+	ops       sync.WaitGroup     // Lock calls in flight; Add only under mu while !closed
+	wg        sync.WaitGroup     // watchdog goroutines
+	closeOnce sync.Once
+}
+
+// NewEngine returns an engine over rdb. It opens no connection: the hub
+// subscribes at the first wait.
+func NewEngine(rdb redis.UniversalClient, cfg Config) *Engine {
+	return &Engine{
+		rdb:     rdb,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		hub:     notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat}),
+		closing: make(chan struct{}),
+		holds:   make(map[*Hold]struct{}),
+	}
+}
+
+// Lock returns the lock with the given keys.
+func (e *Engine) Lock(keys queue.Keys) *Lock {
+	return &Lock{e: e, keys: keys, scripted: keys.Scripted()}
+}
+
+// begin registers a call in flight, or fails with ErrClosed.
+func (e *Engine) begin() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return ErrClosed
+	}
+	e.ops.Add(1)
+	return nil
+}
+
+// Close stops the engine: waiting Lock calls return ErrClosed after taking
+// themselves out of the queue, every hold's context is cancelled with
+// ErrClosed and its levels are released, the hub is closed, and Close
+// waits for every goroutine it started. It is idempotent.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+		close(e.closing)
+		_ = e.hub.Close()
+		e.ops.Wait()
+
+		e.mu.Lock()
+		holds := make([]*Hold, 0, len(e.holds))
+		for h := range e.holds {
+			holds = append(holds, h)
+		}
+		e.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, h := range holds {
+			wg.Go(func() { h.abandon(ErrClosed) })
+		}
+		wg.Wait()
+		e.wg.Wait()
+	})
+	return nil
+}
+
+// detached returns a context for a state-changing call made on behalf of
+// ctx: it keeps ctx's values but not its cancellation, so the call is never
+// abandoned half-way, and it is bounded by the call timeout.
+func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
+}
+
+// receiptTTL is how long a call's receipt outlives it: longer than any
+// re-send of the call can arrive, since go-redis re-sends only while the
+// call's context (bounded by CallTimeout) is alive.
+func (e *Engine) receiptTTL() int64 {
+	return (2 * e.cfg.CallTimeout).Milliseconds()
+}
+
+func (e *Engine) addHold(h *Hold) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.holds[h] = struct{}{}
+	return true
+}
+
+func (e *Engine) dropHold(h *Hold) {
+	e.mu.Lock()
+	delete(e.holds, h)
+	e.mu.Unlock()
+}
+
+var errUnexpectedReply = errors.New("fairlock: unexpected script reply")
+
+// Closed reports whether Close has been called.
+func (e *Engine) Closed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}

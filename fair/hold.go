@@ -1,0 +1,207 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Hold is one owner's hold of a lock in this process: the levels this
+// process has taken, the fencing token, and the context that ends with
+// the hold. Unless its lease is fixed, a watchdog goroutine renews the
+// lease every third of it until the hold ends.
+type Hold struct {
+	l      *Lock
+	owner  string
+	token  int64
+	lease  time.Duration
+	fixed  bool
+	ctx    context.Context         // cancelled when the hold ends, with its cause
+	cancel context.CancelCauseFunc // cancels ctx
+	stop   chan struct{}           // closed when the hold ends: stops the watchdog
+
+	mu     sync.Mutex
+	levels int       // levels this process holds; guarded by mu
+	ended  bool      // guarded by mu
+	cause  error     // why the hold ended (nil: unlocked); guarded by mu
+	valid  time.Time // the hold lasts in Redis at least until then; owned by the watchdog once started
+}
+
+// newHold returns the hold of a grant. valid is a time until which the
+// hold is known to last in Redis.
+func newHold(l *Lock, req Request, token int64, valid time.Time) *Hold {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Hold{
+		l:      l,
+		owner:  req.Owner,
+		token:  token,
+		lease:  req.Lease,
+		fixed:  req.Fixed,
+		ctx:    ctx,
+		cancel: cancel,
+		stop:   make(chan struct{}),
+		levels: 1,
+		valid:  valid,
+	}
+}
+
+// start launches the watchdog. renewNow: the hold came by hand-over, so
+// its expiry is the waiter's deadline and must be set to the lease at once.
+func (h *Hold) start(renewNow bool) {
+	h.l.e.wg.Go(func() { h.watchdog(renewNow) })
+}
+
+// Context returns a context that is cancelled when the hold ends: with
+// cause ErrLeaseLost when the lease was lost, ErrClosed when the Client was
+// closed, and context.Canceled after the last Release.
+func (h *Hold) Context() context.Context { return h.ctx }
+
+// Owner returns the owner id of the hold.
+func (h *Hold) Owner() string { return h.owner }
+
+// Lock returns the lock held.
+func (h *Hold) Lock() *Lock { return h.l }
+
+// Token returns the fencing token of the hold, or an error wrapping
+// ErrNotHeld when the hold has ended.
+func (h *Hold) Token() (int64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return 0, h.endedErr()
+	}
+	return h.token, nil
+}
+
+// endedErr says why the hold is over. Requires mu.
+func (h *Hold) endedErr() error {
+	if h.cause == nil {
+		return ErrNotHeld
+	}
+	return fmt.Errorf("%w: %w", ErrNotHeld, h.cause)
+}
+
+// Enter takes one more level of the hold (re-entry): one round trip that
+// raises the owner's count in Redis. It fails with ErrNotHeld when the hold
+// is over (or ending), and with ErrLeaseLost when Redis no longer knows it.
+func (h *Hold) Enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	if h.ended || h.levels == 0 {
+		defer h.mu.Unlock()
+		return h.endedErr()
+	}
+	h.levels++
+	h.mu.Unlock()
+
+	lease := h.lease
+	if h.fixed {
+		lease = 0 // re-entry never extends a fixed lease
+	}
+	rep, err := h.l.call(ctx, Request{Owner: h.owner, Lease: lease}, "", modeTry)
+	if err == nil && rep.granted && ctx.Err() == nil {
+		return nil
+	}
+	h.mu.Lock()
+	if !h.ended {
+		h.levels--
+	}
+	h.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case !rep.granted:
+		h.end(ErrLeaseLost)
+		return ErrLeaseLost
+	default:
+		// Granted, but the caller's context ended meanwhile.
+		return errors.Join(ctx.Err(), h.l.giveBack(ctx, Request{Owner: h.owner}))
+	}
+}
+
+// Release gives up one level. At the last level the hold ends: in Redis
+// the lock goes to the next live waiter, and the hold's context is
+// cancelled. It fails with ErrNotHeld when the hold is already over (with
+// ErrLeaseLost or ErrClosed wrapped when that is why), and with
+// ErrLeaseLost when Redis no longer knows the hold.
+func (h *Hold) Release(ctx context.Context) error {
+	h.mu.Lock()
+	if h.ended || h.levels == 0 {
+		defer h.mu.Unlock()
+		return h.endedErr()
+	}
+	h.levels--
+	last := h.levels == 0
+	h.mu.Unlock()
+
+	lease := h.lease
+	if h.fixed {
+		lease = 0
+	}
+	cctx, cancel := h.l.e.detached(ctx)
+	defer cancel()
+	n, err := h.l.release(cctx, h.owner, lease)
+	switch {
+	case err != nil:
+		if last {
+			h.end(nil)
+			return fmt.Errorf("fairlock: unlock: %w (the lock expires after its lease)", err)
+		}
+		return fmt.Errorf("fairlock: unlock: %w", err)
+	case n < 0 || (n == 0 && !last):
+		h.end(ErrLeaseLost)
+		return ErrLeaseLost
+	case last:
+		h.end(nil)
+	}
+	return nil
+}
+
+// end ends the hold once: it cancels the context with cause (nil: the
+// hold was unlocked), stops the watchdog and forgets the hold. It returns
+// the levels still held in this process, and false when the hold had
+// already ended.
+func (h *Hold) end(cause error) (int, bool) {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return 0, false
+	}
+	h.ended = true
+	h.cause = cause
+	levels := h.levels
+	h.levels = 0
+	h.mu.Unlock()
+
+	h.cancel(cause)
+	close(h.stop)
+	h.l.e.dropHold(h)
+	return levels, true
+}
+
+// abandon ends the hold with cause and releases its levels in Redis, so
+// that the next waiter need not wait for the lease to run out. Best effort:
+// a failure leaves the lock to expire.
+func (h *Hold) abandon(cause error) {
+	levels, ok := h.end(cause)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.l.e.cfg.CallTimeout)
+	defer cancel()
+	for range levels {
+		n, err := h.l.release(ctx, h.owner, 0)
+		if err != nil {
+			h.l.e.log.Warn("fairlock: could not release a hold at close; it expires after its lease",
+				"lock", h.l.keys.Name, "err", err)
+			return
+		}
+		if n <= 0 {
+			return
+		}
+	}
+}

@@ -1,0 +1,233 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/fairlock/fairlock/notify"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// Lock is one named lock of an engine. It is a cheap handle, safe for
+// concurrent use.
+type Lock struct {
+	e        *Engine
+	keys     queue.Keys
+	scripted []string // keys.Scripted(), built once
+}
+
+// Keys returns the lock's keys.
+func (l *Lock) Keys() queue.Keys { return l.keys }
+
+// Request is one attempt to take a lock.
+type Request struct {
+	Owner string        // owner id of the hold
+	Lease time.Duration // the hold's lease
+	Fixed bool          // the lease is fixed: no watchdog renews it
+	Wait  bool          // wait in line; false: fail with ErrLocked at once
+}
+
+// Acquire takes the lock for req.Owner. Without req.Wait it makes one
+// attempt and fails with ErrLocked when the lock is held or anyone waits.
+// With req.Wait it joins the queue and waits, in FIFO order, until the
+// lock is handed to it or ctx ends.
+//
+// When ctx ends first, Acquire takes its entry out of the queue (giving
+// back a hand-over that raced with the cancellation) and returns ctx's
+// error: the caller then holds nothing and Redis keeps nothing of it.
+func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := l.e.begin(); err != nil {
+		return nil, err
+	}
+	defer l.e.ops.Done()
+
+	// Fast path: one attempt, no subscription.
+	sent := time.Now()
+	rep, err := l.call(ctx, req, "", modeTry)
+	if err != nil {
+		return nil, err
+	}
+	if rep.granted {
+		return l.hold(ctx, req, rep.token, sent.Add(req.Lease), false)
+	}
+	if !req.Wait {
+		return nil, ErrLocked
+	}
+	return l.wait(ctx, req)
+}
+
+// call runs one acquire on a context detached from ctx.
+func (l *Lock) call(ctx context.Context, req Request, entry, mode string) (reply, error) {
+	if entry == "" {
+		entry = queue.Entry(randomID(), req.Lease, req.Owner)
+	}
+	cctx, cancel := l.e.detached(ctx)
+	defer cancel()
+	return l.acquire(cctx, req.Owner, entry, req.Lease, mode)
+}
+
+// wait is the slow path of Acquire: subscribe, then poll in wait mode until
+// granted, sleeping on the hub's signal or the script's hint in between.
+func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
+	entry := queue.Entry(randomID(), req.Lease, req.Owner)
+	w, err := l.e.hub.Watch(ctx, l.keys.Wake, entry)
+	if err != nil {
+		if errors.Is(err, notify.ErrClosed) {
+			return nil, ErrClosed
+		}
+		return nil, err
+	}
+	defer w.Stop()
+
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	retry := retryMin
+	for {
+		sent := time.Now()
+		rep, err := l.call(ctx, req, entry, modeWait)
+		switch {
+		case err == nil && rep.granted:
+			return l.hold(ctx, req, rep.token, sent.Add(req.Lease), false)
+		case err == nil:
+			retry = retryMin
+			timer.Reset(rep.hint)
+		case redisError(err):
+			// The server refused the script (wrong key type, ...):
+			// waiting longer will not help.
+			return nil, errors.Join(err, l.giveUp(ctx, req.Owner, entry))
+		default:
+			// Connection trouble: keep our place by polling again soon;
+			// the caller's context bounds the wait.
+			l.e.log.Warn("fairlock: poll failed, retrying", "lock", l.keys.Name, "err", err, "retry", retry)
+			timer.Reset(retry)
+			retry = min(2*retry, retryMax)
+		}
+
+		select {
+		case <-w.C():
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			if token, ok := w.Grant(); ok {
+				// Handed over: the release script made us the owner and
+				// the push carries our token. No round trip needed. The
+				// hold lasts our lease, but no longer than our waiter
+				// deadline, which our last poll set to sent+WaiterTTL
+				// or later.
+				valid := sent.Add(min(req.Lease, l.e.cfg.WaiterTTL))
+				return l.hold(ctx, req, token, valid, true)
+			}
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, errors.Join(ctx.Err(), l.giveUp(ctx, req.Owner, entry))
+		case <-l.e.closing:
+			return nil, errors.Join(ErrClosed, l.giveUp(ctx, req.Owner, entry))
+		}
+	}
+}
+
+const (
+	retryMin = 20 * time.Millisecond
+	retryMax = time.Second
+)
+
+// giveUp takes a waiter that stops waiting out of the queue; if the lock
+// was handed to it meanwhile, the cancel script passes it on. The error is
+// nil when Redis keeps nothing of the waiter.
+func (l *Lock) giveUp(ctx context.Context, owner, entry string) error {
+	cctx, cancel := l.e.detached(ctx)
+	defer cancel()
+	if _, err := l.cancel(cctx, owner, entry); err != nil {
+		l.e.log.Warn("fairlock: could not leave the queue; the entry expires after the waiter TTL",
+			"lock", l.keys.Name, "err", err)
+		return fmt.Errorf("fairlock: leaving the queue: %w", err)
+	}
+	return nil
+}
+
+// hold turns a grant into a Hold, unless ctx ended or the engine closed
+// meanwhile: then the grant is given back and the caller gets the error.
+func (l *Lock) hold(ctx context.Context, req Request, token int64, valid time.Time, pushed bool) (*Hold, error) {
+	h := newHold(l, req, token, valid)
+	fail := ctx.Err()
+	if fail == nil && !l.e.addHold(h) {
+		fail = ErrClosed
+	}
+	if fail != nil {
+		h.end(fail)
+		return nil, errors.Join(fail, l.giveBack(ctx, req))
+	}
+	h.start(pushed)
+	return h, nil
+}
+
+// giveBack releases one level that was granted to a caller who no longer
+// wants it.
+func (l *Lock) giveBack(ctx context.Context, req Request) error {
+	cctx, cancel := l.e.detached(ctx)
+	defer cancel()
+	if _, err := l.release(cctx, req.Owner, 0); err != nil {
+		return fmt.Errorf("fairlock: giving back a grant: %w", err)
+	}
+	return nil
+}
+
+// Count returns the levels owner holds, 0 when it holds none.
+func (l *Lock) Count(ctx context.Context, owner string) (int, error) {
+	v, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "count").Result()
+	if err != nil {
+		return 0, err
+	}
+	if o, _ := v[0].(string); o != owner {
+		return 0, nil
+	}
+	c, _ := v[1].(string)
+	n, err := strconv.Atoi(c)
+	if err != nil {
+		return 0, fmt.Errorf("%w: count %q", errUnexpectedReply, c)
+	}
+	return n, nil
+}
+
+// Locked reports whether anyone holds the lock.
+func (l *Lock) Locked(ctx context.Context) (bool, error) {
+	n, err := l.e.rdb.Exists(ctx, l.keys.Lock).Result()
+	return n == 1, err
+}
+
+// TTL returns the hold's remaining lease, 0 when the lock is free.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	d, err := l.e.rdb.PTTL(ctx, l.keys.Lock).Result()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case d == -2:
+		return 0, nil // no such key: go-redis keeps PTTL's -2 as is
+	case d < 0:
+		return 0, fmt.Errorf("%w: lock key %q has no expiry", errUnexpectedReply, l.keys.Lock)
+	}
+	return d, nil
+}
+
+// ForceUnlock removes the hold whoever owns it and hands the lock to the
+// next live waiter. It reports whether a hold was removed.
+func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	cctx, cancel := l.e.detached(ctx)
+	defer cancel()
+	n, err := forceUnlockScript.Run(cctx, l.e.rdb, l.scripted, l.keys.Wake).Int64()
+	return n == 1, err
+}

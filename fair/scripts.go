@@ -1,0 +1,107 @@
+package fair
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/lua"
+)
+
+// The scripts, loaded once. redis.Script runs EVALSHA and falls back to
+// EVAL when the server does not know the script (first use, SCRIPT FLUSH,
+// a restart).
+var (
+	acquireScript     = redis.NewScript(lua.Source(lua.Acquire))
+	releaseScript     = redis.NewScript(lua.Source(lua.Release))
+	renewScript       = redis.NewScript(lua.Source(lua.Renew))
+	cancelScript      = redis.NewScript(lua.Source(lua.Cancel))
+	forceUnlockScript = redis.NewScript(lua.Source(lua.ForceUnlock))
+)
+
+// Acquire modes.
+const (
+	modeTry  = "try"
+	modeWait = "wait"
+)
+
+// reply is the answer of one acquire call.
+type reply struct {
+	granted bool
+	token   int64         // when granted
+	count   int           // when granted: the owner's levels after the call
+	hint    time.Duration // when not granted in wait mode: when to poll again
+}
+
+// randomID returns 16 hex characters: a waiter id or a call id.
+func randomID() string {
+	return fmt.Sprintf("%016x", rand.Uint64())
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+// acquire runs acquire.lua once.
+func (l *Lock) acquire(ctx context.Context, owner, entry string, lease time.Duration, mode string) (reply, error) {
+	keys := append(l.scripted[:4:4], l.keys.Call(randomID()))
+	v, err := acquireScript.Run(ctx, l.e.rdb, keys,
+		owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, l.keys.Wake, l.e.receiptTTL()).Slice()
+	if err != nil {
+		return reply{}, err
+	}
+	n, err := ints(v)
+	if err != nil {
+		return reply{}, err
+	}
+	switch {
+	case len(n) == 3 && n[0] == 1:
+		return reply{granted: true, token: n[1], count: int(n[2])}, nil
+	case len(n) == 2 && n[0] == 0:
+		return reply{hint: time.Duration(n[1]) * time.Millisecond}, nil
+	}
+	return reply{}, fmt.Errorf("%w: acquire answered %v", errUnexpectedReply, v)
+}
+
+// release runs release.lua once and returns the owner's remaining levels,
+// or -1 when the owner does not hold the lock.
+func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (int, error) {
+	keys := append(l.scripted[:4:4], l.keys.Call(randomID()))
+	n, err := releaseScript.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, l.e.receiptTTL()).Int64()
+	return int(n), err
+}
+
+// renew runs renew.lua once: true when the owner still holds the lock.
+func (l *Lock) renew(ctx context.Context, owner string, lease time.Duration) (bool, error) {
+	n, err := renewScript.Run(ctx, l.e.rdb, l.scripted[:1], owner, ms(lease)).Int64()
+	return n == 1, err
+}
+
+// cancel runs cancel.lua once: true when a level handed to entry was given
+// back.
+func (l *Lock) cancel(ctx context.Context, owner, entry string) (bool, error) {
+	n, err := cancelScript.Run(ctx, l.e.rdb, l.scripted, owner, entry, l.keys.Wake).Int64()
+	return n == 1, err
+}
+
+// ints converts a script's flat array of integers.
+func ints(v []any) ([]int64, error) {
+	out := make([]int64, len(v))
+	for i, x := range v {
+		switch x := x.(type) {
+		case int64:
+			out[i] = x
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %q", errUnexpectedReply, x)
+			}
+			out[i] = n
+		default:
+			return nil, fmt.Errorf("%w: %T", errUnexpectedReply, x)
+		}
+	}
+	return out, nil
+}

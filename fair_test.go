@@ -1,0 +1,548 @@
+package fairlock_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+)
+
+// grantOrder starts n waiters, each on its own Client, joining the line of
+// name one after another (the next starts once the previous is queued, and
+// at least gap later). Each waiter records its index when granted, then
+// calls onGrant. It returns a channel that yields the indexes in grant
+// order, and waits until all n are queued.
+func grantOrder(t *testing.T, e *env, name string, n int, gap time.Duration, opts []fairlock.Option,
+	mopts []fairlock.MutexOption, onGrant func(ctx context.Context, m *fairlock.Mutex)) <-chan int {
+	t.Helper()
+	order := make(chan int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		m := e.client(opts...).Mutex(name, mopts...)
+		wg.Go(func() {
+			ctx, err := m.Lock(context.Background())
+			if !assert.NoError(t, err, "waiter %d", i) {
+				return
+			}
+			order <- i
+			onGrant(ctx, m)
+		})
+		e.waitQueued(name, i+1)
+		time.Sleep(gap)
+	}
+	t.Cleanup(wg.Wait)
+	return order
+}
+
+func collect(t *testing.T, order <-chan int, n int, within time.Duration) []int {
+	t.Helper()
+	var got []int
+	deadline := time.After(within)
+	for len(got) < n {
+		select {
+		case i := <-order:
+			got = append(got, i)
+		case <-deadline:
+			t.Fatalf("only %d of %d grants within %v: %v", len(got), n, within, got)
+		}
+	}
+	return got
+}
+
+func seq(n int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}
+
+func TestWaitersAreGrantedInJoinOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	holder := e.client().Mutex("fifo")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+
+	order := grantOrder(t, e, "fifo", 8, 50*time.Millisecond, nil, nil, func(ctx context.Context, m *fairlock.Mutex) {
+		assert.NoError(t, m.Unlock(ctx))
+	})
+	require.NoError(t, holder.Unlock(hctx))
+	assert.Equal(t, seq(8), collect(t, order, 8, 10*time.Second))
+	e.requireClean("fifo")
+}
+
+func TestFIFOHoldsWhileHolderOutlivesWaiterTTL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 300 * time.Millisecond
+	opts := []fairlock.Option{fairlock.WithWaiterTTL(ttl), fairlock.WithLease(200 * time.Millisecond)}
+	holder := e.client(opts...).Mutex("long")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+
+	var mu sync.Mutex
+	busy := false
+	order := grantOrder(t, e, "long", 8, 50*time.Millisecond, opts, nil, func(ctx context.Context, m *fairlock.Mutex) {
+		mu.Lock()
+		assert.False(t, busy, "two holders at once")
+		busy = true
+		mu.Unlock()
+		time.Sleep(ttl) // each holder also keeps it past the waiter TTL
+		mu.Lock()
+		busy = false
+		mu.Unlock()
+		assert.NoError(t, m.Unlock(ctx))
+	})
+	// The holder keeps the lock (renewed by its watchdog) for 3x the
+	// waiter TTL after the last waiter joined.
+	time.Sleep(3 * ttl)
+	require.NoError(t, hctx.Err(), "the watchdog must keep the hold")
+	assert.Len(t, e.queued("long"), 8, "no live waiter may be dropped")
+	require.NoError(t, holder.Unlock(hctx))
+	assert.Equal(t, seq(8), collect(t, order, 8, 20*time.Second))
+	e.requireClean("long")
+}
+
+func TestFixedLeasesExpireInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	fixed := []fairlock.MutexOption{fairlock.WithFixedLease(time.Second)}
+	holder := e.client().Mutex("fixed", fixed...)
+	_, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+
+	order := grantOrder(t, e, "fixed", 8, 50*time.Millisecond, nil, fixed, func(ctx context.Context, m *fairlock.Mutex) {
+		<-ctx.Done() // never unlock: wait for the lease to run out
+		assert.ErrorIs(t, context.Cause(ctx), fairlock.ErrLeaseLost)
+	})
+	assert.Equal(t, seq(8), collect(t, order, 8, 30*time.Second))
+}
+
+func TestCanceledWaiterLeavesNoTraceAndDoesNotDelayTheNext(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client() // default waiter TTL: a trace would delay the next waiter by seconds
+	holder := c.Mutex("cancel")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	first := lockAsync(ctx1, e.client().Mutex("cancel"))
+	e.waitQueued("cancel", 1)
+	second := lockAsync(context.Background(), e.client().Mutex("cancel"))
+	e.waitQueued("cancel", 2)
+
+	cancel1()
+	r := await(t, first, 5*time.Second)
+	require.ErrorIs(t, r.err, context.Canceled)
+	require.Nil(t, r.ctx)
+	q := e.queued("cancel")
+	require.Len(t, q, 1, "only the second waiter stays")
+	require.Equal(t, int64(1), e.rdb.ZCard(context.Background(), e.keys("cancel").Deadline).Val())
+
+	start := time.Now()
+	require.NoError(t, holder.Unlock(hctx))
+	r = await(t, second, 2*time.Second)
+	require.NoError(t, r.err)
+	t.Logf("next waiter granted %v after the release", time.Since(start))
+	e.requireClean("cancel")
+}
+
+func TestWaiterDeadlineExceededIsReported(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.client().Mutex("deadline")
+	_, err := m.Lock(context.Background())
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_, err = e.client().Mutex("deadline").Lock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	e.requireClean("deadline")
+}
+
+func TestKilledWaiterIsDroppedAfterWaiterTTL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const ttl = 500 * time.Millisecond
+	holder := e.client(fairlock.WithWaiterTTL(ttl)).Mutex("dead")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+
+	dead := e.startHelper("wait", "dead", "waiterTTL="+ttl.String())
+	e.waitQueued("dead", 1)
+	next := lockAsync(context.Background(), e.client(fairlock.WithWaiterTTL(ttl)).Mutex("dead"))
+	e.waitQueued("dead", 2)
+
+	require.NoError(t, dead.Process.Signal(syscall.SIGKILL))
+	_, _ = dead.Process.Wait()
+	killed := time.Now()
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, next, ttl+2*time.Second)
+	require.NoError(t, r.err)
+	waited := time.Since(killed)
+	t.Logf("live waiter granted %v after the dead one was killed (waiter TTL %v)", waited, ttl)
+	assert.Less(t, waited, ttl+time.Second)
+	e.requireClean("dead")
+}
+
+func TestConcurrentIncrementsLoseNoUpdate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const clients, goroutines, rounds = 4, 8, 15
+	counter := e.prefix + ":counter"
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var tokens []int64
+	for range clients {
+		c := e.client()
+		for range goroutines {
+			m := c.Mutex("counter")
+			wg.Go(func() {
+				for range rounds {
+					lctx, err := m.Lock(ctx)
+					if !assert.NoError(t, err) {
+						return
+					}
+					// A read-modify-write that loses updates without mutual exclusion.
+					v, _ := e.rdb.Get(lctx, counter).Int()
+					e.rdb.Set(lctx, counter, v+1, 0)
+					tok, err := m.Token(lctx)
+					assert.NoError(t, err)
+					mu.Lock()
+					tokens = append(tokens, tok)
+					mu.Unlock()
+					assert.NoError(t, m.Unlock(lctx))
+				}
+			})
+		}
+	}
+	wg.Wait()
+	v, err := e.rdb.Get(ctx, counter).Int()
+	require.NoError(t, err)
+	require.Equal(t, clients*goroutines*rounds, v)
+	for i := 1; i < len(tokens); i++ {
+		require.Greater(t, tokens[i], tokens[i-1], "tokens must increase in grant order")
+	}
+	e.requireClean("counter")
+}
+
+func TestReentryCountsLevels(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.client().Mutex("reentry")
+	ctx1, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	tok1, err := m.Token(ctx1)
+	require.NoError(t, err)
+
+	ctx2, err := m.Lock(ctx1)
+	require.NoError(t, err)
+	ctx3, err := m.TryLock(ctx2)
+	require.NoError(t, err)
+	n, err := m.HoldCount(ctx3)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	tok3, err := m.Token(ctx3)
+	require.NoError(t, err)
+	require.Equal(t, tok1, tok3, "re-entry keeps the token")
+
+	require.NoError(t, m.Unlock(ctx3))
+	require.NoError(t, m.Unlock(ctx2))
+	n, _ = m.HoldCount(ctx1)
+	require.Equal(t, 1, n)
+	locked, _ := m.IsLocked(context.Background())
+	require.True(t, locked)
+	require.NoError(t, ctx1.Err(), "the hold goes on until the last Unlock")
+
+	require.NoError(t, m.Unlock(ctx1))
+	requireDone(t, ctx1, time.Second)
+	require.ErrorIs(t, context.Cause(ctx1), context.Canceled)
+	requireDone(t, ctx3, time.Second)
+	locked, _ = m.IsLocked(context.Background())
+	require.False(t, locked)
+	n, _ = m.HoldCount(ctx1)
+	require.Zero(t, n)
+	require.ErrorIs(t, m.Unlock(ctx1), fairlock.ErrNotHeld, "unlock once more than locked")
+}
+
+func TestUnlockWithoutTheHoldIsNotHeld(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client()
+	m := c.Mutex("notheld")
+	other := c.Mutex("other")
+	octx, err := other.Lock(context.Background())
+	require.NoError(t, err)
+	hctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+
+	for name, ctx := range map[string]context.Context{
+		"background":         context.Background(),
+		"hold of other lock": octx,
+	} {
+		require.ErrorIs(t, m.Unlock(ctx), fairlock.ErrNotHeld, name)
+		_, err := m.Token(ctx)
+		require.ErrorIs(t, err, fairlock.ErrNotHeld, name)
+	}
+	locked, _ := m.IsLocked(context.Background())
+	require.True(t, locked, "a failed Unlock must not release the lock")
+	require.NoError(t, m.Unlock(hctx))
+}
+
+func TestDeletedLockKeyCancelsHolderWithLeaseLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.client(fairlock.WithLease(300 * time.Millisecond)).Mutex("deleted")
+	ctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, e.rdb.Del(context.Background(), e.keys("deleted").Lock).Err())
+	requireDone(t, ctx, 3*time.Second)
+	require.ErrorIs(t, context.Cause(ctx), fairlock.ErrLeaseLost)
+	err = m.Unlock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrNotHeld)
+	require.ErrorIs(t, err, fairlock.ErrLeaseLost)
+}
+
+func TestWatchdogKeepsHoldPastLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const lease = 200 * time.Millisecond
+	m := e.client(fairlock.WithLease(lease)).Mutex("watchdog")
+	ctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	time.Sleep(5 * lease)
+	require.NoError(t, ctx.Err())
+	ttl, err := m.TTL(context.Background())
+	require.NoError(t, err)
+	require.Greater(t, ttl, time.Duration(0))
+	require.LessOrEqual(t, ttl, lease)
+	require.NoError(t, m.Unlock(ctx))
+	ttl, err = m.TTL(context.Background())
+	require.NoError(t, err)
+	require.Zero(t, ttl)
+}
+
+func TestTokensIncreaseAcrossGrants(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var last int64
+	for i := range 6 {
+		m := e.client().Mutex("tokens")
+		ctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		tok, err := m.Token(ctx)
+		require.NoError(t, err)
+		require.Greater(t, tok, last, "grant %d", i)
+		last = tok
+		require.NoError(t, m.Unlock(ctx))
+	}
+	// Hand-overs count too.
+	holder := e.client().Mutex("tokens")
+	hctx, _ := holder.Lock(context.Background())
+	next := lockAsync(context.Background(), e.client().Mutex("tokens"))
+	e.waitQueued("tokens", 1)
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, next, 5*time.Second)
+	require.NoError(t, r.err)
+	tok, err := e.client().Mutex("tokens").Token(r.ctx)
+	require.NoError(t, err)
+	require.Equal(t, last+2, tok)
+}
+
+func TestTryLockNeverEnqueuesAndFailsWhileOthersWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client()
+	m := c.Mutex("try")
+	hctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+
+	_, err = e.client().Mutex("try").TryLock(context.Background())
+	require.ErrorIs(t, err, fairlock.ErrLocked)
+	require.Empty(t, e.queued("try"), "TryLock must not enqueue")
+
+	waiter := lockAsync(context.Background(), e.client().Mutex("try"))
+	e.waitQueued("try", 1)
+	require.NoError(t, m.Unlock(hctx))
+	r := await(t, waiter, 5*time.Second)
+	require.NoError(t, r.err)
+
+	// A free lock with someone in line (as after a holder's lease ran out
+	// before the head polled): plant a live waiter entry of another process.
+	require.NoError(t, e.client().Mutex("try").Unlock(r.ctx))
+	k := e.keys("try")
+	ctx := context.Background()
+	entry := "0123456789abcdef:60000:someone-else"
+	require.NoError(t, e.rdb.RPush(ctx, k.Queue, entry).Err())
+	require.NoError(t, e.rdb.ZAdd(ctx, k.Deadline, redisZ(entry, time.Now().Add(time.Minute))).Err())
+	_, err = e.client().Mutex("try").TryLock(context.Background())
+	require.ErrorIs(t, err, fairlock.ErrLocked, "TryLock must not jump the line")
+	owner, _ := e.rdb.HGet(ctx, k.Lock, "owner").Result()
+	require.Equal(t, "someone-else", owner, "the head of the line was given the lock")
+}
+
+func TestCloseReturnsErrClosedToWaiters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	holder := e.client().Mutex("close")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+
+	c := e.client()
+	var waiters []<-chan result
+	for i := range 5 {
+		waiters = append(waiters, lockAsync(context.Background(), c.Mutex("close")))
+		e.waitQueued("close", i+1)
+	}
+	held, err := c.Mutex("close-held").Lock(context.Background())
+	require.NoError(t, err)
+
+	require.NoError(t, c.Close())
+	for _, w := range waiters {
+		r := await(t, w, 5*time.Second)
+		require.ErrorIs(t, r.err, fairlock.ErrClosed)
+	}
+	e.requireClean("close")
+	requireDone(t, held, time.Second)
+	require.ErrorIs(t, context.Cause(held), fairlock.ErrClosed)
+	locked, _ := e.client().Mutex("close-held").IsLocked(context.Background())
+	require.False(t, locked, "Close releases live holds")
+
+	require.NoError(t, c.Close(), "Close twice")
+	_, err = c.Mutex("close").Lock(context.Background())
+	require.ErrorIs(t, err, fairlock.ErrClosed)
+	require.NoError(t, holder.Unlock(hctx))
+}
+
+func TestLockContextOutlivesCallerButKeepsValues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.client().Mutex("values")
+	type key struct{}
+	parent, cancel := context.WithTimeout(context.WithValue(context.Background(), key{}, "v"), time.Minute)
+	lctx, err := m.Lock(parent)
+	require.NoError(t, err)
+	cancel()
+	require.NoError(t, lctx.Err(), "the caller's context bounds only the wait")
+	_, has := lctx.Deadline()
+	require.False(t, has)
+	require.Equal(t, "v", lctx.Value(key{}))
+
+	// Contexts derived from the hold end with it.
+	child, stop := context.WithCancel(lctx)
+	defer stop()
+	require.NoError(t, m.Unlock(child))
+	requireDone(t, child, time.Second)
+}
+
+func TestForceUnlockHandsOverAndHolderLearnsLeaseLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.client(fairlock.WithLease(300 * time.Millisecond)).Mutex("force")
+	hctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	next := lockAsync(context.Background(), e.client().Mutex("force"))
+	e.waitQueued("force", 1)
+
+	removed, err := e.client().Mutex("force").ForceUnlock(context.Background())
+	require.NoError(t, err)
+	require.True(t, removed)
+	r := await(t, next, 5*time.Second)
+	require.NoError(t, r.err)
+	requireDone(t, hctx, 3*time.Second)
+	require.ErrorIs(t, context.Cause(hctx), fairlock.ErrLeaseLost)
+}
+
+func TestOwnerSharedAcrossClients(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.client().Mutex("shared")
+	b := e.client().Mutex("shared")
+	actx, err := a.Lock(fairlock.ContextWithOwner(context.Background(), "job-42"))
+	require.NoError(t, err)
+	bctx, err := b.TryLock(fairlock.ContextWithOwner(context.Background(), "job-42"))
+	require.NoError(t, err, "the same owner re-enters from another Client")
+	n, err := b.HoldCount(bctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	_, err = e.client().Mutex("shared").TryLock(context.Background())
+	require.ErrorIs(t, err, fairlock.ErrLocked)
+
+	require.NoError(t, a.Unlock(actx))
+	locked, _ := a.IsLocked(context.Background())
+	require.True(t, locked)
+	require.NoError(t, b.Unlock(bctx))
+	locked, _ = a.IsLocked(context.Background())
+	require.False(t, locked)
+}
+
+func TestOnePubSubConnectionPerClient(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client()
+	var holds []context.Context
+	var waits []<-chan result
+	for i := range 4 {
+		name := "conn-" + strconv.Itoa(i)
+		ctx, err := e.client().Mutex(name).Lock(context.Background())
+		require.NoError(t, err)
+		holds = append(holds, ctx)
+		for j := range 5 {
+			waits = append(waits, lockAsync(context.Background(), c.Mutex(name)))
+			e.waitQueued(name, j+1)
+		}
+	}
+	subs, err := e.srv.Client(t).PubSubNumSub(context.Background(), e.keys("conn-0").Wake).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), subs[e.keys("conn-0").Wake], "20 waiters, one subscription per channel")
+	require.NoError(t, c.Close())
+	for _, w := range waits {
+		require.ErrorIs(t, await(t, w, 5*time.Second).err, fairlock.ErrClosed)
+	}
+	_ = holds
+}
+
+func TestInvalidInputGivesClearErrors(t *testing.T) {
+	e := newEnv(t)
+	_, err := fairlock.New(nil)
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	for _, opt := range []fairlock.Option{
+		fairlock.WithPrefix(""), fairlock.WithPrefix("a{b"), fairlock.WithLease(0), fairlock.WithLease(-time.Second),
+		fairlock.WithWaiterTTL(0), fairlock.WithLogger(nil), nil,
+	} {
+		_, err := fairlock.New(e.rdb, opt)
+		require.ErrorIs(t, err, fairlock.ErrInvalidOption, fmt.Sprint(opt))
+	}
+	c := e.client()
+	for _, name := range []string{"", "a}b", "}", string([]byte{0xff})} {
+		m := c.Mutex(name)
+		_, err := m.Lock(context.Background())
+		require.ErrorIs(t, err, fairlock.ErrInvalidName, "%q", name)
+		require.ErrorIs(t, m.Unlock(context.Background()), fairlock.ErrInvalidName)
+	}
+	m := c.Mutex("ok", fairlock.WithFixedLease(-1))
+	_, err = m.Lock(context.Background())
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+
+	_, err = c.Mutex("ok").Lock(fairlock.ContextWithOwner(context.Background(), "has space"))
+	require.ErrorIs(t, err, fairlock.ErrInvalidOwner)
+
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = c.Mutex("ok").Lock(done)
+	require.ErrorIs(t, err, context.Canceled)
+	locked, _ := c.Mutex("ok").IsLocked(context.Background())
+	require.False(t, locked, "a done context takes nothing")
+}

@@ -1,0 +1,181 @@
+package fairlock_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/queue"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		os.Exit(helperMain())
+	}
+	goleak.VerifyTestMain(redistest.Runner(m))
+}
+
+// env is one test's world: a redis-server shared by the package, a unique
+// key prefix, and Clients that are closed when the test ends.
+type env struct {
+	t      testing.TB
+	srv    *redistest.Server
+	rdb    *redis.Client
+	prefix string
+}
+
+func newEnv(t testing.TB) *env {
+	srv := redistest.Shared(t)
+	return &env{t: t, srv: srv, rdb: srv.Client(t), prefix: redistest.Prefix(t)}
+}
+
+// client returns a new Client with its own redis connections, as a
+// separate process would have.
+func (e *env) client(opts ...fairlock.Option) *fairlock.Client {
+	e.t.Helper()
+	c, err := fairlock.New(e.srv.Client(e.t), append([]fairlock.Option{fairlock.WithPrefix(e.prefix)}, opts...)...)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func (e *env) keys(name string) queue.Keys {
+	k, err := queue.For(e.prefix, name)
+	require.NoError(e.t, err)
+	return k
+}
+
+// queued returns the waiter entries of a lock, oldest first.
+func (e *env) queued(name string) []string {
+	q, err := e.rdb.LRange(context.Background(), e.keys(name).Queue, 0, -1).Result()
+	require.NoError(e.t, err)
+	return q
+}
+
+// waitQueued waits until the lock has n waiters in line.
+func (e *env) waitQueued(name string, n int) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool { return len(e.queued(name)) == n },
+		5*time.Second, 2*time.Millisecond, "waiting for %d queued waiters", n)
+}
+
+// requireClean asserts that no waiter of the lock is left in Redis.
+func (e *env) requireClean(name string) {
+	e.t.Helper()
+	k := e.keys(name)
+	ctx := context.Background()
+	require.Zero(e.t, e.rdb.LLen(ctx, k.Queue).Val(), "queue of %s", name)
+	require.Zero(e.t, e.rdb.ZCard(ctx, k.Deadline).Val(), "deadlines of %s", name)
+}
+
+// result is what a background Lock call ended with.
+type result struct {
+	ctx context.Context
+	err error
+}
+
+// lockAsync calls m.Lock(ctx) in a goroutine.
+func lockAsync(ctx context.Context, m *fairlock.Mutex) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		lctx, err := m.Lock(ctx)
+		ch <- result{lctx, err}
+	}()
+	return ch
+}
+
+func await(t testing.TB, ch <-chan result, within time.Duration) result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(within):
+		t.Fatalf("no result within %v", within)
+		return result{}
+	}
+}
+
+func requireBlocked(t testing.TB, ch <-chan result, for_ time.Duration) {
+	t.Helper()
+	select {
+	case r := <-ch:
+		t.Fatalf("expected Lock to keep waiting, got err=%v", r.err)
+	case <-time.After(for_):
+	}
+}
+
+func requireDone(t testing.TB, ctx context.Context, within time.Duration) {
+	t.Helper()
+	select {
+	case <-ctx.Done():
+	case <-time.After(within):
+		t.Fatalf("context not cancelled within %v", within)
+	}
+}
+
+// The helper process: the test binary re-executed to play a separate
+// process that can be killed.
+const helperEnv = "FAIRLOCK_TEST_HELPER"
+
+// startHelper starts a process that takes the lock name with the given
+// role ("wait": Lock and hold forever). It returns the process.
+func (e *env) startHelper(role, name string, opts ...string) *exec.Cmd {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		helperEnv+"="+role,
+		"FAIRLOCK_ADDR="+e.srv.Addr,
+		"FAIRLOCK_PREFIX="+e.prefix,
+		"FAIRLOCK_NAME="+name,
+		"FAIRLOCK_OPTS="+strings.Join(opts, ","),
+	)
+	cmd.Stderr = os.Stderr
+	require.NoError(e.t, cmd.Start())
+	e.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd
+}
+
+func helperMain() int {
+	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("FAIRLOCK_ADDR")})
+	opts := []fairlock.Option{fairlock.WithPrefix(os.Getenv("FAIRLOCK_PREFIX"))}
+	for _, o := range strings.Split(os.Getenv("FAIRLOCK_OPTS"), ",") {
+		if d, ok := strings.CutPrefix(o, "waiterTTL="); ok {
+			v, _ := time.ParseDuration(d)
+			opts = append(opts, fairlock.WithWaiterTTL(v))
+		}
+		if d, ok := strings.CutPrefix(o, "lease="); ok {
+			v, _ := time.ParseDuration(d)
+			opts = append(opts, fairlock.WithLease(v))
+		}
+	}
+	c, err := fairlock.New(rdb, opts...)
+	if err != nil {
+		return 2
+	}
+	m := c.Mutex(os.Getenv("FAIRLOCK_NAME"))
+	switch os.Getenv(helperEnv) {
+	case "wait", "hold":
+		if _, err := m.Lock(context.Background()); err != nil {
+			return 3
+		}
+		os.Stdout.WriteString("granted\n")
+		select {} // hold until killed
+	}
+	return 4
+}
+
+func redisZ(member string, at time.Time) redis.Z {
+	return redis.Z{Member: member, Score: float64(at.UnixMilli())}
+}

@@ -1,0 +1,102 @@
+-- acquire.lua: take the lock, re-enter it, or wait in line for it.
+--
+-- KEYS[1..4]  the lock's keys (see lib.lua)
+-- KEYS[5]     P:{N}:call:<call id>  receipt of this call
+-- ARGV[1]     owner id
+-- ARGV[2]     waiter entry of this Lock call (see lib.lua)
+-- ARGV[3]     lease in ms: the hold's expiry after the call; 0 keeps the
+--             current expiry of a re-entered hold (a fixed lease is never
+--             extended by re-entry)
+-- ARGV[4]     waiter TTL in ms: how long a queued waiter keeps its place
+--             without polling again
+-- ARGV[5]     mode: "try" never enqueues; "wait" enqueues or heartbeats
+-- ARGV[6]     wake channel P:{N}:wake
+-- ARGV[7]     receipt TTL in ms
+--
+-- Returns {1, token, count} when the caller holds the lock after the call
+-- (a fresh grant, a re-entry, or a hand-over it is claiming), or {0, hint}
+-- when it does not: hint is how many ms the caller should wait before it
+-- polls again (0 in try mode).
+--
+-- A call whose reply was lost may be re-sent by the client library. Every
+-- call that grants leaves a receipt under its own call id, and a call that
+-- finds its receipt answers what it answered the first time, so a re-sent
+-- grant or re-entry is never counted twice.
+
+local receipt = redis.call('GET', KEYS[5])
+if receipt then
+  local token, count = string.match(receipt, '^(%d+):(%d+)$')
+  return {1, tonumber(token), tonumber(count)}
+end
+
+local owner = ARGV[1]
+local entry = ARGV[2]
+local lease = tonumber(ARGV[3])
+local waiter_ttl = tonumber(ARGV[4])
+local mode = ARGV[5]
+local channel = ARGV[6]
+
+local function granted(token, count)
+  redis.call('SET', KEYS[5], token .. ':' .. count, 'PX', ARGV[7])
+  return {1, tonumber(token), tonumber(count)}
+end
+
+local function leave_queue()
+  if redis.call('ZREM', KEYS[3], entry) == 1 then
+    redis.call('LREM', KEYS[2], 1, entry)
+  end
+end
+
+local now = now_ms()
+local holder = redis.call('HGET', KEYS[1], 'owner')
+
+-- 1. The caller's owner holds the lock.
+if holder == owner then
+  leave_queue()
+  if lease > 0 then
+    redis.call('PEXPIRE', KEYS[1], lease)
+  end
+  local token = redis.call('HGET', KEYS[1], 'token')
+  if redis.call('HGET', KEYS[1], 'entry') == entry then
+    -- The lock was handed to this very waiter (it missed the push, or it
+    -- polled before the push arrived): claim it, the count stays.
+    return granted(token, redis.call('HGET', KEYS[1], 'count'))
+  end
+  -- Re-entry: one more level of the same hold.
+  return granted(token, redis.call('HINCRBY', KEYS[1], 'count', 1))
+end
+
+-- 2. The lock is free: grant it to the caller when nobody live is ahead of
+--    it, or else hand it to the live head of the queue.
+if not holder then
+  local head = prune(now)
+  if not head or head == entry then
+    if head then
+      redis.call('LPOP', KEYS[2])
+      redis.call('ZREM', KEYS[3], head)
+    end
+    return granted(take(owner, entry, lease), 1)
+  end
+  hand_over(now, channel)
+end
+
+-- 3. Someone else holds the lock.
+if mode ~= 'wait' then
+  return {0, 0}
+end
+if not redis.call('ZSCORE', KEYS[3], entry) then
+  redis.call('RPUSH', KEYS[2], entry)
+end
+redis.call('ZADD', KEYS[3], now + waiter_ttl, entry)
+
+-- Poll again when the hold expires (expiry publishes nothing), and at
+-- least every third of the waiter TTL (the heartbeat that keeps our place).
+local hint = math.floor(waiter_ttl / 3)
+local pttl = redis.call('PTTL', KEYS[1])
+if pttl >= 0 and pttl + 1 < hint then
+  hint = pttl + 1
+end
+if hint < 1 then
+  hint = 1
+end
+return {0, hint}

@@ -1,0 +1,89 @@
+-- lib.lua: helpers shared by every fairlock script.
+--
+-- This file is not run on its own: fairlock prepends it to each operation
+-- script (acquire, release, renew, cancel, forceunlock), so every script is
+-- one self-contained EVAL body. Every script that includes it receives the
+-- keys of one lock in the same order:
+--
+--   KEYS[1]  P:{N}           hash: owner, count, token, entry of the hold
+--   KEYS[2]  P:{N}:queue     list of waiter entries, oldest first
+--   KEYS[3]  P:{N}:deadline  zset: entry -> server time (ms) by which that
+--                            waiter must poll again
+--   KEYS[4]  P:{N}:token     fencing counter
+--
+-- A waiter entry is "<waiter id>:<lease ms>:<owner id>": the waiter id is
+-- 16 hex characters unique to one waiting Lock call, the lease is the one
+-- its hold will have, and the owner id is the rest (it may contain ':').
+--
+-- Time is the server's clock (TIME) only. Scripts that read TIME and then
+-- write must be replicated as effects; Redis 5 and later do so by default,
+-- older servers are told to here.
+
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+
+-- now_ms returns the server's time in milliseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- parse_entry returns the owner id and the lease (ms) of a waiter entry,
+-- or nil when the entry is malformed.
+local function parse_entry(entry)
+  local lease, owner = string.match(entry, '^%x+:(%d+):(.+)$')
+  if not owner then
+    return nil
+  end
+  return owner, tonumber(lease)
+end
+
+-- prune drops waiters from the head of the queue while the head has no
+-- deadline, a deadline at or before now, or is malformed, and returns the
+-- live head and its deadline, or nil when the queue is empty. Each waiter
+-- is dropped at most once, so the loop is amortised O(1) per call.
+local function prune(now)
+  while true do
+    local head = redis.call('LINDEX', KEYS[2], 0)
+    if not head then
+      return nil
+    end
+    local deadline = redis.call('ZSCORE', KEYS[3], head)
+    if deadline and tonumber(deadline) > now and parse_entry(head) then
+      return head, tonumber(deadline)
+    end
+    redis.call('LPOP', KEYS[2])
+    redis.call('ZREM', KEYS[3], head)
+  end
+end
+
+-- take makes owner the holder of the free lock under a fresh fencing
+-- token, records which waiter entry the hold was given to, and sets the
+-- hold to expire after ttl ms. It returns the token.
+local function take(owner, entry, ttl)
+  local token = redis.call('INCR', KEYS[4])
+  redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', token, 'entry', entry)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  return token
+end
+
+-- hand_over gives the free lock to the live head of the queue, if any: the
+-- head becomes the holder on the spot (so nobody can barge in between two
+-- holders) and is told through pub/sub with its entry and token. The hold
+-- lasts its lease, but no longer than the head's waiter deadline: a dead
+-- head's hold expires like any dead waiter, and a live head with a
+-- watchdog renews it at once. Returns the head's entry, or nil.
+local function hand_over(now, channel)
+  local head, deadline = prune(now)
+  if not head then
+    return nil
+  end
+  redis.call('LPOP', KEYS[2])
+  redis.call('ZREM', KEYS[3], head)
+  local owner, lease = parse_entry(head)
+  local token = take(owner, head, math.min(lease, deadline - now))
+  redis.call('PUBLISH', channel, head .. ' ' .. token)
+  return head
+end
+

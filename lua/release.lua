@@ -1,0 +1,39 @@
+-- release.lua: give up one level of a hold; at the last level, hand the
+-- lock to the next live waiter.
+--
+-- KEYS[1..4]  the lock's keys (see lib.lua)
+-- KEYS[5]     P:{N}:call:<call id>  receipt of this call
+-- ARGV[1]     owner id
+-- ARGV[2]     lease in ms for the levels that remain; 0 keeps the
+--             current expiry (a fixed lease is never extended)
+-- ARGV[3]     wake channel P:{N}:wake
+-- ARGV[4]     receipt TTL in ms
+--
+-- Returns the levels the owner still holds (0: the hold is over), or -1
+-- when the owner does not hold the lock. A re-sent call answers what the
+-- first one answered (see the receipt in acquire.lua).
+
+local receipt = redis.call('GET', KEYS[5])
+if receipt then
+  return tonumber(receipt)
+end
+
+if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
+  return -1
+end
+
+local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
+if count > 0 then
+  local lease = tonumber(ARGV[2])
+  if lease > 0 then
+    redis.call('PEXPIRE', KEYS[1], lease)
+  end
+else
+  count = 0
+  redis.call('DEL', KEYS[1])
+  -- The lock is never free between two holders: the next live waiter
+  -- becomes the owner here and is woken with its token.
+  hand_over(now_ms(), ARGV[3])
+end
+redis.call('SET', KEYS[5], count, 'PX', ARGV[4])
+return count

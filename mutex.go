@@ -1,0 +1,177 @@
+package fairlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// Mutex is a handle on one named lock. Its methods are safe for concurrent
+// use. The owner of a hold is carried by a context, not by the handle or
+// the goroutine: see Lock.
+type Mutex struct {
+	c     *Client
+	name  string
+	lock  *fair.Lock // nil when err != nil
+	key   holdKey
+	lease time.Duration
+	fixed bool
+	err   error // invalid name or option: returned by every method
+}
+
+// Name returns the lock's name.
+func (m *Mutex) Name() string { return m.name }
+
+// usable returns the error that stops any call: a bad handle, a nil
+// context, a closed Client.
+func (m *Mutex) usable(ctx context.Context) error {
+	switch {
+	case m.err != nil:
+		return m.err
+	case ctx == nil:
+		return errNilContext
+	case m.c.engine.Closed():
+		return ErrClosed
+	}
+	return nil
+}
+
+// Lock waits until the lock is granted, in the order callers joined the
+// line, or until ctx ends. It returns a context that carries the hold:
+//   - it keeps ctx's values but not its deadline or cancellation: ctx
+//     bounds only the wait;
+//   - it is cancelled when the hold ends: after the last Unlock, or when
+//     the lease is lost (context.Cause is then ErrLeaseLost), or at Close
+//     (cause ErrClosed). Pass it to the work done under the lock.
+//
+// Lock with a context that already carries a live hold of this lock
+// re-enters it: the count goes up in Redis, and the lock is released when
+// Unlock has been called as many times as Lock. Two calls with unrelated
+// contexts exclude each other, even in one goroutine.
+//
+// When ctx ends before the grant, Lock returns ctx's error and leaves
+// nothing in Redis; a grant that raced with the end is given back.
+func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
+	return m.acquire(ctx, true)
+}
+
+// TryLock takes the lock only if that needs no waiting: it never joins the
+// line, and fails with ErrLocked when another owner holds the lock or
+// anyone is waiting for it (no barging). A context that carries a live
+// hold re-enters it, as with Lock.
+func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
+	return m.acquire(ctx, false)
+}
+
+func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error) {
+	if err := m.usable(ctx); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	owner, explicit := ownerFrom(ctx)
+	if h := m.holdFrom(ctx); h != nil && (!explicit || owner == h.Owner()) {
+		err := h.Enter(ctx)
+		if err == nil {
+			return withHold(ctx, m.key, h), nil
+		}
+		if !errors.Is(err, ErrNotHeld) {
+			return nil, err
+		}
+		// The carried hold is over: take a new one.
+	}
+	if !explicit {
+		owner = uuid.NewString()
+	} else if err := queue.ValidateOwner(owner); err != nil {
+		return nil, err
+	}
+	h, err := m.lock.Acquire(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait})
+	if err != nil {
+		return nil, err
+	}
+	return withHold(ctx, m.key, h), nil
+}
+
+// Unlock gives up one level of the hold carried by ctx (the context Lock
+// returned, or one derived from it). At the last level the lock is handed
+// to the next waiter, and the hold's context is cancelled. It fails with
+// ErrNotHeld when ctx carries no live hold of this lock, and with
+// ErrLeaseLost when the hold's lease was lost before.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if err := m.usable(ctx); err != nil {
+		return err
+	}
+	h := m.holdFrom(ctx)
+	if h == nil {
+		return ErrNotHeld
+	}
+	return h.Release(ctx)
+}
+
+// Token returns the fencing token of the hold carried by ctx. Tokens of a
+// lock name strictly increase with every fresh grant, across all Clients;
+// a re-entry keeps its hold's token. Pass it to the resource the lock
+// protects, so that it can refuse a holder whose lease was lost. ErrNotHeld
+// when ctx carries no live hold.
+func (m *Mutex) Token(ctx context.Context) (int64, error) {
+	if err := m.usable(ctx); err != nil {
+		return 0, err
+	}
+	h := m.holdFrom(ctx)
+	if h == nil {
+		return 0, ErrNotHeld
+	}
+	return h.Token()
+}
+
+// HoldCount returns how many levels the owner carried by ctx holds in
+// Redis (across every process sharing that owner), 0 when it holds none or
+// ctx carries no owner.
+func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
+	if err := m.usable(ctx); err != nil {
+		return 0, err
+	}
+	owner, explicit := ownerFrom(ctx)
+	if h := m.holdFrom(ctx); h != nil && (!explicit || owner == h.Owner()) {
+		owner, explicit = h.Owner(), true
+	}
+	if !explicit {
+		return 0, nil
+	}
+	return m.lock.Count(ctx, owner)
+}
+
+// IsLocked reports whether anyone holds the lock.
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	if err := m.usable(ctx); err != nil {
+		return false, err
+	}
+	return m.lock.Locked(ctx)
+}
+
+// TTL returns the remaining lease of the current hold, 0 when the lock is
+// free.
+func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
+	if err := m.usable(ctx); err != nil {
+		return 0, err
+	}
+	return m.lock.TTL(ctx)
+}
+
+// ForceUnlock removes the current hold, whoever owns it, and hands the lock
+// to the next waiter. It reports whether a hold was removed. The former
+// holder learns it at its next renewal (its context is cancelled with
+// ErrLeaseLost) or at its next Unlock. Use it to recover from an operator's
+// decision, not as part of a protocol.
+func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := m.usable(ctx); err != nil {
+		return false, err
+	}
+	return m.lock.ForceUnlock(ctx)
+}

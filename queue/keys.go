@@ -1,0 +1,146 @@
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits on the strings that become part of Redis keys and messages.
+const (
+	MaxNameLen   = 1024 // bytes in a lock name
+	MaxPrefixLen = 256  // bytes in a key prefix
+	MaxOwnerLen  = 256  // bytes in an owner id
+	WaiterIDLen  = 16   // hex characters in a waiter id
+)
+
+// Sentinel errors for invalid input. The root package re-exports them.
+var (
+	ErrInvalidName   = errors.New("fairlock: invalid lock name")
+	ErrInvalidPrefix = errors.New("fairlock: invalid key prefix")
+	ErrInvalidOwner  = errors.New("fairlock: invalid owner id")
+)
+
+// Keys are the Redis keys and the pub/sub channel of one lock. Every key
+// carries the hash tag {name}, so all of them live in one Redis Cluster
+// slot and one script may touch them all.
+type Keys struct {
+	Name     string // the lock name
+	Lock     string // P:{N}           hash: owner, count, token, entry
+	Queue    string // P:{N}:queue     list of waiter entries, oldest first
+	Deadline string // P:{N}:deadline  zset: entry -> poll-again deadline (ms)
+	Token    string // P:{N}:token     fencing counter
+	Wake     string // P:{N}:wake      pub/sub channel of hand-overs
+	call     string // P:{N}:call:     prefix of per-call receipts
+}
+
+// For returns the keys of the lock name under prefix, or an error wrapping
+// ErrInvalidName or ErrInvalidPrefix.
+func For(prefix, name string) (Keys, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return Keys{}, err
+	}
+	if err := ValidateName(name); err != nil {
+		return Keys{}, err
+	}
+	base := prefix + ":{" + name + "}"
+	return Keys{
+		Name:     name,
+		Lock:     base,
+		Queue:    base + ":queue",
+		Deadline: base + ":deadline",
+		Token:    base + ":token",
+		Wake:     base + ":wake",
+		call:     base + ":call:",
+	}, nil
+}
+
+// Call returns the key of the receipt of one script call.
+func (k Keys) Call(id string) string { return k.call + id }
+
+// Scripted returns the four keys every script receives, in script order.
+func (k Keys) Scripted() []string {
+	return []string{k.Lock, k.Queue, k.Deadline, k.Token}
+}
+
+// ValidateName reports whether name can name a lock. A name must be
+// non-empty valid UTF-8 of at most MaxNameLen bytes without '}': a '}'
+// would end the hash tag {name} early and could leave it empty, which
+// would scatter the lock's keys over cluster slots.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty", ErrInvalidName)
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidName)
+	case strings.ContainsRune(name, '}'):
+		return fmt.Errorf("%w: %q contains '}'", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// ValidatePrefix reports whether prefix can prefix fairlock's keys: non-empty
+// valid UTF-8 of at most MaxPrefixLen bytes without braces (a brace would
+// change the hash tag of every key).
+func ValidatePrefix(prefix string) error {
+	switch {
+	case prefix == "":
+		return fmt.Errorf("%w: empty", ErrInvalidPrefix)
+	case len(prefix) > MaxPrefixLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidPrefix, len(prefix), MaxPrefixLen)
+	case !utf8.ValidString(prefix):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidPrefix)
+	case strings.ContainsAny(prefix, "{}"):
+		return fmt.Errorf("%w: %q contains a brace", ErrInvalidPrefix, prefix)
+	}
+	return nil
+}
+
+// ValidateOwner reports whether owner can identify a hold: non-empty valid
+// UTF-8 of at most MaxOwnerLen bytes without spaces or control characters
+// (owner ids travel inside pub/sub messages separated by spaces).
+func ValidateOwner(owner string) error {
+	switch {
+	case owner == "":
+		return fmt.Errorf("%w: empty", ErrInvalidOwner)
+	case len(owner) > MaxOwnerLen:
+		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidOwner, len(owner), MaxOwnerLen)
+	case !utf8.ValidString(owner):
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidOwner)
+	}
+	for _, r := range owner {
+		if r <= ' ' || r == 0x7f {
+			return fmt.Errorf("%w: %q contains a space or control character", ErrInvalidOwner, owner)
+		}
+	}
+	return nil
+}
+
+// Entry returns the queue entry of one waiting Lock call:
+// "<waiter id>:<lease ms>:<owner>". The waiter id (WaiterIDLen hex
+// characters) makes entries unique per call, so two calls that share an
+// owner id still wait, and are woken, one by one; the lease is the one the
+// hold gets when the lock is handed to this waiter.
+func Entry(waiterID string, lease time.Duration, owner string) string {
+	return waiterID + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + owner
+}
+
+// ParseEntry splits a queue entry made by Entry; ok is false when entry is
+// not of that form.
+func ParseEntry(entry string) (waiterID string, lease time.Duration, owner string, ok bool) {
+	id, rest, found := strings.Cut(entry, ":")
+	if !found || len(id) != WaiterIDLen {
+		return "", 0, "", false
+	}
+	ms, owner, found := strings.Cut(rest, ":")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if !found || err != nil || n < 0 || owner == "" {
+		return "", 0, "", false
+	}
+	return id, time.Duration(n) * time.Millisecond, owner, true
+}

@@ -161,6 +161,14 @@ func (h *Hold) Release(ctx context.Context) error {
 	return nil
 }
 
+// releasing reports whether the last level's Release is under way: then a
+// renewal that finds the lock gone is no loss.
+func (h *Hold) releasing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.ended && h.levels == 0
+}
+
 // end ends the hold once: it cancels the context with cause (nil: the
 // hold was unlocked), stops the watchdog and forgets the hold. It returns
 // the levels still held in this process, and false when the hold had

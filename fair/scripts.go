@@ -44,9 +44,15 @@ func randomID() string {
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
-// acquire runs acquire.lua once.
+// acquire runs acquire.lua once, under a fresh call id.
 func (l *Lock) acquire(ctx context.Context, owner, entry string, lease time.Duration, mode string) (reply, error) {
-	keys := append(l.scripted[:4:4], l.keys.Call(randomID()))
+	return l.acquireCall(ctx, randomID(), owner, entry, lease, mode)
+}
+
+// acquireCall runs acquire.lua once under the given call id: the same id
+// stands for the same call, re-sent.
+func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease time.Duration, mode string) (reply, error) {
+	keys := append(l.scripted[:4:4], l.keys.Call(call))
 	v, err := acquireScript.Run(ctx, l.e.rdb, keys,
 		owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, l.keys.Wake, l.e.receiptTTL()).Slice()
 	if err != nil {
@@ -65,10 +71,15 @@ func (l *Lock) acquire(ctx context.Context, owner, entry string, lease time.Dura
 	return reply{}, fmt.Errorf("%w: acquire answered %v", errUnexpectedReply, v)
 }
 
-// release runs release.lua once and returns the owner's remaining levels,
-// or -1 when the owner does not hold the lock.
+// release runs release.lua once, under a fresh call id, and returns the
+// owner's remaining levels, or -1 when the owner does not hold the lock.
 func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (int, error) {
-	keys := append(l.scripted[:4:4], l.keys.Call(randomID()))
+	return l.releaseCall(ctx, randomID(), owner, lease)
+}
+
+// releaseCall runs release.lua once under the given call id.
+func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration) (int, error) {
+	keys := append(l.scripted[:4:4], l.keys.Call(call))
 	n, err := releaseScript.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, l.e.receiptTTL()).Int64()
 	return int(n), err
 }

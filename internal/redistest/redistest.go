@@ -203,3 +203,12 @@ func Runner(m *testing.M) interface{ Run() int } { return runner{m} }
 type runner struct{ m *testing.M }
 
 func (r runner) Run() int { return Main(r.m) }
+
+// SharedAddr returns the address of the server started by Main, or "" when
+// there is none.
+func SharedAddr() string {
+	if s := shared.Load(); s != nil {
+		return s.Addr
+	}
+	return ""
+}

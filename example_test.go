@@ -1,0 +1,198 @@
+package fairlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+// redisAddr is the address of the Redis the examples use; in your code,
+// the address of yours.
+func redisAddr() string { return redistest.SharedAddr() }
+
+func Example() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	m := locks.Mutex("invoice:2026-11")
+	ctx, err := m.Lock(context.Background()) // waits in line, first come first served
+	if err != nil {
+		panic(err)
+	}
+	defer m.Unlock(ctx)
+
+	token, _ := m.Token(ctx)
+	fmt.Println("holding the lock with a fencing token:", token > 0)
+	// Output: holding the lock with a fencing token: true
+}
+
+func ExampleNew() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+
+	locks, err := fairlock.New(rdb,
+		fairlock.WithPrefix("example-new"),
+		fairlock.WithLease(10*time.Second),    // renewed every 3.3s while held
+		fairlock.WithWaiterTTL(5*time.Second), // a dead waiter holds up the line at most 5s
+	)
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	_, err = fairlock.New(rdb, fairlock.WithLease(0))
+	fmt.Println(errors.Is(err, fairlock.ErrInvalidOption))
+	// Output: true
+}
+
+func ExampleMutex_Lock() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := fairlock.New(rdb, fairlock.WithPrefix("example-lock"))
+	defer locks.Close()
+	m := locks.Mutex("payments")
+
+	// The caller's context bounds only the wait.
+	waitCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ctx, err := m.Lock(waitCtx)
+	if err != nil {
+		fmt.Println("not granted:", err)
+		return
+	}
+	// ctx is cancelled if the lock is lost: pass it to the work.
+	doWork := func(ctx context.Context) error { return ctx.Err() }
+	fmt.Println("work:", doWork(ctx))
+
+	if err := m.Unlock(ctx); err != nil {
+		fmt.Println("unlock:", err) // ErrLeaseLost: the work may have overlapped another holder's
+	}
+	fmt.Println("after unlock:", ctx.Err())
+	// Output:
+	// work: <nil>
+	// after unlock: context canceled
+}
+
+func ExampleMutex_Lock_reentry() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := fairlock.New(rdb, fairlock.WithPrefix("example-reentry"))
+	defer locks.Close()
+	m := locks.Mutex("inventory")
+
+	outer, _ := m.Lock(context.Background())
+	inner, _ := m.Lock(outer) // the context carries the hold: re-entry
+	n, _ := m.HoldCount(inner)
+	fmt.Println("levels:", n)
+
+	_ = m.Unlock(inner)
+	locked, _ := m.IsLocked(context.Background())
+	fmt.Println("still locked:", locked)
+	_ = m.Unlock(outer)
+	locked, _ = m.IsLocked(context.Background())
+	fmt.Println("locked after the last unlock:", locked)
+	// Output:
+	// levels: 2
+	// still locked: true
+	// locked after the last unlock: false
+}
+
+func ExampleMutex_TryLock() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := fairlock.New(rdb, fairlock.WithPrefix("example-try"))
+	defer locks.Close()
+
+	held, _ := locks.Mutex("report").Lock(context.Background())
+	_, err := locks.Mutex("report").TryLock(context.Background())
+	fmt.Println(errors.Is(err, fairlock.ErrLocked))
+	_ = locks.Mutex("report").Unlock(held)
+	// Output: true
+}
+
+func ExampleMutex_Token() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := fairlock.New(rdb, fairlock.WithPrefix("example-token"))
+	defer locks.Close()
+	m := locks.Mutex("ledger")
+
+	var last int64
+	for range 3 {
+		ctx, _ := m.Lock(context.Background())
+		token, _ := m.Token(ctx)
+		// A storage layer that remembers the highest token it has seen
+		// can refuse a write from a holder whose lease was lost.
+		fmt.Println("token increased:", token > last)
+		last = token
+		_ = m.Unlock(ctx)
+	}
+	// Output:
+	// token increased: true
+	// token increased: true
+	// token increased: true
+}
+
+func ExampleContextWithOwner() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	// Two Clients stand for two processes working on job 42.
+	a, _ := fairlock.New(rdb, fairlock.WithPrefix("example-owner"))
+	defer a.Close()
+	b, _ := fairlock.New(rdb, fairlock.WithPrefix("example-owner"))
+	defer b.Close()
+
+	job := fairlock.ContextWithOwner(context.Background(), "job-42")
+	actx, _ := a.Mutex("job").Lock(job)
+	bctx, err := b.Mutex("job").TryLock(job) // the same owner re-enters
+	fmt.Println("shared:", err == nil)
+	n, _ := b.Mutex("job").HoldCount(bctx)
+	fmt.Println("levels:", n)
+	_ = b.Mutex("job").Unlock(bctx)
+	_ = a.Mutex("job").Unlock(actx)
+	// Output:
+	// shared: true
+	// levels: 2
+}
+
+func ExampleWithFixedLease() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := fairlock.New(rdb, fairlock.WithPrefix("example-fixed"))
+	defer locks.Close()
+
+	m := locks.Mutex("nightly-report", fairlock.WithFixedLease(50*time.Millisecond))
+	ctx, _ := m.Lock(context.Background())
+	<-ctx.Done() // no watchdog: the hold ends when the lease runs out
+	fmt.Println(context.Cause(ctx) == fairlock.ErrLeaseLost)
+	// Output: true
+}
+
+func ExampleMutex_ForceUnlock() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := fairlock.New(rdb, fairlock.WithPrefix("example-force"))
+	defer locks.Close()
+	m := locks.Mutex("stuck")
+
+	_, _ = m.Lock(context.Background())
+	removed, _ := m.ForceUnlock(context.Background())
+	fmt.Println("removed:", removed)
+	ttl, _ := m.TTL(context.Background())
+	fmt.Println("ttl:", ttl)
+	// Output:
+	// removed: true
+	// ttl: 0s
+}

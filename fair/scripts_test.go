@@ -1,0 +1,270 @@
+package fair
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/queue"
+)
+
+// rig runs the scripts against miniredis with a clock the test moves.
+type rig struct {
+	t   *testing.T
+	mr  *miniredis.Miniredis
+	rdb *redis.Client
+	l   *Lock
+	now time.Time
+	ps  *redis.PubSub
+}
+
+const (
+	rigLease = 30 * time.Second
+	rigTTL   = 9 * time.Second
+)
+
+func newRig(t *testing.T) *rig {
+	mr := miniredis.RunT(t)
+	now := time.UnixMilli(1_700_000_000_000)
+	mr.SetTime(now)
+	mr.ClockTTL(true)
+	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
+	e := NewEngine(rdb, Config{Prefix: "p", Lease: rigLease, WaiterTTL: rigTTL, CallTimeout: 5 * time.Second,
+		Heartbeat: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = e.Close() })
+	keys, err := queue.For("p", "lock")
+	require.NoError(t, err)
+	ps := rdb.Subscribe(context.Background(), keys.Wake)
+	_, err = ps.Receive(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ps.Close() })
+	return &rig{t: t, mr: mr, rdb: rdb, l: e.Lock(keys), now: now, ps: ps}
+}
+
+func (r *rig) advance(d time.Duration) {
+	r.now = r.now.Add(d)
+	r.mr.SetTime(r.now)
+}
+
+func entry(id string, owner string) string {
+	return queue.Entry(id+"000000000000000"[:queue.WaiterIDLen-len(id)], rigLease, owner)
+}
+
+func (r *rig) acquire(owner, e, mode string) reply {
+	r.t.Helper()
+	rep, err := r.l.acquire(context.Background(), owner, e, rigLease, mode)
+	require.NoError(r.t, err)
+	return rep
+}
+
+func (r *rig) release(owner string) int {
+	r.t.Helper()
+	n, err := r.l.release(context.Background(), owner, rigLease)
+	require.NoError(r.t, err)
+	return n
+}
+
+func (r *rig) holder() (owner string, count string, entry string) {
+	v := r.rdb.HMGet(context.Background(), r.l.keys.Lock, "owner", "count", "entry").Val()
+	o, _ := v[0].(string)
+	c, _ := v[1].(string)
+	e, _ := v[2].(string)
+	return o, c, e
+}
+
+func (r *rig) queue() []string {
+	return r.rdb.LRange(context.Background(), r.l.keys.Queue, 0, -1).Val()
+}
+
+func (r *rig) pttl() time.Duration {
+	return r.rdb.PTTL(context.Background(), r.l.keys.Lock).Val()
+}
+
+// message returns the next wake message.
+func (r *rig) message() string {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m, err := r.ps.ReceiveMessage(ctx)
+	require.NoError(r.t, err)
+	return m.Payload
+}
+
+func TestReleaseHandsOverToHeadAndPublishesItsToken(t *testing.T) {
+	r := newRig(t)
+	require.True(t, r.acquire("h", entry("a", "h"), modeTry).granted)
+	a, b := entry("b", "wa"), entry("c", "wb")
+	require.False(t, r.acquire("wa", a, modeWait).granted)
+	require.False(t, r.acquire("wb", b, modeWait).granted)
+	require.Equal(t, []string{a, b}, r.queue())
+
+	require.Equal(t, 0, r.release("h"))
+	owner, count, e := r.holder()
+	require.Equal(t, "wa", owner, "the lock is never free between two holders")
+	require.Equal(t, "1", count)
+	require.Equal(t, a, e)
+	require.Equal(t, a+" 2", r.message())
+	require.Equal(t, []string{b}, r.queue())
+	// The hand-over lasts the lease but no longer than the waiter deadline.
+	require.Equal(t, rigTTL, r.pttl())
+
+	// The head missed the push: its next poll claims the hold, count 1.
+	rep := r.acquire("wa", a, modeWait)
+	require.True(t, rep.granted)
+	require.Equal(t, int64(2), rep.token)
+	require.Equal(t, 1, rep.count)
+	require.Equal(t, rigLease, r.pttl())
+}
+
+func TestDeadHeadIsPrunedAtItsDeadline(t *testing.T) {
+	r := newRig(t)
+	require.True(t, r.acquire("h", entry("a", "h"), modeTry).granted)
+	dead, live := entry("b", "dead"), entry("c", "live")
+	require.False(t, r.acquire("dead", dead, modeWait).granted)
+	require.False(t, r.acquire("live", live, modeWait).granted)
+
+	// The live waiter heartbeats; the dead one does not.
+	for range 4 {
+		r.advance(rigTTL / 3)
+		require.False(t, r.acquire("live", live, modeWait).granted)
+	}
+	require.Equal(t, 0, r.release("h"))
+	owner, _, _ := r.holder()
+	require.Equal(t, "live", owner, "the dead head was pruned past its deadline")
+	require.Empty(t, r.queue())
+	require.Zero(t, r.rdb.ZCard(context.Background(), r.l.keys.Deadline).Val())
+}
+
+func TestDeadHeadHandedTheLockExpiresAtItsDeadline(t *testing.T) {
+	r := newRig(t)
+	require.True(t, r.acquire("h", entry("a", "h"), modeTry).granted)
+	dead, live := entry("b", "dead"), entry("c", "live")
+	require.False(t, r.acquire("dead", dead, modeWait).granted)
+	r.advance(time.Second)
+	rep := r.acquire("live", live, modeWait)
+	require.False(t, rep.granted)
+
+	require.Equal(t, 0, r.release("h"))
+	owner, _, _ := r.holder()
+	require.Equal(t, "dead", owner, "still within its deadline: handed over")
+	require.Equal(t, rigTTL-time.Second, r.pttl())
+
+	// The live waiter's hint never exceeds the hold's expiry.
+	rep = r.acquire("live", live, modeWait)
+	require.False(t, rep.granted)
+	require.LessOrEqual(t, rep.hint, rigTTL/3)
+	r.advance(rigTTL - time.Second)
+	rep = r.acquire("live", live, modeWait)
+	require.True(t, rep.granted, "the dead head's hold expired at its deadline")
+}
+
+func TestWaitHintIsBoundedByLeaseAndHeartbeat(t *testing.T) {
+	r := newRig(t)
+	rep, err := r.l.acquire(context.Background(), "h", entry("a", "h"), 2*time.Second, modeTry)
+	require.NoError(t, err)
+	require.True(t, rep.granted)
+	rep = r.acquire("w", entry("b", "w"), modeWait)
+	require.Equal(t, 2*time.Second+time.Millisecond, rep.hint, "wake when the hold expires")
+	r.advance(2 * time.Second)
+	rep = r.acquire("x", entry("c", "x"), modeWait)
+	require.False(t, rep.granted, "the free lock went to the head of the line")
+	owner, _, _ := r.holder()
+	require.Equal(t, "w", owner)
+	require.LessOrEqual(t, rep.hint, rigTTL/3)
+}
+
+func TestTryModeNeverEnqueuesNorJumpsTheLine(t *testing.T) {
+	r := newRig(t)
+	require.True(t, r.acquire("h", entry("a", "h"), modeTry).granted)
+	require.False(t, r.acquire("t", entry("b", "t"), modeTry).granted)
+	require.Empty(t, r.queue())
+
+	w := entry("c", "w")
+	require.False(t, r.acquire("w", w, modeWait).granted)
+	require.NoError(t, r.rdb.Del(context.Background(), r.l.keys.Lock).Err()) // lease ran out
+	require.False(t, r.acquire("t", entry("d", "t"), modeTry).granted)
+	owner, _, _ := r.holder()
+	require.Equal(t, "w", owner)
+	require.Equal(t, w+" 2", r.message())
+}
+
+func TestResentCallsCountOnce(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	first, err := r.l.acquireCall(ctx, "call1", "o", entry("a", "o"), rigLease, modeTry)
+	require.NoError(t, err)
+	again, err := r.l.acquireCall(ctx, "call1", "o", entry("a", "o"), rigLease, modeTry)
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+	_, count, _ := r.holder()
+	require.Equal(t, "1", count, "a re-sent grant is not a re-entry")
+
+	_, err = r.l.acquireCall(ctx, "call2", "o", entry("b", "o"), rigLease, modeTry)
+	require.NoError(t, err)
+	rep, err := r.l.acquireCall(ctx, "call2", "o", entry("b", "o"), rigLease, modeTry)
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.count, "a re-sent re-entry counts once")
+
+	n, err := r.l.releaseCall(ctx, "call3", "o", rigLease)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	n, err = r.l.releaseCall(ctx, "call3", "o", rigLease)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "a re-sent release releases once")
+
+	n, err = r.l.releaseCall(ctx, "call4", "o", rigLease)
+	require.NoError(t, err)
+	require.Equal(t, 0, n)
+	n, err = r.l.releaseCall(ctx, "call4", "o", rigLease)
+	require.NoError(t, err)
+	require.Equal(t, 0, n, "a re-sent final release still answers released, not 'not held'")
+
+	// Receipts expire.
+	r.advance(2 * 5 * time.Second)
+	require.Zero(t, r.rdb.Exists(ctx, r.l.keys.Call("call1"), r.l.keys.Call("call4")).Val())
+}
+
+func TestCancelGivesBackARacingHandOver(t *testing.T) {
+	r := newRig(t)
+	require.True(t, r.acquire("h", entry("a", "h"), modeTry).granted)
+	a, b := entry("b", "wa"), entry("c", "wb")
+	require.False(t, r.acquire("wa", a, modeWait).granted)
+	require.False(t, r.acquire("wb", b, modeWait).granted)
+	require.Equal(t, 0, r.release("h"))
+	require.Equal(t, a+" 2", r.message())
+
+	// wa gave up as the lock was handed to it.
+	gaveBack, err := r.l.cancel(context.Background(), "wa", a)
+	require.NoError(t, err)
+	require.True(t, gaveBack)
+	owner, _, _ := r.holder()
+	require.Equal(t, "wb", owner)
+	require.Equal(t, b+" 3", r.message())
+
+	// A re-sent cancel does nothing more.
+	gaveBack, err = r.l.cancel(context.Background(), "wa", a)
+	require.NoError(t, err)
+	require.False(t, gaveBack)
+	owner, _, _ = r.holder()
+	require.Equal(t, "wb", owner)
+}
+
+func TestRenewOnlyExtendsTheOwnersHold(t *testing.T) {
+	r := newRig(t)
+	require.True(t, r.acquire("h", entry("a", "h"), modeTry).granted)
+	r.advance(10 * time.Second)
+	ok, err := r.l.renew(context.Background(), "other", rigLease)
+	require.NoError(t, err)
+	require.False(t, ok)
+	require.Equal(t, rigLease-10*time.Second, r.pttl())
+	ok, err = r.l.renew(context.Background(), "h", rigLease)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, rigLease, r.pttl())
+}

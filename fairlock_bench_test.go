@@ -1,0 +1,85 @@
+package fairlock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+)
+
+// BenchmarkUncontendedLockUnlock: one goroutine takes and releases a lock
+// nobody else wants: the fast path, one round trip each way.
+func BenchmarkUncontendedLockUnlock(b *testing.B) {
+	e := newEnv(b)
+	m := e.client().Mutex("uncontended")
+	ctx := context.Background()
+	for b.Loop() {
+		lctx, err := m.Lock(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(lctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHandOverContended: 16 goroutines over 4 Clients take turns on one
+// lock, so nearly every grant is a hand-over from the releasing holder to
+// the head of the line. Reports grants per second and the mean time from a
+// release to the next holder starting.
+func BenchmarkHandOverContended(b *testing.B) {
+	const clients, perClient = 4, 4
+	e := newEnv(b)
+	var mutexes []*fairlock.Mutex
+	for range clients {
+		c := e.client()
+		for range perClient {
+			mutexes = append(mutexes, c.Mutex("contended"))
+		}
+	}
+	var (
+		left      atomic.Int64
+		released  atomic.Int64 // unix nanos of the last release
+		gapNanos  atomic.Int64
+		handOvers atomic.Int64
+		wg        sync.WaitGroup
+		ctx       = context.Background()
+	)
+	left.Store(int64(b.N))
+	b.ResetTimer()
+	start := time.Now()
+	for _, m := range mutexes {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				lctx, err := m.Lock(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if r := released.Load(); r != 0 {
+					gapNanos.Add(time.Now().UnixNano() - r)
+					handOvers.Add(1)
+				}
+				released.Store(time.Now().UnixNano())
+				if err := m.Unlock(lctx); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "grants/s")
+	if n := handOvers.Load(); n > 0 {
+		b.ReportMetric(float64(gapNanos.Load())/float64(n)/1e3, "µs/handover")
+	}
+	require.Zero(b, e.rdb.LLen(ctx, e.keys("contended").Queue).Val())
+}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -491,27 +493,37 @@ func TestOwnerSharedAcrossClients(t *testing.T) {
 func TestOnePubSubConnectionPerClient(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := e.client()
-	var holds []context.Context
+	name := "fl-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr, ClientName: name})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := fairlock.New(rdb, fairlock.WithPrefix(e.prefix))
+	require.NoError(t, err)
+	defer c.Close()
+
 	var waits []<-chan result
 	for i := range 4 {
-		name := "conn-" + strconv.Itoa(i)
-		ctx, err := e.client().Mutex(name).Lock(context.Background())
+		lock := "conn-" + strconv.Itoa(i)
+		_, err := e.client().Mutex(lock).Lock(context.Background())
 		require.NoError(t, err)
-		holds = append(holds, ctx)
 		for j := range 5 {
-			waits = append(waits, lockAsync(context.Background(), c.Mutex(name)))
-			e.waitQueued(name, j+1)
+			waits = append(waits, lockAsync(context.Background(), c.Mutex(lock)))
+			e.waitQueued(lock, j+1)
 		}
 	}
-	subs, err := e.srv.Client(t).PubSubNumSub(context.Background(), e.keys("conn-0").Wake).Result()
+	list, err := e.rdb.ClientList(context.Background()).Result()
 	require.NoError(t, err)
-	require.Equal(t, int64(1), subs[e.keys("conn-0").Wake], "20 waiters, one subscription per channel")
+	subscribers := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " name="+name+" ") && !strings.Contains(line, " sub=0 ") {
+			subscribers++
+			require.Contains(t, line, " sub=4 ", "one subscription per lock channel")
+		}
+	}
+	require.Equal(t, 1, subscribers, "20 waiters on 4 locks share one pub/sub connection")
 	require.NoError(t, c.Close())
 	for _, w := range waits {
 		require.ErrorIs(t, await(t, w, 5*time.Second).err, fairlock.ErrClosed)
 	}
-	_ = holds
 }
 
 func TestInvalidInputGivesClearErrors(t *testing.T) {

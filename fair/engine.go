@@ -55,7 +55,7 @@ type Engine struct {
 
 // NewEngine returns an engine over rdb. It opens no connection: the hub
 // subscribes at the first wait.
-func NewEngine(rdb redis.UniversalClient, cfg Config) *Engine {
+func NewEngine(rdb Redis, cfg Config) *Engine {
 	return &Engine{
 		rdb:     rdb,
 		cfg:     cfg,

@@ -60,6 +60,7 @@ func (r *rig) acquire(owner, e, mode string) reply {
 	r.t.Helper()
 	rep, err := r.l.acquire(context.Background(), owner, e, rigLease, mode)
 	require.NoError(r.t, err)
+	r.check()
 	return rep
 }
 
@@ -67,7 +68,28 @@ func (r *rig) release(owner string) int {
 	r.t.Helper()
 	n, err := r.l.release(context.Background(), owner, rigLease)
 	require.NoError(r.t, err)
+	r.check()
 	return n
+}
+
+// check asserts the invariants that hold after every script: the queue
+// and the deadline set hold the same entries, no entry twice, and a free
+// lock has no live waiter at the head.
+func (r *rig) check() {
+	r.t.Helper()
+	ctx := context.Background()
+	q := r.queue()
+	members := r.rdb.ZRange(ctx, r.l.keys.Deadline, 0, -1).Val()
+	require.ElementsMatch(r.t, q, members, "queue and deadlines differ")
+	seen := map[string]bool{}
+	for _, e := range q {
+		require.False(r.t, seen[e], "entry %s queued twice", e)
+		seen[e] = true
+	}
+	if len(q) > 0 && r.rdb.Exists(ctx, r.l.keys.Lock).Val() == 0 {
+		d := r.rdb.ZScore(ctx, r.l.keys.Deadline, q[0]).Val()
+		require.LessOrEqual(r.t, int64(d), r.now.UnixMilli(), "free lock with a live head")
+	}
 }
 
 func (r *rig) holder() (owner string, count string, entry string) {

@@ -1,0 +1,225 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPublishRightAfterWatchReturnsIsDelivered(t *testing.T) {
+	srv := redistest.Shared(t)
+	h := newHub(t, srv.Client(t), Options{})
+	pub := srv.Client(t)
+	prefix := redistest.Prefix(t)
+
+	for i := range 200 {
+		channel := fmt.Sprintf("%s:%d", prefix, i)
+		w := watch(t, h, channel, "w")
+		require.EqualValues(t, 1, publish(t, pub, channel, "w 7"),
+			"iteration %d: PUBLISH right after Watch found no subscriber", i)
+		requireSignal(t, w, "grant published after Watch returned")
+		token, ok := w.Grant()
+		require.True(t, ok)
+		require.EqualValues(t, 7, token)
+		w.Stop()
+	}
+}
+
+func TestEveryConcurrentWatcherOfANewChannelReturnsSubscribed(t *testing.T) {
+	srv := redistest.Shared(t)
+	h := newHub(t, srv.Client(t), Options{})
+	pub := srv.Client(t)
+	prefix := redistest.Prefix(t)
+
+	for i := range 50 {
+		channel := fmt.Sprintf("%s:%d", prefix, i)
+		var wg sync.WaitGroup
+		for j := range 4 {
+			wg.Go(func() {
+				// Not the test goroutine: report with assert, never require.
+				ctx, cancel := context.WithTimeout(context.Background(), patience)
+				defer cancel()
+				id := fmt.Sprintf("w%d", j)
+				w, err := h.Watch(ctx, channel, id)
+				if !assert.NoError(t, err) {
+					return
+				}
+				defer w.Stop()
+				n, err := pub.Publish(ctx, channel, id).Result()
+				assert.NoError(t, err)
+				assert.GreaterOrEqual(t, n, int64(1),
+					"iteration %d: PUBLISH right after Watch found no subscriber", i)
+				select {
+				case <-w.C():
+				case <-ctx.Done():
+					assert.Fail(t, "no signal", "waiter %s of iteration %d", id, i)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
+
+func TestWatchAfterLastStopIsNotConfirmedByTheOldSubscription(t *testing.T) {
+	srv := redistest.Shared(t)
+	h := newHub(t, srv.Client(t), Options{})
+	pub := srv.Client(t)
+	channel := redistest.Prefix(t)
+
+	for i := range 200 {
+		old := watch(t, h, channel, "old")
+		old.Stop() // queues UNSUBSCRIBE
+		w := watch(t, h, channel, "new")
+		require.EqualValues(t, 1, publish(t, pub, channel, "new"),
+			"iteration %d: channel not subscribed after Stop then Watch", i)
+		requireSignal(t, w, "wake published after the re-Watch returned")
+		w.Stop()
+	}
+}
+
+func TestMessagesReachOnlyTheWaiterTheyName(t *testing.T) {
+	srv := redistest.Shared(t)
+	h := newHub(t, srv.Client(t), Options{})
+	pub := srv.Client(t)
+	channel := redistest.Prefix(t)
+	a := watch(t, h, channel, "a")
+	b := watch(t, h, channel, "b")
+	// The reader handles messages in order, so once the sentinel has been
+	// signalled, everything published before it has been handled.
+	sentinel := watch(t, h, channel, "sentinel")
+	settle := func() {
+		t.Helper()
+		publish(t, pub, channel, "sentinel")
+		requireSignal(t, sentinel, "sentinel wake")
+	}
+
+	publish(t, pub, channel, "a 42")
+	requireSignal(t, a, "grant for a")
+	token, ok := a.Grant()
+	require.True(t, ok)
+	require.EqualValues(t, 42, token)
+	settle()
+	requireNoSignal(t, b, "grant was for a")
+	_, ok = b.Grant()
+	require.False(t, ok)
+
+	publish(t, pub, channel, "b")
+	requireSignal(t, b, "plain wake for b")
+	_, ok = b.Grant()
+	require.False(t, ok, "a plain wake is not a grant")
+	settle()
+	requireNoSignal(t, a, "wake was for b")
+
+	for _, payload := range []string{"stranger 9", "stranger", "", " 5", "a notanumber", "a 1 2", "a 99999999999999999999", "a "} {
+		publish(t, pub, channel, payload)
+	}
+	settle()
+	requireNoSignal(t, a, "unknown ids and malformed payloads are ignored")
+	requireNoSignal(t, b, "unknown ids and malformed payloads are ignored")
+	token, ok = a.Grant()
+	require.True(t, ok, "a grant is sticky")
+	require.EqualValues(t, 42, token, "malformed grants leave the token alone")
+}
+
+func TestGrantIsVisibleOnceTheSignalIsReceived(t *testing.T) {
+	srv := redistest.Shared(t)
+	h := newHub(t, srv.Client(t), Options{})
+	pub := srv.Client(t)
+	prefix := redistest.Prefix(t)
+
+	for i := range 100 {
+		w := watch(t, h, fmt.Sprintf("%s:%d", prefix, i), "w")
+		publish(t, pub, w.topic.name, fmt.Sprintf("w %d", i))
+		requireSignal(t, w, "grant")
+		token, ok := w.Grant()
+		require.True(t, ok, "iteration %d", i)
+		require.EqualValues(t, i, token)
+		w.Stop()
+	}
+}
+
+func TestAllWaitersShareOneConnectionAndOneSubscriptionPerChannel(t *testing.T) {
+	srv := redistest.Shared(t)
+	name := strings.ReplaceAll(redistest.Prefix(t), "-", "_")
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ClientName: name})
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := newHub(t, rdb, Options{})
+	admin := srv.Client(t)
+
+	channels := make([]string, 20)
+	for i := range channels {
+		channels[i] = fmt.Sprintf("%s:%d", name, i)
+	}
+	var waiters []*Waiter
+	for i := range 50 {
+		waiters = append(waiters, watch(t, h, channels[i%len(channels)], fmt.Sprintf("w%d", i)))
+	}
+
+	list, err := admin.Do(t.Context(), "CLIENT", "LIST", "TYPE", "pubsub").Text()
+	require.NoError(t, err)
+	conns := 0
+	for line := range strings.Lines(list) {
+		if strings.Contains(line, " name="+name+" ") {
+			conns++
+		}
+	}
+	require.Equal(t, 1, conns, "pub/sub connections of the hub:\n%s", list)
+	for channel, n := range numSub(t, admin, channels...) {
+		require.EqualValues(t, 1, n, "subscriptions of %s", channel)
+	}
+
+	for _, w := range waiters {
+		w.Stop()
+	}
+	require.Empty(t, watched(h))
+	require.Eventually(t, func() bool {
+		for _, n := range numSub(t, admin, channels...) {
+			if n != 0 {
+				return false
+			}
+		}
+		return true
+	}, patience, 10*time.Millisecond, "channels still subscribed after every waiter stopped")
+}
+
+func TestParsePayload(t *testing.T) {
+	tests := []struct {
+		payload string
+		id      string
+		token   int64
+		grant   bool
+		bad     bool
+	}{
+		{payload: "w1 42", id: "w1", token: 42, grant: true},
+		{payload: "w1 -3", id: "w1", token: -3, grant: true},
+		{payload: "w1 9223372036854775807", id: "w1", token: 9223372036854775807, grant: true},
+		{payload: "w1", id: "w1"},
+		{payload: "", bad: true},
+		{payload: " 42", bad: true},
+		{payload: "w1 ", bad: true},
+		{payload: "w1 x", bad: true},
+		{payload: "w1 1 2", bad: true},
+		{payload: "w1 9223372036854775808", bad: true},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%q", tt.payload), func(t *testing.T) {
+			id, token, grant, err := parsePayload(tt.payload)
+			if tt.bad {
+				require.Error(t, err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.id, id)
+			assert.Equal(t, tt.token, token)
+			assert.Equal(t, tt.grant, grant)
+		})
+	}
+}

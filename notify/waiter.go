@@ -1,0 +1,113 @@
+package notify
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Waiter is one registration made by Hub.Watch: the id of one waiter of a
+// lock, watching the lock's channel. Its methods are safe for concurrent
+// use.
+type Waiter struct {
+	hub   *Hub
+	topic *topic // the channel's subscription; fixed at Watch
+	id    string
+	c     chan struct{} // capacity 1; sent to without blocking
+
+	stopped bool  // guarded by hub.mu; set by the first Stop
+	granted bool  // guarded by hub.mu; sticky, set by the first grant
+	token   int64 // guarded by hub.mu; fencing token of the latest grant
+}
+
+// C returns the waiter's signal channel, of capacity one. A value on it
+// means "something happened, look": a grant or a wake arrived for this id,
+// or messages may have been lost after a reconnect or a rebuild. Signals
+// are coalesced, and none are sent after Stop or Close.
+func (w *Waiter) C() <-chan struct{} {
+	return w.c
+}
+
+// Grant reports whether a grant message for this waiter's id has arrived
+// and, if so, the fencing token of the latest one. Once ok, it stays ok.
+// The token is recorded before the signal is sent, so a caller that
+// receives from C and then calls Grant sees the grant that caused the
+// signal.
+func (w *Waiter) Grant() (token int64, ok bool) {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	return w.token, w.granted
+}
+
+// Stop unregisters the waiter. When it was the last waiter of its channel,
+// the hub unsubscribes the channel in the background; Stop itself never
+// waits for the network. Stop is idempotent.
+func (w *Waiter) Stop() {
+	h := w.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	w.stopped = true
+	t := w.topic
+	delete(t.waiters, w.id)
+	if len(t.waiters) > 0 || h.topics[t.name] != t {
+		return
+	}
+	delete(h.topics, t.name)
+	if !h.closed {
+		h.enqueueLocked(op{ps: h.ps, unsubscribe: t.name})
+	}
+}
+
+// signal sends on w.c without blocking.
+func (w *Waiter) signal() {
+	select {
+	case w.c <- struct{}{}:
+	default:
+	}
+}
+
+var errMalformed = errors.New("malformed notification payload")
+
+// parsePayload splits a message payload into the id it is for and, for a
+// grant, the fencing token: "<id> <token>" is a grant, "<id>" a wake.
+func parsePayload(payload string) (id string, token int64, grant bool, err error) {
+	id, tok, grant := strings.Cut(payload, " ")
+	if id == "" {
+		return "", 0, false, errMalformed
+	}
+	if !grant {
+		return id, 0, false, nil
+	}
+	token, err = strconv.ParseInt(tok, 10, 64)
+	if err != nil {
+		return "", 0, false, errMalformed
+	}
+	return id, token, true, nil
+}
+
+// route delivers one message payload published on channel.
+func (h *Hub) route(channel, payload string) {
+	id, token, grant, err := parsePayload(payload)
+	if err != nil {
+		h.log.Debug("fairlock: notify: ignoring malformed message",
+			"channel", channel, "payload", payload)
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[channel]
+	if t == nil {
+		return
+	}
+	w := t.waiters[id]
+	if w == nil {
+		return
+	}
+	if grant {
+		w.token, w.granted = token, true
+	}
+	w.signal()
+}

@@ -1,0 +1,100 @@
+package queue
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// clusterSlot computes the Redis Cluster slot of a key: CRC16 (XMODEM) of
+// its hash tag, or of the whole key when it has no non-empty tag, mod 16384.
+func clusterSlot(key string) int {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			key = key[open+1 : open+1+end]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+func TestClusterSlotMatchesRedis(t *testing.T) {
+	// Values from the Redis Cluster specification and CLUSTER KEYSLOT.
+	assert.Equal(t, 12739, clusterSlot("123456789"))
+	assert.Equal(t, clusterSlot("user1000"), clusterSlot("{user1000}.following"))
+}
+
+func TestNamesAreValidatedSoAllKeysShareOneSlot(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"orders:42", true},
+		{"with space", true},
+		{"new\nline", true},
+		{"a{b", true},
+		{"ünïcödé", true},
+		{strings.Repeat("x", MaxNameLen), true},
+		{"", false},
+		{"a}b", false},
+		{"}", false},
+		{"{}", false},
+		{string([]byte{0xff, 0xfe}), false},
+		{strings.Repeat("x", MaxNameLen+1), false},
+		{strings.Repeat("x", 1<<20), false},
+	}
+	for _, tt := range tests {
+		k, err := For("fairlock", tt.name)
+		if !tt.ok {
+			require.ErrorIs(t, err, ErrInvalidName, "%.40q", tt.name)
+			continue
+		}
+		require.NoError(t, err, "%.40q", tt.name)
+		want := clusterSlot(k.Lock)
+		for _, key := range []string{k.Queue, k.Deadline, k.Token, k.Call("abc")} {
+			assert.Equal(t, want, clusterSlot(key), "%q vs %q", key, k.Lock)
+		}
+	}
+}
+
+func TestPrefixesAreValidated(t *testing.T) {
+	for _, p := range []string{"", "a{", "b}", string([]byte{0xff}), strings.Repeat("p", MaxPrefixLen+1)} {
+		_, err := For(p, "name")
+		require.ErrorIs(t, err, ErrInvalidPrefix, "%q", p)
+	}
+	_, err := For("app:locks", "name")
+	require.NoError(t, err)
+}
+
+func TestOwnersAreValidated(t *testing.T) {
+	for _, o := range []string{"", "a b", "tab\t", "nl\n", string([]byte{0xff}), strings.Repeat("o", MaxOwnerLen+1)} {
+		require.ErrorIs(t, ValidateOwner(o), ErrInvalidOwner, "%q", o)
+	}
+	require.NoError(t, ValidateOwner("job-42:attempt/3"))
+}
+
+func TestEntriesRoundTrip(t *testing.T) {
+	e := Entry("0123456789abcdef", 1500*time.Millisecond, "owner:with:colons")
+	id, lease, owner, ok := ParseEntry(e)
+	require.True(t, ok)
+	require.Equal(t, "0123456789abcdef", id)
+	require.Equal(t, 1500*time.Millisecond, lease)
+	require.Equal(t, "owner:with:colons", owner)
+	for _, bad := range []string{"", "short:1:o", "0123456789abcdef:x:o", "0123456789abcdef:1:", "0123456789abcdef"} {
+		_, _, _, ok := ParseEntry(bad)
+		require.False(t, ok, "%q", bad)
+	}
+}

@@ -104,15 +104,6 @@ func await(t testing.TB, ch <-chan result, within time.Duration) result {
 	}
 }
 
-func requireBlocked(t testing.TB, ch <-chan result, for_ time.Duration) {
-	t.Helper()
-	select {
-	case r := <-ch:
-		t.Fatalf("expected Lock to keep waiting, got err=%v", r.err)
-	case <-time.After(for_):
-	}
-}
-
 func requireDone(t testing.TB, ctx context.Context, within time.Duration) {
 	t.Helper()
 	select {

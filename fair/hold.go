@@ -90,6 +90,12 @@ func (h *Hold) Enter(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// Close waits for calls in flight before it releases the holds, so a
+	// re-entry can never add a level behind its back.
+	if err := h.l.e.begin(); err != nil {
+		return err
+	}
+	defer h.l.e.ops.Done()
 	h.mu.Lock()
 	if h.ended || h.levels == 0 {
 		defer h.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // grantOrder starts n waiters, each on its own Client, joining the line of
@@ -557,4 +558,42 @@ func TestInvalidInputGivesClearErrors(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	locked, _ := c.Mutex("ok").IsLocked(context.Background())
 	require.False(t, locked, "a done context takes nothing")
+}
+
+func TestInspectShowsHolderAndWaitersInOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.client().Mutex("inspect")
+	hctx, err := m.Lock(fairlock.ContextWithOwner(context.Background(), "holder-1"))
+	require.NoError(t, err)
+	_, err = m.Lock(hctx)
+	require.NoError(t, err)
+	a := lockAsync(fairlock.ContextWithOwner(context.Background(), "first"), e.client().Mutex("inspect"))
+	e.waitQueued("inspect", 1)
+	b := lockAsync(fairlock.ContextWithOwner(context.Background(), "second"), e.client().Mutex("inspect"))
+	e.waitQueued("inspect", 2)
+
+	s, err := queue.Inspect(context.Background(), e.rdb, e.keys("inspect"))
+	require.NoError(t, err)
+	require.True(t, s.Held)
+	require.Equal(t, "holder-1", s.Owner)
+	require.Equal(t, 2, s.Count)
+	tok, _ := m.Token(hctx)
+	require.Equal(t, tok, s.Token)
+	require.Equal(t, tok, s.LastToken)
+	require.Positive(t, s.TTL)
+	require.Len(t, s.Waiters, 2)
+	require.Equal(t, "first", s.Waiters[0].Owner)
+	require.Equal(t, "second", s.Waiters[1].Owner)
+	require.Positive(t, s.Waiters[0].Remaining)
+	require.Empty(t, s.Orphans)
+	require.Contains(t, s.String(), "held by holder-1: 2 level(s)")
+
+	require.NoError(t, m.Unlock(hctx))
+	require.NoError(t, m.Unlock(hctx))
+	r := await(t, a, 5*time.Second)
+	require.NoError(t, r.err)
+	require.NoError(t, e.client().Mutex("inspect").Unlock(r.ctx))
+	r = await(t, b, 5*time.Second)
+	require.NoError(t, r.err)
 }

@@ -96,6 +96,9 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 		case err == nil && rep.granted:
 			return l.hold(ctx, req, rep.token, sent.Add(req.Lease), false)
 		case err == nil:
+			if rep.joined {
+				observe(ctx).joined(sent, time.Now())
+			}
 			retry = retryMin
 			timer.Reset(rep.hint)
 		case redisError(err):

@@ -35,6 +35,7 @@ type reply struct {
 	token   int64         // when granted
 	count   int           // when granted: the owner's levels after the call
 	hint    time.Duration // when not granted in wait mode: when to poll again
+	joined  bool          // when not granted: this call appended the entry to the queue
 }
 
 // randomID returns 16 hex characters: a waiter id or a call id.
@@ -65,8 +66,8 @@ func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease
 	switch {
 	case len(n) == 3 && n[0] == 1:
 		return reply{granted: true, token: n[1], count: int(n[2])}, nil
-	case len(n) == 2 && n[0] == 0:
-		return reply{hint: time.Duration(n[1]) * time.Millisecond}, nil
+	case len(n) == 3 && n[0] == 0:
+		return reply{hint: time.Duration(n[1]) * time.Millisecond, joined: n[2] == 1}, nil
 	}
 	return reply{}, fmt.Errorf("%w: acquire answered %v", errUnexpectedReply, v)
 }

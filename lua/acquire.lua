@@ -14,9 +14,11 @@
 -- ARGV[7]     receipt TTL in ms
 --
 -- Returns {1, token, count} when the caller holds the lock after the call
--- (a fresh grant, a re-entry, or a hand-over it is claiming), or {0, hint}
--- when it does not: hint is how many ms the caller should wait before it
--- polls again (0 in try mode).
+-- (a fresh grant, a re-entry, or a hand-over it is claiming), or
+-- {0, hint, joined} when it does not: hint is how many ms the caller should
+-- wait before it polls again (0 in try mode), and joined is 1 when this
+-- call appended the entry to the queue (0 for a heartbeat of a waiter
+-- already in line, and in try mode).
 --
 -- A call whose reply was lost may be re-sent by the client library. Every
 -- call that grants leaves a receipt under its own call id, and a call that
@@ -82,10 +84,12 @@ end
 
 -- 3. Someone else holds the lock.
 if mode ~= 'wait' then
-  return {0, 0}
+  return {0, 0, 0}
 end
+local joined = 0
 if not redis.call('ZSCORE', KEYS[3], entry) then
   redis.call('RPUSH', KEYS[2], entry)
+  joined = 1
 end
 redis.call('ZADD', KEYS[3], now + waiter_ttl, entry)
 
@@ -99,4 +103,4 @@ end
 if hint < 1 then
   hint = 1
 end
-return {0, hint}
+return {0, hint, joined}

@@ -1,0 +1,122 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Reader is what Inspect needs of a go-redis client.
+type Reader interface {
+	TxPipeline() redis.Pipeliner
+}
+
+var _ Reader = (redis.UniversalClient)(nil)
+
+// Waiter is one entry of a lock's queue.
+type Waiter struct {
+	Entry     string        // the raw entry
+	ID        string        // waiter id of the Lock call
+	Owner     string        // owner id it waits for
+	Lease     time.Duration // lease its hold will have
+	Deadline  time.Time     // server time by which it must poll again; zero if it has none
+	Remaining time.Duration // Deadline minus the server's now (negative: due to be pruned)
+}
+
+// Snapshot is the state of one lock at one instant of the server's clock.
+type Snapshot struct {
+	Name      string
+	Now       time.Time     // the server's clock
+	Held      bool          // someone holds the lock
+	Owner     string        // holder's owner id
+	Count     int           // holder's levels
+	Token     int64         // holder's fencing token
+	Entry     string        // waiter entry the hold was given to
+	TTL       time.Duration // remaining lease
+	Waiters   []Waiter      // the queue, oldest first
+	Orphans   []string      // deadline entries missing from the queue (should never happen)
+	LastToken int64         // the fencing counter: the token of the latest fresh grant
+}
+
+// Inspect reads a snapshot of one lock in a single transaction. It is a
+// debugging aid: it changes nothing, and what it shows may be stale the
+// moment it returns.
+func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
+	var (
+		tm    *redis.TimeCmd
+		hold  *redis.MapStringStringCmd
+		pttl  *redis.DurationCmd
+		queue *redis.StringSliceCmd
+		dls   *redis.ZSliceCmd
+		token *redis.StringCmd
+	)
+	p := rdb.TxPipeline()
+	tm = p.Time(ctx)
+	hold = p.HGetAll(ctx, k.Lock)
+	pttl = p.PTTL(ctx, k.Lock)
+	queue = p.LRange(ctx, k.Queue, 0, -1)
+	dls = p.ZRangeWithScores(ctx, k.Deadline, 0, -1)
+	token = p.Get(ctx, k.Token)
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return Snapshot{}, fmt.Errorf("fairlock: inspect %q: %w", k.Name, err)
+	}
+	s := Snapshot{Name: k.Name, Now: tm.Val()}
+	if h := hold.Val(); len(h) > 0 {
+		s.Held = true
+		s.Owner = h["owner"]
+		s.Count, _ = strconv.Atoi(h["count"])
+		s.Token, _ = strconv.ParseInt(h["token"], 10, 64)
+		s.Entry = h["entry"]
+		if d := pttl.Val(); d > 0 {
+			s.TTL = d
+		}
+	}
+	s.LastToken, _ = strconv.ParseInt(token.Val(), 10, 64)
+	deadline := make(map[string]float64, len(dls.Val()))
+	for _, z := range dls.Val() {
+		deadline[z.Member.(string)] = z.Score
+	}
+	for _, e := range queue.Val() {
+		w := Waiter{Entry: e}
+		w.ID, w.Lease, w.Owner, _ = ParseEntry(e)
+		if ms, ok := deadline[e]; ok {
+			w.Deadline = time.UnixMilli(int64(ms))
+			w.Remaining = w.Deadline.Sub(s.Now)
+			delete(deadline, e)
+		}
+		s.Waiters = append(s.Waiters, w)
+	}
+	for e := range deadline {
+		s.Orphans = append(s.Orphans, e)
+	}
+	return s, nil
+}
+
+// String renders the snapshot for people.
+func (s Snapshot) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lock %q at %s (server clock)\n", s.Name, s.Now.UTC().Format(time.RFC3339Nano))
+	if s.Held {
+		fmt.Fprintf(&b, "  held by %s: %d level(s), token %d, lease left %v\n", s.Owner, s.Count, s.Token, s.TTL)
+	} else {
+		b.WriteString("  free\n")
+	}
+	fmt.Fprintf(&b, "  last token %d\n", s.LastToken)
+	fmt.Fprintf(&b, "  %d waiter(s)\n", len(s.Waiters))
+	for i, w := range s.Waiters {
+		due := "no deadline"
+		if !w.Deadline.IsZero() {
+			due = "deadline in " + w.Remaining.String()
+		}
+		fmt.Fprintf(&b, "  %3d. %s (waiter %s, lease %v, %s)\n", i+1, w.Owner, w.ID, w.Lease, due)
+	}
+	for _, e := range s.Orphans {
+		fmt.Fprintf(&b, "  orphan deadline entry %s\n", e)
+	}
+	return b.String()
+}

@@ -89,9 +89,13 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 	defer timer.Stop()
 	<-timer.C
 	retry := retryMin
+	var polled time.Time // send time of the last poll that Redis answered
 	for {
 		sent := time.Now()
 		rep, err := l.call(ctx, req, entry, modeWait)
+		if err == nil {
+			polled = sent
+		}
 		switch {
 		case err == nil && rep.granted:
 			return l.hold(ctx, req, rep.token, sent.Add(req.Lease), false)
@@ -125,9 +129,9 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 				// Handed over: the release script made us the owner and
 				// the push carries our token. No round trip needed. The
 				// hold lasts our lease, but no longer than our waiter
-				// deadline, which our last poll set to sent+WaiterTTL
-				// or later.
-				valid := sent.Add(min(req.Lease, l.e.cfg.WaiterTTL))
+				// deadline, which our last answered poll set to
+				// polled+WaiterTTL or later.
+				valid := polled.Add(min(req.Lease, l.e.cfg.WaiterTTL))
 				return l.hold(ctx, req, token, valid, true)
 			}
 		case <-timer.C:

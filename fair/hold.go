@@ -167,12 +167,12 @@ func (h *Hold) Release(ctx context.Context) error {
 	return nil
 }
 
-// releasing reports whether the last level's Release is under way: then a
-// renewal that finds the lock gone is no loss.
-func (h *Hold) releasing() bool {
+// over reports whether the hold has ended or its last level's Release is
+// under way: then a renewal that finds the lock gone is no loss.
+func (h *Hold) over() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return !h.ended && h.levels == 0
+	return h.ended || h.levels == 0
 }
 
 // end ends the hold once: it cancels the context with cause (nil: the

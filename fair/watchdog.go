@@ -54,7 +54,7 @@ func (h *Hold) watchdog(renewNow bool) {
 			h.valid = sent.Add(lease)
 			next = sent.Add(lease / 3)
 		case err == nil:
-			if h.releasing() {
+			if h.over() {
 				return // the last Release handed the lock on meanwhile
 			}
 			h.l.e.log.Info("fairlock: lease lost: the lock is no longer ours", "lock", h.l.keys.Name)

@@ -597,3 +597,25 @@ func TestInspectShowsHolderAndWaitersInOrder(t *testing.T) {
 	r = await(t, b, 5*time.Second)
 	require.NoError(t, r.err)
 }
+
+func TestHandOverIsPushedNotPolled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// With these settings a waiter polls every 20s at most: a grant within
+	// two seconds of the release can only come from the push.
+	opts := []fairlock.Option{fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
+	holder := e.client(opts...).Mutex("push")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+	for range 3 {
+		next := lockAsync(context.Background(), e.client(opts...).Mutex("push"))
+		e.waitQueued("push", 1)
+		released := time.Now()
+		require.NoError(t, holder.Unlock(hctx))
+		r := await(t, next, 2*time.Second)
+		require.NoError(t, r.err)
+		t.Logf("hand-over took %v", time.Since(released))
+		hctx = r.ctx
+	}
+	require.NoError(t, holder.Unlock(hctx))
+}

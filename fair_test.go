@@ -619,3 +619,20 @@ func TestHandOverIsPushedNotPolled(t *testing.T) {
 	}
 	require.NoError(t, holder.Unlock(hctx))
 }
+
+func TestReentryOfALostHoldIsLeaseLostNotAFreshGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	m := e.client().Mutex("reenter-lost") // 30s lease: the watchdog will not notice first
+	hctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, e.rdb.Del(context.Background(), e.keys("reenter-lost").Lock).Err())
+
+	_, err = m.Lock(hctx)
+	require.ErrorIs(t, err, fairlock.ErrLeaseLost)
+	requireDone(t, hctx, time.Second)
+	require.ErrorIs(t, context.Cause(hctx), fairlock.ErrLeaseLost)
+	locked, err := m.IsLocked(context.Background())
+	require.NoError(t, err)
+	require.False(t, locked, "the failed re-entry must not take the lock afresh")
+}

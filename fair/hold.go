@@ -108,8 +108,8 @@ func (h *Hold) Enter(ctx context.Context) error {
 	if h.fixed {
 		lease = 0 // re-entry never extends a fixed lease
 	}
-	rep, err := h.l.call(ctx, Request{Owner: h.owner, Lease: lease}, "", modeTry)
-	if err == nil && rep.granted && ctx.Err() == nil {
+	rep, err := h.l.call(ctx, Request{Owner: h.owner, Lease: lease}, "", modeReenter)
+	if err == nil && rep.granted && rep.token == h.token && ctx.Err() == nil {
 		return nil
 	}
 	h.mu.Lock()
@@ -123,6 +123,12 @@ func (h *Hold) Enter(ctx context.Context) error {
 	case !rep.granted:
 		h.end(ErrLeaseLost)
 		return ErrLeaseLost
+	case rep.token != h.token:
+		// The owner holds the lock again, under a newer token: our hold was
+		// lost in between (another process sharing the owner id took it
+		// anew). Give the level back and report the loss.
+		h.end(ErrLeaseLost)
+		return errors.Join(ErrLeaseLost, h.l.giveBack(ctx, Request{Owner: h.owner}))
 	default:
 		// Granted, but the caller's context ended meanwhile.
 		return errors.Join(ctx.Err(), h.l.giveBack(ctx, Request{Owner: h.owner}))

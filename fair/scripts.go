@@ -25,8 +25,9 @@ var (
 
 // Acquire modes.
 const (
-	modeTry  = "try"
-	modeWait = "wait"
+	modeTry     = "try"
+	modeWait    = "wait"
+	modeReenter = "reenter"
 )
 
 // reply is the answer of one acquire call.

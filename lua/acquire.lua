@@ -9,7 +9,8 @@
 --             extended by re-entry)
 -- ARGV[4]     waiter TTL in ms: how long a queued waiter keeps its place
 --             without polling again
--- ARGV[5]     mode: "try" never enqueues; "wait" enqueues or heartbeats
+-- ARGV[5]     mode: "try" never enqueues; "wait" enqueues or heartbeats;
+--             "reenter" only adds a level to a hold the owner still has
 -- ARGV[6]     wake channel P:{N}:wake
 -- ARGV[7]     receipt TTL in ms
 --
@@ -66,6 +67,16 @@ if holder == owner then
   end
   -- Re-entry: one more level of the same hold.
   return granted(token, redis.call('HINCRBY', KEYS[1], 'count', 1))
+end
+
+-- A re-entry whose owner no longer holds the lock must not turn into a
+-- fresh grant: the hold it meant to extend is gone (its lease was lost).
+-- A free lock still goes to the live head of the queue, as in step 2.
+if mode == 'reenter' then
+  if not holder then
+    hand_over(now, channel)
+  end
+  return {0, 0, 0}
 end
 
 -- 2. The lock is free: grant it to the caller when nobody live is ahead of

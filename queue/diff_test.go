@@ -1,0 +1,136 @@
+package queue
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+var (
+	seedFlag  = flag.Uint64("diff.seed", 0, "run the differential tests with this seed only (or set "+seedEnv+")")
+	stepsFlag = flag.Int("diff.steps", 2000, "calls per seed in the differential tests (a third of it with -race)")
+)
+
+// steps returns how many calls each seed makes.
+func steps() int {
+	if raceEnabled {
+		return *stepsFlag / 3
+	}
+	return *stepsFlag
+}
+
+const seedEnv = "FAIRLOCK_DIFF_SEED"
+
+// seeds returns the seed given with -diff.seed or in the environment, or
+// else n fresh random seeds: every run explores new sequences, and a
+// failure prints the seed that reproduces it.
+func seeds(t *testing.T, n int) []uint64 {
+	if *seedFlag != 0 {
+		return []uint64{*seedFlag}
+	}
+	if s := os.Getenv(seedEnv); s != "" {
+		seed, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "%s=%q", seedEnv, s)
+		return []uint64{seed}
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		out[i] = rand.Uint64()
+	}
+	return out
+}
+
+func reproduce(test string, seed uint64) string {
+	return fmt.Sprintf("seed %d: reproduce with go test ./queue -run '^%s$' -diff.seed=%d (or %s=%d)",
+		seed, test, seed, seedEnv, seed)
+}
+
+// On miniredis the clock is ours: time passes in small steps and exactly
+// to deadlines and expiries, and every TTL must match to the millisecond.
+func TestScriptsMatchModelOnMiniredis(t *testing.T) {
+	for _, seed := range seeds(t, 4) {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			t.Parallel()
+			d := &differ{
+				t:     t,
+				ctx:   context.Background(),
+				model: NewModel(rigStart, receiptTTL),
+				rig:   newMiniRig(t, receiptTTL),
+				world: &world{scale: 1},
+				about: reproduce("TestScriptsMatchModelOnMiniredis", seed),
+			}
+			d.run(newRandSource(seed), steps())
+		})
+	}
+}
+
+// A real server's clock cannot be moved, so there every lease and waiter
+// TTL lasts long enough that nothing expires during the run, time never
+// advances on purpose, and times are compared within a second.
+func TestScriptsMatchModelOnRedisServer(t *testing.T) {
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	const scale = 100_000
+	for _, seed := range seeds(t, 2) {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*scale)
+			now, err := r.now(context.Background())
+			require.NoError(t, err)
+			d := &differ{
+				t:     t,
+				ctx:   context.Background(),
+				model: NewModel(now, receiptTTL*scale),
+				rig:   r,
+				world: &world{scale: scale, timeless: true},
+				tol:   1000,
+				about: reproduce("TestScriptsMatchModelOnRedisServer", seed),
+			}
+			d.run(newRandSource(seed), steps()/2)
+		})
+	}
+}
+
+// FuzzScriptsMatchModel decodes its input into calls (three bytes each:
+// the kind, then two arguments; see gen_test.go) and runs them against
+// the model and the scripts on miniredis.
+func FuzzScriptsMatchModel(f *testing.F) {
+	// A holder, two waiters; the release hands over to the first, which
+	// then claims the hold by polling.
+	f.Add([]byte{4, 0, 0, 0, 0, 1, 0, 1, 3, 6, 1, 1, 0, 0, 1})
+	// The head dies; time runs to its deadline, 1 ms short and exactly;
+	// then the release skips it.
+	f.Add([]byte{4, 0, 0, 0, 0, 1, 0, 1, 3, 10, 0, 0, 12, 1, 0, 12, 3, 0, 6, 1, 1, 0, 1, 3})
+	// Re-sent try, re-entry and releases, now and after receipts expire.
+	f.Add([]byte{4, 0, 0, 15, 0, 0, 5, 1, 0, 15, 0, 0, 6, 1, 0, 15, 0, 0, 6, 1, 0, 15, 1, 0, 12, 0, 8, 15, 2, 0})
+	// A hand-over races with the waiter's cancel; then a force-unlock.
+	f.Add([]byte{4, 0, 0, 0, 0, 1, 0, 1, 3, 6, 1, 1, 9, 0, 0, 9, 0, 0, 11, 0, 0})
+	for seed := range uint64(3) {
+		b := make([]byte, 600)
+		src := newRandSource(seed)
+		for i := range b {
+			b[i], _ = src.next()
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := &differ{
+			t:     t,
+			ctx:   context.Background(),
+			model: NewModel(rigStart, receiptTTL),
+			rig:   newMiniRig(t, receiptTTL),
+			world: &world{scale: 1},
+			about: "a fuzz input",
+		}
+		d.run(&bytesSource{data}, 400)
+	})
+}

@@ -1,0 +1,229 @@
+package queue
+
+import (
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+)
+
+// Model is a reference model of the lock's scripts in plain Go: the same
+// keys, the same steps and the same answers, with an explicit clock. It is
+// written to be read next to docs/algorithm.md, and the tests run it side
+// by side with the scripts to check that they agree after every step.
+//
+// Time is in milliseconds of the server's clock and moves only when
+// Advance is called. A hold or a receipt is gone once the clock reaches
+// the time at which it expires, as a key whose PEXPIRE (or PX) has run
+// down to 0 (a real Redis server keeps such a key for that last
+// millisecond, and drops it once its clock passes the expiry).
+//
+// A waiter that dies simply stops calling: nothing in the model marks it.
+// Its entry stays in the queue with the deadline of its last poll, and is
+// dropped by the first script that finds it at the head once that
+// deadline has passed (or it expires as a hold that was handed to it).
+//
+// Entries are never empty (Entry never makes one); the model uses "" for
+// a hold whose entry field was cleared.
+//
+// A Model is not safe for concurrent use.
+type Model struct {
+	now        int64
+	receiptTTL int64
+
+	hold      *HoldState         // the hash P:{N}; nil when the lock is free
+	queue     []string           // the list P:{N}:queue, oldest first
+	deadlines map[string]int64   // the zset P:{N}:deadline: entry -> ms
+	lastToken int64              // the counter P:{N}:token
+	receipts  map[string]Receipt // the keys P:{N}:call:<id>, by call id
+	published []string           // messages on P:{N}:wake not yet drained
+}
+
+// HoldState is the hold of a lock: the fields of its hash and its expiry.
+type HoldState struct {
+	Owner     string // owner id of the holder
+	Count     int    // levels held; at least 1
+	Token     int64  // fencing token of the grant
+	Entry     string // waiter entry the hold was given to; "" when cleared
+	ExpiresAt int64  // server time (ms) at which the hold expires; 0: never
+}
+
+// Receipt is what one call that changed a hold left behind: its answer,
+// as the scripts store it ("<token>:<count>" for acquire, "<count>" for
+// release), and when the receipt expires.
+type Receipt struct {
+	Answer    string
+	ExpiresAt int64 // server time (ms)
+}
+
+// State is everything the model holds at one instant.
+type State struct {
+	Now       int64
+	Hold      *HoldState         // nil when the lock is free
+	Queue     []string           // oldest first
+	Deadlines map[string]int64   // entry -> server time (ms)
+	LastToken int64              // the fencing counter
+	Receipts  map[string]Receipt // by call id
+}
+
+// NewModel returns the model of a lock that has never been used, at the
+// server time now (ms). Receipts of acquire and release calls live for
+// receiptTTL ms, which must be positive (SET refuses other values).
+func NewModel(now, receiptTTL int64) *Model {
+	if receiptTTL <= 0 {
+		panic("queue: NewModel with a receipt TTL that is not positive")
+	}
+	return &Model{
+		now:        now,
+		receiptTTL: receiptTTL,
+		deadlines:  map[string]int64{},
+		receipts:   map[string]Receipt{},
+	}
+}
+
+// Now returns the model's clock (ms).
+func (m *Model) Now() int64 { return m.now }
+
+// Advance lets d ms pass. Holds and receipts whose expiry is reached are
+// gone; nothing else happens, in particular nobody is told that a hold
+// expired, and dead waiters stay in line until a script prunes them.
+func (m *Model) Advance(d int64) {
+	if d < 0 {
+		panic("queue: Model.Advance with a negative duration")
+	}
+	m.now += d
+	if m.hold != nil && m.hold.ExpiresAt != 0 && m.now >= m.hold.ExpiresAt {
+		m.hold = nil
+	}
+	for call, r := range m.receipts {
+		if m.now >= r.ExpiresAt {
+			delete(m.receipts, call)
+		}
+	}
+}
+
+// State returns a copy of the model's state.
+func (m *Model) State() State {
+	s := State{
+		Now:       m.now,
+		Queue:     slices.Clone(m.queue),
+		Deadlines: maps.Clone(m.deadlines),
+		LastToken: m.lastToken,
+		Receipts:  maps.Clone(m.receipts),
+	}
+	if m.hold != nil {
+		h := *m.hold
+		s.Hold = &h
+	}
+	return s
+}
+
+// Drain returns the messages published on the wake channel since the last
+// Drain, oldest first, and forgets them.
+func (m *Model) Drain() []string {
+	msgs := m.published
+	m.published = nil
+	return msgs
+}
+
+// expireHold is PEXPIRE on the hold: it lasts ttl ms more. A ttl that is
+// not positive deletes the hold at once, as Redis does.
+func (m *Model) expireHold(ttl int64) {
+	if ttl <= 0 {
+		m.hold = nil
+		return
+	}
+	m.hold.ExpiresAt = m.now + ttl
+}
+
+// pttl is PTTL on the hold: ms left, -1 when it never expires, -2 when
+// there is no hold.
+func (m *Model) pttl() int64 {
+	switch {
+	case m.hold == nil:
+		return -2
+	case m.hold.ExpiresAt == 0:
+		return -1
+	}
+	return m.hold.ExpiresAt - m.now
+}
+
+// lrem is LREM queue 1 entry: the oldest occurrence of entry leaves the
+// queue.
+func (m *Model) lrem(entry string) {
+	if i := slices.Index(m.queue, entry); i >= 0 {
+		m.queue = slices.Delete(m.queue, i, i+1)
+	}
+}
+
+// popHead is LPOP queue followed by ZREM deadline head.
+func (m *Model) popHead() string {
+	head := m.queue[0]
+	m.queue = m.queue[1:]
+	delete(m.deadlines, head)
+	return head
+}
+
+// luaEntry is the pattern lib.lua matches an entry against: hex digits,
+// the lease in decimal digits, and an owner of at least one character
+// (which may hold ':' and anything else).
+var luaEntry = regexp.MustCompile(`(?s)^[0-9A-Fa-f]+:([0-9]+):(.+)$`)
+
+// parseEntry returns the owner and lease of a waiter entry as lib.lua's
+// parse_entry reads it; ok is false for a malformed entry. It is more
+// lenient than ParseEntry: any run of hex digits is a waiter id.
+func parseEntry(entry string) (owner string, lease int64, ok bool) {
+	sub := luaEntry.FindStringSubmatch(entry)
+	if sub == nil {
+		return "", 0, false
+	}
+	// The scripts' numbers are doubles; leases too long for an int64 are
+	// not modelled.
+	lease, err := strconv.ParseInt(sub[1], 10, 64)
+	if err != nil {
+		return "", 0, false
+	}
+	return sub[2], lease, true
+}
+
+// prune drops waiters from the head of the queue while the head has no
+// deadline, a deadline at or before now, or is malformed, and returns the
+// live head and its deadline; ok is false when the queue is empty. Dead
+// waiters further back stay until they reach the head.
+func (m *Model) prune() (head string, deadline int64, ok bool) {
+	for len(m.queue) > 0 {
+		head := m.queue[0]
+		deadline, has := m.deadlines[head]
+		if _, _, wellFormed := parseEntry(head); has && deadline > m.now && wellFormed {
+			return head, deadline, true
+		}
+		m.popHead()
+	}
+	return "", 0, false
+}
+
+// take makes owner the holder of the free lock under a fresh fencing
+// token, records the entry it was given to, and lets the hold expire
+// after ttl ms. It returns the token.
+func (m *Model) take(owner, entry string, ttl int64) int64 {
+	m.lastToken++
+	m.hold = &HoldState{Owner: owner, Count: 1, Token: m.lastToken, Entry: entry}
+	m.expireHold(ttl)
+	return m.lastToken
+}
+
+// handOver gives the free lock to the live head of the queue, if any. The
+// head becomes the holder on the spot, so nobody can barge in between two
+// holders, and is told with "<entry> <token>" on the wake channel. The
+// hold lasts the head's lease, but no longer than its waiter deadline: a
+// dead head's hold expires like a dead waiter would.
+func (m *Model) handOver() {
+	head, deadline, ok := m.prune()
+	if !ok {
+		return
+	}
+	m.popHead()
+	owner, lease, _ := parseEntry(head)
+	token := m.take(owner, head, min(lease, deadline-m.now))
+	m.published = append(m.published, head+" "+strconv.FormatInt(token, 10))
+}

@@ -1,0 +1,215 @@
+package queue
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Acquire modes: ModeTry never enqueues, ModeWait enqueues or heartbeats,
+// ModeReenter only adds a level to a hold the owner still has. The scripts
+// treat any other mode as ModeTry.
+const (
+	ModeTry     = "try"
+	ModeWait    = "wait"
+	ModeReenter = "reenter"
+)
+
+// Reply is the answer of one acquire.
+type Reply struct {
+	Granted bool  // the caller holds the lock after the call
+	Token   int64 // when granted: the fencing token
+	Count   int   // when granted: the owner's levels after the call
+	Hint    int64 // when not granted in wait mode: poll again in this many ms
+	Joined  bool  // when not granted: this call appended the entry to the queue
+}
+
+// Acquire is acquire.lua: owner's Lock call with waiter entry entry takes
+// the lock, re-enters it, or waits in line for it. lease is the hold's
+// expiry after the call in ms (0 keeps the expiry of a re-entered hold),
+// waiterTTL how long a queued waiter keeps its place without polling, and
+// mode ModeTry or ModeWait. call is the call's id: a call whose receipt
+// exists already ran and answers what it answered then.
+func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode string) Reply {
+	// 0. The call already ran: answer from its receipt. A receipt that is
+	// not an acquire's (call ids are unique, so never in use) makes the
+	// script answer {1} alone.
+	if r, ok := m.receipts[call]; ok {
+		token, count, _ := strings.Cut(r.Answer, ":")
+		t, err1 := strconv.ParseInt(token, 10, 64)
+		c, err2 := strconv.Atoi(count)
+		if err1 != nil || err2 != nil {
+			return Reply{Granted: true}
+		}
+		return Reply{Granted: true, Token: t, Count: c}
+	}
+
+	// 1. The owner holds the lock. Take the entry out of the queue if it is
+	// there, and extend the lease unless it is fixed (lease 0).
+	if m.hold != nil && m.hold.Owner == owner {
+		if _, queued := m.deadlines[entry]; queued {
+			delete(m.deadlines, entry)
+			m.lrem(entry)
+		}
+		if lease > 0 {
+			m.expireHold(lease)
+		}
+		if m.hold.Entry == entry {
+			// The lock was handed to this very waiter, which missed the
+			// push or polled before it arrived: it claims the hold, and
+			// the count stays.
+			return m.granted(call, m.hold.Token, m.hold.Count)
+		}
+		// A re-entry: one more level of the same hold.
+		m.hold.Count++
+		return m.granted(call, m.hold.Token, m.hold.Count)
+	}
+
+	// A re-entry whose owner no longer holds the lock must not turn into a
+	// fresh grant: the hold it meant to extend is gone. A free lock still
+	// goes to the live head of the queue, as in step 2.
+	if mode == ModeReenter {
+		if m.hold == nil {
+			m.handOver()
+		}
+		return Reply{}
+	}
+
+	// 2. The lock is free. If nobody live is ahead of the caller, it takes
+	// the lock: a fresh grant. Otherwise the lock is free while someone
+	// else is first in line (its holder's lease ran out and nobody was
+	// told): hand it to that head now, and go on as if it were held.
+	if m.hold == nil {
+		head, _, ok := m.prune()
+		if !ok || head == entry {
+			if ok {
+				m.popHead()
+			}
+			return m.granted(call, m.take(owner, entry, lease), 1)
+		}
+		m.handOver()
+	}
+
+	// 3. Someone else holds the lock. Try mode answers busy: it never
+	// enqueues, and never takes a lock someone is waiting for.
+	if mode != ModeWait {
+		return Reply{}
+	}
+	// Wait mode joins the line, or keeps its place there: the deadline
+	// moves to now + waiterTTL at every poll (the waiter's heartbeat).
+	joined := false
+	if _, queued := m.deadlines[entry]; !queued {
+		m.queue = append(m.queue, entry)
+		joined = true
+	}
+	m.deadlines[entry] = m.now + waiterTTL
+	// Poll again right after the hold expires (expiry publishes nothing),
+	// and at least three times per waiter TTL.
+	hint := floorDiv(waiterTTL, 3)
+	if pttl := m.pttl(); pttl >= 0 && pttl+1 < hint {
+		hint = pttl + 1
+	}
+	return Reply{Hint: max(hint, 1), Joined: joined}
+}
+
+// granted writes the call's receipt and answers granted.
+func (m *Model) granted(call string, token int64, count int) Reply {
+	m.receipts[call] = Receipt{
+		Answer:    strconv.FormatInt(token, 10) + ":" + strconv.Itoa(count),
+		ExpiresAt: m.now + m.receiptTTL,
+	}
+	return Reply{Granted: true, Token: token, Count: count}
+}
+
+// Release is release.lua: owner gives up one level of its hold. The levels
+// that remain get lease ms more (0 keeps the expiry: a fixed lease is never
+// extended); at the last level the lock goes straight to the next live
+// waiter. It returns the levels the owner still holds, or -1 when it does
+// not hold the lock. A call whose receipt exists answers from it.
+func (m *Model) Release(call, owner string, lease int64) int {
+	// 0. The call already ran: answer what it answered. (An acquire's
+	// receipt would make the script answer nil; call ids are unique, so
+	// that never happens, and the model answers 0.)
+	if r, ok := m.receipts[call]; ok {
+		n, _ := strconv.Atoi(r.Answer)
+		return n
+	}
+	// 1. Not the owner: not held, and no receipt.
+	if m.hold == nil || m.hold.Owner != owner {
+		return -1
+	}
+	// 2. One level less. Levels remain: extend the lease.
+	m.hold.Count--
+	count := m.hold.Count
+	if count > 0 {
+		if lease > 0 {
+			m.expireHold(lease)
+		}
+	} else {
+		// 3. The last level: the hold ends, and the lock is handed over at
+		// once, so it is never free between two holders.
+		m.hold = nil
+		m.handOver()
+	}
+	m.receipts[call] = Receipt{Answer: strconv.Itoa(count), ExpiresAt: m.now + m.receiptTTL}
+	return count
+}
+
+// Renew is renew.lua: the hold lasts lease ms more if owner holds it. It
+// returns false when owner does not hold the lock: its lease was lost. It
+// needs no receipt, since renewing twice is harmless.
+func (m *Model) Renew(owner string, lease int64) bool {
+	if m.hold == nil || m.hold.Owner != owner {
+		return false
+	}
+	m.expireHold(lease)
+	return true
+}
+
+// Cancel is cancel.lua: the Lock call of owner with waiter entry entry
+// gives up and leaves nothing behind. If the lock was handed to that entry
+// meanwhile, that level is released, which hands the lock on; if the lock
+// is free, it goes to the live head. It returns true when a level handed
+// to the entry was given back. A re-sent cancel finds nothing more to do.
+func (m *Model) Cancel(owner, entry string) bool {
+	// Leave the deadline set and the line: the only step whose cost grows
+	// with the queue, paid once by a waiter that gives up.
+	if _, queued := m.deadlines[entry]; queued {
+		delete(m.deadlines, entry)
+		m.lrem(entry)
+	}
+	if m.hold != nil && m.hold.Owner == owner && m.hold.Entry != "" && m.hold.Entry == entry {
+		m.hold.Count--
+		if m.hold.Count > 0 {
+			// A shared owner keeps other levels: forget the entry, so a
+			// re-sent cancel releases nothing more.
+			m.hold.Entry = ""
+		} else {
+			m.hold = nil
+			m.handOver()
+		}
+		return true
+	}
+	if m.hold == nil {
+		m.handOver()
+	}
+	return false
+}
+
+// ForceUnlock is forceunlock.lua: the hold is removed whoever owns it, and
+// the lock goes to the next live waiter. It returns whether there was a
+// hold. The former holder learns at its next renewal that the hold is gone.
+func (m *Model) ForceUnlock() bool {
+	removed := m.hold != nil
+	m.hold = nil
+	m.handOver()
+	return removed
+}
+
+// floorDiv is Lua's math.floor(a / b) for b > 0.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}

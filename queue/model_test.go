@@ -1,0 +1,232 @@
+package queue
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const (
+	t0       = 1_000_000 // the model's clock at the start of a test
+	mLease   = 100
+	mTTL     = 30
+	mReceipt = 50
+)
+
+// waiterEntry returns the entry of a waiting call of owner with waiter
+// id "00..0<n>" and lease mLease.
+func waiterEntry(n int, owner string) string {
+	id := strconv.FormatInt(int64(n), 16)
+	return Entry("0000000000000000"[len(id):]+id, mLease*time.Millisecond, owner)
+}
+
+// callIDs returns a fresh call id at every call.
+func callIDs() func() string {
+	n := 0
+	return func() string { n++; return "call" + strconv.Itoa(n) }
+}
+
+// held returns a model in which owner "h" holds the lock (token 1), and
+// the given owners wait in line in that order, each with waiterEntry(i+1).
+func held(t *testing.T, waiters ...string) (*Model, func() string) {
+	m, call := NewModel(t0, mReceipt), callIDs()
+	require.True(t, m.Acquire(call(), "h", waiterEntry(0, "h"), mLease, mTTL, ModeTry).Granted)
+	for i, w := range waiters {
+		rep := m.Acquire(call(), w, waiterEntry(i+1, w), mLease, mTTL, ModeWait)
+		require.Equal(t, Reply{Hint: mTTL / 3, Joined: true}, rep)
+	}
+	return m, call
+}
+
+func TestModelGrantsAFreeLockWithAFreshTokenAndAReceipt(t *testing.T) {
+	m, call := NewModel(t0, mReceipt), callIDs()
+	rep := m.Acquire(call(), "o", waiterEntry(1, "o"), mLease, mTTL, ModeTry)
+	assert.Equal(t, Reply{Granted: true, Token: 1, Count: 1}, rep)
+	s := m.State()
+	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: 1, Entry: waiterEntry(1, "o"), ExpiresAt: t0 + mLease}, s.Hold)
+	assert.Equal(t, int64(1), s.LastToken)
+	assert.Equal(t, map[string]Receipt{"call1": {Answer: "1:1", ExpiresAt: t0 + mReceipt}}, s.Receipts)
+}
+
+func TestModelReentryKeepsTheTokenAndAFixedLeaseKeepsItsExpiry(t *testing.T) {
+	m, call := held(t)
+	m.Advance(10)
+	assert.Equal(t, Reply{Granted: true, Token: 1, Count: 2}, m.Acquire(call(), "h", waiterEntry(7, "h"), 0, mTTL, ModeTry))
+	assert.Equal(t, int64(t0+mLease), m.State().Hold.ExpiresAt, "lease 0 keeps the expiry")
+	assert.Equal(t, Reply{Granted: true, Token: 1, Count: 3}, m.Acquire(call(), "h", waiterEntry(8, "h"), mLease, mTTL, ModeTry))
+	assert.Equal(t, int64(t0+10+mLease), m.State().Hold.ExpiresAt)
+	assert.Equal(t, 2, m.Release(call(), "h", 0))
+	assert.Equal(t, 1, m.Release(call(), "h", 0))
+	assert.Equal(t, 0, m.Release(call(), "h", 0))
+	assert.Nil(t, m.State().Hold)
+	assert.Equal(t, -1, m.Release(call(), "h", 0))
+}
+
+func TestModelReleaseHandsOverToTheLiveHeadAndPublishesIt(t *testing.T) {
+	m, call := held(t, "a", "b")
+	m.Advance(5)
+	require.Equal(t, 0, m.Release(call(), "h", mLease))
+	s := m.State()
+	// The lock is never free between two holders, and the hand-over lasts
+	// no longer than the new holder's waiter deadline.
+	assert.Equal(t, &HoldState{Owner: "a", Count: 1, Token: 2, Entry: waiterEntry(1, "a"), ExpiresAt: t0 + mTTL}, s.Hold)
+	assert.Equal(t, []string{waiterEntry(1, "a") + " 2"}, m.Drain())
+	assert.Equal(t, []string{waiterEntry(2, "b")}, s.Queue)
+	assert.Empty(t, m.Drain(), "drained")
+
+	// The head missed the push: its poll claims the hold, the count stays.
+	rep := m.Acquire(call(), "a", waiterEntry(1, "a"), mLease, mTTL, ModeWait)
+	assert.Equal(t, Reply{Granted: true, Token: 2, Count: 1}, rep)
+	assert.Equal(t, int64(t0+5+mLease), m.State().Hold.ExpiresAt)
+}
+
+func TestModelDeadHeadIsPrunedAtItsDeadline(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		after int64 // ms after the dead waiter's last poll
+		owner string
+	}{
+		{"one ms before its deadline it is still handed the lock", mTTL - 1, "dead"},
+		{"at its deadline it is pruned", mTTL, "live"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m, call := held(t, "dead", "live")
+			for range tt.after {
+				m.Advance(1)
+				m.Acquire(call(), "live", waiterEntry(2, "live"), mLease, mTTL, ModeWait)
+			}
+			require.Equal(t, 0, m.Release(call(), "h", mLease))
+			assert.Equal(t, tt.owner, m.State().Hold.Owner)
+		})
+	}
+}
+
+func TestModelDeadHeadHandedTheLockExpiresAtItsDeadline(t *testing.T) {
+	m, call := held(t, "dead", "live")
+	m.Advance(25)
+	m.Acquire(call(), "live", waiterEntry(2, "live"), mLease, mTTL, ModeWait)
+	require.Equal(t, 0, m.Release(call(), "h", mLease))
+	require.Equal(t, "dead", m.State().Hold.Owner)
+	// The live waiter is told to poll right after the hold expires.
+	assert.Equal(t, Reply{Hint: mTTL - 25 + 1}, m.Acquire(call(), "live", waiterEntry(2, "live"), mLease, mTTL, ModeWait))
+	m.Advance(mTTL - 25 - 1)
+	require.NotNil(t, m.State().Hold)
+	m.Advance(1)
+	require.Nil(t, m.State().Hold, "gone once its TTL reaches 0")
+	rep := m.Acquire(call(), "live", waiterEntry(2, "live"), mLease, mTTL, ModeWait)
+	assert.Equal(t, Reply{Granted: true, Token: 3, Count: 1}, rep)
+}
+
+func TestModelWaitHintIsTheHoldExpiryOrAThirdOfTheWaiterTTL(t *testing.T) {
+	for _, tt := range []struct {
+		lease, waiterTTL, hint int64
+	}{
+		{lease: 20, waiterTTL: 90, hint: 21},
+		{lease: 200, waiterTTL: 90, hint: 30},
+		{lease: 200, waiterTTL: 100, hint: 33},
+		{lease: 200, waiterTTL: 2, hint: 1},
+	} {
+		m, call := NewModel(t0, mReceipt), callIDs()
+		m.Acquire(call(), "h", waiterEntry(0, "h"), tt.lease, tt.waiterTTL, ModeTry)
+		rep := m.Acquire(call(), "w", waiterEntry(1, "w"), mLease, tt.waiterTTL, ModeWait)
+		assert.Equal(t, Reply{Hint: tt.hint, Joined: true}, rep, "%+v", tt)
+		assert.Equal(t, t0+tt.waiterTTL, m.State().Deadlines[waiterEntry(1, "w")])
+	}
+}
+
+func TestModelTryModeNeverEnqueuesNorJumpsTheLine(t *testing.T) {
+	m, call := held(t)
+	assert.Equal(t, Reply{}, m.Acquire(call(), "t", waiterEntry(5, "t"), mLease, mTTL, ModeTry))
+	assert.Empty(t, m.State().Queue)
+
+	// The holder's lease runs out while w is first in line.
+	m, call = NewModel(t0, mReceipt), callIDs()
+	m.Acquire(call(), "h", waiterEntry(0, "h"), 20, mTTL, ModeTry)
+	m.Acquire(call(), "w", waiterEntry(1, "w"), mLease, mTTL, ModeWait)
+	m.Advance(20)
+	require.Nil(t, m.State().Hold)
+	assert.Equal(t, Reply{}, m.Acquire(call(), "t", waiterEntry(5, "t"), mLease, mTTL, ModeTry))
+	assert.Equal(t, "w", m.State().Hold.Owner, "the free lock went to the head of the line")
+	assert.Equal(t, []string{waiterEntry(1, "w") + " 2"}, m.Drain())
+}
+
+func TestModelResentCallsAnswerFromTheirReceiptUntilItExpires(t *testing.T) {
+	m := NewModel(t0, mReceipt)
+	first := m.Acquire("c1", "o", waiterEntry(1, "o"), mLease, mTTL, ModeTry)
+	assert.Equal(t, first, m.Acquire("c1", "o", waiterEntry(1, "o"), mLease, mTTL, ModeTry))
+	assert.Equal(t, 1, m.State().Hold.Count, "a re-sent grant is not a re-entry")
+	require.Equal(t, 0, m.Release("c2", "o", mLease))
+	assert.Equal(t, 0, m.Release("c2", "o", mLease), "a re-sent final release still answers released")
+
+	m.Advance(mReceipt - 1)
+	assert.Len(t, m.State().Receipts, 2)
+	m.Advance(1)
+	assert.Empty(t, m.State().Receipts)
+	assert.Equal(t, -1, m.Release("c2", "o", mLease))
+}
+
+func TestModelCancelGivesBackARacingHandOver(t *testing.T) {
+	m, call := held(t, "a", "b")
+	require.Equal(t, 0, m.Release(call(), "h", mLease))
+	m.Drain()
+	assert.True(t, m.Cancel("a", waiterEntry(1, "a")))
+	assert.Equal(t, "b", m.State().Hold.Owner)
+	assert.Equal(t, []string{waiterEntry(2, "b") + " 3"}, m.Drain())
+	assert.False(t, m.Cancel("a", waiterEntry(1, "a")), "a re-sent cancel does nothing more")
+	assert.Equal(t, "b", m.State().Hold.Owner)
+	assert.Empty(t, m.State().Queue)
+	assert.Empty(t, m.State().Deadlines)
+}
+
+func TestModelCancelOfASharedOwnerKeepsItsOtherLevels(t *testing.T) {
+	m, call := held(t, "o")
+	require.Equal(t, 0, m.Release(call(), "h", mLease))
+	// Another call of the same owner re-enters the hold handed to the first.
+	assert.Equal(t, Reply{Granted: true, Token: 2, Count: 2}, m.Acquire(call(), "o", waiterEntry(9, "o"), mLease, mTTL, ModeTry))
+	assert.True(t, m.Cancel("o", waiterEntry(1, "o")))
+	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: 2, ExpiresAt: t0 + mLease}, m.State().Hold, "the entry is forgotten")
+	assert.False(t, m.Cancel("o", waiterEntry(1, "o")))
+	assert.Equal(t, 1, m.State().Hold.Count)
+}
+
+func TestModelForceUnlockHandsOverToTheLiveHead(t *testing.T) {
+	m, _ := held(t, "w")
+	assert.True(t, m.ForceUnlock())
+	assert.Equal(t, "w", m.State().Hold.Owner)
+	assert.True(t, m.ForceUnlock())
+	assert.Nil(t, m.State().Hold)
+	assert.False(t, m.ForceUnlock())
+	assert.Equal(t, int64(2), m.State().LastToken)
+}
+
+func TestModelLateWaiterKeepsItsPlaceUntilItIsPruned(t *testing.T) {
+	m, call := held(t, "a", "late")
+	m.Advance(mTTL + 5) // both deadlines passed; nobody pruned them yet
+	m.Acquire(call(), "a", waiterEntry(1, "a"), mLease, mTTL, ModeWait)
+	rep := m.Acquire(call(), "late", waiterEntry(2, "late"), mLease, mTTL, ModeWait)
+	assert.False(t, rep.Joined, "still in line behind a live head")
+	assert.Equal(t, []string{waiterEntry(1, "a"), waiterEntry(2, "late")}, m.State().Queue)
+}
+
+func TestModelMalformedEntriesArePrunedAtTheHead(t *testing.T) {
+	m, call := held(t)
+	bad := "not-hex:" + waiterEntry(1, "x")
+	m.Acquire(call(), "x", bad, mLease, mTTL, ModeWait)
+	m.Acquire(call(), "w", waiterEntry(2, "w"), mLease, mTTL, ModeWait)
+	require.Equal(t, 0, m.Release(call(), "h", mLease))
+	assert.Equal(t, "w", m.State().Hold.Owner)
+	assert.Empty(t, m.State().Deadlines)
+}
+
+func TestModelReentryNeverBecomesAFreshGrant(t *testing.T) {
+	m := NewModel(1000, 100)
+	require.True(t, m.Acquire("c1", "o", Entry("0000000000000001", 50*time.Millisecond, "o"), 50, 30, ModeTry).Granted)
+	m.Advance(50) // the hold expires
+	r := m.Acquire("c2", "o", Entry("0000000000000002", 0, "o"), 0, 30, ModeReenter)
+	require.False(t, r.Granted)
+	require.Nil(t, m.State().Hold)
+	require.Equal(t, int64(1), m.State().LastToken, "no token is spent")
+}

@@ -1,0 +1,234 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/lua"
+)
+
+// The scripts, as the fair package runs them.
+var (
+	acquireScript     = redis.NewScript(lua.Source(lua.Acquire))
+	releaseScript     = redis.NewScript(lua.Source(lua.Release))
+	renewScript       = redis.NewScript(lua.Source(lua.Renew))
+	cancelScript      = redis.NewScript(lua.Source(lua.Cancel))
+	forceUnlockScript = redis.NewScript(lua.Source(lua.ForceUnlock))
+)
+
+// rigStart is the server time at which a miniredis rig starts.
+const rigStart = 1_700_000_000_000
+
+// rig runs the real scripts against one lock on a Redis server, with KEYS
+// and ARGV exactly as the fair package passes them, and reads the lock's
+// state back in the model's terms.
+type rig struct {
+	rdb        *redis.Client
+	keys       Keys
+	ps         *redis.PubSub        // subscribed to keys.Wake
+	mr         *miniredis.Miniredis // nil on a real server
+	clock      time.Time            // miniredis's clock
+	receiptTTL int64
+	barriers   int
+}
+
+// newMiniRig returns a rig on a fresh miniredis whose clock starts at
+// rigStart and moves only with advance; TTLs run down with that clock.
+func newMiniRig(t testing.TB, receiptTTL int64) *rig {
+	mr := miniredis.RunT(t)
+	mr.SetTime(time.UnixMilli(rigStart))
+	mr.ClockTTL(true)
+	r := newRig(t, mr.Addr(), "m", receiptTTL)
+	r.mr, r.clock = mr, time.UnixMilli(rigStart)
+	return r
+}
+
+// newRig returns a rig on the server at addr, with its wake channel
+// subscribed and the subscription confirmed.
+func newRig(t testing.TB, addr, prefix string, receiptTTL int64) *rig {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	k, err := For(prefix, "lock")
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ps := rdb.Subscribe(ctx, k.Wake)
+	t.Cleanup(func() { _ = ps.Close() })
+	// The first reply on the subscription is the server's confirmation.
+	msg, err := ps.Receive(ctx)
+	require.NoError(t, err)
+	require.IsType(t, &redis.Subscription{}, msg)
+	return &rig{rdb: rdb, keys: k, ps: ps, receiptTTL: receiptTTL}
+}
+
+// advance moves miniredis's clock by d ms.
+func (r *rig) advance(d int64) {
+	r.clock = r.clock.Add(time.Duration(d) * time.Millisecond)
+	r.mr.SetTime(r.clock)
+}
+
+func (r *rig) withCall(call string) []string {
+	return append(r.keys.Scripted(), r.keys.Call(call))
+}
+
+func (r *rig) acquire(ctx context.Context, call, owner, entry string, lease, waiterTTL int64, mode string) (Reply, error) {
+	v, err := acquireScript.Run(ctx, r.rdb, r.withCall(call),
+		owner, entry, lease, waiterTTL, mode, r.keys.Wake, r.receiptTTL).Int64Slice()
+	switch {
+	case err != nil:
+		return Reply{}, err
+	case len(v) == 3 && v[0] == 1:
+		return Reply{Granted: true, Token: v[1], Count: int(v[2])}, nil
+	case len(v) == 3 && v[0] == 0:
+		return Reply{Hint: v[1], Joined: v[2] == 1}, nil
+	}
+	return Reply{}, fmt.Errorf("acquire answered %v", v)
+}
+
+func (r *rig) release(ctx context.Context, call, owner string, lease int64) (int, error) {
+	n, err := releaseScript.Run(ctx, r.rdb, r.withCall(call), owner, lease, r.keys.Wake, r.receiptTTL).Int64()
+	return int(n), err
+}
+
+func (r *rig) renew(ctx context.Context, owner string, lease int64) (bool, error) {
+	n, err := renewScript.Run(ctx, r.rdb, r.keys.Scripted()[:1], owner, lease).Int64()
+	return n == 1, err
+}
+
+func (r *rig) cancel(ctx context.Context, owner, entry string) (bool, error) {
+	n, err := cancelScript.Run(ctx, r.rdb, r.keys.Scripted(), owner, entry, r.keys.Wake).Int64()
+	return n == 1, err
+}
+
+func (r *rig) forceUnlock(ctx context.Context) (bool, error) {
+	n, err := forceUnlockScript.Run(ctx, r.rdb, r.keys.Scripted(), r.keys.Wake).Int64()
+	return n == 1, err
+}
+
+// now returns the server's clock in ms.
+func (r *rig) now(ctx context.Context) (int64, error) {
+	tm, err := r.rdb.Time(ctx).Result()
+	return tm.UnixMilli(), err
+}
+
+// state reads the lock's keys and receipts, and the messages the wake
+// channel carried since the last call: a barrier message published after
+// the reads arrives after every message published before it.
+func (r *rig) state(ctx context.Context) (State, []string, error) {
+	r.barriers++
+	barrier := "barrier " + strconv.Itoa(r.barriers)
+	p := r.rdb.Pipeline()
+	tm := p.Time(ctx)
+	hold := p.HGetAll(ctx, r.keys.Lock)
+	pttl := p.PTTL(ctx, r.keys.Lock)
+	queue := p.LRange(ctx, r.keys.Queue, 0, -1)
+	dls := p.ZRangeWithScores(ctx, r.keys.Deadline, 0, -1)
+	token := p.Get(ctx, r.keys.Token)
+	calls := p.Keys(ctx, r.keys.call+"*")
+	p.Publish(ctx, r.keys.Wake, barrier)
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return State{}, nil, err
+	}
+	s := State{Now: tm.Val().UnixMilli(), Queue: queue.Val(), Deadlines: map[string]int64{}, Receipts: map[string]Receipt{}}
+	if h := hold.Val(); len(h) > 0 {
+		hs, err := holdState(h)
+		if err != nil {
+			return State{}, nil, err
+		}
+		if d := pttl.Val(); d >= 0 {
+			hs.ExpiresAt = s.Now + d.Milliseconds()
+		}
+		s.Hold = &hs
+	}
+	for _, z := range dls.Val() {
+		s.Deadlines[z.Member.(string)] = int64(z.Score)
+	}
+	if token.Err() == nil {
+		n, err := strconv.ParseInt(token.Val(), 10, 64)
+		if err != nil {
+			return State{}, nil, fmt.Errorf("token counter %q: %w", token.Val(), err)
+		}
+		s.LastToken = n
+	}
+	if err := r.receipts(ctx, s, calls.Val()); err != nil {
+		return State{}, nil, err
+	}
+	msgs, err := r.messagesUntil(ctx, barrier)
+	return s, msgs, err
+}
+
+// holdState converts the fields of the hold's hash.
+func holdState(h map[string]string) (HoldState, error) {
+	var hs HoldState
+	var err1, err2 error
+	for f, v := range h {
+		switch f {
+		case "owner":
+			hs.Owner = v
+		case "count":
+			hs.Count, err1 = strconv.Atoi(v)
+		case "token":
+			hs.Token, err2 = strconv.ParseInt(v, 10, 64)
+		case "entry":
+			hs.Entry = v
+		default:
+			return hs, fmt.Errorf("hold has an unknown field %q", f)
+		}
+	}
+	if _, ok := h["owner"]; !ok {
+		return hs, fmt.Errorf("hold without an owner: %v", h)
+	}
+	return hs, errors.Join(err1, err2)
+}
+
+// receipts reads the receipts named by keys into s.
+func (r *rig) receipts(ctx context.Context, s State, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	p := r.rdb.Pipeline()
+	vals := make([]*redis.StringCmd, len(keys))
+	ttls := make([]*redis.DurationCmd, len(keys))
+	for i, k := range keys {
+		vals[i] = p.Get(ctx, k)
+		ttls[i] = p.PTTL(ctx, k)
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return err
+	}
+	for i, k := range keys {
+		rc := Receipt{Answer: vals[i].Val()}
+		if d := ttls[i].Val(); d >= 0 {
+			rc.ExpiresAt = s.Now + d.Milliseconds()
+		}
+		s.Receipts[strings.TrimPrefix(k, r.keys.call)] = rc
+	}
+	return nil
+}
+
+// messagesUntil returns the wake messages that arrive before barrier.
+func (r *rig) messagesUntil(ctx context.Context, barrier string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var msgs []string
+	for {
+		m, err := r.ps.ReceiveMessage(ctx)
+		if err != nil {
+			return msgs, fmt.Errorf("wake channel: %w", err)
+		}
+		if m.Payload == barrier {
+			return msgs, nil
+		}
+		msgs = append(msgs, m.Payload)
+	}
+}

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// config is one run's configuration, from the command line. A worker
+// process receives the part it needs as JSON.
+type config struct {
+	RedisURL string   `json:"redis_url,omitempty"` // a single Redis; empty with Cluster
+	Cluster  []string `json:"cluster,omitempty"`   // cluster seed addresses
+	Prefix   string   `json:"prefix"`              // key prefix of the run
+
+	Locks      int           `json:"locks"`
+	Clients    int           `json:"clients"`
+	Goroutines int           `json:"goroutines"`
+	Duration   time.Duration `json:"duration"`
+	Ops        int64         `json:"ops"` // total attempts; 0: run for Duration
+	Hold       span          `json:"hold"`
+	Reentry    int           `json:"reentry"`
+	GiveUp     float64       `json:"giveup"`
+	Patience   span          `json:"patience"`
+	Try        float64       `json:"try"`
+	Lease      time.Duration `json:"lease"`
+	WaiterTTL  time.Duration `json:"waiter_ttl"`
+	Grace      time.Duration `json:"grace"`
+	Seed       uint64        `json:"seed"`
+	Verbose    bool          `json:"verbose"`
+
+	// Parent only.
+	Procs   int    `json:"-"`
+	JSON    bool   `json:"-"`
+	SVG     string `json:"-"`
+	History string `json:"-"`
+	Inspect string `json:"-"`
+
+	// Worker process only: its index (naming its workers "p<Proc>/..."),
+	// and the numbers of the clients it runs.
+	Proc      int   `json:"proc"`
+	ClientIDs []int `json:"client_ids,omitempty"`
+}
+
+// usageError is a command-line error: exit status 2. A nil err was
+// reported by the flag package already.
+type usageError struct{ err error }
+
+func (e usageError) Error() string {
+	if e.err == nil {
+		return "bad flags"
+	}
+	return e.err.Error()
+}
+
+// parseFlags reads the command line. -h prints the usage and returns
+// flag.ErrHelp; any other error is a usageError.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var (
+		c       config
+		cluster string
+	)
+	c.Hold = span{0, 2 * time.Millisecond}
+	c.Patience = span{time.Millisecond, 20 * time.Millisecond}
+	fs := flag.NewFlagSet("stress", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: stress [flags]\n\n"+
+			"Hammers fairlock locks from many clients and checks that every hold was\n"+
+			"exclusive, every grant came in FIFO order, and nothing was left behind.\n"+
+			"Without -redis or -cluster it runs against an embedded Redis.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.RedisURL, "redis", "", "Redis `URL`, redis://host:port/db (default: an embedded Redis)")
+	fs.StringVar(&cluster, "cluster", "", "Redis Cluster seed `addresses`, host:port,host:port")
+	fs.StringVar(&c.Inspect, "inspect", "", "print the state of the lock `NAME` under -prefix and exit")
+	fs.StringVar(&c.Prefix, "prefix", "fairlock", "key prefix for -inspect (a run always uses a random prefix of its own)")
+	fs.IntVar(&c.Locks, "locks", 3, "number of lock names")
+	fs.IntVar(&c.Clients, "clients", 4, "number of fairlock clients, each with its own connections")
+	fs.IntVar(&c.Goroutines, "goroutines", 4, "goroutines per client")
+	fs.IntVar(&c.Procs, "procs", 0, "run the clients in `N` worker processes (0: in this process)")
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "how long to run")
+	fs.Int64Var(&c.Ops, "ops", 0, "run this many attempts in all instead of -duration")
+	fs.Var(&c.Hold, "hold", "hold time, `D` or MIN-MAX (uniform)")
+	fs.IntVar(&c.Reentry, "reentry", 2, "re-enter each hold 0 to `N` times with the held context")
+	fs.Float64Var(&c.GiveUp, "giveup", 0.1, "fraction of Lock calls made with a short deadline (see -patience)")
+	fs.Var(&c.Patience, "patience", "wait deadline of -giveup calls, `D` or MIN-MAX")
+	fs.Float64Var(&c.Try, "try", 0.1, "fraction of attempts made with TryLock")
+	fs.DurationVar(&c.Lease, "lease", 5*time.Second, "watchdog lease of the holds")
+	fs.DurationVar(&c.WaiterTTL, "waiter-ttl", 5*time.Second, "how long a silent waiter keeps its place")
+	fs.DurationVar(&c.Grace, "grace", 10*time.Second, "how long attempts may take to end after the run")
+	fs.Uint64Var(&c.Seed, "seed", 0, "seed of the workload's choices (0: random)")
+	fs.BoolVar(&c.JSON, "json", false, "write the report as JSON to stdout")
+	fs.StringVar(&c.SVG, "svg", "", "draw a timeline of the holds into `FILE`")
+	fs.StringVar(&c.History, "history", "", "write every attempt to `FILE` as JSON lines")
+	fs.BoolVar(&c.Verbose, "v", false, "log the clients' warnings to stderr")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, usageError{}
+	}
+	if fs.NArg() > 0 {
+		return c, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	if cluster != "" {
+		for _, a := range strings.Split(cluster, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				c.Cluster = append(c.Cluster, a)
+			}
+		}
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	if err := c.validate(); err != nil {
+		return c, usageError{err}
+	}
+	return c, nil
+}
+
+// Bounds that keep a typo from starting a million goroutines.
+const (
+	maxWorkers = 10000
+	maxLocks   = 100000
+	maxProcs   = 64
+	maxReentry = 100
+)
+
+func (c *config) validate() error {
+	switch {
+	case c.RedisURL != "" && len(c.Cluster) > 0:
+		return errors.New("-redis and -cluster exclude each other")
+	case c.Locks < 1 || c.Locks > maxLocks:
+		return fmt.Errorf("-locks %d: want 1 to %d", c.Locks, maxLocks)
+	case c.Clients < 1 || c.Goroutines < 1:
+		return fmt.Errorf("-clients %d -goroutines %d: want at least 1 each", c.Clients, c.Goroutines)
+	case c.Clients*c.Goroutines > maxWorkers || c.Clients > maxWorkers || c.Goroutines > maxWorkers:
+		return fmt.Errorf("-clients × -goroutines: more than %d workers", maxWorkers)
+	case c.Procs < 0 || c.Procs > maxProcs:
+		return fmt.Errorf("-procs %d: want 0 to %d", c.Procs, maxProcs)
+	case c.Ops < 0:
+		return fmt.Errorf("-ops %d: negative", c.Ops)
+	case c.Ops > 0 && c.Ops < int64(c.Procs):
+		return fmt.Errorf("-ops %d: fewer than -procs %d", c.Ops, c.Procs)
+	case c.Ops == 0 && c.Duration <= 0:
+		return fmt.Errorf("-duration %v: want a positive duration (or -ops)", c.Duration)
+	case c.Reentry < 0 || c.Reentry > maxReentry:
+		return fmt.Errorf("-reentry %d: want 0 to %d", c.Reentry, maxReentry)
+	case !(c.GiveUp >= 0 && c.GiveUp <= 1):
+		return fmt.Errorf("-giveup %v: want a fraction from 0 to 1", c.GiveUp)
+	case !(c.Try >= 0 && c.Try <= 1):
+		return fmt.Errorf("-try %v: want a fraction from 0 to 1", c.Try)
+	case c.Patience.Min <= 0:
+		return fmt.Errorf("-patience %v: want a positive duration", c.Patience)
+	case c.Lease < fairlock.MinDuration:
+		return fmt.Errorf("-lease %v: want at least %v", c.Lease, fairlock.MinDuration)
+	case c.WaiterTTL < fairlock.MinDuration:
+		return fmt.Errorf("-waiter-ttl %v: want at least %v", c.WaiterTTL, fairlock.MinDuration)
+	case c.Grace <= 0:
+		return fmt.Errorf("-grace %v: want a positive duration", c.Grace)
+	}
+	if c.RedisURL != "" {
+		if _, err := redis.ParseURL(c.RedisURL); err != nil {
+			return fmt.Errorf("-redis %q: %v", c.RedisURL, err)
+		}
+	}
+	if c.Inspect != "" {
+		if c.RedisURL == "" && len(c.Cluster) == 0 {
+			return errors.New("-inspect needs -redis or -cluster: the embedded Redis exists only during a run")
+		}
+		if _, err := queue.For(c.Prefix, c.Inspect); err != nil {
+			return fmt.Errorf("-inspect %q -prefix %q: %v", c.Inspect, c.Prefix, err)
+		}
+	}
+	return nil
+}
+
+// span is a duration or a range of durations to draw from uniformly.
+type span struct {
+	Min time.Duration `json:"min"`
+	Max time.Duration `json:"max"`
+}
+
+var _ flag.Value = (*span)(nil)
+
+// String returns "D" or "MIN-MAX". The flag package may call it on a nil
+// span.
+func (s *span) String() string {
+	switch {
+	case s == nil:
+		return "0s"
+	case s.Min == s.Max:
+		return s.Min.String()
+	}
+	return s.Min.String() + "-" + s.Max.String()
+}
+
+// Set parses "D" or "MIN-MAX".
+func (s *span) Set(v string) error {
+	lo, hi, isRange := strings.Cut(v, "-")
+	a, err := time.ParseDuration(strings.TrimSpace(lo))
+	if err != nil {
+		return fmt.Errorf("want a duration or MIN-MAX: %v", err)
+	}
+	b := a
+	if isRange {
+		if b, err = time.ParseDuration(strings.TrimSpace(hi)); err != nil {
+			return fmt.Errorf("want a duration or MIN-MAX: %v", err)
+		}
+	}
+	if a < 0 || b < a {
+		return fmt.Errorf("%q: want 0 <= MIN <= MAX", v)
+	}
+	*s = span{a, b}
+	return nil
+}
+
+// draw returns a duration from s.
+func (s span) draw(r *rand.Rand) time.Duration {
+	if s.Max <= s.Min {
+		return s.Min
+	}
+	return s.Min + time.Duration(r.Int64N(int64(s.Max-s.Min)+1))
+}

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Kind says which call an attempt made.
+type Kind string
+
+// Kinds of attempts.
+const (
+	KindLock Kind = "lock" // Lock: waits in line
+	KindTry  Kind = "try"  // TryLock: never waits
+)
+
+// Outcome is how an attempt ended.
+type Outcome string
+
+// Outcomes of attempts.
+const (
+	Granted   Outcome = "granted"    // the lock was granted, held and unlocked
+	GaveUp    Outcome = "gave-up"    // the wait's context deadline passed first
+	TryFailed Outcome = "try-failed" // TryLock found the lock taken
+	Failed    Outcome = "error"      // Lock or TryLock failed otherwise
+	Pending   Outcome = "pending"    // still waiting, holding or unlocking when the run ended
+)
+
+// Outcomes lists the outcomes in the order reports show them.
+var Outcomes = []Outcome{Granted, GaveUp, TryFailed, Failed, Pending}
+
+// Join is one time a waiting Lock call appended its entry to the queue:
+// the call was sent at Sent and answered at Answered, so the entry joined
+// the line in between.
+type Join struct {
+	Sent     time.Time `json:"sent"`
+	Answered time.Time `json:"answered"`
+}
+
+// Attempt is the history of one outer Lock or TryLock call, from the call
+// to the end of its hold. Every time is the wall clock of the process that
+// made the call, read on the caller's side, so each one brackets the real
+// event: a grant happened before Granted, a release after UnlockStart.
+type Attempt struct {
+	Worker string `json:"worker"` // "p<process>/c<client>/g<goroutine>"
+	Lock   string `json:"lock"`
+	Kind   Kind   `json:"kind"`
+
+	Start       time.Time `json:"start"`                 // Lock or TryLock called
+	Joins       []Join    `json:"joins,omitempty"`       // appended to the queue; more than one: it lost its place
+	Deadline    time.Time `json:"deadline,omitzero"`     // the wait's context deadline (waiters that may give up)
+	Granted     time.Time `json:"granted,omitzero"`      // Lock returned the hold
+	Token       int64     `json:"token,omitempty"`       // fencing token of the hold
+	Depth       int       `json:"depth,omitempty"`       // nested Lock calls made with the held context
+	UnlockStart time.Time `json:"unlock_start,omitzero"` // the outer Unlock called
+	UnlockEnd   time.Time `json:"unlock_end,omitzero"`   // the outer Unlock returned
+	Ended       time.Time `json:"ended,omitzero"`        // Lock returned an error (gave up, try failed, error)
+	Outcome     Outcome   `json:"outcome"`               // how it ended
+	LeaseLost   bool      `json:"lease_lost,omitempty"`  // the hold's context ended with ErrLeaseLost
+	Err         string    `json:"err,omitempty"`         // an unexpected error on the way
+}
+
+// Held reports whether the attempt was granted the lock.
+func (a *Attempt) Held() bool { return !a.Granted.IsZero() }
+
+// Entered returns when the attempt took its place: the send time of its
+// last join, or its start when it never joined the queue (granted at once,
+// or a TryLock).
+func (a *Attempt) Entered() time.Time {
+	if n := len(a.Joins); n > 0 {
+		return a.Joins[n-1].Sent
+	}
+	return a.Start
+}
+
+// firstSet returns the first of ts that is not zero.
+func firstSet(ts ...time.Time) time.Time {
+	for _, t := range ts {
+		if !t.IsZero() {
+			return t
+		}
+	}
+	return time.Time{}
+}
+
+// A Recorder receives finished attempts. Implementations are safe for
+// concurrent use.
+type Recorder interface {
+	Record(Attempt)
+}
+
+// History keeps attempts in memory and counts them by outcome. It is safe
+// for concurrent use.
+type History struct {
+	mu       sync.Mutex
+	attempts []Attempt // guarded by mu
+	counts   sync.Map  // Outcome -> *atomic.Int64
+}
+
+var _ Recorder = (*History)(nil)
+
+// Record adds a to the history.
+func (h *History) Record(a Attempt) {
+	h.mu.Lock()
+	h.attempts = append(h.attempts, a)
+	h.mu.Unlock()
+	c, _ := h.counts.LoadOrStore(a.Outcome, new(atomic.Int64))
+	c.(*atomic.Int64).Add(1)
+}
+
+// Attempts returns a copy of the attempts recorded so far.
+func (h *History) Attempts() []Attempt {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.attempts)
+}
+
+// Count returns how many attempts ended with o so far.
+func (h *History) Count(o Outcome) int64 {
+	if c, ok := h.counts.Load(o); ok {
+		return c.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// line is one JSON line of a worker process's output.
+type line struct {
+	Attempt *Attempt `json:"attempt,omitempty"`
+	Done    bool     `json:"done,omitempty"`  // last line of a worker process that finished its run
+	Error   string   `json:"error,omitempty"` // last line of a worker process that could not run
+}
+
+// stream writes attempts as JSON lines: how a worker process hands its
+// history to the parent. It is safe for concurrent use.
+type stream struct {
+	mu  sync.Mutex
+	enc *json.Encoder // guarded by mu
+	err error         // first write error; guarded by mu
+}
+
+var _ Recorder = (*stream)(nil)
+
+func newStream(w io.Writer) *stream { return &stream{enc: json.NewEncoder(w)} }
+
+// Record writes one attempt.
+func (s *stream) Record(a Attempt) { s.write(line{Attempt: &a}) }
+
+// finish writes the last line: done, or the error that stopped the worker
+// process. It returns the first write error.
+func (s *stream) finish(runErr error) error {
+	if runErr != nil {
+		s.write(line{Error: runErr.Error()})
+	} else {
+		s.write(line{Done: true})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *stream) write(l line) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err == nil {
+		s.err = s.enc.Encode(l)
+	}
+}
+
+// readStream records the attempts a worker process wrote to r. It returns
+// when r ends, with done set when the process wrote its done line, and
+// the error the process reported or the stream's own.
+func readStream(r io.Reader, rec Recorder) (done bool, err error) {
+	dec := json.NewDecoder(r)
+	for {
+		var l line
+		switch err := dec.Decode(&l); {
+		case err == io.EOF:
+			return done, nil
+		case err != nil:
+			return done, fmt.Errorf("reading a worker process's history: %w", err)
+		}
+		switch {
+		case l.Attempt != nil:
+			rec.Record(*l.Attempt)
+		case l.Error != "":
+			return false, errors.New(l.Error)
+		case l.Done:
+			done = true
+		}
+	}
+}
+
+// writeHistoryFile writes the attempts to the file path as JSON lines,
+// sorted by start.
+func writeHistoryFile(path string, attempts []Attempt) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	sorted := slices.Clone(attempts)
+	slices.SortStableFunc(sorted, func(a, b Attempt) int { return a.Start.Compare(b.Start) })
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for i := range sorted {
+		if err = enc.Encode(&sorted[i]); err != nil {
+			break
+		}
+	}
+	if ferr := w.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	return nil
+}

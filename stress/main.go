@@ -1,0 +1,234 @@
+// Stress hammers fairlock locks from many clients and checks, from the
+// recorded history, that the lock behaved: every hold was exclusive, every
+// grant came in FIFO order, TryLock never barged in, fencing tokens
+// strictly increased, no waiter was left behind, and Redis kept nothing
+// after the run.
+//
+// Usage:
+//
+//	go run ./stress                                   # embedded Redis, ~10 s
+//	go run ./stress -redis redis://host:6379/0        # a real server
+//	go run ./stress -cluster host:7000,host:7001      # a cluster
+//	go run ./stress -procs 3 -svg timeline.svg        # workers in 3 processes
+//	go run ./stress -json -history attempts.jsonl     # for machines
+//	go run ./stress -redis redis://host:6379/0 -prefix P -inspect NAME
+//
+// A run uses keys under a random prefix of its own ("fairlock-stress-..."),
+// never touches others, and deletes its keys at the end.
+//
+// Every attempt is recorded with client-side wall-clock times, each of
+// which brackets the real event it stands for: a grant happened before
+// Lock returned, a release after Unlock was called, a join between the
+// send and the answer of the call that appended to the queue (reported by
+// fair.Observer). The checker flags only what those brackets prove. A
+// waiter is only sure of its place for the waiter TTL after it joined (one
+// that stops polling that long is dropped, by design), so FIFO order is
+// judged within that window; a waiter that did lose its place and joined
+// again is counted in the report, not judged. The
+// report gives outcomes, throughput, wait and hand-over latencies,
+// fairness across workers, Redis commands per grant, and the violations;
+// the exit status is 1 when there is any, 2 for bad flags, 130 for a clean
+// run cut short by an interrupt.
+//
+// The embedded Redis (miniredis) checks behaviour, not speed: it runs every
+// script in a fresh Lua interpreter and scans all keys with a TTL at every
+// command, so its throughput is a small fraction of a real server's and
+// falls as call receipts pile up.
+//
+// With -procs N the command runs itself N times as worker processes (the
+// environment variable FAIRLOCK_STRESS_WORKER carries their part of the
+// configuration); they stream their history to the parent as JSON lines,
+// and the parent checks the whole. Times are compared across processes,
+// so they must share one wall clock: one machine.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// workerEnv marks a worker process and carries its configuration.
+const workerEnv = "FAIRLOCK_STRESS_WORKER"
+
+func main() {
+	if spec := os.Getenv(workerEnv); spec != "" {
+		os.Exit(workerMain(spec, os.Stdout, os.Stderr))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses.
+const (
+	exitOK          = 0
+	exitViolations  = 1 // or the run could not be made
+	exitBadFlags    = 2
+	exitInterrupted = 130
+)
+
+// run is the command: it parses args, runs the stress test, writes the
+// report to stdout, and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	var ue usageError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		if ue.err != nil {
+			fmt.Fprintf(stderr, "stress: %v\nRun 'stress -h' for usage.\n", ue.err)
+		}
+		return exitBadFlags
+	case err != nil:
+		fmt.Fprintf(stderr, "stress: %v\n", err)
+		return exitBadFlags
+	}
+	if cfg.Inspect != "" {
+		return inspectMain(ctx, cfg, stdout, stderr)
+	}
+
+	tgt, err := openTarget(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "stress: %v\n", err)
+		return exitViolations
+	}
+	defer tgt.close()
+	cfg.Prefix = "fairlock-stress-" + randomHex(6)
+	admin := tgt.client()
+	defer admin.Close()
+	if err := admin.Ping(ctx).Err(); err != nil {
+		fmt.Fprintf(stderr, "stress: cannot reach %s: %v\n", tgt, err)
+		return exitViolations
+	}
+	fmt.Fprintf(stderr, "stress: %s, prefix %s, seed %d\n", tgt, cfg.Prefix, cfg.Seed)
+	if tgt.mini == nil {
+		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run stress with the same -redis or -cluster and -prefix %s -inspect lock-0\n", cfg.Prefix)
+	}
+
+	before, statsErr := readCmdStats(ctx, admin)
+	hist := &History{}
+	started := time.Now()
+	prog := startProgress(stderr, hist, cfg, started)
+	var failures []Violation
+	if cfg.Procs > 0 {
+		failures = runProcs(ctx, cfg, tgt, hist, stderr)
+	} else if p, err := newPool(cfg, tgt, clientIDs(cfg.Clients), cfg.Ops, hist, stderr); err != nil {
+		failures = append(failures, Violation{Kind: Errored, Detail: "starting the clients: " + err.Error()})
+	} else {
+		p.run(ctx)
+	}
+	elapsed := time.Since(started)
+	prog.stop()
+	interrupted := ctx.Err() != nil
+
+	// The run is over: what follows must finish even after an interrupt.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	var cmds *cmdStats
+	if after, err := readCmdStats(pctx, admin); err == nil && statsErr == nil {
+		d := after.since(before)
+		cmds = &d
+	}
+	attempts := hist.Attempts()
+	violations := append(Check(attempts, cfg.WaiterTTL), failures...)
+	snaps := finalState(pctx, admin, cfg, &violations)
+	if _, err := cleanup(pctx, admin, cfg.Prefix); err != nil {
+		fmt.Fprintf(stderr, "stress: deleting the keys under %s: %v\n", cfg.Prefix, err)
+	}
+
+	rep := buildReport(cfg, tgt.String(), attempts, violations, elapsed, cmds, snaps)
+	rep.Interrupted = interrupted
+	if err := rep.write(stdout, cfg.JSON); err != nil {
+		fmt.Fprintf(stderr, "stress: writing the report: %v\n", err)
+		return exitViolations
+	}
+	if cfg.History != "" {
+		if err := writeHistoryFile(cfg.History, attempts); err != nil {
+			fmt.Fprintf(stderr, "stress: %v\n", err)
+			return exitViolations
+		}
+	}
+	if cfg.SVG != "" {
+		if err := writeSVGFile(cfg.SVG, attempts, lockNames(cfg.Locks), violations); err != nil {
+			fmt.Fprintf(stderr, "stress: %v\n", err)
+			return exitViolations
+		}
+	}
+	switch {
+	case len(violations) > 0:
+		return exitViolations
+	case interrupted:
+		return exitInterrupted
+	}
+	return exitOK
+}
+
+// finalState inspects every lock after the run, adds what is left in Redis
+// to violations, and returns the snapshots of the locks involved in any
+// violation.
+func finalState(ctx context.Context, admin redis.UniversalClient, cfg config, violations *[]Violation) map[string]string {
+	snaps := map[string]string{}
+	all := map[string]string{}
+	for _, name := range lockNames(cfg.Locks) {
+		s, err := inspect(ctx, admin, cfg.Prefix, name)
+		if err != nil {
+			*violations = append(*violations, Violation{Kind: Errored, Lock: name, Detail: "inspecting after the run: " + err.Error()})
+			continue
+		}
+		*violations = append(*violations, residue(s)...)
+		all[name] = s.String()
+	}
+	for _, v := range *violations {
+		if s, ok := all[v.Lock]; ok {
+			snaps[v.Lock] = s
+		}
+	}
+	return snaps
+}
+
+// clientIDs returns 0, ..., n-1.
+func clientIDs(n int) []int {
+	ids := make([]int, n)
+	for i := range ids {
+		ids[i] = i
+	}
+	return ids
+}
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails
+	return hex.EncodeToString(b)
+}
+
+// inspectMain prints the snapshot of the lock cfg.Inspect under cfg.Prefix.
+func inspectMain(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
+	tgt, err := openTarget(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "stress: %v\n", err)
+		return exitViolations
+	}
+	defer tgt.close()
+	rdb := tgt.client()
+	defer rdb.Close()
+	s, err := inspect(ctx, rdb, cfg.Prefix, cfg.Inspect)
+	if err != nil {
+		fmt.Fprintf(stderr, "stress: %v\n", err)
+		return exitViolations
+	}
+	fmt.Fprint(stdout, s.String())
+	return exitOK
+}

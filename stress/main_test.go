@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	// With -procs the command runs its own executable as worker
+	// processes: in the tests, this test binary.
+	if spec := os.Getenv(workerEnv); spec != "" {
+		os.Exit(workerMain(spec, os.Stdout, os.Stderr))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// runCmd runs the command in this process and returns its exit status,
+// stdout and stderr.
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+// smallLoad is a short, contended workload with every kind of attempt.
+var smallLoad = []string{
+	"-duration", "2s", "-locks", "2", "-clients", "3", "-goroutines", "3",
+	"-hold", "0-1ms", "-reentry", "2", "-giveup", "0.3", "-patience", "1ms-30ms",
+	"-try", "0.2", "-seed", "7", "-json",
+}
+
+func decodeReport(t *testing.T, out string) Report {
+	t.Helper()
+	var r Report
+	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	return r
+}
+
+func TestRunOnEmbeddedRedisFindsNoViolation(t *testing.T) {
+	dir := t.TempDir()
+	svg, history := filepath.Join(dir, "timeline.svg"), filepath.Join(dir, "history.jsonl")
+	code, out, errs := runCmd(t, append(smallLoad, "-svg", svg, "-history", history)...)
+	require.Equal(t, exitOK, code, "stderr: %s\nstdout: %s", errs, out)
+
+	r := decodeReport(t, out)
+	assert.Zero(t, r.ViolationSums.Total, "%v", r.ViolationSums)
+	assert.Positive(t, r.Outcomes[Granted])
+	assert.Positive(t, r.Outcomes[GaveUp], "the workload should make waiters give up")
+	assert.Positive(t, r.Outcomes[TryFailed]+r.Outcomes[Granted])
+	assert.Zero(t, r.Outcomes[Pending])
+	assert.Positive(t, r.Reentries)
+	assert.Equal(t, 9, r.Fairness.Workers)
+	assert.Greater(t, r.Fairness.Jain, 0.5)
+	assert.Positive(t, r.Wait.N)
+	assert.LessOrEqual(t, r.Wait.P50, r.Wait.P99)
+	assert.LessOrEqual(t, r.Wait.P99, r.Wait.Max)
+	assert.Positive(t, r.GrantsPerSec)
+	require.NotNil(t, r.Commands)
+	assert.Positive(t, r.Commands.PerGrant)
+
+	f, err := os.Open(svg)
+	require.NoError(t, err)
+	defer f.Close()
+	assert.Positive(t, countSVGElements(t, f)["rect"])
+
+	checkerCatchesTampering(t, readHistory(t, history))
+}
+
+func readHistory(t *testing.T, path string) []Attempt {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var as []Attempt
+	dec := json.NewDecoder(f)
+	for dec.More() {
+		var a Attempt
+		require.NoError(t, dec.Decode(&a))
+		as = append(as, a)
+	}
+	return as
+}
+
+// checkerCatchesTampering shows that the checker can fail on a real
+// history: it passes as recorded, and each kind of tampering is caught.
+func checkerCatchesTampering(t *testing.T, as []Attempt) {
+	t.Helper()
+	const ttl = 5 * time.Second
+	require.Empty(t, Check(as, ttl))
+
+	// Consecutive holds of one lock, the second granted to a waiter that
+	// joined while the first held the lock.
+	first, second := -1, -1
+	for i := range as {
+		for j := range as {
+			if i != j && as[i].Lock == as[j].Lock && as[i].Held() && as[j].Held() && len(as[j].Joins) == 1 &&
+				as[j].Token == as[i].Token+1 && as[j].Joins[0].Answered.Before(as[i].UnlockStart) {
+				first, second = i, j
+			}
+		}
+	}
+	require.GreaterOrEqual(t, first, 0, "no hand-over in the history")
+	tamper := func(f func(h []Attempt)) []Violation {
+		h := slices.Clone(as)
+		f(h)
+		return Check(h, ttl)
+	}
+	overlap := tamper(func(h []Attempt) { h[second].Granted = h[first].UnlockStart.Add(-time.Microsecond) })
+	assert.Contains(t, kinds(overlap), Overlap)
+	backwards := tamper(func(h []Attempt) { h[first].Token, h[second].Token = h[second].Token, h[first].Token })
+	assert.Contains(t, kinds(backwards), TokenOrder)
+	lost := tamper(func(h []Attempt) { h[second].Granted, h[second].Outcome = time.Time{}, Pending })
+	assert.Contains(t, kinds(lost), LeftBehind)
+}
+
+func TestRunInWorkerProcessesFindsNoViolation(t *testing.T) {
+	code, out, errs := runCmd(t, append(smallLoad, "-procs", "2", "-clients", "2")...)
+	require.Equal(t, exitOK, code, "stderr: %s\nstdout: %s", errs, out)
+	r := decodeReport(t, out)
+	assert.Zero(t, r.ViolationSums.Total, "%v", r.ViolationSums)
+	assert.Positive(t, r.Outcomes[Granted])
+	assert.Equal(t, 6, r.Fairness.Workers, "3 goroutines in each of 2 processes")
+}
+
+func TestRunWithOpsStopsAfterThem(t *testing.T) {
+	code, out, errs := runCmd(t, "-ops", "60", "-locks", "1", "-clients", "2", "-goroutines", "2", "-json")
+	require.Equal(t, exitOK, code, "stderr: %s", errs)
+	assert.Equal(t, 60, decodeReport(t, out).Attempts)
+}
+
+func TestRunTouchesOnlyItsOwnKeysAndDeletesThem(t *testing.T) {
+	m := miniredis.NewMiniRedis()
+	require.NoError(t, m.Start())
+	defer m.Close()
+	m.ClockTTL(true)
+	require.NoError(t, m.Set("fairlock:{lock-0}", "someone else's"))
+	require.NoError(t, m.Set("fairlock-stress-other:{lock-0}:token", "7"))
+
+	code, out, errs := runCmd(t, "-redis", "redis://"+m.Addr()+"/0", "-duration", "500ms", "-locks", "2", "-clients", "2", "-goroutines", "2")
+	require.Equal(t, exitOK, code, "stderr: %s\nstdout: %s", errs, out)
+	assert.Contains(t, out, "violations:  none")
+	assert.ElementsMatch(t, []string{"fairlock:{lock-0}", "fairlock-stress-other:{lock-0}:token"}, m.Keys())
+}
+
+func TestInspectPrintsTheSnapshotOfOneLock(t *testing.T) {
+	m := miniredis.NewMiniRedis()
+	require.NoError(t, m.Start())
+	defer m.Close()
+	m.HSet("app:{orders}", "owner", "o1", "count", "2", "token", "9", "entry", "")
+	require.NoError(t, m.Set("app:{orders}:token", "9"))
+
+	code, out, errs := runCmd(t, "-redis", "redis://"+m.Addr()+"/0", "-prefix", "app", "-inspect", "orders")
+	require.Equal(t, exitOK, code, errs)
+	assert.Contains(t, out, `lock "orders"`)
+	assert.Contains(t, out, "held by o1: 2 level(s), token 9")
+}
+
+func TestBadFlagsExitWithStatus2(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // in stderr
+	}{
+		{[]string{"-locks", "0"}, "-locks 0"},
+		{[]string{"-clients", "-1"}, "-clients -1"},
+		{[]string{"-giveup", "1.5"}, "-giveup 1.5"},
+		{[]string{"-try", "NaN"}, "-try NaN"},
+		{[]string{"-hold", "5ms-1ms"}, "MIN <= MAX"},
+		{[]string{"-hold", "soon"}, "want a duration"},
+		{[]string{"-patience", "0"}, "-patience"},
+		{[]string{"-lease", "1ms"}, "-lease 1ms"},
+		{[]string{"-duration", "0"}, "-duration 0s"},
+		{[]string{"-ops", "1", "-procs", "2"}, "fewer than -procs"},
+		{[]string{"-procs", "1000"}, "-procs 1000"},
+		{[]string{"-clients", "1000", "-goroutines", "1000"}, "workers"},
+		{[]string{"-redis", "http://x"}, "-redis"},
+		{[]string{"-redis", "redis://a:1", "-cluster", "b:2"}, "exclude each other"},
+		{[]string{"-inspect", "x"}, "-inspect needs -redis"},
+		{[]string{"-redis", "redis://a:1", "-inspect", "a}b"}, "invalid lock name"},
+		{[]string{"-nosuchflag"}, "flag provided but not defined"},
+		{[]string{"extra"}, "unexpected argument"},
+	}
+	for _, tt := range tests {
+		code, out, errs := runCmd(t, tt.args...)
+		assert.Equal(t, exitBadFlags, code, "%q", tt.args)
+		assert.Contains(t, errs, tt.want, "%q", tt.args)
+		assert.Empty(t, out, "%q", tt.args)
+	}
+	code, _, errs := runCmd(t, "-h")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, errs, "Usage: stress")
+}
+
+func TestWorkerRejectsABadSpec(t *testing.T) {
+	var out, errb bytes.Buffer
+	assert.Equal(t, exitBadFlags, workerMain("{not json", &out, &errb))
+	assert.True(t, strings.Contains(errb.String(), workerEnv), errb.String())
+}
+
+func TestSpanParsesDurationsAndRanges(t *testing.T) {
+	var s span
+	require.NoError(t, s.Set("3ms"))
+	assert.Equal(t, span{3e6, 3e6}, s)
+	require.NoError(t, s.Set("1ms-5ms"))
+	assert.Equal(t, span{1e6, 5e6}, s)
+	assert.Equal(t, "1ms-5ms", s.String())
+	for _, bad := range []string{"", "-1ms", "5ms-1ms", "1ms-", "x-1ms"} {
+		assert.Error(t, s.Set(bad), "%q", bad)
+	}
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fairlock/fairlock/queue"
+)
+
+// queuedSince returns when a waiter certainly had its place in line: the
+// answer of its join. Only waiters that joined once and then were granted,
+// gave up at a known deadline, or were still waiting at the end count:
+// one that joined again had lost its place in between, and one that failed
+// tells nothing.
+func queuedSince(a *Attempt) (time.Time, bool) {
+	if a.Kind != KindLock || len(a.Joins) != 1 {
+		return time.Time{}, false
+	}
+	switch {
+	case a.Held(), a.Outcome == Pending, a.Outcome == GaveUp && !a.Deadline.IsZero():
+		return a.Joins[0].Answered, true
+	}
+	return time.Time{}, false
+}
+
+// order reports grants that passed a waiter certainly ahead in line.
+//
+// A waiter W certainly had its place from the answer of its join until
+// the waiter TTL after the join was sent: the join set its deadline to
+// the TTL after the script ran, and only a waiter whose deadline passed is
+// dropped. (A live waiter keeps moving its deadline, but that is not
+// observed: a waiter stalled for longer than the TTL may be dropped and,
+// finding the line empty, be granted without joining again.)
+//
+// W is ahead of a grant G when W's join was answered before G took its
+// place. A grant that joined the queue took it when it sent its last join.
+// One that never joined (TryLock, or Lock granted without waiting) took
+// the lock in one script run, after its call started and after every
+// earlier hold started to unlock. If G's grant was observed while W
+// certainly had its place, G passed W when W was granted after G (higher
+// token), or W was never granted, or W gave up after G's grant (its
+// deadline came later). Passing a waiter without joining is barging;
+// after joining, a FIFO violation.
+//
+// holds are sorted by grant. ttl 0 means waiters never lose their place.
+func (c *checker) order(as, holds []*Attempt, ttl time.Duration) {
+	waiters := byTime(as, queuedSince)
+	since := make([]time.Time, len(waiters))
+	for i, w := range waiters {
+		since[i], _ = queuedSince(w)
+	}
+	placed := places(holds)
+	for _, g := range holds {
+		if g.Token <= 0 {
+			continue
+		}
+		// Waiters ahead of g: joined before g took its place, and (with
+		// a TTL) joined less than ttl before g's grant.
+		hi, _ := slices.BinarySearchFunc(since, placed[g], time.Time.Compare)
+		lo := 0
+		if ttl > 0 {
+			lo, _ = slices.BinarySearchFunc(since[:hi], g.Granted.Add(-ttl), time.Time.Compare)
+		}
+		for _, w := range waiters[lo:hi] {
+			if w == g || (ttl > 0 && !g.Granted.Before(w.Joins[0].Sent.Add(ttl))) {
+				continue
+			}
+			if what := passedBy(c, w, g); what != "" {
+				c.passed(g, placed[g], w, what)
+				break
+			}
+		}
+	}
+}
+
+// passedBy says how grant g passed waiter w, which was certainly in line
+// ahead of it when it was granted, or returns "" if it did not.
+func passedBy(c *checker, w, g *Attempt) string {
+	switch {
+	case w.Held():
+		if w.Token > g.Token {
+			return fmt.Sprintf("it was granted later (token %d > %d)", w.Token, g.Token)
+		}
+	case w.Outcome == Pending:
+		return "it was never granted"
+	case g.Granted.Before(w.Deadline):
+		return fmt.Sprintf("it was still in line when the other was granted at %s (it gave up at its deadline %s)",
+			c.t(g.Granted), c.t(w.Deadline))
+	}
+	return ""
+}
+
+// places returns when each hold took its place: its last join sent, or,
+// when it never joined, the latest of its start and the certain ends of
+// the holds granted before it (unless it overlapped them: that is
+// reported already, and proves nothing about order).
+func places(holds []*Attempt) map[*Attempt]time.Time {
+	placed := make(map[*Attempt]time.Time, len(holds))
+	var before time.Time // latest certain end of the holds so far
+	for _, h := range holds {
+		p := h.Entered()
+		if len(h.Joins) == 0 && before.After(p) && !before.After(h.Granted) {
+			p = before
+		}
+		placed[h] = p
+		if e := certainEnd(h); e.After(before) {
+			before = e
+		}
+	}
+	return placed
+}
+
+// passed reports that grant g, placed at place, passed waiter w.
+func (c *checker) passed(g *Attempt, place time.Time, w *Attempt, what string) {
+	since := w.Joins[0].Answered
+	if len(g.Joins) > 0 {
+		c.add(OutOfOrder, g.Lock, g.Granted, "%s joined the queue before %s (join answered %s, the other's sent %s), yet %s",
+			w.Worker, g.Worker, c.t(since), c.t(g.Entered()), what)
+		return
+	}
+	call := "TryLock"
+	if g.Kind == KindLock {
+		call = "Lock (without queueing)"
+	}
+	c.add(Barging, g.Lock, g.Granted, "%s by %s, called %s, was granted (token %d, not before %s) while %s was in line (joined %s), and %s",
+		call, g.Worker, c.t(g.Start), g.Token, c.t(place), w.Worker, c.t(since), what)
+}
+
+// residue reports what a lock keeps in Redis after every client is closed:
+// there must be no hold, no waiter and no stray deadline.
+func residue(s queue.Snapshot) []Violation {
+	var out []Violation
+	add := func(format string, args ...any) {
+		out = append(out, Violation{Kind: Residue, Lock: s.Name, At: s.Now, Detail: fmt.Sprintf(format, args...)})
+	}
+	if s.Held {
+		add("still held after the run by %s (token %d, %d level(s), lease left %v)", s.Owner, s.Token, s.Count, s.TTL)
+	}
+	if n := len(s.Waiters); n > 0 {
+		add("%d waiter(s) left in the queue after the run, first %s", n, s.Waiters[0].Entry)
+	}
+	if n := len(s.Orphans); n > 0 {
+		add("%d deadline entr(ies) without a queue entry after the run, first %s", n, s.Orphans[0])
+	}
+	return out
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"time"
+)
+
+// runProcs runs the workers in cfg.Procs worker processes, each a copy of
+// this executable, and records the attempts they stream back into rec. It
+// returns a violation for every process that failed: crashed, was killed,
+// or did not finish its history. The clients are dealt out round robin;
+// every process runs at least one.
+func runProcs(ctx context.Context, cfg config, tgt *target, rec Recorder, stderr io.Writer) []Violation {
+	exe, err := os.Executable()
+	if err != nil {
+		return []Violation{{Kind: WorkerDied, Detail: "finding this executable: " + err.Error()}}
+	}
+	stderr = &lockedWriter{w: stderr}
+	n := cfg.Procs
+	ids := make([][]int, n)
+	for c := range max(cfg.Clients, n) {
+		ids[c%n] = append(ids[c%n], c)
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		failures []Violation
+		cmds     []*exec.Cmd
+	)
+	fail := func(proc int, format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		failures = append(failures, Violation{Kind: WorkerDied, At: wall(time.Now()),
+			Detail: fmt.Sprintf("worker process p%d: ", proc) + fmt.Sprintf(format, args...)})
+	}
+	for i := range n {
+		wc := cfg
+		wc.Proc, wc.ClientIDs = i, ids[i]
+		wc.RedisURL, wc.Cluster = tgt.url, tgt.cluster
+		if cfg.Ops > 0 {
+			wc.Ops = cfg.Ops / int64(n)
+			if int64(i) < cfg.Ops%int64(n) {
+				wc.Ops++
+			}
+		}
+		spec, err := json.Marshal(wc)
+		if err != nil {
+			fail(i, "%v", err)
+			continue
+		}
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(), workerEnv+"="+string(spec))
+		cmd.Stderr = stderr
+		out, err := cmd.StdoutPipe()
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			fail(i, "starting: %v", err)
+			continue
+		}
+		cmds = append(cmds, cmd)
+		wg.Go(func() {
+			done, err := readStream(out, rec)
+			werr := cmd.Wait() // after the last read of out
+			switch {
+			case err != nil:
+				fail(i, "%v", err)
+			case werr != nil:
+				fail(i, "%v", werr)
+			case !done:
+				fail(i, "its history ended early")
+			}
+		})
+	}
+
+	finished := make(chan struct{})
+	go func() { // owned by runProcs: it waits for finished below
+		wg.Wait()
+		close(finished)
+	}()
+	limit := cfg.Grace + time.Minute
+	if cfg.Ops == 0 {
+		limit += cfg.Duration
+	}
+	timeout := time.NewTimer(limit)
+	defer timeout.Stop()
+	interrupt := ctx.Done()
+	for {
+		select {
+		case <-finished:
+			return failures
+		case <-interrupt:
+			interrupt = nil // the workers stop early, and their checks still count
+			for _, c := range cmds {
+				_ = c.Process.Signal(os.Interrupt)
+			}
+		case <-timeout.C:
+			for _, c := range cmds {
+				_ = c.Process.Kill()
+			}
+			<-finished
+			return append(failures, Violation{Kind: WorkerDied, At: wall(time.Now()),
+				Detail: fmt.Sprintf("worker processes still running after %v: killed", limit)})
+		}
+	}
+}
+
+// workerMain is a worker process: it runs its share of the clients, as
+// described by spec, and streams their attempts to stdout as JSON lines.
+func workerMain(spec string, stdout, stderr io.Writer) int {
+	var cfg config
+	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
+		fmt.Fprintf(stderr, "stress worker: bad %s: %v\n", workerEnv, err)
+		return exitBadFlags
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	s := newStream(stdout)
+	tgt := &target{url: cfg.RedisURL, cluster: cfg.Cluster}
+	p, err := newPool(cfg, tgt, cfg.ClientIDs, cfg.Ops, s, stderr)
+	if err == nil {
+		p.run(ctx)
+	}
+	if err := s.finish(err); err != nil {
+		fmt.Fprintf(stderr, "stress worker p%d: %v\n", cfg.Proc, err)
+		return exitViolations
+	}
+	return exitOK
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer // guarded by mu
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Report is what a run found, for people (write) or machines (-json).
+// Latencies are in milliseconds.
+type Report struct {
+	Redis       string  `json:"redis"`
+	Prefix      string  `json:"prefix"`
+	Seed        uint64  `json:"seed"`
+	Workload    string  `json:"workload"`
+	Elapsed     float64 `json:"elapsed_s"`
+	Interrupted bool    `json:"interrupted,omitempty"`
+
+	Attempts      int               `json:"attempts"`
+	Outcomes      map[Outcome]int   `json:"outcomes"`
+	Reentries     int               `json:"reentries"` // nested Lock calls made with a held context
+	Rejoined      int               `json:"rejoined"`  // waiters that lost their place and joined again
+	GrantsPerSec  float64           `json:"grants_per_s"`
+	Wait          Latency           `json:"wait_ms"`     // Lock call to grant
+	Handover      Latency           `json:"handover_ms"` // previous holder's Unlock to the grant of a queued waiter
+	Fairness      Fairness          `json:"fairness"`
+	Pause         float64           `json:"longest_pause_ms"`         // longest time in which no client saw anything happen
+	Commands      *Commands         `json:"redis_commands,omitempty"` // nil: could not be read
+	ViolationSums Violations        `json:"violations"`
+	Snapshots     map[string]string `json:"snapshots,omitempty"` // state after the run of the locks with violations
+}
+
+// Latency summarises a set of durations, in milliseconds.
+type Latency struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max"`
+}
+
+// Fairness describes how evenly the workers were served.
+type Fairness struct {
+	Workers       int     `json:"workers"`
+	Jain          float64 `json:"jain_index"` // of grants per worker: 1 is perfectly even
+	MinGrants     int     `json:"min_grants"`
+	MaxGrants     int     `json:"max_grants"`
+	LargestWait   float64 `json:"largest_wait_ms"`
+	LargestWaitBy string  `json:"largest_wait_by,omitempty"`
+}
+
+// Commands counts the Redis commands the run cost.
+type Commands struct {
+	Detailed bool               `json:"detailed"` // from INFO commandstats; otherwise the total of INFO stats
+	Total    int64              `json:"total"`
+	PerGrant float64            `json:"per_grant"`
+	Top      map[string]float64 `json:"top_per_grant,omitempty"`
+}
+
+// Violations counts violations by kind, with the first few of each.
+type Violations struct {
+	Total    int                        `json:"total"`
+	ByKind   map[ViolationKind]int      `json:"by_kind"`
+	Examples map[ViolationKind][]string `json:"examples,omitempty"`
+}
+
+const examplesPerKind = 5
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// latency summarises ds.
+func latency(ds []time.Duration) Latency {
+	if len(ds) == 0 {
+		return Latency{}
+	}
+	slices.Sort(ds)
+	// Nearest rank: the smallest value at or above a fraction q of them.
+	at := func(q float64) float64 { return ms(ds[max(int(math.Ceil(q*float64(len(ds))))-1, 0)]) }
+	return Latency{N: len(ds), P50: at(0.5), P99: at(0.99), Max: ms(ds[len(ds)-1])}
+}
+
+// buildReport computes the report of a run.
+func buildReport(cfg config, redis string, attempts []Attempt, vs []Violation, elapsed time.Duration, cmds *cmdStats, snaps map[string]string) *Report {
+	r := &Report{
+		Redis: redis, Prefix: cfg.Prefix, Seed: cfg.Seed, Workload: workload(cfg),
+		Elapsed: elapsed.Seconds(), Attempts: len(attempts), Outcomes: map[Outcome]int{},
+		Snapshots: snaps,
+	}
+	grants := map[string]int{}
+	var waits []time.Duration
+	byLock := map[string][]*Attempt{}
+	for i := range attempts {
+		a := &attempts[i]
+		r.Outcomes[a.Outcome]++
+		r.Reentries += a.Depth
+		if len(a.Joins) > 1 {
+			r.Rejoined++
+		}
+		if _, ok := grants[a.Worker]; !ok {
+			grants[a.Worker] = 0
+		}
+		if !a.Held() {
+			continue
+		}
+		grants[a.Worker]++
+		byLock[a.Lock] = append(byLock[a.Lock], a)
+		if a.Kind == KindLock {
+			w := a.Granted.Sub(a.Start)
+			waits = append(waits, w)
+			if ms(w) > r.Fairness.LargestWait {
+				r.Fairness.LargestWait = ms(w)
+				r.Fairness.LargestWaitBy = a.Worker + " on " + a.Lock
+			}
+		}
+	}
+	r.Wait = latency(waits)
+	r.Pause = ms(longestPause(attempts))
+	r.Handover = latency(handovers(byLock))
+	r.Fairness.fill(grants)
+	total := 0
+	for _, n := range grants {
+		total += n
+	}
+	if elapsed > 0 {
+		r.GrantsPerSec = float64(total) / elapsed.Seconds()
+	}
+	if cmds != nil && total > 0 {
+		c := &Commands{Detailed: cmds.Detailed, Total: cmds.Total, PerGrant: float64(cmds.Total) / float64(total)}
+		if cmds.Detailed {
+			c.Top = map[string]float64{}
+			for _, name := range cmds.top(6) {
+				c.Top[name] = float64(cmds.Calls[name]) / float64(total)
+			}
+		}
+		r.Commands = c
+	}
+	r.ViolationSums = summarise(vs)
+	return r
+}
+
+// longestPause returns the longest time between two consecutive events
+// of the history, over all clients: a server or machine that stalled
+// shows here.
+func longestPause(attempts []Attempt) time.Duration {
+	var ts []time.Time
+	for i := range attempts {
+		a := &attempts[i]
+		for _, t := range []time.Time{a.Start, a.Granted, a.UnlockStart, a.UnlockEnd, a.Ended} {
+			if !t.IsZero() {
+				ts = append(ts, t)
+			}
+		}
+		for _, j := range a.Joins {
+			ts = append(ts, j.Sent, j.Answered)
+		}
+	}
+	slices.SortFunc(ts, time.Time.Compare)
+	var longest time.Duration
+	for i := 1; i < len(ts); i++ {
+		longest = max(longest, ts[i].Sub(ts[i-1]))
+	}
+	return longest
+}
+
+// handovers returns, for every grant to a waiter that was queued when the
+// previous holder started to unlock, the time from that Unlock to the
+// grant.
+func handovers(byLock map[string][]*Attempt) []time.Duration {
+	var out []time.Duration
+	for _, holds := range byLock {
+		slices.SortFunc(holds, func(x, y *Attempt) int { return x.Granted.Compare(y.Granted) })
+		for i := 1; i < len(holds); i++ {
+			prev, h := holds[i-1], holds[i]
+			if len(h.Joins) == 0 || prev.UnlockStart.IsZero() || !h.Joins[len(h.Joins)-1].Answered.Before(prev.UnlockStart) {
+				continue
+			}
+			if d := h.Granted.Sub(prev.UnlockStart); d >= 0 {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// fill computes Jain's index of the grants per worker:
+// (Σx)² / (n·Σx²), 1 when every worker got as many grants.
+func (f *Fairness) fill(grants map[string]int) {
+	f.Workers = len(grants)
+	var sum, sq float64
+	first := true
+	for _, n := range grants {
+		sum += float64(n)
+		sq += float64(n) * float64(n)
+		if first || n < f.MinGrants {
+			f.MinGrants = n
+		}
+		if first || n > f.MaxGrants {
+			f.MaxGrants = n
+		}
+		first = false
+	}
+	if sq > 0 {
+		f.Jain = sum * sum / (float64(len(grants)) * sq)
+	}
+}
+
+func summarise(vs []Violation) Violations {
+	s := Violations{Total: len(vs), ByKind: map[ViolationKind]int{}, Examples: map[ViolationKind][]string{}}
+	for _, v := range vs {
+		s.ByKind[v.Kind]++
+		if len(s.Examples[v.Kind]) < examplesPerKind {
+			s.Examples[v.Kind] = append(s.Examples[v.Kind], v.String())
+		}
+	}
+	return s
+}
+
+// workload describes the configuration in one line.
+func workload(c config) string {
+	where := "in this process"
+	if c.Procs > 0 {
+		where = fmt.Sprintf("in %d processes", c.Procs)
+	}
+	length := c.Duration.String()
+	if c.Ops > 0 {
+		length = fmt.Sprintf("%d attempts", c.Ops)
+	}
+	return fmt.Sprintf("%d locks, %d clients × %d goroutines %s, %s; hold %v, re-entry up to %d, "+
+		"give-up %.0f%% (after %v), TryLock %.0f%%, lease %v, waiter TTL %v",
+		c.Locks, c.Clients, c.Goroutines, where, length, &c.Hold, c.Reentry,
+		100*c.GiveUp, &c.Patience, 100*c.Try, c.Lease, c.WaiterTTL)
+}
+
+// write writes the report as text, or as JSON.
+func (r *Report) write(w io.Writer, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "fairlock stress on %s (prefix %s, seed %d)\n", r.Redis, r.Prefix, r.Seed)
+	fmt.Fprintf(&b, "workload:    %s\n", r.Workload)
+	fmt.Fprintf(&b, "ran:         %.1fs", r.Elapsed)
+	if r.Interrupted {
+		b.WriteString(" (interrupted)")
+	}
+	fmt.Fprintf(&b, "\noperations:  %d attempts:", r.Attempts)
+	for i, o := range Outcomes {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, " %d %s", r.Outcomes[o], o)
+	}
+	fmt.Fprintf(&b, "\n             %d re-entries; %d waiters lost their place and joined again\n", r.Reentries, r.Rejoined)
+	fmt.Fprintf(&b, "throughput:  %.0f grants/s\n", r.GrantsPerSec)
+	fmt.Fprintf(&b, "wait:        %s (Lock call to grant)\n", r.Wait)
+	fmt.Fprintf(&b, "hand-over:   %s (Unlock called to the next waiter's grant)\n", r.Handover)
+	fmt.Fprintf(&b, "fairness:    Jain's index %.4f over %d workers (grants per worker %d to %d); largest wait %.1fms (%s)\n",
+		r.Fairness.Jain, r.Fairness.Workers, r.Fairness.MinGrants, r.Fairness.MaxGrants, r.Fairness.LargestWait, r.Fairness.LargestWaitBy)
+	fmt.Fprintf(&b, "pauses:      longest %.1fms in which no client saw anything happen\n", r.Pause)
+	fmt.Fprintf(&b, "redis:       %s\n", r.Commands)
+	if r.ViolationSums.Total == 0 {
+		b.WriteString("violations:  none\n")
+	} else {
+		fmt.Fprintf(&b, "violations:  %d\n", r.ViolationSums.Total)
+		for _, k := range slices.Sorted(maps.Keys(r.ViolationSums.ByKind)) {
+			fmt.Fprintf(&b, "  %s: %d\n", k, r.ViolationSums.ByKind[k])
+			for _, e := range r.ViolationSums.Examples[k] {
+				fmt.Fprintf(&b, "    - %s\n", e)
+			}
+		}
+		for _, name := range slices.Sorted(maps.Keys(r.Snapshots)) {
+			fmt.Fprintf(&b, "after the run, %s", r.Snapshots[name])
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (l Latency) String() string {
+	if l.N == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("p50 %.2fms  p99 %.2fms  max %.2fms  (n=%d)", l.P50, l.P99, l.Max, l.N)
+}
+
+func (c *Commands) String() string {
+	switch {
+	case c == nil:
+		return "commands per grant n/a (INFO not readable, or nothing granted)"
+	case !c.Detailed:
+		return fmt.Sprintf("%.1f commands per grant (INFO commandstats n/a on this server: total_commands_processed, no breakdown)", c.PerGrant)
+	}
+	top := slices.SortedFunc(maps.Keys(c.Top), func(a, b string) int {
+		return cmp.Compare(c.Top[b], c.Top[a])
+	})
+	parts := make([]string, len(top))
+	for i, name := range top {
+		parts[i] = fmt.Sprintf("%s %.2f", name, c.Top[name])
+	}
+	return fmt.Sprintf("%.1f commands per grant (INFO commandstats, all clients of the deployment: %s)", c.PerGrant, strings.Join(parts, ", "))
+}

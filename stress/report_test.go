@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestReportSummarisesAHistory(t *testing.T) {
+	h := cleanHistory()
+	vs := Check(h, 0)
+	r := buildReport(config{}, "test", h, vs, 2e9, &cmdStats{Detailed: true, Total: 50, Calls: map[string]int64{"evalsha": 20, "get": 30}}, nil)
+	assert.Equal(t, len(h), r.Attempts)
+	assert.Equal(t, 5, r.Outcomes[Granted])
+	assert.Equal(t, 1, r.Outcomes[GaveUp])
+	assert.Equal(t, 1, r.Outcomes[TryFailed])
+	assert.InDelta(t, 2.5, r.GrantsPerSec, 1e-9)
+	assert.InDelta(t, 10.0, r.Commands.PerGrant, 1e-9)
+	assert.InDelta(t, 4.0, r.Commands.Top["evalsha"], 1e-9)
+	// w2 was queued when w1 started to unlock at 5ms and granted at 7ms;
+	// w5 queued when w2 unlocked at 9ms, granted at 10ms.
+	assert.Equal(t, 2, r.Handover.N)
+	assert.InDelta(t, 1.0, r.Handover.P50, 1e-9)
+	assert.InDelta(t, 2.0, r.Handover.Max, 1e-9)
+	// Grants per worker: w1 2 (one on each lock), w2 1, w5 1, w6 1, w3 0, w4 0.
+	assert.Equal(t, 6, r.Fairness.Workers)
+	assert.InDelta(t, 25.0/(6*7), r.Fairness.Jain, 1e-9)
+	var text bytes.Buffer
+	require.NoError(t, r.write(&text, false))
+	assert.Contains(t, text.String(), "violations:  none")
+	assert.Contains(t, text.String(), "10.0 commands per grant")
+}
+
+func TestReportShowsViolationsAndSnapshots(t *testing.T) {
+	h := []Attempt{hold("w1", 0, 1, 5, 1), queued("w2", 2, 2, 4, 6, 2)}
+	vs := Check(h, 0)
+	require.NotEmpty(t, vs)
+	snaps := map[string]string{"a": "lock \"a\" at ... (server clock)\n  free\n"}
+	r := buildReport(config{}, "test", h, vs, time.Second, nil, snaps)
+	assert.Equal(t, 1, r.ViolationSums.ByKind[Overlap])
+
+	var text bytes.Buffer
+	require.NoError(t, r.write(&text, false))
+	assert.Contains(t, text.String(), "violations:  1\n  overlap: 1\n    - overlap on a: w2 was granted")
+	assert.Contains(t, text.String(), "after the run, lock \"a\"")
+	assert.Contains(t, text.String(), "commands per grant n/a")
+
+	var js bytes.Buffer
+	require.NoError(t, r.write(&js, true))
+	var back Report
+	require.NoError(t, json.Unmarshal(js.Bytes(), &back))
+	assert.Equal(t, r.ViolationSums, back.ViolationSums)
+	assert.Equal(t, snaps, back.Snapshots)
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bufio"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Timeline geometry, in pixels.
+const (
+	svgLeft   = 150   // worker labels
+	svgRight  = 20    //
+	svgPlot   = 1400  // width of the time axis
+	svgTop    = 74    // title, legend and axis above the rows
+	svgRow    = 14    // height of one worker's row
+	svgBar    = 10    // height of a hold
+	svgBottom = 20    //
+	svgMaxV   = 100   // violation markers drawn at most
+	svgWaits  = 20000 // above this many attempts, waits are not drawn
+)
+
+// writeSVGFile draws the timeline into the file path.
+func writeSVGFile(path string, attempts []Attempt, locks []string, vs []Violation) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("svg: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	err = writeSVG(w, attempts, locks, vs)
+	if ferr := w.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("svg: %w", err)
+	}
+	return nil
+}
+
+// writeSVG draws the run as a timeline: one row per worker, a bar per hold
+// (from grant to the end of Unlock) coloured by lock, a thin line per
+// wait, a dark tick where a waiter gave up, and a red line at each
+// violation. Hovering over a bar or line shows what it is.
+func writeSVG(out io.Writer, attempts []Attempt, locks []string, vs []Violation) error {
+	var workers []string
+	row := map[string]int{}
+	var from, to time.Time
+	span := func(t time.Time) {
+		if t.IsZero() {
+			return
+		}
+		if from.IsZero() || t.Before(from) {
+			from = t
+		}
+		if t.After(to) {
+			to = t
+		}
+	}
+	for i := range attempts {
+		a := &attempts[i]
+		if _, ok := row[a.Worker]; !ok {
+			row[a.Worker] = 0
+			workers = append(workers, a.Worker)
+		}
+		for _, t := range []time.Time{a.Start, a.Granted, a.UnlockEnd, a.Ended} {
+			span(t)
+		}
+	}
+	slices.SortFunc(workers, naturalCompare)
+	for i, w := range workers {
+		row[w] = i
+	}
+	total := max(to.Sub(from), time.Millisecond)
+	x := func(t time.Time) float64 { return svgLeft + svgPlot*float64(t.Sub(from))/float64(total) }
+	colour := map[string]string{}
+	for i, l := range locks {
+		colour[l] = fmt.Sprintf("hsl(%.0f,65%%,48%%)", math.Mod(float64(i)*137.508, 360))
+	}
+	height := svgTop + svgRow*len(workers) + svgBottom
+
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n",
+		svgLeft+svgPlot+svgRight, height)
+	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
+	fmt.Fprintf(&b, `<text x="10" y="16" font-size="14">fairlock stress: holds per worker, %d attempts, %d violations</text>`+"\n", len(attempts), len(vs))
+	fmt.Fprintf(&b, `<text x="%d" y="16" text-anchor="end" fill="#555">bar: grant to Unlock returned · thin line: waiting · dark tick: gave up · red line: violation · time since the first call</text>`+"\n",
+		svgLeft+svgPlot)
+	legend(&b, locks, colour)
+	axis(&b, total, len(workers), x, from)
+	for i, w := range workers {
+		y := svgTop + svgRow*i
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", svgLeft-6, y+svgBar, esc(w))
+	}
+	for i := range attempts {
+		a := &attempts[i]
+		y := float64(svgTop + svgRow*row[a.Worker])
+		c := colour[a.Lock]
+		if c == "" {
+			c = "gray"
+		}
+		waitEnd := a.Granted
+		if waitEnd.IsZero() {
+			waitEnd = firstSet(a.Ended, to)
+		}
+		if a.Kind == KindLock && waitEnd.Sub(a.Start) > 0 && len(attempts) <= svgWaits {
+			fmt.Fprintf(&b, `<line x1="%.2f" x2="%.2f" y1="%.1f" y2="%.1f" stroke="%s" stroke-opacity="0.45"><title>%s waits for %s</title></line>`+"\n",
+				x(a.Start), x(waitEnd), y+svgBar/2, y+svgBar/2, c, esc(a.Worker), esc(a.Lock))
+		}
+		if a.Outcome == GaveUp {
+			fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="1" height="%d" fill="#333"><title>%s gave up on %s</title></rect>`+"\n",
+				x(a.Ended), y+2, svgBar-4, esc(a.Worker), esc(a.Lock))
+		}
+		if !a.Held() {
+			continue
+		}
+		end := firstSet(a.UnlockEnd, a.UnlockStart, to)
+		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%d" fill="%s"><title>%s held %s, token %d, %v</title></rect>`+"\n",
+			x(a.Granted), y, max(x(end)-x(a.Granted), 0.5), svgBar, c, esc(a.Worker), esc(a.Lock), a.Token, end.Sub(a.Granted))
+	}
+	for i, v := range vs {
+		if i == svgMaxV || v.At.IsZero() {
+			break
+		}
+		fmt.Fprintf(&b, `<line x1="%.2f" x2="%.2f" y1="%d" y2="%d" stroke="red" stroke-width="1.5"><title>%s</title></line>`+"\n",
+			x(v.At), x(v.At), svgTop-4, height-svgBottom, esc(v.String()))
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(out, b.String())
+	return err
+}
+
+// legend draws a coloured box per lock.
+func legend(b *strings.Builder, locks []string, colour map[string]string) {
+	const maxShown = 24
+	x := 10
+	for i, l := range locks {
+		if i == maxShown {
+			fmt.Fprintf(b, `<text x="%d" y="38">and %d more</text>`+"\n", x, len(locks)-maxShown)
+			break
+		}
+		fmt.Fprintf(b, `<rect x="%d" y="29" width="10" height="10" fill="%s"/><text x="%d" y="38">%s</text>`+"\n",
+			x, colour[l], x+14, esc(l))
+		x += 20 + 7*len(l)
+	}
+}
+
+// axis draws the time axis with ticks at a round step.
+func axis(b *strings.Builder, total time.Duration, rows int, x func(time.Time) float64, from time.Time) {
+	step := time.Duration(1)
+	for _, m := range []time.Duration{1, 2, 5} {
+		for s := m; s < 1e12; s *= 10 {
+			if total/s <= 12 && (step == 1 || s < step) {
+				step = s
+			}
+		}
+	}
+	y0, y1 := svgTop-10, svgTop+svgRow*rows
+	fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="black"/>`+"\n", svgLeft, svgLeft+svgPlot, y0, y0)
+	for t := time.Duration(0); t <= total; t += step {
+		xt := x(from.Add(t))
+		fmt.Fprintf(b, `<line x1="%.2f" x2="%.2f" y1="%d" y2="%d" stroke="#ddd"/>`+"\n", xt, xt, y0, y1)
+		fmt.Fprintf(b, `<text x="%.2f" y="%d" text-anchor="middle">%s</text>`+"\n", xt, y0-4, t)
+	}
+}
+
+// esc escapes s for XML text and attributes.
+func esc(s string) string {
+	var b strings.Builder
+	_ = xml.EscapeText(&b, []byte(s)) // a strings.Builder never fails
+	return b.String()
+}
+
+// naturalCompare orders strings with numbers by value: "c2" before "c10".
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digits(a), digits(b)
+		if da > 0 && db > 0 {
+			na, _ := strconv.Atoi(a[:da])
+			nb, _ := strconv.Atoi(b[:db])
+			if na != nb {
+				return na - nb
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return int(a[0]) - int(b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) - len(b)
+}
+
+func digits(s string) int {
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return n
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/fair"
+)
+
+// worker is one goroutine making attempts, one after the other, on the
+// locks of its client.
+type worker struct {
+	id      string
+	mutexes []*fairlock.Mutex // one per lock name, of the worker's client
+	rng     *rand.Rand        // used by the worker's goroutine only
+
+	mu        sync.Mutex
+	cur       *Attempt // the attempt in progress; guarded by mu
+	abandoned bool     // the run ended without the worker: results are dropped; guarded by mu
+}
+
+// wall strips the monotonic clock reading: times are compared across
+// processes, so only the wall clock counts.
+func wall(t time.Time) time.Time { return t.Round(0) }
+
+// begin makes a the attempt in progress, unless the worker was abandoned.
+func (w *worker) begin(a *Attempt) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.abandoned {
+		return false
+	}
+	w.cur = a
+	return true
+}
+
+// update changes the attempt in progress.
+func (w *worker) update(f func(a *Attempt)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cur != nil {
+		f(w.cur)
+	}
+}
+
+// fail notes an unexpected error in the attempt in progress.
+func (w *worker) fail(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	w.update(func(a *Attempt) {
+		if a.Err == "" {
+			a.Err = msg
+		} else {
+			a.Err += "; " + msg
+		}
+	})
+}
+
+// finish records the attempt in progress, unless the worker was abandoned
+// (the attempt was recorded as pending then).
+func (w *worker) finish(rec Recorder) {
+	w.mu.Lock()
+	a, dropped := w.cur, w.abandoned
+	w.cur = nil
+	w.mu.Unlock()
+	if a != nil && !dropped {
+		rec.Record(*a)
+	}
+}
+
+// abandon stops the worker from recording anything more and returns a copy
+// of its attempt in progress, marked pending, if it has one.
+func (w *worker) abandon() (Attempt, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.abandoned = true
+	if w.cur == nil {
+		return Attempt{}, false
+	}
+	a := *w.cur
+	a.Joins = slices.Clone(a.Joins)
+	a.Outcome = Pending
+	return a, true
+}
+
+// attempt makes one attempt on a random lock: TryLock or Lock (maybe with
+// a short deadline), then, when granted, re-enters the hold, keeps it for
+// a while and unlocks every level.
+func (w *worker) attempt(cfg *config, rec Recorder) {
+	m := w.mutexes[w.rng.IntN(len(w.mutexes))]
+	kind := KindLock
+	if w.rng.Float64() < cfg.Try {
+		kind = KindTry
+	}
+	giveUp := kind == KindLock && w.rng.Float64() < cfg.GiveUp
+	patience := cfg.Patience.draw(w.rng)
+	holdFor := cfg.Hold.draw(w.rng)
+	depth := w.rng.IntN(cfg.Reentry + 1)
+
+	if !w.begin(&Attempt{Worker: w.id, Lock: m.Name(), Kind: kind, Outcome: Pending}) {
+		return
+	}
+	defer w.finish(rec)
+	ctx := fair.WithObserver(context.Background(), &fair.Observer{
+		Joined: func(sent, answered time.Time) {
+			w.update(func(a *Attempt) { a.Joins = append(a.Joins, Join{Sent: wall(sent), Answered: wall(answered)}) })
+		},
+	})
+	cancel := context.CancelFunc(func() {})
+	start := time.Now()
+	if giveUp {
+		deadline := start.Add(patience)
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		w.update(func(a *Attempt) { a.Deadline = wall(deadline) })
+	}
+	w.update(func(a *Attempt) { a.Start = wall(start) })
+
+	var (
+		held context.Context
+		err  error
+	)
+	if kind == KindTry {
+		held, err = m.TryLock(ctx)
+	} else {
+		held, err = m.Lock(ctx)
+	}
+	end := wall(time.Now())
+	cancel()
+	if err != nil {
+		w.update(func(a *Attempt) {
+			a.Ended = end
+			switch {
+			case kind == KindTry && errors.Is(err, fairlock.ErrLocked):
+				a.Outcome = TryFailed
+			case giveUp && errors.Is(err, context.DeadlineExceeded):
+				// If leaving the queue failed too, the entry is left in
+				// Redis: the final inspection reports it.
+				a.Outcome = GaveUp
+			default:
+				a.Outcome = Failed
+				a.Err = err.Error()
+			}
+		})
+		return
+	}
+	token, err := m.Token(held)
+	w.update(func(a *Attempt) { a.Granted, a.Token = end, token })
+	if err != nil {
+		w.fail("token: %v", err)
+	}
+	w.hold(m, held, token, holdFor, depth)
+}
+
+// hold keeps a granted lock: depth nested Lock calls with the held
+// context, a sleep of d (cut short if the hold ends), the nested Unlocks,
+// then the outer Unlock.
+func (w *worker) hold(m *fairlock.Mutex, held context.Context, token int64, d time.Duration, depth int) {
+	lost := func(err error) bool {
+		if errors.Is(err, fairlock.ErrLeaseLost) {
+			w.update(func(a *Attempt) { a.LeaseLost = true })
+			return true
+		}
+		return false
+	}
+	inner := make([]context.Context, 0, depth)
+	for range depth {
+		ictx, err := m.Lock(held)
+		if err != nil {
+			// A hold whose lease was lost fails re-entry with its
+			// context's error: one event, reported once.
+			if !lost(err) && !lost(context.Cause(held)) {
+				w.fail("re-entry: %v", err)
+			}
+			break
+		}
+		if t, err := m.Token(ictx); err != nil || t != token {
+			w.fail("re-entry has token %d (%v), the hold %d", t, err, token)
+		}
+		inner = append(inner, ictx)
+	}
+	w.update(func(a *Attempt) { a.Depth = len(inner) })
+
+	timer := time.NewTimer(d)
+	select {
+	case <-timer.C:
+	case <-held.Done():
+		timer.Stop()
+	}
+	lost(context.Cause(held))
+	for i := len(inner) - 1; i >= 0; i-- {
+		if err := m.Unlock(inner[i]); err != nil && !lost(err) {
+			w.fail("nested unlock: %v", err)
+		}
+	}
+	w.update(func(a *Attempt) { a.UnlockStart = wall(time.Now()) })
+	err := m.Unlock(held)
+	w.update(func(a *Attempt) {
+		a.UnlockEnd = wall(time.Now())
+		a.Outcome = Granted
+	})
+	if err != nil && !lost(err) {
+		w.fail("unlock: %v", err)
+	}
+}

@@ -31,9 +31,8 @@
 // run cut short by an interrupt.
 //
 // The embedded Redis (miniredis) checks behaviour, not speed: it runs every
-// script in a fresh Lua interpreter and scans all keys with a TTL at every
-// command, so its throughput is a small fraction of a real server's and
-// falls as call receipts pile up.
+// script in a fresh Lua interpreter, so its throughput is a fraction of a
+// real server's.
 //
 // With -procs N the command runs itself N times as worker processes (the
 // environment variable FAIRLOCK_STRESS_WORKER carries their part of the

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -21,10 +22,18 @@ type target struct {
 	url     string               // a single server; "" with cluster
 	cluster []string             // cluster seed addresses
 	mini    *miniredis.Miniredis // the embedded server, nil otherwise
+	stop    chan struct{}        // closed by close: stops the embedded clock
+	ticking sync.WaitGroup       // the embedded clock's goroutine
 }
 
+// tick is how often the embedded server's TTLs are moved forward.
+const tick = 10 * time.Millisecond
+
 // openTarget returns the deployment c names, starting the embedded one when
-// c names none. Its TTLs follow the wall clock, as a real server's do.
+// c names none. Its TTLs follow the wall clock, as a real server's do, to
+// within a tick: a goroutine moves them forward every tick. (Moving them at
+// every command instead, miniredis's ClockTTL, costs a scan of every key
+// with a TTL per command, and call receipts make those many.)
 func openTarget(c config) (*target, error) {
 	if c.RedisURL != "" || len(c.Cluster) > 0 {
 		return &target{url: c.RedisURL, cluster: c.Cluster}, nil
@@ -33,13 +42,29 @@ func openTarget(c config) (*target, error) {
 	if err := m.Start(); err != nil {
 		return nil, fmt.Errorf("starting the embedded Redis: %w", err)
 	}
-	m.ClockTTL(true)
-	return &target{url: "redis://" + m.Addr() + "/0", mini: m}, nil
+	t := &target{url: "redis://" + m.Addr() + "/0", mini: m, stop: make(chan struct{})}
+	t.ticking.Go(func() {
+		last := time.Now()
+		ticker := time.NewTicker(tick)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-t.stop:
+				return
+			case now := <-ticker.C:
+				m.FastForward(now.Sub(last))
+				last = now
+			}
+		}
+	})
+	return t, nil
 }
 
 // close stops the embedded server, if any.
 func (t *target) close() {
 	if t.mini != nil {
+		close(t.stop)
+		t.ticking.Wait()
 		t.mini.Close()
 	}
 }

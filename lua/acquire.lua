@@ -50,8 +50,8 @@ local function leave_queue()
   end
 end
 
-local now = now_ms()
-local holder = redis.call('HGET', KEYS[1], 'owner')
+local hold = redis.call('HMGET', KEYS[1], 'owner', 'count', 'token', 'entry')
+local holder = hold[1]
 
 -- 1. The caller's owner holds the lock.
 if holder == owner then
@@ -59,15 +59,16 @@ if holder == owner then
   if lease > 0 then
     redis.call('PEXPIRE', KEYS[1], lease)
   end
-  local token = redis.call('HGET', KEYS[1], 'token')
-  if redis.call('HGET', KEYS[1], 'entry') == entry then
+  if hold[4] == entry then
     -- The lock was handed to this very waiter (it missed the push, or it
     -- polled before the push arrived): claim it, the count stays.
-    return granted(token, redis.call('HGET', KEYS[1], 'count'))
+    return granted(hold[3], hold[2])
   end
   -- Re-entry: one more level of the same hold.
-  return granted(token, redis.call('HINCRBY', KEYS[1], 'count', 1))
+  return granted(hold[3], redis.call('HINCRBY', KEYS[1], 'count', 1))
 end
+
+local now = now_ms()
 
 -- A re-entry whose owner no longer holds the lock must not turn into a
 -- fresh grant: the hold it meant to extend is gone (its lease was lost).

@@ -7,20 +7,16 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fairlock/fairlock/lua"
 )
 
-// The scripts, loaded once. redis.Script runs EVALSHA and falls back to
-// EVAL when the server does not know the script (first use, SCRIPT FLUSH,
-// a restart).
+// The scripts, as the fair package runs them.
 var (
-	acquireScript     = redis.NewScript(lua.Source(lua.Acquire))
-	releaseScript     = redis.NewScript(lua.Source(lua.Release))
-	renewScript       = redis.NewScript(lua.Source(lua.Renew))
-	cancelScript      = redis.NewScript(lua.Source(lua.Cancel))
-	forceUnlockScript = redis.NewScript(lua.Source(lua.ForceUnlock))
+	acquireScript     = lua.AcquireScript
+	releaseScript     = lua.ReleaseScript
+	renewScript       = lua.RenewScript
+	cancelScript      = lua.CancelScript
+	forceUnlockScript = lua.ForceUnlockScript
 )
 
 // Acquire modes.

@@ -8,6 +8,8 @@ package lua
 
 import (
 	"embed"
+
+	"github.com/redis/go-redis/v9"
 )
 
 //go:embed *.lua
@@ -40,3 +42,14 @@ func Source(name string) string {
 	}
 	return string(lib) + "\n" + string(op)
 }
+
+// The scripts, ready to run: redis.Script sends EVALSHA and falls back to
+// EVAL when the server does not know the script (first use, SCRIPT FLUSH,
+// a restart).
+var (
+	AcquireScript     = redis.NewScript(Source(Acquire))
+	ReleaseScript     = redis.NewScript(Source(Release))
+	RenewScript       = redis.NewScript(Source(Renew))
+	CancelScript      = redis.NewScript(Source(Cancel))
+	ForceUnlockScript = redis.NewScript(Source(ForceUnlock))
+)

@@ -18,11 +18,11 @@ import (
 
 // The scripts, as the fair package runs them.
 var (
-	acquireScript     = redis.NewScript(lua.Source(lua.Acquire))
-	releaseScript     = redis.NewScript(lua.Source(lua.Release))
-	renewScript       = redis.NewScript(lua.Source(lua.Renew))
-	cancelScript      = redis.NewScript(lua.Source(lua.Cancel))
-	forceUnlockScript = redis.NewScript(lua.Source(lua.ForceUnlock))
+	acquireScript     = lua.AcquireScript
+	releaseScript     = lua.ReleaseScript
+	renewScript       = lua.RenewScript
+	cancelScript      = lua.CancelScript
+	forceUnlockScript = lua.ForceUnlockScript
 )
 
 // rigStart is the server time at which a miniredis rig starts.

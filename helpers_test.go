@@ -38,6 +38,15 @@ func newEnv(t testing.TB) *env {
 	return &env{t: t, srv: srv, rdb: srv.Client(t), prefix: redistest.Prefix(t)}
 }
 
+// newPrivateEnv is newEnv on a redis-server of the test's own, for tests
+// that pause, restart or cut off the server.
+func newPrivateEnv(t testing.TB) *env {
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	return &env{t: t, srv: srv, rdb: srv.Client(t), prefix: redistest.Prefix(t)}
+}
+
 // client returns a new Client with its own redis connections, as a
 // separate process would have.
 func (e *env) client(opts ...fairlock.Option) *fairlock.Client {

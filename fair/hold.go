@@ -108,7 +108,8 @@ func (h *Hold) Enter(ctx context.Context) error {
 	if h.fixed {
 		lease = 0 // re-entry never extends a fixed lease
 	}
-	rep, err := h.l.call(ctx, Request{Owner: h.owner, Lease: lease}, "", modeReenter)
+	req := Request{Owner: h.owner, Lease: lease}
+	rep, err := h.l.callWithin(ctx, req, "", modeReenter, h.l.giveBackIfGranted(ctx, req))
 	if err == nil && rep.granted && rep.token == h.token && ctx.Err() == nil {
 		return nil
 	}
@@ -131,7 +132,7 @@ func (h *Hold) Enter(ctx context.Context) error {
 		return errors.Join(ErrLeaseLost, h.l.giveBack(ctx, Request{Owner: h.owner}))
 	default:
 		// Granted, but the caller's context ended meanwhile.
-		return errors.Join(ctx.Err(), h.l.giveBack(ctx, Request{Owner: h.owner}))
+		return errors.Join(ctx.Err(), h.l.soon(func() error { return h.l.giveBack(ctx, req) }))
 	}
 }
 

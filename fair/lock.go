@@ -49,7 +49,7 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 
 	// Fast path: one attempt, no subscription.
 	sent := time.Now()
-	rep, err := l.call(ctx, req, "", modeTry)
+	rep, err := l.callWithin(ctx, req, "", modeTry, l.giveBackIfGranted(ctx, req))
 	if err != nil {
 		return nil, err
 	}
@@ -92,11 +92,15 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 	var polled time.Time // send time of the last poll that Redis answered
 	for {
 		sent := time.Now()
-		rep, err := l.call(ctx, req, entry, modeWait)
+		rep, err := l.callWithin(ctx, req, entry, modeWait, l.leaveQueue(ctx, req, entry))
 		if err == nil {
 			polled = sent
 		}
 		switch {
+		case err != nil && ctx.Err() != nil:
+			// The caller gave up during the poll; the poll's orphan
+			// leaves the queue once the poll is answered.
+			return nil, err
 		case err == nil && rep.granted:
 			return l.hold(ctx, req, rep.token, sent.Add(req.Lease), false)
 		case err == nil:
@@ -136,7 +140,7 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 			}
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, errors.Join(ctx.Err(), l.giveUp(ctx, req.Owner, entry))
+			return nil, errors.Join(ctx.Err(), l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
 		case <-l.e.closing:
 			return nil, errors.Join(ErrClosed, l.giveUp(ctx, req.Owner, entry))
 		}
@@ -172,7 +176,7 @@ func (l *Lock) hold(ctx context.Context, req Request, token int64, valid time.Ti
 	}
 	if fail != nil {
 		h.end(fail)
-		return nil, errors.Join(fail, l.giveBack(ctx, req))
+		return nil, errors.Join(fail, l.soon(func() error { return l.giveBack(ctx, req) }))
 	}
 	h.start(pushed)
 	return h, nil

@@ -1,0 +1,84 @@
+package fair
+
+import (
+	"context"
+	"time"
+)
+
+// cleanupGrace is how long a caller whose context has ended waits for the
+// cleanup of its Lock call (leaving the queue, giving back a grant that
+// raced with the end). On a healthy server that is one round trip, done
+// well within the grace, so Redis keeps nothing of the caller when Lock
+// returns. On a server that does not answer (paused, cut off), Lock
+// returns after the grace with the context's error, so the caller's
+// deadline is honoured, and the cleanup goes on in the background; Close
+// waits for it.
+const cleanupGrace = 250 * time.Millisecond
+
+// outcome is the result of one acquire call.
+type outcome struct {
+	rep reply
+	err error
+}
+
+// callWithin runs one acquire detached from ctx (see call), but returns as
+// soon as ctx ends, with ctx's error. A call still in flight then is never
+// abandoned: it goes on in the background, and orphan receives its
+// outcome, to undo what it did. Must run within an operation of the engine
+// (begin), so that Close waits for the orphan.
+func (l *Lock) callWithin(ctx context.Context, req Request, entry, mode string, orphan func(reply, error)) (reply, error) {
+	if ctx.Done() == nil {
+		return l.call(ctx, req, entry, mode) // ctx never ends
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		rep, err := l.call(ctx, req, entry, mode)
+		done <- outcome{rep, err}
+	}()
+	select {
+	case o := <-done:
+		return o.rep, o.err
+	case <-ctx.Done():
+	}
+	l.e.wg.Go(func() {
+		o := <-done
+		orphan(o.rep, o.err)
+	})
+	return reply{}, ctx.Err()
+}
+
+// giveBackIfGranted is the orphan of a call that was not queued: a grant
+// it made is given back.
+func (l *Lock) giveBackIfGranted(ctx context.Context, req Request) func(reply, error) {
+	return func(rep reply, err error) {
+		if err == nil && rep.granted {
+			_ = l.giveBack(ctx, req)
+		}
+	}
+}
+
+// leaveQueue is the orphan of a poll of a waiter that gave up: a grant the
+// poll made is given back, and the entry leaves the queue.
+func (l *Lock) leaveQueue(ctx context.Context, req Request, entry string) func(reply, error) {
+	return func(rep reply, err error) {
+		l.giveBackIfGranted(ctx, req)(rep, err)
+		_ = l.giveUp(ctx, req.Owner, entry)
+	}
+}
+
+// soon runs cleanup in the background and waits for it at most
+// cleanupGrace. It returns cleanup's error, or nil when it is still
+// running (its failure is logged by cleanup itself). Must run within an
+// operation of the engine (begin).
+func (l *Lock) soon(cleanup func() error) error {
+	done := make(chan error, 1)
+	l.e.wg.Go(func() { done <- cleanup() })
+	t := time.NewTimer(cleanupGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return nil
+	}
+}

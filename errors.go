@@ -31,6 +31,13 @@ var (
 	// of the contexts of holds that were live at Close.
 	ErrClosed = fair.ErrClosed
 
+	// ErrUnsafeServer is returned by Lock and TryLock when the Redis server
+	// cannot keep a lock safely: a version older than 5.0, or a
+	// maxmemory-policy other than noeviction with maxmemory set (it may
+	// evict lock keys). The Client checks once, at its first Lock, and logs
+	// what it cannot check.
+	ErrUnsafeServer = fair.ErrUnsafeServer
+
 	// ErrInvalidName: the lock name is empty, longer than 1024 bytes, not
 	// valid UTF-8, or contains '}'.
 	ErrInvalidName = queue.ErrInvalidName

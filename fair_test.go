@@ -2,7 +2,6 @@ package fairlock_test
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -525,39 +524,6 @@ func TestOnePubSubConnectionPerClient(t *testing.T) {
 	for _, w := range waits {
 		require.ErrorIs(t, await(t, w, 5*time.Second).err, fairlock.ErrClosed)
 	}
-}
-
-func TestInvalidInputGivesClearErrors(t *testing.T) {
-	e := newEnv(t)
-	_, err := fairlock.New(nil)
-	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
-	for _, opt := range []fairlock.Option{
-		fairlock.WithPrefix(""), fairlock.WithPrefix("a{b"), fairlock.WithLease(0), fairlock.WithLease(-time.Second),
-		fairlock.WithWaiterTTL(0), fairlock.WithLogger(nil), nil,
-	} {
-		_, err := fairlock.New(e.rdb, opt)
-		require.ErrorIs(t, err, fairlock.ErrInvalidOption, fmt.Sprint(opt))
-	}
-	c := e.client()
-	for _, name := range []string{"", "a}b", "}", string([]byte{0xff})} {
-		m := c.Mutex(name)
-		_, err := m.Lock(context.Background())
-		require.ErrorIs(t, err, fairlock.ErrInvalidName, "%q", name)
-		require.ErrorIs(t, m.Unlock(context.Background()), fairlock.ErrInvalidName)
-	}
-	m := c.Mutex("ok", fairlock.WithFixedLease(-1))
-	_, err = m.Lock(context.Background())
-	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
-
-	_, err = c.Mutex("ok").Lock(fairlock.ContextWithOwner(context.Background(), "has space"))
-	require.ErrorIs(t, err, fairlock.ErrInvalidOwner)
-
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	_, err = c.Mutex("ok").Lock(done)
-	require.ErrorIs(t, err, context.Canceled)
-	locked, _ := c.Mutex("ok").IsLocked(context.Background())
-	require.False(t, locked, "a done context takes nothing")
 }
 
 func TestInspectShowsHolderAndWaitersInOrder(t *testing.T) {

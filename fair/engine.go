@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +21,8 @@ type Redis interface {
 	Exists(ctx context.Context, keys ...string) *redis.IntCmd
 	PTTL(ctx context.Context, key string) *redis.DurationCmd
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Info(ctx context.Context, sections ...string) *redis.StringCmd
+	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
 }
 
 var _ Redis = (redis.UniversalClient)(nil)
@@ -49,20 +52,25 @@ type Engine struct {
 	closed    bool               // guarded by mu
 	holds     map[*Hold]struct{} // live holds; guarded by mu
 	ops       sync.WaitGroup     // Lock calls in flight; Add only under mu while !closed
-	wg        sync.WaitGroup     // watchdog goroutines
+	wg        sync.WaitGroup     // watchdogs and background cleanups; Add only within an op or a hold
 	closeOnce sync.Once
+
+	checking chan struct{} // capacity 1: held while the server check runs
+	checked  atomic.Bool   // a definitive server check ran; set after checkErr
+	checkErr error         // its verdict; written while holding checking, before checked
 }
 
 // NewEngine returns an engine over rdb. It opens no connection: the hub
 // subscribes at the first wait.
 func NewEngine(rdb Redis, cfg Config) *Engine {
 	return &Engine{
-		rdb:     rdb,
-		cfg:     cfg,
-		log:     cfg.Logger,
-		hub:     notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat}),
-		closing: make(chan struct{}),
-		holds:   make(map[*Hold]struct{}),
+		rdb:      rdb,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		hub:      notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat}),
+		closing:  make(chan struct{}),
+		holds:    make(map[*Hold]struct{}),
+		checking: make(chan struct{}, 1),
 	}
 }
 

@@ -46,6 +46,9 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 		return nil, err
 	}
 	defer l.e.ops.Done()
+	if err := l.e.checkServer(ctx); err != nil {
+		return nil, err
+	}
 
 	// Fast path: one attempt, no subscription.
 	sent := time.Now()

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +131,20 @@ const helperEnv = "FAIRLOCK_TEST_HELPER"
 // role ("wait": Lock and hold forever). It returns the process.
 func (e *env) startHelper(role, name string, opts ...string) *exec.Cmd {
 	e.t.Helper()
+	return e.spawnHelper(role, name, opts...).Cmd
+}
+
+// helperProc is a helper process and what it has reported.
+type helperProc struct {
+	*exec.Cmd
+	granted chan struct{} // closed when the helper reports that Lock returned
+}
+
+// spawnHelper starts a helper process as startHelper does, and watches its
+// output for the grant. Options are "lease=<duration>" and
+// "waiterTTL=<duration>".
+func (e *env) spawnHelper(role, name string, opts ...string) *helperProc {
+	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(),
 		helperEnv+"="+role,
@@ -138,13 +153,58 @@ func (e *env) startHelper(role, name string, opts ...string) *exec.Cmd {
 		"FAIRLOCK_NAME="+name,
 		"FAIRLOCK_OPTS="+strings.Join(opts, ","),
 	)
+	h := &helperProc{Cmd: cmd, granted: make(chan struct{})}
+	cmd.Stdout = &grantWatcher{granted: h.granted}
 	cmd.Stderr = os.Stderr
 	require.NoError(e.t, cmd.Start())
 	e.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	return cmd
+	return h
+}
+
+// awaitGrant waits until the helper reports its grant, and returns when
+// the report arrived.
+func (h *helperProc) awaitGrant(t testing.TB, within time.Duration) time.Time {
+	t.Helper()
+	select {
+	case <-h.granted:
+		return time.Now()
+	case <-time.After(within):
+		t.Fatalf("helper process %d reported no grant within %v", h.Process.Pid, within)
+		return time.Time{}
+	}
+}
+
+// kill ends the helper with SIGKILL, as a crash would, and reaps it.
+func (h *helperProc) kill(t testing.TB) {
+	t.Helper()
+	require.NoError(t, h.Process.Signal(syscall.SIGKILL))
+	_ = h.Wait() // a killed process exits with an error
+}
+
+// grantWatcher is a helper's standard output: it closes granted at the
+// helper's "granted" line. Only exec's copying goroutine writes to it.
+type grantWatcher struct {
+	granted chan struct{}
+	line    []byte
+	seen    bool
+}
+
+func (w *grantWatcher) Write(p []byte) (int, error) {
+	for _, b := range p {
+		if b != '\n' {
+			w.line = append(w.line, b)
+			continue
+		}
+		if string(w.line) == "granted" && !w.seen {
+			w.seen = true
+			close(w.granted)
+		}
+		w.line = w.line[:0]
+	}
+	return len(p), nil
 }
 
 func helperMain() int {

@@ -204,20 +204,37 @@ func (h *Hold) end(cause error) (int, bool) {
 	return levels, true
 }
 
+// lose ends a hold whose renewals failed until its lease nearly ran out,
+// with ErrLeaseLost, and then releases its levels in the background: if
+// Redis was only slow and the hold is still there, the next waiter gets
+// the lock now instead of when the lease runs out. (The release script
+// only touches a hold this owner still has.)
+func (h *Hold) lose() {
+	levels, ok := h.end(ErrLeaseLost)
+	if ok && levels > 0 {
+		h.l.e.wg.Go(func() { h.releaseLevels(levels) })
+	}
+}
+
 // abandon ends the hold with cause and releases its levels in Redis, so
 // that the next waiter need not wait for the lease to run out. Best effort:
 // a failure leaves the lock to expire.
 func (h *Hold) abandon(cause error) {
 	levels, ok := h.end(cause)
-	if !ok {
-		return
+	if ok {
+		h.releaseLevels(levels)
 	}
+}
+
+// releaseLevels releases levels of the owner's hold, bounded by the call
+// timeout. Best effort: a failure leaves the lock to expire.
+func (h *Hold) releaseLevels(levels int) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.l.e.cfg.CallTimeout)
 	defer cancel()
 	for range levels {
 		n, err := h.l.release(ctx, h.owner, 0)
 		if err != nil {
-			h.l.e.log.Warn("fairlock: could not release a hold at close; it expires after its lease",
+			h.l.e.log.Warn("fairlock: could not release a hold that ended; it expires after its lease",
 				"lock", h.l.keys.Name, "err", err)
 			return
 		}

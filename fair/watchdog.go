@@ -42,13 +42,7 @@ func (h *Hold) watchdog(renewNow bool) {
 		}
 
 		sent := time.Now()
-		budget := min(h.l.e.cfg.CallTimeout, time.Until(h.valid.Add(-margin)))
-		ok, err := false, context.DeadlineExceeded
-		if budget > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), budget)
-			ok, err = h.l.renew(ctx, h.owner, lease)
-			cancel()
-		}
+		ok, err := h.renewBy(h.valid.Add(-margin))
 		switch {
 		case err == nil && ok:
 			h.valid = sent.Add(lease)
@@ -63,12 +57,39 @@ func (h *Hold) watchdog(renewNow bool) {
 		case !time.Now().Before(h.valid.Add(-margin)):
 			h.l.e.log.Warn("fairlock: lease lost: renewal failed until the lease nearly ran out",
 				"lock", h.l.keys.Name, "err", err)
-			h.end(ErrLeaseLost)
+			h.lose()
 			return
 		default:
 			h.l.e.log.Warn("fairlock: renewal failed, retrying", "lock", h.l.keys.Name, "err", err)
 			next = time.Now().Add(retry)
 		}
 		timer.Reset(time.Until(next))
+	}
+}
+
+// renewBy renews the lease once, but waits for the answer only until
+// giveUp (and at most the call timeout): go-redis bounds a read by its own
+// ReadTimeout, not by the context's deadline, so a renewal on a silent
+// connection could otherwise keep the watchdog from declaring the loss in
+// time. A renewal still in flight then goes on in the background.
+func (h *Hold) renewBy(giveUp time.Time) (bool, error) {
+	budget := min(h.l.e.cfg.CallTimeout, time.Until(giveUp))
+	if budget <= 0 {
+		return false, context.DeadlineExceeded
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
+	done := make(chan outcome, 1)
+	h.l.e.wg.Go(func() {
+		defer cancel()
+		ok, err := h.l.renew(ctx, h.owner, h.lease)
+		done <- outcome{rep: reply{granted: ok}, err: err}
+	})
+	select {
+	case o := <-done:
+		return o.rep.granted, o.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-h.stop:
+		return false, ErrNotHeld
 	}
 }

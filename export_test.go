@@ -1,0 +1,11 @@
+package fairlock
+
+import "time"
+
+// WithHeartbeat sets the heartbeat of the Client's notify hub (default 1s):
+// after one silent heartbeat the hub pings, after two it rebuilds its
+// pub/sub connection. Tests shorten it to see a half-open connection
+// replaced quickly.
+func WithHeartbeat(d time.Duration) Option {
+	return clientOption(func(c *config) { c.heartbeat = d })
+}

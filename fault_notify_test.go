@@ -1,0 +1,124 @@
+package fairlock_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/faultproxy"
+)
+
+// pubsub returns the ids of the server's connections in pub/sub mode, and
+// the number of subscribers of the wake channel of the lock name.
+func (e *env) pubsub(name string) (ids []string, subscribers int64, err error) {
+	ctx := context.Background()
+	list, err := e.rdb.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, line := range strings.Split(list, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if id, ok := strings.CutPrefix(f[0], "id="); ok {
+			ids = append(ids, id)
+		}
+	}
+	wake := e.keys(name).Wake
+	n, err := e.rdb.PubSubNumSub(ctx, wake).Result()
+	return ids, n[wake], err
+}
+
+func TestWaitersAreWokenPromptlyAfterTheNotifyConnectionIsCut(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		heartbeat time.Duration
+		// within bounds the grant after the release. Waiters poll every
+		// 20s: only the push, or the hub's wake-up after it recovered,
+		// can explain a grant within it.
+		within time.Duration
+		cut    func(e *env, p *faultproxy.Proxy)
+	}{{
+		// The server closes the subscription: the hub sees the error at
+		// once, reconnects and wakes its waiters.
+		name:      "killed",
+		heartbeat: time.Second,
+		within:    time.Second,
+		cut: func(e *env, _ *faultproxy.Proxy) {
+			n, err := e.rdb.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result()
+			require.NoError(e.t, err)
+			require.EqualValues(e.t, 1, n, "one pub/sub connection to kill")
+		},
+	}, {
+		// Every connection of the waiters' Client goes silent without an
+		// error (new ones work): the hub notices after two silent
+		// heartbeats; the waiter's next poll first times out on its
+		// frozen pooled connection (the 500ms read timeout), then is
+		// re-sent on a new one.
+		name:      "half-open",
+		heartbeat: 200 * time.Millisecond,
+		within:    2*200*time.Millisecond + 2*500*time.Millisecond + time.Second,
+		cut: func(_ *env, p *faultproxy.Proxy) {
+			p.FreezeExisting()
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newPrivateEnv(t)
+			opts := []fairlock.Option{fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
+			holder := e.client(opts...)
+			waiters, p := e.proxied(&redis.Options{ReadTimeout: 500 * time.Millisecond},
+				append(opts, fairlock.WithHeartbeat(tc.heartbeat))...)
+
+			// A waiter on another lock keeps the hub subscribed through
+			// every round, so that its subscription can be watched.
+			cctx, err := holder.Mutex("canary").Lock(context.Background())
+			require.NoError(t, err)
+			stopCanary, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			canary := lockAsync(stopCanary, waiters.Mutex("canary"))
+			e.waitQueued("canary", 1)
+
+			hm, wm := holder.Mutex("cut"), waiters.Mutex("cut")
+			for round := range 3 {
+				hctx, err := hm.Lock(context.Background())
+				require.NoError(t, err)
+				w := lockAsync(context.Background(), wm)
+				e.waitQueued("cut", 1)
+				before, _, err := e.pubsub("canary")
+				require.NoError(t, err)
+				require.Len(t, before, 1, "round %d: the hub's one pub/sub connection", round)
+
+				tc.cut(e, p)
+				released := time.Now()
+				require.NoError(t, hm.Unlock(hctx))
+				r := await(t, w, tc.within+5*time.Second)
+				took := time.Since(released)
+				require.NoError(t, r.err)
+				t.Logf("round %d: granted %v after the release", round, took)
+				assert.Less(t, took, tc.within, "round %d: the waiter was not woken after the cut", round)
+				require.NoError(t, wm.Unlock(r.ctx))
+
+				require.Eventually(t, func() bool {
+					ids, n, err := e.pubsub("canary")
+					return err == nil && len(ids) == 1 && ids[0] != before[0] && n == 1
+				}, 10*time.Second, 10*time.Millisecond,
+					"round %d: the hub must subscribe again on a new connection", round)
+			}
+
+			cancel()
+			require.ErrorIs(t, await(t, canary, 5*time.Second).err, context.Canceled)
+			require.NoError(t, holder.Mutex("canary").Unlock(cctx))
+			e.requireClean("canary")
+			e.requireClean("cut")
+		})
+	}
+}

@@ -86,6 +86,14 @@ func TestBadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 	_, err = c.Mutex("ok").Lock(nil)
 	require.Error(t, err, "nil context")
 
+	var nilMutex *fairlock.Mutex
+	_, err = nilMutex.Lock(ctx)
+	require.Error(t, err, "nil Mutex")
+	var nilLocks *fairlock.Client
+	_, err = nilLocks.Mutex("x").Lock(ctx)
+	require.Error(t, err, "Mutex of a nil Client")
+	require.NoError(t, nilLocks.Close())
+
 	require.Empty(t, e.keysUnder(), "bad input must change nothing in Redis")
 }
 

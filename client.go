@@ -62,6 +62,9 @@ func isNil(rdb redis.UniversalClient) bool {
 // closed, and every goroutine of the Client has exited when Close returns.
 // It does not close the redis client given to New. Close is idempotent.
 func (c *Client) Close() error {
+	if c == nil {
+		return nil
+	}
 	return c.engine.Close()
 }
 
@@ -71,6 +74,9 @@ func (c *Client) Close() error {
 // option is reported by every method of the handle (ErrInvalidName,
 // ErrInvalidOption).
 func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
+	if c == nil {
+		return &Mutex{name: name, err: errNilClient}
+	}
 	m := &Mutex{c: c, name: name, lease: c.cfg.lease}
 	var mc mutexConfig
 	for i, o := range opts {

@@ -52,5 +52,9 @@ var (
 	ErrInvalidOption = errors.New("fairlock: invalid option")
 )
 
-// errNilContext is returned to callers that pass a nil context.
-var errNilContext = errors.New("fairlock: nil context")
+// Errors for nil arguments: programming errors, reported instead of a panic.
+var (
+	errNilContext = errors.New("fairlock: nil context")
+	errNilMutex   = errors.New("fairlock: nil Mutex")
+	errNilClient  = errors.New("fairlock: Mutex of a nil Client")
+)

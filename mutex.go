@@ -25,14 +25,23 @@ type Mutex struct {
 }
 
 // Name returns the lock's name.
-func (m *Mutex) Name() string { return m.name }
+func (m *Mutex) Name() string {
+	if m == nil {
+		return ""
+	}
+	return m.name
+}
 
 // usable returns the error that stops any call: a bad handle, a nil
 // context, a closed Client.
 func (m *Mutex) usable(ctx context.Context) error {
 	switch {
+	case m == nil:
+		return errNilMutex
 	case m.err != nil:
 		return m.err
+	case m.c == nil:
+		return errNilMutex
 	case ctx == nil:
 		return errNilContext
 	case m.c.engine.Closed():

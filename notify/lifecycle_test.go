@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/faultproxy"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -27,7 +28,7 @@ func TestCanceledWatchLeavesNoTrace(t *testing.T) {
 
 func TestWatchThatOutlivesItsContextLeavesNoTrace(t *testing.T) {
 	srv := redistest.Shared(t)
-	p := startProxy(t, srv.Addr)
+	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := newHub(t, rdb, Options{})
@@ -53,7 +54,7 @@ func TestWatchThatOutlivesItsContextLeavesNoTrace(t *testing.T) {
 
 func TestWatchPendingAtCloseReturnsErrClosed(t *testing.T) {
 	srv := redistest.Shared(t)
-	p := startProxy(t, srv.Addr)
+	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := newHub(t, rdb, Options{})

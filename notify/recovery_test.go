@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/faultproxy"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -57,7 +58,7 @@ func TestServerRestartSignalsEveryWaiterAndDeliveryResumes(t *testing.T) {
 
 func TestUnreachableServerIsRetriedAndWatchWaitsForIt(t *testing.T) {
 	srv := redistest.Shared(t)
-	p := startProxy(t, srv.Addr)
+	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := newHub(t, rdb, Options{})
@@ -78,7 +79,7 @@ func TestUnreachableServerIsRetriedAndWatchWaitsForIt(t *testing.T) {
 	}()
 	require.Eventually(t, func() bool { return len(watched(h)) == 4 },
 		patience, time.Millisecond, "Watch during the outage never registered")
-	p.Resume()
+	p.Heal()
 
 	for _, w := range waiters {
 		requireSignal(t, w, "messages may have been lost during the outage")
@@ -102,7 +103,7 @@ func TestUnreachableServerIsRetriedAndWatchWaitsForIt(t *testing.T) {
 
 func TestHalfOpenConnectionIsDetectedAndRebuilt(t *testing.T) {
 	srv := redistest.Shared(t)
-	p := startProxy(t, srv.Addr)
+	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := newHub(t, rdb, Options{Heartbeat: 100 * time.Millisecond})
@@ -123,7 +124,7 @@ func TestHalfOpenConnectionIsDetectedAndRebuilt(t *testing.T) {
 
 func TestSubscriptionsSurviveRepeatedRebuilds(t *testing.T) {
 	srv := redistest.Shared(t)
-	p := startProxy(t, srv.Addr)
+	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	h := newHub(t, rdb, Options{Heartbeat: 50 * time.Millisecond})

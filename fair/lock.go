@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -242,6 +243,6 @@ func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
-	n, err := forceUnlockScript.Run(cctx, l.e.rdb, l.scripted, l.keys.Wake).Int64()
+	n, err := lua.ForceUnlockScript.Run(cctx, l.e.rdb, l.scripted, l.keys.Wake).Int64()
 	return n == 1, err
 }

@@ -10,15 +10,6 @@ import (
 	"github.com/fairlock/fairlock/lua"
 )
 
-// The scripts, as the fair package runs them.
-var (
-	acquireScript     = lua.AcquireScript
-	releaseScript     = lua.ReleaseScript
-	renewScript       = lua.RenewScript
-	cancelScript      = lua.CancelScript
-	forceUnlockScript = lua.ForceUnlockScript
-)
-
 // Acquire modes.
 const (
 	modeTry     = "try"
@@ -51,7 +42,7 @@ func (l *Lock) acquire(ctx context.Context, owner, entry string, lease time.Dura
 // stands for the same call, re-sent.
 func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease time.Duration, mode string) (reply, error) {
 	keys := append(l.scripted[:4:4], l.keys.Call(call))
-	v, err := acquireScript.Run(ctx, l.e.rdb, keys,
+	v, err := lua.AcquireScript.Run(ctx, l.e.rdb, keys,
 		owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, l.keys.Wake, l.e.receiptTTL()).Slice()
 	if err != nil {
 		return reply{}, err
@@ -78,20 +69,20 @@ func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (
 // releaseCall runs release.lua once under the given call id.
 func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration) (int, error) {
 	keys := append(l.scripted[:4:4], l.keys.Call(call))
-	n, err := releaseScript.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, l.e.receiptTTL()).Int64()
+	n, err := lua.ReleaseScript.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, l.e.receiptTTL()).Int64()
 	return int(n), err
 }
 
 // renew runs renew.lua once: true when the owner still holds the lock.
 func (l *Lock) renew(ctx context.Context, owner string, lease time.Duration) (bool, error) {
-	n, err := renewScript.Run(ctx, l.e.rdb, l.scripted[:1], owner, ms(lease)).Int64()
+	n, err := lua.RenewScript.Run(ctx, l.e.rdb, l.scripted[:1], owner, ms(lease)).Int64()
 	return n == 1, err
 }
 
 // cancel runs cancel.lua once: true when a level handed to entry was given
 // back.
 func (l *Lock) cancel(ctx context.Context, owner, entry string) (bool, error) {
-	n, err := cancelScript.Run(ctx, l.e.rdb, l.scripted, owner, entry, l.keys.Wake).Int64()
+	n, err := lua.CancelScript.Run(ctx, l.e.rdb, l.scripted, owner, entry, l.keys.Wake).Int64()
 	return n == 1, err
 }
 

@@ -16,15 +16,6 @@ import (
 	"github.com/fairlock/fairlock/lua"
 )
 
-// The scripts, as the fair package runs them.
-var (
-	acquireScript     = lua.AcquireScript
-	releaseScript     = lua.ReleaseScript
-	renewScript       = lua.RenewScript
-	cancelScript      = lua.CancelScript
-	forceUnlockScript = lua.ForceUnlockScript
-)
-
 // rigStart is the server time at which a miniredis rig starts.
 const rigStart = 1_700_000_000_000
 
@@ -82,7 +73,7 @@ func (r *rig) withCall(call string) []string {
 }
 
 func (r *rig) acquire(ctx context.Context, call, owner, entry string, lease, waiterTTL int64, mode string) (Reply, error) {
-	v, err := acquireScript.Run(ctx, r.rdb, r.withCall(call),
+	v, err := lua.AcquireScript.Run(ctx, r.rdb, r.withCall(call),
 		owner, entry, lease, waiterTTL, mode, r.keys.Wake, r.receiptTTL).Int64Slice()
 	switch {
 	case err != nil:
@@ -96,22 +87,22 @@ func (r *rig) acquire(ctx context.Context, call, owner, entry string, lease, wai
 }
 
 func (r *rig) release(ctx context.Context, call, owner string, lease int64) (int, error) {
-	n, err := releaseScript.Run(ctx, r.rdb, r.withCall(call), owner, lease, r.keys.Wake, r.receiptTTL).Int64()
+	n, err := lua.ReleaseScript.Run(ctx, r.rdb, r.withCall(call), owner, lease, r.keys.Wake, r.receiptTTL).Int64()
 	return int(n), err
 }
 
 func (r *rig) renew(ctx context.Context, owner string, lease int64) (bool, error) {
-	n, err := renewScript.Run(ctx, r.rdb, r.keys.Scripted()[:1], owner, lease).Int64()
+	n, err := lua.RenewScript.Run(ctx, r.rdb, r.keys.Scripted()[:1], owner, lease).Int64()
 	return n == 1, err
 }
 
 func (r *rig) cancel(ctx context.Context, owner, entry string) (bool, error) {
-	n, err := cancelScript.Run(ctx, r.rdb, r.keys.Scripted(), owner, entry, r.keys.Wake).Int64()
+	n, err := lua.CancelScript.Run(ctx, r.rdb, r.keys.Scripted(), owner, entry, r.keys.Wake).Int64()
 	return n == 1, err
 }
 
 func (r *rig) forceUnlock(ctx context.Context) (bool, error) {
-	n, err := forceUnlockScript.Run(ctx, r.rdb, r.keys.Scripted(), r.keys.Wake).Int64()
+	n, err := lua.ForceUnlockScript.Run(ctx, r.rdb, r.keys.Scripted(), r.keys.Wake).Int64()
 	return n == 1, err
 }
 

@@ -602,3 +602,25 @@ func TestReentryOfALostHoldIsLeaseLostNotAFreshGrant(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, locked, "the failed re-entry must not take the lock afresh")
 }
+
+func TestHandedOverHoldOutlivesAShortWaiterTTL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// The hand-over gives the hold the waiter's remaining deadline (under
+	// 300ms); the new holder's watchdog must renew it to the 5s lease.
+	opts := []fairlock.Option{fairlock.WithWaiterTTL(300 * time.Millisecond), fairlock.WithLease(5 * time.Second)}
+	holder := e.client(opts...).Mutex("short-ttl")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+	next := lockAsync(context.Background(), e.client(opts...).Mutex("short-ttl"))
+	e.waitQueued("short-ttl", 1)
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, next, 5*time.Second)
+	require.NoError(t, r.err)
+	time.Sleep(time.Second)
+	require.NoError(t, r.ctx.Err(), "the handed-over hold was lost: %v", context.Cause(r.ctx))
+	ttl, err := holder.TTL(context.Background())
+	require.NoError(t, err)
+	require.Greater(t, ttl, 3*time.Second, "renewed to the lease")
+	require.NoError(t, holder.Unlock(r.ctx))
+}

@@ -23,15 +23,16 @@ type Hold struct {
 	stop   chan struct{}           // closed when the hold ends: stops the watchdog
 
 	mu     sync.Mutex
-	levels int       // levels this process holds; guarded by mu
-	ended  bool      // guarded by mu
-	cause  error     // why the hold ended (nil: unlocked); guarded by mu
-	valid  time.Time // the hold lasts in Redis at least until then; owned by the watchdog once started
+	levels int           // levels this process holds; guarded by mu
+	ended  bool          // guarded by mu
+	cause  error         // why the hold ended (nil: unlocked); guarded by mu
+	valid  time.Time     // the hold lasts in Redis at least until then; owned by the watchdog once started
+	span   time.Duration // length of the window that set valid; owned likewise
 }
 
-// newHold returns the hold of a grant. valid is a time until which the
-// hold is known to last in Redis.
-func newHold(l *Lock, req Request, token int64, valid time.Time) *Hold {
+// newHold returns the hold of a grant, known to last in Redis for span
+// from the time from.
+func newHold(l *Lock, req Request, token int64, from time.Time, span time.Duration) *Hold {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Hold{
 		l:      l,
@@ -43,7 +44,8 @@ func newHold(l *Lock, req Request, token int64, valid time.Time) *Hold {
 		cancel: cancel,
 		stop:   make(chan struct{}),
 		levels: 1,
-		valid:  valid,
+		valid:  from.Add(span),
+		span:   span,
 	}
 }
 

@@ -58,7 +58,7 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 		return nil, err
 	}
 	if rep.granted {
-		return l.hold(ctx, req, rep.token, sent.Add(req.Lease), false)
+		return l.hold(ctx, req, rep.token, sent, req.Lease, false)
 	}
 	if !req.Wait {
 		return nil, ErrLocked
@@ -106,11 +106,13 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 			// leaves the queue once the poll is answered.
 			return nil, err
 		case err == nil && rep.granted:
-			return l.hold(ctx, req, rep.token, sent.Add(req.Lease), false)
+			return l.hold(ctx, req, rep.token, sent, req.Lease, false)
 		case err == nil:
+			answered := time.Now()
 			if rep.joined {
-				observe(ctx).joined(sent, time.Now())
+				observe(ctx).joined(sent, answered)
 			}
+			observe(ctx).polled(sent, answered)
 			retry = retryMin
 			timer.Reset(rep.hint)
 		case redisError(err):
@@ -139,8 +141,7 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 				// hold lasts our lease, but no longer than our waiter
 				// deadline, which our last answered poll set to
 				// polled+WaiterTTL or later.
-				valid := polled.Add(min(req.Lease, l.e.cfg.WaiterTTL))
-				return l.hold(ctx, req, token, valid, true)
+				return l.hold(ctx, req, token, polled, min(req.Lease, l.e.cfg.WaiterTTL), true)
 			}
 		case <-timer.C:
 		case <-ctx.Done():
@@ -172,8 +173,12 @@ func (l *Lock) giveUp(ctx context.Context, owner, entry string) error {
 
 // hold turns a grant into a Hold, unless ctx ended or the engine closed
 // meanwhile: then the grant is given back and the caller gets the error.
-func (l *Lock) hold(ctx context.Context, req Request, token int64, valid time.Time, pushed bool) (*Hold, error) {
-	h := newHold(l, req, token, valid)
+//
+// The grant is known to last span from the send time of the call that
+// made it (from): the lease, or for a hand-over (pushed) no more than the
+// waiter deadline.
+func (l *Lock) hold(ctx context.Context, req Request, token int64, from time.Time, span time.Duration, pushed bool) (*Hold, error) {
+	h := newHold(l, req, token, from, span)
 	fail := ctx.Err()
 	if fail == nil && !l.e.addHold(h) {
 		fail = ErrClosed

@@ -15,6 +15,11 @@ type Observer struct {
 	// the entry joined the line in between. It is called again if the
 	// waiter lost its place (its deadline passed) and joined anew.
 	Joined func(sent, answered time.Time)
+	// Polled is called after every wait-mode call that left the caller in
+	// line (the one that joined, and every heartbeat after it): the call
+	// moved the waiter's deadline to WaiterTTL after it ran, between sent
+	// and answered.
+	Polled func(sent, answered time.Time)
 }
 
 type observerKey struct{}
@@ -32,5 +37,11 @@ func observe(ctx context.Context) *Observer {
 func (o *Observer) joined(sent, answered time.Time) {
 	if o != nil && o.Joined != nil {
 		o.Joined(sent, answered)
+	}
+}
+
+func (o *Observer) polled(sent, answered time.Time) {
+	if o != nil && o.Polled != nil {
+		o.Polled(sent, answered)
 	}
 }

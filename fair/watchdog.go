@@ -11,13 +11,12 @@ import (
 // never renewed; the hold ends when it runs out.
 //
 // h.valid is a time until which the hold is known to last: the send time
-// of the last call that set the expiry, plus the expiry it set. When
-// renewals keep failing (Redis unreachable), the hold is declared lost a
-// sixth of the lease before that time, so the holder learns it before
-// another owner can be granted.
+// of the last call that set the expiry, plus the expiry it set (h.span).
+// When renewals keep failing (Redis unreachable), the hold is declared
+// lost a sixth of that span before that time, so the holder learns it
+// before another owner can be granted.
 func (h *Hold) watchdog(renewNow bool) {
 	lease := h.lease
-	margin := lease / 6
 	retry := max(lease/12, 10*time.Millisecond)
 	next := time.Now().Add(lease / 3)
 	if renewNow {
@@ -42,10 +41,11 @@ func (h *Hold) watchdog(renewNow bool) {
 		}
 
 		sent := time.Now()
-		ok, err := h.renewBy(h.valid.Add(-margin))
+		giveUp := h.valid.Add(-h.span / 6)
+		ok, err := h.renewBy(giveUp)
 		switch {
 		case err == nil && ok:
-			h.valid = sent.Add(lease)
+			h.valid, h.span = sent.Add(lease), lease
 			next = sent.Add(lease / 3)
 		case err == nil:
 			if h.over() {
@@ -54,7 +54,7 @@ func (h *Hold) watchdog(renewNow bool) {
 			h.l.e.log.Info("fairlock: lease lost: the lock is no longer ours", "lock", h.l.keys.Name)
 			h.end(ErrLeaseLost)
 			return
-		case !time.Now().Before(h.valid.Add(-margin)):
+		case !time.Now().Before(giveUp):
 			h.l.e.log.Warn("fairlock: lease lost: renewal failed until the lease nearly ran out",
 				"lock", h.l.keys.Name, "err", err)
 			h.lose()

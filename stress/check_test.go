@@ -231,3 +231,40 @@ func TestResidueReportsLeftovers(t *testing.T) {
 		assert.Equal(t, Residue, v.Kind)
 	}
 }
+
+func TestCheckerTrustsAPlaceAsLongAsPollsKeepIt(t *testing.T) {
+	const ttl = 3 * time.Millisecond
+	// w2 joined at 2ms and kept polling until 20ms; w3 joined after it and
+	// was granted at 15ms, far past w2's join plus the TTL, while w2 was
+	// still in line: a FIFO violation only the polls can prove.
+	w2 := queued("w2", 2, 2, 25, 26, 3)
+	broken := false
+	for ms := 2.0; ms <= 20; ms += 1 {
+		w2.keep(at(ms), at(ms+0.5), ttl, &broken)
+	}
+	require.False(t, broken)
+	require.Equal(t, at(23), w2.Kept)
+	history := []Attempt{
+		hold("w1", 0, 1, 10, 1),
+		w2,
+		queued("w3", 4, 4, 15, 16, 2),
+	}
+	assert.Equal(t, map[ViolationKind]int{OutOfOrder: 1}, kinds(Check(history, ttl)))
+
+	// Without the polls, w2's place is certain only until 5ms: nothing is
+	// proven.
+	history[1].Kept = time.Time{}
+	assert.Empty(t, Check(history, ttl))
+}
+
+func TestAPollAnsweredPastTheDeadlineEndsTheCertainPlace(t *testing.T) {
+	const ttl = 3 * time.Millisecond
+	var a Attempt
+	broken := false
+	a.keep(at(0), at(0.5), ttl, &broken) // deadline at least 3ms
+	a.keep(at(2), at(2.5), ttl, &broken) // answered before 3ms: kept until 5ms
+	a.keep(at(4), at(6), ttl, &broken)   // answered after 5ms: the place may have been lost
+	a.keep(at(7), at(7.5), ttl, &broken) // no longer counts
+	require.True(t, broken)
+	require.Equal(t, at(5), a.Kept)
+}

@@ -56,6 +56,7 @@ type Attempt struct {
 
 	Start       time.Time `json:"start"`                 // Lock or TryLock called
 	Joins       []Join    `json:"joins,omitempty"`       // appended to the queue; more than one: it lost its place
+	Kept        time.Time `json:"kept,omitzero"`         // its place in line is certain until then (see keep)
 	Deadline    time.Time `json:"deadline,omitzero"`     // the wait's context deadline (waiters that may give up)
 	Granted     time.Time `json:"granted,omitzero"`      // Lock returned the hold
 	Token       int64     `json:"token,omitempty"`       // fencing token of the hold
@@ -66,6 +67,23 @@ type Attempt struct {
 	Outcome     Outcome   `json:"outcome"`               // how it ended
 	LeaseLost   bool      `json:"lease_lost,omitempty"`  // the hold's context ended with ErrLeaseLost
 	Err         string    `json:"err,omitempty"`         // an unexpected error on the way
+}
+
+// keep records one answered poll that left the waiter in line. Each poll
+// moved the waiter's deadline to ttl after it ran, so the place is certain
+// until ttl after the send of the last poll, as long as every poll was
+// answered before the deadline the one before it had set; after a poll
+// that came later than that, the waiter may have been dropped in between
+// (and, finding the line empty, granted without joining again), so Kept
+// stops growing there.
+func (a *Attempt) keep(sent, answered time.Time, ttl time.Duration, broken *bool) {
+	switch {
+	case *broken:
+	case a.Kept.IsZero() || answered.Before(a.Kept):
+		a.Kept = sent.Add(ttl)
+	default:
+		*broken = true
+	}
 }
 
 // Held reports whether the attempt was granted the lock.

@@ -27,11 +27,11 @@ func queuedSince(a *Attempt) (time.Time, bool) {
 // order reports grants that passed a waiter certainly ahead in line.
 //
 // A waiter W certainly had its place from the answer of its join until
-// the waiter TTL after the join was sent: the join set its deadline to
-// the TTL after the script ran, and only a waiter whose deadline passed is
-// dropped. (A live waiter keeps moving its deadline, but that is not
-// observed: a waiter stalled for longer than the TTL may be dropped and,
-// finding the line empty, be granted without joining again.)
+// keptUntil(W): every answered poll set its deadline to the TTL after the
+// script ran, and only a waiter whose deadline passed is dropped. (A
+// waiter stalled for longer than the TTL may be dropped and, finding the
+// line empty, be granted without joining again: Attempt.keep stops the
+// certain window at such a stall.)
 //
 // W is ahead of a grant G when W's join was answered before G took its
 // place. A grant that joined the queue took it when it sent its last join.
@@ -50,20 +50,24 @@ func (c *checker) order(as, holds []*Attempt, ttl time.Duration) {
 	for i, w := range waiters {
 		since[i], _ = queuedSince(w)
 	}
+	var longest time.Duration // the longest certain window of any waiter
+	for i, w := range waiters {
+		longest = max(longest, keptUntil(w, ttl).Sub(since[i]))
+	}
 	placed := places(holds)
 	for _, g := range holds {
 		if g.Token <= 0 {
 			continue
 		}
 		// Waiters ahead of g: joined before g took its place, and (with
-		// a TTL) joined less than ttl before g's grant.
+		// a TTL) still certainly in line when g was granted.
 		hi, _ := slices.BinarySearchFunc(since, placed[g], time.Time.Compare)
 		lo := 0
 		if ttl > 0 {
-			lo, _ = slices.BinarySearchFunc(since[:hi], g.Granted.Add(-ttl), time.Time.Compare)
+			lo, _ = slices.BinarySearchFunc(since[:hi], g.Granted.Add(-longest), time.Time.Compare)
 		}
 		for _, w := range waiters[lo:hi] {
-			if w == g || (ttl > 0 && !g.Granted.Before(w.Joins[0].Sent.Add(ttl))) {
+			if w == g || (ttl > 0 && !g.Granted.Before(keptUntil(w, ttl))) {
 				continue
 			}
 			if what := passedBy(c, w, g); what != "" {
@@ -72,6 +76,16 @@ func (c *checker) order(as, holds []*Attempt, ttl time.Duration) {
 			}
 		}
 	}
+}
+
+// keptUntil returns until when waiter w certainly kept its place: the
+// window its polls kept open (Attempt.Kept), or, when none was recorded,
+// the TTL after its join was sent.
+func keptUntil(w *Attempt, ttl time.Duration) time.Time {
+	if !w.Kept.IsZero() {
+		return w.Kept
+	}
+	return w.Joins[0].Sent.Add(ttl)
 }
 
 // passedBy says how grant g passed waiter w, which was certainly in line

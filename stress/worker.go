@@ -106,9 +106,13 @@ func (w *worker) attempt(cfg *config, rec Recorder) {
 		return
 	}
 	defer w.finish(rec)
+	broken := false // a poll came too late to be sure of the place; used under w.mu
 	ctx := fair.WithObserver(context.Background(), &fair.Observer{
 		Joined: func(sent, answered time.Time) {
 			w.update(func(a *Attempt) { a.Joins = append(a.Joins, Join{Sent: wall(sent), Answered: wall(answered)}) })
+		},
+		Polled: func(sent, answered time.Time) {
+			w.update(func(a *Attempt) { a.keep(wall(sent), wall(answered), cfg.WaiterTTL, &broken) })
 		},
 	})
 	cancel := context.CancelFunc(func() {})

@@ -624,3 +624,24 @@ func TestHandedOverHoldOutlivesAShortWaiterTTL(t *testing.T) {
 	require.Greater(t, ttl, 3*time.Second, "renewed to the lease")
 	require.NoError(t, holder.Unlock(r.ctx))
 }
+
+func TestHandOverLongAfterTheLastPollStillKeepsAShortLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	holder := e.client().Mutex("late-push") // a 30s lease: the waiter polls once a second
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+	// The waiter's own lease is 300ms. The push comes 600ms after its last
+	// poll: what it knows of the handed-over hold's expiry is spent, yet
+	// the hold is real and must be kept.
+	waiter := e.client(fairlock.WithLease(300*time.Millisecond), fairlock.WithWaiterTTL(3*time.Second)).Mutex("late-push")
+	next := lockAsync(context.Background(), waiter)
+	e.waitQueued("late-push", 1)
+	time.Sleep(600 * time.Millisecond)
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, next, 5*time.Second)
+	require.NoError(t, r.err)
+	time.Sleep(time.Second) // over three leases
+	require.NoError(t, r.ctx.Err(), "the handed-over hold was lost: %v", context.Cause(r.ctx))
+	require.NoError(t, waiter.Unlock(r.ctx))
+}

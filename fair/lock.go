@@ -139,9 +139,17 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 				// Handed over: the release script made us the owner and
 				// the push carries our token. No round trip needed. The
 				// hold lasts our lease, but no longer than our waiter
-				// deadline, which our last answered poll set to
-				// polled+WaiterTTL or later.
-				return l.hold(ctx, req, token, polled, min(req.Lease, l.e.cfg.WaiterTTL), true)
+				// deadline, from the hand-over, which came after our last
+				// answered poll: so at least span from polled.
+				span := min(req.Lease, l.e.cfg.WaiterTTL)
+				if time.Until(polled.Add(span-span/3)) > 0 {
+					return l.hold(ctx, req, token, polled, span, true)
+				}
+				// What we know of the hold's expiry is nearly spent (a
+				// short lease, a last poll long ago): claim the hold
+				// with one more poll, which answers granted and sets
+				// the full lease, rather than start a hold we might
+				// have to declare lost at once.
 			}
 		case <-timer.C:
 		case <-ctx.Done():

@@ -63,9 +63,6 @@ func (h *Hold) Context() context.Context { return h.ctx }
 // Owner returns the owner id of the hold.
 func (h *Hold) Owner() string { return h.owner }
 
-// Lock returns the lock held.
-func (h *Hold) Lock() *Lock { return h.l }
-
 // Token returns the fencing token of the hold, or an error wrapping
 // ErrNotHeld when the hold has ended.
 func (h *Hold) Token() (int64, error) {

@@ -20,9 +20,6 @@ type Lock struct {
 	scripted []string // keys.Scripted(), built once
 }
 
-// Keys returns the lock's keys.
-func (l *Lock) Keys() queue.Keys { return l.keys }
-
 // Request is one attempt to take a lock.
 type Request struct {
 	Owner string        // owner id of the hold

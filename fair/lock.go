@@ -126,12 +126,7 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 
 		select {
 		case <-w.C():
-			if !timer.Stop() {
-				select {
-				case <-timer.C:
-				default:
-				}
-			}
+			timer.Stop() // no stale tick can follow (Go 1.23 timers)
 			if token, ok := w.Grant(); ok {
 				// Handed over: the release script made us the owner and
 				// the push carries our token. No round trip needed. The

@@ -78,17 +78,26 @@ func (h *Hold) renewBy(giveUp time.Time) (bool, error) {
 		return false, context.DeadlineExceeded
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
-	done := make(chan outcome, 1)
+	defer cancel() // once we stop waiting, go-redis need not retry
+	type result struct {
+		ok  bool
+		err error
+	}
+	done := make(chan result, 1)
 	h.l.e.wg.Go(func() {
-		defer cancel()
 		ok, err := h.l.renew(ctx, h.owner, h.lease)
-		done <- outcome{rep: reply{granted: ok}, err: err}
+		done <- result{ok, err}
 	})
 	select {
-	case o := <-done:
-		return o.rep.granted, o.err
+	case r := <-done:
+		return r.ok, r.err
 	case <-ctx.Done():
-		return false, ctx.Err()
+		select {
+		case r := <-done: // answered at the deadline: the answer counts
+			return r.ok, r.err
+		default:
+			return false, ctx.Err()
+		}
 	case <-h.stop:
 		return false, ErrNotHeld
 	}

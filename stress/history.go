@@ -219,19 +219,29 @@ func readStream(r io.Reader, rec Recorder) (done bool, err error) {
 // writeHistoryFile writes the attempts to the file path as JSON lines,
 // sorted by start.
 func writeHistoryFile(path string, attempts []Attempt) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("history: %w", err)
-	}
 	sorted := slices.Clone(attempts)
 	slices.SortStableFunc(sorted, func(a, b Attempt) int { return a.Start.Compare(b.Start) })
-	w := bufio.NewWriter(f)
-	enc := json.NewEncoder(w)
-	for i := range sorted {
-		if err = enc.Encode(&sorted[i]); err != nil {
-			break
+	return writeFile(path, "history", func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		for i := range sorted {
+			if err := enc.Encode(&sorted[i]); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+}
+
+// writeFile creates the file path and writes it through a buffer with
+// write; errors, of the writing, the flush or the close, are prefixed with
+// what.
+func writeFile(path, what string, write func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
+	w := bufio.NewWriter(f)
+	err = write(w)
 	if ferr := w.Flush(); err == nil {
 		err = ferr
 	}
@@ -239,7 +249,7 @@ func writeHistoryFile(path string, attempts []Attempt) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("history: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }

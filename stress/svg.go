@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"encoding/xml"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,22 +26,7 @@ const (
 
 // writeSVGFile draws the timeline into the file path.
 func writeSVGFile(path string, attempts []Attempt, locks []string, vs []Violation) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("svg: %w", err)
-	}
-	w := bufio.NewWriter(f)
-	err = writeSVG(w, attempts, locks, vs)
-	if ferr := w.Flush(); err == nil {
-		err = ferr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("svg: %w", err)
-	}
-	return nil
+	return writeFile(path, "svg", func(w io.Writer) error { return writeSVG(w, attempts, locks, vs) })
 }
 
 // writeSVG draws the run as a timeline: one row per worker, a bar per hold

@@ -3,6 +3,7 @@ package fair
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -51,6 +52,12 @@ func (r *rig) advance(d time.Duration) {
 	r.now = r.now.Add(d)
 	r.mr.SetTime(r.now)
 }
+
+// clockToken is the token of a fresh grant at the rig's clock while the
+// counter is behind it: the server's time in ms times 1000.
+func (r *rig) clockToken() int64 { return r.now.UnixMilli() * 1000 }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func entry(id string, owner string) string {
 	return queue.Entry(id+"000000000000000"[:queue.WaiterIDLen-len(id)], rigLease, owner)
@@ -131,7 +138,8 @@ func TestReleaseHandsOverToHeadAndPublishesItsToken(t *testing.T) {
 	require.Equal(t, "wa", owner, "the lock is never free between two holders")
 	require.Equal(t, "1", count)
 	require.Equal(t, a, e)
-	require.Equal(t, a+" 2", r.message())
+	tok := r.clockToken() + 1 // within the ms of h's grant: the counter + 1
+	require.Equal(t, a+" "+itoa(tok), r.message())
 	require.Equal(t, []string{b}, r.queue())
 	// The hand-over lasts the lease but no longer than the waiter deadline.
 	require.Equal(t, rigTTL, r.pttl())
@@ -139,7 +147,7 @@ func TestReleaseHandsOverToHeadAndPublishesItsToken(t *testing.T) {
 	// The head missed the push: its next poll claims the hold, count 1.
 	rep := r.acquire("wa", a, modeWait)
 	require.True(t, rep.granted)
-	require.Equal(t, int64(2), rep.token)
+	require.Equal(t, tok, rep.token)
 	require.Equal(t, 1, rep.count)
 	require.Equal(t, rigLease, r.pttl())
 }
@@ -213,7 +221,7 @@ func TestTryModeNeverEnqueuesNorJumpsTheLine(t *testing.T) {
 	require.False(t, r.acquire("t", entry("d", "t"), modeTry).granted)
 	owner, _, _ := r.holder()
 	require.Equal(t, "w", owner)
-	require.Equal(t, w+" 2", r.message())
+	require.Equal(t, w+" "+itoa(r.clockToken()+1), r.message())
 }
 
 func TestResentCallsCountOnce(t *testing.T) {
@@ -259,7 +267,7 @@ func TestCancelGivesBackARacingHandOver(t *testing.T) {
 	require.False(t, r.acquire("wa", a, modeWait).granted)
 	require.False(t, r.acquire("wb", b, modeWait).granted)
 	require.Equal(t, 0, r.release("h"))
-	require.Equal(t, a+" 2", r.message())
+	require.Equal(t, a+" "+itoa(r.clockToken()+1), r.message())
 
 	// wa gave up as the lock was handed to it.
 	gaveBack, err := r.l.cancel(context.Background(), "wa", a)
@@ -267,7 +275,7 @@ func TestCancelGivesBackARacingHandOver(t *testing.T) {
 	require.True(t, gaveBack)
 	owner, _, _ := r.holder()
 	require.Equal(t, "wb", owner)
-	require.Equal(t, b+" 3", r.message())
+	require.Equal(t, b+" "+itoa(r.clockToken()+2), r.message())
 
 	// A re-sent cancel does nothing more.
 	gaveBack, err = r.l.cancel(context.Background(), "wa", a)
@@ -289,4 +297,32 @@ func TestRenewOnlyExtendsTheOwnersHold(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok)
 	require.Equal(t, rigLease, r.pttl())
+}
+
+func TestFreshGrantTokenIsTheClockOrTheCounterPlusOne(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	grant := func() int64 {
+		t.Helper()
+		rep := r.acquire("o", entry("a", "o"), modeTry)
+		require.True(t, rep.granted)
+		require.Equal(t, 0, r.release("o"))
+		require.Equal(t, itoa(rep.token), r.rdb.Get(ctx, r.l.keys.Token).Val(), "the token becomes the counter")
+		return rep.token
+	}
+	require.Equal(t, r.clockToken(), grant(), "the server's time in ms times 1000")
+	require.Equal(t, r.clockToken()+1, grant(), "within the same ms: the counter + 1")
+	r.advance(time.Millisecond)
+	require.Equal(t, r.clockToken(), grant(), "one ms later: the clock again")
+
+	// A counter ahead of the clock goes on by one, digit for digit.
+	require.NoError(t, r.rdb.Set(ctx, r.l.keys.Token, "1800000000000122", 0).Err())
+	rep := r.acquire("o", entry("b", "o"), modeTry)
+	require.Equal(t, int64(1_800_000_000_000_123), rep.token)
+	require.Equal(t, "1800000000000123", r.rdb.HGet(ctx, r.l.keys.Lock, "token").Val())
+	require.Equal(t, 0, r.release("o"))
+
+	// A clock past the counter wins again.
+	r.advance(time.Duration(1_900_000_000_000-r.now.UnixMilli()) * time.Millisecond)
+	require.Equal(t, int64(1_900_000_000_000_000), grant())
 }

@@ -39,6 +39,8 @@ local waiter_ttl = tonumber(ARGV[4])
 local mode = ARGV[5]
 local channel = ARGV[6]
 
+-- granted writes the receipt and answers granted. token is the decimal
+-- string of the hash field or of take, never a number: see take in lib.lua.
 local function granted(token, count)
   redis.call('SET', KEYS[5], token .. ':' .. count, 'PX', ARGV[7])
   return {1, tonumber(token), tonumber(count)}
@@ -89,7 +91,7 @@ if not holder then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], head)
     end
-    return granted(take(owner, entry, lease), 1)
+    return granted(take(owner, entry, lease, now), 1)
   end
   hand_over(now, channel)
 end

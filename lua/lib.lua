@@ -9,7 +9,7 @@
 --   KEYS[2]  P:{N}:queue     list of waiter entries, oldest first
 --   KEYS[3]  P:{N}:deadline  zset: entry -> server time (ms) by which that
 --                            waiter must poll again
---   KEYS[4]  P:{N}:token     fencing counter
+--   KEYS[4]  P:{N}:token     fencing counter: the latest token (see take)
 --
 -- A waiter entry is "<waiter id>:<lease ms>:<owner id>": the waiter id is
 -- 16 hex characters unique to one waiting Lock call, the lease is the one
@@ -60,9 +60,23 @@ end
 
 -- take makes owner the holder of the free lock under a fresh fencing
 -- token, records which waiter entry the hold was given to, and sets the
--- hold to expire after ttl ms. It returns the token.
-local function take(owner, entry, ttl)
-  local token = redis.call('INCR', KEYS[4])
+-- hold to expire after ttl ms. now is the server's time in ms. It returns
+-- the token as a decimal string.
+--
+-- The token is max(counter + 1, now * 1000), and it becomes the counter.
+-- The clock term keeps tokens rising where the counter alone would go
+-- back: after a restart without persistence (the counter is gone) and
+-- after a failover to a replica whose counter is stale, as long as the
+-- new server's clock reads later than the old one's did; 1000 grants per
+-- ms of a lock can go by before tokens run ahead of the clock. Tokens are
+-- doubles here, exact below 2^53 (the clock term stays below it until the
+-- year 2255). Never tostring() a token or join it with '..': Lua 5.1
+-- prints 14 significant digits ("1.8e+15"). string.format('%d') prints
+-- every digit, and only that text is written, published or stored.
+local function take(owner, entry, ttl, now)
+  local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+  local token = string.format('%d', math.max(counter + 1, now * 1000))
+  redis.call('SET', KEYS[4], token)
   redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', token, 'entry', entry)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return token
@@ -70,7 +84,7 @@ end
 
 -- hand_over gives the free lock to the live head of the queue, if any: the
 -- head becomes the holder on the spot (so nobody can barge in between two
--- holders) and is told through pub/sub with its entry and token. The hold
+-- holders) and is told through pub/sub with "<entry> <token>". The hold
 -- lasts its lease, but no longer than the head's waiter deadline: a dead
 -- head's hold expires like any dead waiter, and a live head with a
 -- watchdog renews it at once. Returns the head's entry, or nil.
@@ -82,8 +96,7 @@ local function hand_over(now, channel)
   redis.call('LPOP', KEYS[2])
   redis.call('ZREM', KEYS[3], head)
   local owner, lease = parse_entry(head)
-  local token = take(owner, head, math.min(lease, deadline - now))
+  local token = take(owner, head, math.min(lease, deadline - now), now)
   redis.call('PUBLISH', channel, head .. ' ' .. token)
   return head
 end
-

@@ -87,13 +87,14 @@ func TestScriptsMatchModelOnRedisServer(t *testing.T) {
 			now, err := r.now(context.Background())
 			require.NoError(t, err)
 			d := &differ{
-				t:     t,
-				ctx:   context.Background(),
-				model: NewModel(now, receiptTTL*scale),
-				rig:   r,
-				world: &world{scale: scale, timeless: true},
-				tol:   1000,
-				about: reproduce("TestScriptsMatchModelOnRedisServer", seed),
+				t:      t,
+				ctx:    context.Background(),
+				model:  NewModel(now, receiptTTL*scale),
+				rig:    r,
+				world:  &world{scale: scale, timeless: true},
+				tol:    1000,
+				tokens: map[int64]int64{0: 0},
+				about:  reproduce("TestScriptsMatchModelOnRedisServer", seed),
 			}
 			d.run(newRandSource(seed), steps()/2)
 		})

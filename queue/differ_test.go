@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -12,16 +13,27 @@ import (
 // differ applies each call to the model and to the real scripts and
 // compares the reply, the whole state of the lock and the wake messages
 // after every step, then checks the invariants of docs/algorithm.md.
+//
+// On a real server (tol > 0) the scripts read a clock a few ms ahead of
+// the model's, and a fresh grant's token follows the clock, so tokens
+// cannot match exactly there. The differ then pairs each token the
+// scripts issue with the model's token of the same grant (one grant per
+// step at most), checks that the two are within tol ms of clock
+// (tol * tokensPerMs) of each other, and compares the rest exactly after
+// putting the model's token in place of the scripts' one everywhere: the
+// reply, the hold, the counter, the receipts and the wake messages.
 type differ struct {
-	t     testing.TB
-	ctx   context.Context
-	model *Model
-	rig   *rig
-	world *world
-	tol   int64  // ms of slack on times (a real server's clock moves)
-	about string // how to reproduce the run, printed on failure
-	log   []string
-	prev  State
+	t      testing.TB
+	ctx    context.Context
+	model  *Model
+	rig    *rig
+	world  *world
+	tol    int64           // ms of slack on times (a real server's clock moves)
+	tokens map[int64]int64 // when tol > 0: the scripts' token -> the model's
+	about  string          // how to reproduce the run, printed on failure
+	log    []string
+	prev   State // the scripts' state after the last step
+	prevM  State // the model's state after the last step
 }
 
 // shownCalls is how many of the last calls a failure prints.
@@ -47,14 +59,6 @@ func (d *differ) run(src source, steps int) {
 		if !ok {
 			continue
 		}
-		if d.world.timeless {
-			// The model's clock follows the server's, which we cannot stop.
-			now, err := d.rig.now(d.ctx)
-			if err != nil {
-				d.fail("TIME: %v", err)
-			}
-			d.model.Advance(max(now-d.model.Now(), 0))
-		}
 		d.step(c)
 	}
 }
@@ -62,16 +66,33 @@ func (d *differ) run(src source, steps int) {
 // step applies one call to both sides and compares them.
 func (d *differ) step(c call) {
 	d.t.Helper()
+	want, got, handsOver, err := d.apply(d.rig, c)
+	if err != nil {
+		d.fail("the script failed: %v", err)
+	}
+	d.compare(want, got, handsOver)
+}
+
+// apply applies c to the model, and to the scripts through r, and returns
+// both replies; handsOver says that the call ran a script that hands a
+// free lock to a live head.
+func (d *differ) apply(r *rig, c call) (want, got any, handsOver bool, err error) {
+	d.t.Helper()
+	if d.world.timeless {
+		// The model's clock follows the server's, which we cannot stop.
+		now, err := r.now(d.ctx)
+		if err != nil {
+			d.fail("TIME: %v", err)
+		}
+		d.model.Advance(max(now-d.model.Now(), 0))
+	}
 	d.log = append(d.log, fmt.Sprintf("%4d  %v", len(d.log)+1, c))
 	_, hadReceipt := d.model.receipts[c.id]
-	var want, got any
-	var err error
-	handsOver := false
 	switch c.kind {
 	case opPoll, opTry, opReenter:
 		w := d.model.Acquire(c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
 		var g Reply
-		g, err = d.rig.acquire(d.ctx, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
+		g, err = r.acquire(d.ctx, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
 		if d.tol > 0 && !w.Granted && !g.Granted && abs(w.Hint-g.Hint) <= d.tol {
 			g.Hint = w.Hint
 		}
@@ -80,44 +101,113 @@ func (d *differ) step(c call) {
 	case opRelease:
 		w := d.model.Release(c.id, c.owner, c.lease)
 		want, handsOver = w, w == 0 && !hadReceipt
-		got, err = d.rig.release(d.ctx, c.id, c.owner, c.lease)
+		got, err = r.release(d.ctx, c.id, c.owner, c.lease)
 		d.world.done(c, false)
 	case opRenew:
 		want = d.model.Renew(c.owner, c.lease)
-		got, err = d.rig.renew(d.ctx, c.owner, c.lease)
+		got, err = r.renew(d.ctx, c.owner, c.lease)
 	case opCancel:
 		want, handsOver = d.model.Cancel(c.owner, c.entry), true
-		got, err = d.rig.cancel(d.ctx, c.owner, c.entry)
+		got, err = r.cancel(d.ctx, c.owner, c.entry)
 	case opForce:
 		want, handsOver = d.model.ForceUnlock(), true
-		got, err = d.rig.forceUnlock(d.ctx)
+		got, err = r.forceUnlock(d.ctx)
 	case opAdvance:
 		d.model.Advance(c.d)
-		d.rig.advance(c.d)
+		r.advance(c.d)
 	}
-	if err != nil {
-		d.fail("the script failed: %v", err)
-	}
-	if want != got {
-		d.fail("reply: model %+v, scripts %+v", want, got)
-	}
-	d.log[len(d.log)-1] += fmt.Sprintf(" -> %+v", want)
+	return want, got, handsOver, err
+}
 
+// compare checks a step: the replies, the state, the wake messages and
+// the invariants.
+func (d *differ) compare(want, got any, handsOver bool) {
+	d.t.Helper()
 	s, msgs, err := d.rig.state(d.ctx)
 	if err != nil {
 		d.fail("reading the state: %v", err)
 	}
 	m := d.model.State()
-	if diff := diffState(m, s, d.tol); diff != "" {
+	wantMsgs := d.model.Drain()
+	seen := s
+	if d.tokens != nil {
+		d.pairTokens(m, s)
+		seen, msgs, got = d.translate(s, msgs, got)
+	}
+	if want != got {
+		d.fail("reply: model %+v, scripts %+v", want, got)
+	}
+	d.log[len(d.log)-1] += fmt.Sprintf(" -> %+v", want)
+	if diff := diffState(m, seen, d.tol); diff != "" {
 		d.fail("state differs (model vs scripts):\n%s", diff)
 	}
-	if wantMsgs := d.model.Drain(); !slices.Equal(wantMsgs, msgs) {
+	if !slices.Equal(wantMsgs, msgs) {
 		d.fail("wake messages: model %q, scripts %q", wantMsgs, msgs)
 	}
 	if err := checkInvariants(d.prev, s, handsOver); err != nil {
 		d.fail("invariant broken: %v\nstate: %+v", err, s)
 	}
-	d.prev = s
+	d.prev, d.prevM = s, m
+}
+
+// pairTokens records the token of this step's fresh grant, if both sides
+// made one: the model's m.LastToken stands for the scripts' s.LastToken.
+// A grant made by one side only is left unpaired, and the comparison of
+// the counters reports it.
+func (d *differ) pairTokens(m, s State) {
+	d.t.Helper()
+	if m.LastToken == d.prevM.LastToken || s.LastToken == d.prev.LastToken {
+		return
+	}
+	if abs(m.LastToken-s.LastToken) > d.tol*tokensPerMs {
+		d.fail("token: model %d, scripts %d: more than %d ms of clock apart", m.LastToken, s.LastToken, d.tol)
+	}
+	d.tokens[s.LastToken] = m.LastToken
+}
+
+// translate returns the scripts' state, wake messages and reply with
+// every token replaced by the model's token of the same grant. A token
+// without a pair stays as it is, so the comparison shows it.
+func (d *differ) translate(s State, msgs []string, reply any) (State, []string, any) {
+	tok := func(t int64) int64 {
+		if mt, ok := d.tokens[t]; ok {
+			return mt
+		}
+		return t
+	}
+	text := func(t string) string {
+		n, err := strconv.ParseInt(t, 10, 64)
+		if err != nil {
+			return t
+		}
+		return strconv.FormatInt(tok(n), 10)
+	}
+	s.LastToken = tok(s.LastToken)
+	if s.Hold != nil {
+		h := *s.Hold
+		h.Token = tok(h.Token)
+		s.Hold = &h
+	}
+	receipts := make(map[string]Receipt, len(s.Receipts))
+	for id, r := range s.Receipts {
+		if t, count, ok := strings.Cut(r.Answer, ":"); ok { // an acquire's "<token>:<count>"
+			r.Answer = text(t) + ":" + count
+		}
+		receipts[id] = r
+	}
+	s.Receipts = receipts
+	out := make([]string, len(msgs))
+	for i, msg := range msgs {
+		out[i] = msg
+		if sp := strings.LastIndexByte(msg, ' '); sp >= 0 { // "<entry> <token>"
+			out[i] = msg[:sp+1] + text(msg[sp+1:])
+		}
+	}
+	if r, ok := reply.(Reply); ok && r.Granted {
+		r.Token = tok(r.Token)
+		reply = r
+	}
+	return s, out, reply
 }
 
 // diffState lists the differences between two states, with tol ms of

@@ -34,7 +34,7 @@ type Model struct {
 	hold      *HoldState         // the hash P:{N}; nil when the lock is free
 	queue     []string           // the list P:{N}:queue, oldest first
 	deadlines map[string]int64   // the zset P:{N}:deadline: entry -> ms
-	lastToken int64              // the counter P:{N}:token
+	lastToken int64              // the counter P:{N}:token: the latest token
 	receipts  map[string]Receipt // the keys P:{N}:call:<id>, by call id
 	published []string           // messages on P:{N}:wake not yet drained
 }
@@ -202,11 +202,18 @@ func (m *Model) prune() (head string, deadline int64, ok bool) {
 	return "", 0, false
 }
 
+// tokensPerMs is how many fencing tokens one millisecond of the server's
+// clock is worth: a fresh grant's token is at least now * tokensPerMs.
+const tokensPerMs = 1000
+
 // take makes owner the holder of the free lock under a fresh fencing
 // token, records the entry it was given to, and lets the hold expire
-// after ttl ms. It returns the token.
+// after ttl ms. It returns the token: max(counter + 1, now *
+// tokensPerMs), which becomes the counter. The clock term keeps tokens
+// rising when the counter is lost or stale (a restart without
+// persistence, a failover), as long as the clock moves forward.
 func (m *Model) take(owner, entry string, ttl int64) int64 {
-	m.lastToken++
+	m.lastToken = max(m.lastToken+1, m.now*tokensPerMs)
 	m.hold = &HoldState{Owner: owner, Count: 1, Token: m.lastToken, Entry: entry}
 	m.expireHold(ttl)
 	return m.lastToken

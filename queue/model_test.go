@@ -14,7 +14,14 @@ const (
 	mLease   = 100
 	mTTL     = 30
 	mReceipt = 50
+	tok0     = int64(t0 * tokensPerMs) // the token of a fresh grant at t0
 )
+
+// tokenAt is the token of a fresh grant at server time now (ms) when the
+// counter is behind the clock.
+func tokenAt(now int64) int64 { return now * tokensPerMs }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // waiterEntry returns the entry of a waiting call of owner with waiter
 // id "00..0<n>" and lease mLease.
@@ -29,7 +36,7 @@ func callIDs() func() string {
 	return func() string { n++; return "call" + strconv.Itoa(n) }
 }
 
-// held returns a model in which owner "h" holds the lock (token 1), and
+// held returns a model in which owner "h" holds the lock (token tok0), and
 // the given owners wait in line in that order, each with waiterEntry(i+1).
 func held(t *testing.T, waiters ...string) (*Model, func() string) {
 	m, call := NewModel(t0, mReceipt), callIDs()
@@ -44,19 +51,19 @@ func held(t *testing.T, waiters ...string) (*Model, func() string) {
 func TestModelGrantsAFreeLockWithAFreshTokenAndAReceipt(t *testing.T) {
 	m, call := NewModel(t0, mReceipt), callIDs()
 	rep := m.Acquire(call(), "o", waiterEntry(1, "o"), mLease, mTTL, ModeTry)
-	assert.Equal(t, Reply{Granted: true, Token: 1, Count: 1}, rep)
+	assert.Equal(t, Reply{Granted: true, Token: tok0, Count: 1}, rep)
 	s := m.State()
-	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: 1, Entry: waiterEntry(1, "o"), ExpiresAt: t0 + mLease}, s.Hold)
-	assert.Equal(t, int64(1), s.LastToken)
-	assert.Equal(t, map[string]Receipt{"call1": {Answer: "1:1", ExpiresAt: t0 + mReceipt}}, s.Receipts)
+	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: tok0, Entry: waiterEntry(1, "o"), ExpiresAt: t0 + mLease}, s.Hold)
+	assert.Equal(t, tok0, s.LastToken)
+	assert.Equal(t, map[string]Receipt{"call1": {Answer: itoa(tok0) + ":1", ExpiresAt: t0 + mReceipt}}, s.Receipts)
 }
 
 func TestModelReentryKeepsTheTokenAndAFixedLeaseKeepsItsExpiry(t *testing.T) {
 	m, call := held(t)
 	m.Advance(10)
-	assert.Equal(t, Reply{Granted: true, Token: 1, Count: 2}, m.Acquire(call(), "h", waiterEntry(7, "h"), 0, mTTL, ModeTry))
+	assert.Equal(t, Reply{Granted: true, Token: tok0, Count: 2}, m.Acquire(call(), "h", waiterEntry(7, "h"), 0, mTTL, ModeTry))
 	assert.Equal(t, int64(t0+mLease), m.State().Hold.ExpiresAt, "lease 0 keeps the expiry")
-	assert.Equal(t, Reply{Granted: true, Token: 1, Count: 3}, m.Acquire(call(), "h", waiterEntry(8, "h"), mLease, mTTL, ModeTry))
+	assert.Equal(t, Reply{Granted: true, Token: tok0, Count: 3}, m.Acquire(call(), "h", waiterEntry(8, "h"), mLease, mTTL, ModeTry))
 	assert.Equal(t, int64(t0+10+mLease), m.State().Hold.ExpiresAt)
 	assert.Equal(t, 2, m.Release(call(), "h", 0))
 	assert.Equal(t, 1, m.Release(call(), "h", 0))
@@ -72,14 +79,14 @@ func TestModelReleaseHandsOverToTheLiveHeadAndPublishesIt(t *testing.T) {
 	s := m.State()
 	// The lock is never free between two holders, and the hand-over lasts
 	// no longer than the new holder's waiter deadline.
-	assert.Equal(t, &HoldState{Owner: "a", Count: 1, Token: 2, Entry: waiterEntry(1, "a"), ExpiresAt: t0 + mTTL}, s.Hold)
-	assert.Equal(t, []string{waiterEntry(1, "a") + " 2"}, m.Drain())
+	assert.Equal(t, &HoldState{Owner: "a", Count: 1, Token: tokenAt(t0 + 5), Entry: waiterEntry(1, "a"), ExpiresAt: t0 + mTTL}, s.Hold)
+	assert.Equal(t, []string{waiterEntry(1, "a") + " " + itoa(tokenAt(t0+5))}, m.Drain())
 	assert.Equal(t, []string{waiterEntry(2, "b")}, s.Queue)
 	assert.Empty(t, m.Drain(), "drained")
 
 	// The head missed the push: its poll claims the hold, the count stays.
 	rep := m.Acquire(call(), "a", waiterEntry(1, "a"), mLease, mTTL, ModeWait)
-	assert.Equal(t, Reply{Granted: true, Token: 2, Count: 1}, rep)
+	assert.Equal(t, Reply{Granted: true, Token: tokenAt(t0 + 5), Count: 1}, rep)
 	assert.Equal(t, int64(t0+5+mLease), m.State().Hold.ExpiresAt)
 }
 
@@ -117,7 +124,7 @@ func TestModelDeadHeadHandedTheLockExpiresAtItsDeadline(t *testing.T) {
 	m.Advance(1)
 	require.Nil(t, m.State().Hold, "gone once its TTL reaches 0")
 	rep := m.Acquire(call(), "live", waiterEntry(2, "live"), mLease, mTTL, ModeWait)
-	assert.Equal(t, Reply{Granted: true, Token: 3, Count: 1}, rep)
+	assert.Equal(t, Reply{Granted: true, Token: tokenAt(t0 + mTTL), Count: 1}, rep)
 }
 
 func TestModelWaitHintIsTheHoldExpiryOrAThirdOfTheWaiterTTL(t *testing.T) {
@@ -150,7 +157,7 @@ func TestModelTryModeNeverEnqueuesNorJumpsTheLine(t *testing.T) {
 	require.Nil(t, m.State().Hold)
 	assert.Equal(t, Reply{}, m.Acquire(call(), "t", waiterEntry(5, "t"), mLease, mTTL, ModeTry))
 	assert.Equal(t, "w", m.State().Hold.Owner, "the free lock went to the head of the line")
-	assert.Equal(t, []string{waiterEntry(1, "w") + " 2"}, m.Drain())
+	assert.Equal(t, []string{waiterEntry(1, "w") + " " + itoa(tokenAt(t0+20))}, m.Drain())
 }
 
 func TestModelResentCallsAnswerFromTheirReceiptUntilItExpires(t *testing.T) {
@@ -174,7 +181,7 @@ func TestModelCancelGivesBackARacingHandOver(t *testing.T) {
 	m.Drain()
 	assert.True(t, m.Cancel("a", waiterEntry(1, "a")))
 	assert.Equal(t, "b", m.State().Hold.Owner)
-	assert.Equal(t, []string{waiterEntry(2, "b") + " 3"}, m.Drain())
+	assert.Equal(t, []string{waiterEntry(2, "b") + " " + itoa(tok0+2)}, m.Drain(), "the same ms: the counter + 1")
 	assert.False(t, m.Cancel("a", waiterEntry(1, "a")), "a re-sent cancel does nothing more")
 	assert.Equal(t, "b", m.State().Hold.Owner)
 	assert.Empty(t, m.State().Queue)
@@ -185,9 +192,9 @@ func TestModelCancelOfASharedOwnerKeepsItsOtherLevels(t *testing.T) {
 	m, call := held(t, "o")
 	require.Equal(t, 0, m.Release(call(), "h", mLease))
 	// Another call of the same owner re-enters the hold handed to the first.
-	assert.Equal(t, Reply{Granted: true, Token: 2, Count: 2}, m.Acquire(call(), "o", waiterEntry(9, "o"), mLease, mTTL, ModeTry))
+	assert.Equal(t, Reply{Granted: true, Token: tok0 + 1, Count: 2}, m.Acquire(call(), "o", waiterEntry(9, "o"), mLease, mTTL, ModeTry))
 	assert.True(t, m.Cancel("o", waiterEntry(1, "o")))
-	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: 2, ExpiresAt: t0 + mLease}, m.State().Hold, "the entry is forgotten")
+	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: tok0 + 1, ExpiresAt: t0 + mLease}, m.State().Hold, "the entry is forgotten")
 	assert.False(t, m.Cancel("o", waiterEntry(1, "o")))
 	assert.Equal(t, 1, m.State().Hold.Count)
 }
@@ -199,7 +206,7 @@ func TestModelForceUnlockHandsOverToTheLiveHead(t *testing.T) {
 	assert.True(t, m.ForceUnlock())
 	assert.Nil(t, m.State().Hold)
 	assert.False(t, m.ForceUnlock())
-	assert.Equal(t, int64(2), m.State().LastToken)
+	assert.Equal(t, tok0+1, m.State().LastToken)
 }
 
 func TestModelLateWaiterKeepsItsPlaceUntilItIsPruned(t *testing.T) {
@@ -228,5 +235,31 @@ func TestModelReentryNeverBecomesAFreshGrant(t *testing.T) {
 	r := m.Acquire("c2", "o", Entry("0000000000000002", 0, "o"), 0, 30, ModeReenter)
 	require.False(t, r.Granted)
 	require.Nil(t, m.State().Hold)
-	require.Equal(t, int64(1), m.State().LastToken, "no token is spent")
+	require.Equal(t, tokenAt(1000), m.State().LastToken, "no token is spent")
+}
+
+func TestModelTokenIsTheClockOrTheCounterPlusOne(t *testing.T) {
+	m, call := NewModel(t0, mReceipt), callIDs()
+	grant := func() int64 {
+		t.Helper()
+		rep := m.Acquire(call(), "o", waiterEntry(1, "o"), mLease, mTTL, ModeTry)
+		require.True(t, rep.Granted)
+		require.Equal(t, 0, m.Release(call(), "o", mLease))
+		require.Equal(t, rep.Token, m.State().LastToken, "the token becomes the counter")
+		return rep.Token
+	}
+	assert.Equal(t, tok0, grant(), "the clock: now * 1000")
+	assert.Equal(t, tok0+1, grant(), "within one ms: the counter + 1")
+	m.Advance(1)
+	assert.Equal(t, tokenAt(t0+1), grant(), "the clock again, one ms later")
+
+	// More than 1000 grants in one ms run ahead of the clock; the counter
+	// then leads until the clock catches up.
+	for i := range int64(1500) {
+		require.Equal(t, tokenAt(t0+1)+1+i, grant())
+	}
+	m.Advance(1)
+	assert.Equal(t, tokenAt(t0+1)+1501, grant(), "the counter is still ahead of the clock")
+	m.Advance(1)
+	assert.Equal(t, tokenAt(t0+3), grant(), "the clock caught up")
 }

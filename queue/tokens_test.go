@@ -1,0 +1,152 @@
+package queue
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+// backends runs f on a rig on miniredis (gopher-lua, whose numbers print
+// leniently) and on a rig on a real redis-server 7 (Lua 5.1, where
+// tostring() of 1800000000000123 is "1.8000000000001e+15").
+func backends(t *testing.T, f func(t *testing.T, r *rig)) {
+	t.Run("miniredis", func(t *testing.T) {
+		t.Parallel()
+		f(t, newMiniRig(t, receiptTTL*1000))
+	})
+	t.Run("redis-server", func(t *testing.T) {
+		t.Parallel()
+		srv, err := redistest.Start()
+		require.NoError(t, err)
+		t.Cleanup(srv.Stop)
+		f(t, newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*1000))
+	})
+}
+
+func TestTokensSurviveDigitForDigit(t *testing.T) {
+	backends(t, func(t *testing.T, r *rig) {
+		ctx := context.Background()
+		now, err := r.now(ctx)
+		require.NoError(t, err)
+		// A counter ahead of the clock, so the next tokens are counter + 1:
+		// 1800000000000123 while the clock reads before 2027-01-15, and a
+		// value with the same low digits, ahead of the clock, afterwards.
+		want := int64(1_800_000_000_000_123)
+		for want <= (now+time.Hour.Milliseconds())*tokensPerMs {
+			want += 100_000_000_000_000
+		}
+		require.NoError(t, r.rdb.Set(ctx, r.keys.Token, want-1, 0).Err())
+
+		const lease, ttl = 60_000, 30_000
+		h, w := Entry("000000000000000a", lease*time.Millisecond, "h"), Entry("000000000000000b", lease*time.Millisecond, "w")
+		rep, err := r.acquire(ctx, "grant", "h", h, lease, ttl, ModeTry)
+		require.NoError(t, err)
+		require.Equal(t, Reply{Granted: true, Token: want, Count: 1}, rep, "the reply")
+		rep, err = r.acquire(ctx, "grant", "h", h, lease, ttl, ModeTry)
+		require.NoError(t, err)
+		require.Equal(t, want, rep.Token, "the reply of a re-sent call, read back from its receipt")
+		rep, err = r.acquire(ctx, "wait", "w", w, lease, ttl, ModeWait)
+		require.NoError(t, err)
+		require.True(t, rep.Joined)
+		n, err := r.release(ctx, "release", "h", lease)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		rep, err = r.acquire(ctx, "claim", "w", w, lease, ttl, ModeWait)
+		require.NoError(t, err)
+		require.Equal(t, Reply{Granted: true, Token: want + 1, Count: 1}, rep, "the reply of a claim")
+
+		require.Equal(t, itoa(want+1), r.rdb.HGet(ctx, r.keys.Lock, "token").Val(), "the hash field")
+		require.Equal(t, itoa(want+1), r.rdb.Get(ctx, r.keys.Token).Val(), "the counter")
+		require.Equal(t, itoa(want)+":1", r.rdb.Get(ctx, r.keys.Call("grant")).Val(), "the receipt of a grant")
+		require.Equal(t, itoa(want+1)+":1", r.rdb.Get(ctx, r.keys.Call("claim")).Val(), "the receipt of a claim")
+		_, msgs, err := r.state(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{w + " " + itoa(want+1)}, msgs, "the wake message")
+	})
+}
+
+func TestTokensFromTheClockSurviveDigitForDigit(t *testing.T) {
+	backends(t, func(t *testing.T, r *rig) {
+		ctx := context.Background()
+		const lease, ttl = 60_000, 30_000
+		h, w := Entry("000000000000000a", lease*time.Millisecond, "h"), Entry("000000000000000b", lease*time.Millisecond, "w")
+		before, err := r.now(ctx)
+		require.NoError(t, err)
+		rep, err := r.acquire(ctx, "grant", "h", h, lease, ttl, ModeTry)
+		require.NoError(t, err)
+		_, err = r.acquire(ctx, "wait", "w", w, lease, ttl, ModeWait)
+		require.NoError(t, err)
+		_, err = r.release(ctx, "release", "h", lease)
+		require.NoError(t, err)
+		after, err := r.now(ctx)
+		require.NoError(t, err)
+
+		// now * 1000 has 16 digits: tostring() would print it in 13 or 14.
+		require.True(t, rep.Granted)
+		require.GreaterOrEqual(t, rep.Token, before*tokensPerMs)
+		require.LessOrEqual(t, rep.Token, after*tokensPerMs)
+		require.Equal(t, itoa(rep.Token)+":1", r.rdb.Get(ctx, r.keys.Call("grant")).Val(), "the receipt")
+		next := r.rdb.HGet(ctx, r.keys.Lock, "token").Val()
+		require.Equal(t, next, r.rdb.Get(ctx, r.keys.Token).Val(), "the hash field and the counter")
+		n, err := strconv.ParseInt(next, 10, 64)
+		require.NoError(t, err, "the hash field")
+		require.Greater(t, n, rep.Token)
+		require.LessOrEqual(t, n, max(after*tokensPerMs, rep.Token+1))
+		_, msgs, err := r.state(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{w + " " + next}, msgs, "the wake message")
+	})
+}
+
+// A restart without persistence loses the counter; the tokens after it
+// still rise, because the new grants read a later clock.
+func TestTokensRiseAcrossARestart(t *testing.T) {
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	r := newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*1000)
+	ctx := context.Background()
+	const lease, ttl = 60_000, 30_000
+	id := 0
+	grant := func() int64 {
+		t.Helper()
+		id++
+		e := Entry(strconv.FormatInt(int64(id), 16), lease*time.Millisecond, "o")
+		rep, err := r.acquire(ctx, "grant"+itoa(int64(id)), "o", e, lease, ttl, ModeTry)
+		require.NoError(t, err)
+		require.True(t, rep.Granted)
+		n, err := r.release(ctx, "release"+itoa(int64(id)), "o", lease)
+		require.NoError(t, err)
+		require.Zero(t, n)
+		return rep.Token
+	}
+	var last int64
+	for range 5 {
+		tok := grant()
+		require.Greater(t, tok, last)
+		last = tok
+	}
+
+	require.NoError(t, srv.Restart())
+	require.Zero(t, r.rdb.Exists(ctx, r.keys.Token).Val(), "the counter is gone")
+	tok := grant()
+	require.Greater(t, tok, last, "the first token after the restart")
+	require.Greater(t, grant(), tok)
+
+	// A failover to a replica whose counter is stale: the counter goes back
+	// to an older value, and the next token is still the greatest once the
+	// clock reads later than the last grant's token / 1000 (a real failover
+	// takes seconds; here we wait for the clock to pass that millisecond).
+	last = grant()
+	require.NoError(t, r.rdb.Set(ctx, r.keys.Token, tok, 0).Err())
+	require.Eventually(t, func() bool {
+		now, err := r.now(ctx)
+		return err == nil && now*tokensPerMs > last
+	}, 5*time.Second, time.Millisecond)
+	require.Greater(t, grant(), last, "after a stale counter")
+}

@@ -2,8 +2,10 @@ package fair
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -325,4 +328,58 @@ func TestFreshGrantTokenIsTheClockOrTheCounterPlusOne(t *testing.T) {
 	// A clock past the counter wins again.
 	r.advance(time.Duration(1_900_000_000_000-r.now.UnixMilli()) * time.Millisecond)
 	require.Equal(t, int64(1_900_000_000_000_000), grant())
+}
+
+// A Redis 7 ACL user without permission on the wake channel cannot
+// PUBLISH. The release still hands the lock over completely, and the
+// caller learns that the wake message was not sent.
+func TestRefusedPublishReachesTheCallerAsNOPERM(t *testing.T) {
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	ctx := context.Background()
+	admin := srv.Client(t)
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "nopub", "on", ">pw", "~*", "resetchannels", "+@all").Err())
+	user := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "nopub", Password: "pw"})
+	t.Cleanup(func() { _ = user.Close() })
+	e := NewEngine(user, Config{Prefix: "p", Lease: rigLease, WaiterTTL: rigTTL, CallTimeout: 5 * time.Second,
+		Heartbeat: time.Second, Logger: slog.New(slog.DiscardHandler)})
+	t.Cleanup(func() { _ = e.Close() })
+	keys, err := queue.For(redistest.Prefix(t), "lock")
+	require.NoError(t, err)
+	l := e.Lock(keys)
+
+	rep, err := l.acquire(ctx, "h", entry("a", "h"), rigLease, modeTry)
+	require.NoError(t, err)
+	require.True(t, rep.granted)
+	w := entry("b", "w")
+	rep, err = l.acquire(ctx, "w", w, rigLease, modeWait)
+	require.NoError(t, err)
+	require.False(t, rep.granted)
+
+	n, err := l.release(ctx, "h", rigLease)
+	var rerr redis.Error
+	require.True(t, errors.As(err, &rerr), "a server error reply, not %v", err)
+	prefix := "NOPERM fairlock: state changed, but PUBLISH to " + keys.Wake + " was refused: "
+	require.True(t, strings.HasPrefix(err.Error(), prefix), "%q", err)
+	require.Greater(t, len(err.Error()), len(prefix), "the server's message follows")
+	require.Zero(t, n)
+
+	hold := admin.HGetAll(ctx, keys.Lock).Val()
+	require.Equal(t, "w", hold["owner"], "the waiter is the owner")
+	require.Equal(t, w, hold["entry"])
+	require.Equal(t, hold["token"], admin.Get(ctx, keys.Token).Val())
+	require.Empty(t, admin.LRange(ctx, keys.Queue, 0, -1).Val(), "the queue was popped")
+	require.Zero(t, admin.ZCard(ctx, keys.Deadline).Val())
+	var answers []string
+	for _, k := range admin.Keys(ctx, keys.Call("*")).Val() {
+		answers = append(answers, admin.Get(ctx, k).Val())
+	}
+	require.Contains(t, answers, "0", "the release's receipt was written")
+
+	// The waiter, which heard nothing, claims the hold at its next poll.
+	rep, err = l.acquire(ctx, "w", w, rigLease, modeWait)
+	require.NoError(t, err)
+	require.True(t, rep.granted)
+	require.Equal(t, hold["token"], itoa(rep.token))
 }

@@ -21,6 +21,14 @@
 -- call appended the entry to the queue (0 for a heartbeat of a waiter
 -- already in line, and in try mode).
 --
+-- When the lock is free while another waiter heads the queue, the call
+-- hands it to that waiter and publishes its wake message. If the server
+-- refuses that PUBLISH, the call still does everything else it would have
+-- done (the head is the owner; in wait mode the caller is in line with a
+-- fresh deadline), and replies with an error that starts with "NOPERM "
+-- (see lib.lua) in place of {0, hint, joined}: a call that hands over is
+-- never granted itself.
+--
 -- A call whose reply was lost may be re-sent by the client library. Every
 -- call that grants leaves a receipt under its own call id, and a call that
 -- finds its receipt answers what it answered the first time, so a re-sent
@@ -79,7 +87,7 @@ if mode == 'reenter' then
   if not holder then
     hand_over(now, channel)
   end
-  return {0, 0, 0}
+  return finish({0, 0, 0})
 end
 
 -- 2. The lock is free: grant it to the caller when nobody live is ahead of
@@ -98,7 +106,7 @@ end
 
 -- 3. Someone else holds the lock.
 if mode ~= 'wait' then
-  return {0, 0, 0}
+  return finish({0, 0, 0})
 end
 local joined = 0
 if not redis.call('ZSCORE', KEYS[3], entry) then
@@ -117,4 +125,4 @@ end
 if hint < 1 then
   hint = 1
 end
-return {0, hint, joined}
+return finish({0, hint, joined})

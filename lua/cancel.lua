@@ -11,6 +11,14 @@
 -- lock is free while others wait, it is handed to the live head.
 -- Returns 1 when a level handed to the entry was released, else 0.
 -- A re-sent call finds nothing left to do.
+--
+-- When the lock is handed on, the next live waiter's wake message is
+-- published. If the server refuses that PUBLISH, the call still does
+-- every write (the entry is out of the queue, the caller holds nothing
+-- handed to it, the head is the owner), and replies with an error that
+-- starts with "NOPERM " (see lib.lua) in place of its reply, which would
+-- have been 1 (a level handed to the entry was given back) or 0 (the lock
+-- was free).
 
 local owner = ARGV[1]
 local entry = ARGV[2]
@@ -33,10 +41,10 @@ if hold[1] == owner and hold[2] == entry then
     redis.call('DEL', KEYS[1])
     hand_over(now_ms(), channel)
   end
-  return 1
+  return finish(1)
 end
 
 if not hold[1] then
   hand_over(now_ms(), channel)
 end
-return 0
+return finish(0)

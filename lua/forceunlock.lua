@@ -5,7 +5,13 @@
 -- ARGV[1]     wake channel P:{N}:wake
 --
 -- Returns 1 when a hold was removed, 0 when the lock was free.
+--
+-- When a live waiter is handed the lock, its wake message is published. If
+-- the server refuses that PUBLISH, the call still does every write (the
+-- old hold is gone, the waiter is the owner), and replies with an error
+-- that starts with "NOPERM " (see lib.lua) in place of its reply, which
+-- would have been 1 or 0 as above.
 
 local removed = redis.call('DEL', KEYS[1])
 hand_over(now_ms(), ARGV[1])
-return removed
+return finish(removed)

@@ -18,6 +18,13 @@
 -- Time is the server's clock (TIME) only. Scripts that read TIME and then
 -- write must be replicated as effects; Redis 5 and later do so by default,
 -- older servers are told to here.
+--
+-- A script that hands the lock over publishes a wake message. When the
+-- server refuses that PUBLISH (a Redis 6+ ACL user without permission on
+-- the wake channel), the script still does every write it would have
+-- done, and replies with an error that starts with "NOPERM " instead of
+-- its normal reply (see finish). Each script's header says which of its
+-- replies that replaces.
 
 if redis.replicate_commands then
   redis.replicate_commands()
@@ -82,6 +89,33 @@ local function take(owner, entry, ttl, now)
   return token
 end
 
+-- refused is the NOPERM error message once the server refused a PUBLISH
+-- of this script run, else nil. See finish.
+local refused = nil
+
+-- publish sends a wake message. It must not fail the script half-way:
+-- the state change it announces is already written (writes before a
+-- script error are kept), so a refusal (an ACL user without permission
+-- on the channel, or without PUBLISH) is caught with pcall and kept for
+-- finish, and the script completes every write it would have done.
+local function publish(channel, message)
+  local res = redis.pcall('PUBLISH', channel, message)
+  if type(res) == 'table' and res.err then
+    refused = 'NOPERM fairlock: state changed, but PUBLISH to ' .. channel ..
+      ' was refused: ' .. res.err
+  end
+end
+
+-- finish returns a script's reply, or in its place, when a PUBLISH of this
+-- run was refused, an error reply that starts with "NOPERM ": every write
+-- of the script was done, only the wake message was not sent.
+local function finish(reply)
+  if refused then
+    return redis.error_reply(refused)
+  end
+  return reply
+end
+
 -- hand_over gives the free lock to the live head of the queue, if any: the
 -- head becomes the holder on the spot (so nobody can barge in between two
 -- holders) and is told through pub/sub with "<entry> <token>". The hold
@@ -97,6 +131,6 @@ local function hand_over(now, channel)
   redis.call('ZREM', KEYS[3], head)
   local owner, lease = parse_entry(head)
   local token = take(owner, head, math.min(lease, deadline - now), now)
-  redis.call('PUBLISH', channel, head .. ' ' .. token)
+  publish(channel, head .. ' ' .. token)
   return head
 end

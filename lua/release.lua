@@ -12,6 +12,13 @@
 -- Returns the levels the owner still holds (0: the hold is over), or -1
 -- when the owner does not hold the lock. A re-sent call answers what the
 -- first one answered (see the receipt in acquire.lua).
+--
+-- At the last level the lock is handed to the next live waiter, whose
+-- wake message is published. If the server refuses that PUBLISH, the call
+-- still does every write (the hold is over, the waiter is the owner, the
+-- receipt says 0), and replies with an error that starts with "NOPERM "
+-- (see lib.lua) in place of its reply, which is then always 0: a release
+-- publishes only when the hold is over.
 
 local receipt = redis.call('GET', KEYS[5])
 if receipt then
@@ -36,4 +43,4 @@ else
   hand_over(now_ms(), ARGV[3])
 end
 redis.call('SET', KEYS[5], count, 'PX', ARGV[4])
-return count
+return finish(count)

@@ -2,6 +2,7 @@ package fairlock
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
@@ -10,7 +11,7 @@ import (
 // ownerKey carries the owner id set by ContextWithOwner.
 type ownerKey struct{}
 
-// holdKey carries a hold of one lock, named by its hash key.
+// holdKey carries the holds of locks whose hash key is lock.
 type holdKey struct{ lock string }
 
 // ContextWithOwner returns a copy of ctx whose Lock calls take the lock as
@@ -33,9 +34,44 @@ func ownerFrom(ctx context.Context) (string, bool) {
 	return o, ok
 }
 
-func (m *Mutex) holdFrom(ctx context.Context) *fair.Hold {
-	h, _ := ctx.Value(m.key).(*fair.Hold)
-	return h
+// carried is one hold a context carries, and the holds of locks with the
+// same key that the contexts it was derived from carry. Locks of one key
+// name can still be different locks: the same name and prefix on another
+// Redis deployment, or in another DB of one server.
+type carried struct {
+	h    *fair.Hold
+	next *carried // an older hold of the same key, or nil
+}
+
+// carriedFrom returns the holds of m's key carried by ctx, newest first.
+func (m *Mutex) carriedFrom(ctx context.Context) *carried {
+	c, _ := ctx.Value(m.key).(*carried)
+	return c
+}
+
+// holdFrom returns the hold of m's lock that ctx carries, or nil. A hold
+// taken through m's Client is that lock for certain. A hold of the same
+// key taken through another Client is the same lock only if m's Redis
+// holds it: the same owner under the same fencing token (one HMGET);
+// otherwise it is another lock that happens to have the same key.
+func (m *Mutex) holdFrom(ctx context.Context) (*fair.Hold, error) {
+	var others []*fair.Hold
+	for c := m.carriedFrom(ctx); c != nil; c = c.next {
+		if m.lock.Took(c.h) {
+			return c.h, nil
+		}
+		others = append(others, c.h)
+	}
+	for _, h := range others {
+		same, err := m.lock.Holds(ctx, h)
+		if err != nil {
+			return nil, fmt.Errorf("fairlock: is the hold the context carries one of this lock? %w", err)
+		}
+		if same {
+			return h, nil
+		}
+	}
+	return nil, nil
 }
 
 // heldContext is the context Lock returns: the values of the caller's
@@ -43,30 +79,48 @@ func (m *Mutex) holdFrom(ctx context.Context) *fair.Hold {
 type heldContext struct {
 	context.Context // the caller's context without its cancellation: values only
 	key             holdKey
-	h               *fair.Hold
+	holds           *carried // holds[0] is this context's hold
 }
 
-func withHold(ctx context.Context, key holdKey, h *fair.Hold) context.Context {
-	return &heldContext{Context: context.WithoutCancel(ctx), key: key, h: h}
+func withHold(ctx context.Context, m *Mutex, h *fair.Hold) context.Context {
+	prev := m.carriedFrom(ctx)
+	holds := prev
+	if prev == nil || prev.h != h {
+		holds = &carried{h: h, next: prev}
+	}
+	return &heldContext{Context: context.WithoutCancel(ctx), key: m.key, holds: holds}
 }
+
+func (c *heldContext) hold() *fair.Hold { return c.holds.h }
 
 func (c *heldContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c *heldContext) Done() <-chan struct{}       { return c.h.Context().Done() }
-func (c *heldContext) Err() error                  { return c.h.Context().Err() }
+func (c *heldContext) Done() <-chan struct{}       { return c.hold().Context().Done() }
+func (c *heldContext) Err() error                  { return c.hold().Context().Err() }
 
-// Value finds the hold, then the caller's values, then the values of the
+// Value finds the holds, then the caller's values, then the values of the
 // hold's own context. The last step is what lets context.Cause report the
 // hold's cause and lets contexts derived from this one be cancelled with
 // the hold without a goroutine: the standard library finds the hold's
 // cancellation through Value.
 func (c *heldContext) Value(key any) any {
 	if key == any(c.key) {
-		return c.h
+		return c.holds
 	}
 	if v := c.Context.Value(key); v != nil {
 		return v
 	}
-	return c.h.Context().Value(key)
+	return c.hold().Context().Value(key)
 }
 
 func (c *heldContext) String() string { return "fairlock.held(" + c.key.lock + ")" }
+
+// ctxErr returns ctx's error, with its cause when the cause says more (a
+// hold's context ends with context.Canceled and cause ErrLeaseLost or
+// ErrClosed), so that errors.Is finds both.
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); err != nil && cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
+}

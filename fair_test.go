@@ -360,7 +360,7 @@ func TestTokensIncreaseAcrossGrants(t *testing.T) {
 	require.NoError(t, r.err)
 	tok, err := e.client().Mutex("tokens").Token(r.ctx)
 	require.NoError(t, err)
-	require.Equal(t, last+2, tok)
+	require.Greater(t, tok, last, "a hand-over is a fresh grant")
 }
 
 func TestTryLockNeverEnqueuesAndFailsWhileOthersWait(t *testing.T) {

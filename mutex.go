@@ -3,6 +3,7 @@ package fairlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -81,30 +82,35 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error)
 	if err := m.usable(ctx); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	if ctx.Err() != nil {
+		return nil, ctxErr(ctx)
 	}
 	owner, explicit := ownerFrom(ctx)
-	if h := m.holdFrom(ctx); h != nil && (!explicit || owner == h.Owner()) {
+	h, err := m.holdFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if h != nil && (!explicit || owner == h.Owner()) {
 		err := h.Enter(ctx)
 		if err == nil {
-			return withHold(ctx, m.key, h), nil
+			return withHold(ctx, m, h), nil
 		}
 		if !errors.Is(err, ErrNotHeld) {
+			// Lost or closed: a re-entry is never a fresh grant.
 			return nil, err
 		}
-		// The carried hold is over: take a new one.
+		// The carried hold was unlocked: take a new one.
 	}
 	if !explicit {
 		owner = uuid.NewString()
 	} else if err := queue.ValidateOwner(owner); err != nil {
 		return nil, err
 	}
-	h, err := m.lock.Acquire(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait})
+	h, err = m.lock.Acquire(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait})
 	if err != nil {
 		return nil, err
 	}
-	return withHold(ctx, m.key, h), nil
+	return withHold(ctx, m, h), nil
 }
 
 // Unlock gives up one level of the hold carried by ctx (the context Lock
@@ -114,13 +120,25 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error)
 // ErrLeaseLost when the hold's lease was lost before.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
-		return err
+		return notHeld(err)
 	}
-	h := m.holdFrom(ctx)
-	if h == nil {
+	h, err := m.holdFrom(ctx)
+	switch {
+	case err != nil:
+		return err
+	case h == nil:
 		return ErrNotHeld
 	}
 	return h.Release(ctx)
+}
+
+// notHeld turns ErrClosed into ErrNotHeld with ErrClosed wrapped: after
+// Close no context carries a live hold.
+func notHeld(err error) error {
+	if errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrNotHeld, err)
+	}
+	return err
 }
 
 // Token returns the fencing token of the hold carried by ctx. Tokens of a
@@ -130,10 +148,13 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // when ctx carries no live hold.
 func (m *Mutex) Token(ctx context.Context) (int64, error) {
 	if err := m.usable(ctx); err != nil {
-		return 0, err
+		return 0, notHeld(err)
 	}
-	h := m.holdFrom(ctx)
-	if h == nil {
+	h, err := m.holdFrom(ctx)
+	switch {
+	case err != nil:
+		return 0, err
+	case h == nil:
 		return 0, ErrNotHeld
 	}
 	return h.Token()
@@ -147,7 +168,11 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	owner, explicit := ownerFrom(ctx)
-	if h := m.holdFrom(ctx); h != nil && (!explicit || owner == h.Owner()) {
+	h, err := m.holdFrom(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if h != nil && (!explicit || owner == h.Owner()) {
 		owner, explicit = h.Owner(), true
 	}
 	if !explicit {

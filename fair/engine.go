@@ -47,6 +47,11 @@ type Engine struct {
 	log     *slog.Logger
 	hub     *notify.Hub
 	closing chan struct{} // closed when Close starts
+	// stopped is cancelled one call timeout after Close starts (or when it
+	// ends): every call still out then is given up, so that Close has a
+	// bound even on a server that does not answer.
+	stopped context.Context
+	stop    context.CancelFunc
 
 	mu        sync.Mutex
 	closed    bool               // guarded by mu
@@ -63,7 +68,10 @@ type Engine struct {
 // NewEngine returns an engine over rdb. It opens no connection: the hub
 // subscribes at the first wait.
 func NewEngine(rdb Redis, cfg Config) *Engine {
+	stopped, stop := context.WithCancel(context.Background())
 	return &Engine{
+		stopped:  stopped,
+		stop:     stop,
 		rdb:      rdb,
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -90,26 +98,33 @@ func (e *Engine) begin() error {
 	return nil
 }
 
-// Close stops the engine: waiting Lock calls return ErrClosed after taking
+// Close stops the engine: waiting Lock calls return ErrClosed and take
 // themselves out of the queue, every hold's context is cancelled with
 // ErrClosed and its levels are released, the hub is closed, and Close
-// waits for every goroutine it started. It is idempotent.
+// waits for every goroutine it started. All of that runs at once, and
+// every call to Redis still out one call timeout after Close started is
+// given up, so Close returns within about one call timeout even when Redis
+// does not answer. It is idempotent.
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() {
 		e.mu.Lock()
 		e.closed = true
-		e.mu.Unlock()
-		close(e.closing)
-		_ = e.hub.Close()
-		e.ops.Wait()
-
-		e.mu.Lock()
 		holds := make([]*Hold, 0, len(e.holds))
 		for h := range e.holds {
 			holds = append(holds, h)
 		}
 		e.mu.Unlock()
+		bound := time.AfterFunc(e.cfg.CallTimeout, e.stop)
+		defer bound.Stop()
+		defer e.stop()
+		close(e.closing)
+
+		// Calls in flight return ErrClosed at once (their cleanups go on
+		// in the background); a re-entry that raced with the release of
+		// its hold gives its level back itself (see Hold.Enter).
 		var wg sync.WaitGroup
+		wg.Go(func() { _ = e.hub.Close() })
+		wg.Go(e.ops.Wait)
 		for _, h := range holds {
 			wg.Go(func() { h.abandon(ErrClosed) })
 		}
@@ -121,9 +136,15 @@ func (e *Engine) Close() error {
 
 // detached returns a context for a state-changing call made on behalf of
 // ctx: it keeps ctx's values but not its cancellation, so the call is never
-// abandoned half-way, and it is bounded by the call timeout.
+// abandoned half-way, and it is bounded by the call timeout (and by the
+// bound of Close).
 func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
+	unhook := context.AfterFunc(e.stopped, cancel)
+	return cctx, func() {
+		unhook()
+		cancel()
+	}
 }
 
 // receiptTTL is how long a call's receipt outlives it: longer than any

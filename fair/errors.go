@@ -1,6 +1,9 @@
 package fair
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 // Sentinel errors. The root package re-exports them under the same names.
 var (
@@ -23,4 +26,21 @@ var (
 func redisError(err error) bool {
 	var re interface{ RedisError() }
 	return errors.As(err, &re)
+}
+
+// transient reports whether err is an error reply that a retry may get
+// past: the server is loading its data set, busy with a script, in the
+// middle of a failover or of a slot migration, or no longer the primary.
+// A waiting Lock keeps its place through these, as through network errors.
+func transient(err error) bool {
+	if !redisError(err) {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -83,14 +83,14 @@ func (h *Hold) endedErr() error {
 }
 
 // Enter takes one more level of the hold (re-entry): one round trip that
-// raises the owner's count in Redis. It fails with ErrNotHeld when the hold
-// is over (or ending), and with ErrLeaseLost when Redis no longer knows it.
+// raises the owner's count in Redis. It fails with ErrLeaseLost (or
+// ErrClosed) when the hold ended that way, or when Redis no longer knows
+// it, and with ErrNotHeld when the hold was unlocked (or its last Release
+// is under way).
 func (h *Hold) Enter(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// Close waits for calls in flight before it releases the holds, so a
-	// re-entry can never add a level behind its back.
 	if err := h.l.e.begin(); err != nil {
 		return err
 	}
@@ -98,9 +98,11 @@ func (h *Hold) Enter(ctx context.Context) error {
 	h.mu.Lock()
 	if h.ended || h.levels == 0 {
 		defer h.mu.Unlock()
-		return h.endedErr()
+		if h.cause != nil {
+			return h.cause
+		}
+		return ErrNotHeld
 	}
-	h.levels++
 	h.mu.Unlock()
 
 	lease := h.lease
@@ -109,30 +111,39 @@ func (h *Hold) Enter(ctx context.Context) error {
 	}
 	req := Request{Owner: h.owner, Lease: lease}
 	rep, err := h.l.callWithin(ctx, req, "", modeReenter, h.l.giveBackIfGranted(ctx, req))
-	if err == nil && rep.granted && rep.token == h.token && ctx.Err() == nil {
-		return nil
-	}
-	h.mu.Lock()
-	if !h.ended {
-		h.levels--
-	}
-	h.mu.Unlock()
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
-	case !rep.granted:
+	}
+	if !rep.granted {
 		h.end(ErrLeaseLost)
 		return ErrLeaseLost
-	case rep.token != h.token:
+	}
+	if rep.token != h.token {
 		// The owner holds the lock again, under a newer token: our hold was
 		// lost in between (another process sharing the owner id took it
 		// anew). Give the level back and report the loss.
 		h.end(ErrLeaseLost)
 		return errors.Join(ErrLeaseLost, h.l.giveBack(ctx, Request{Owner: h.owner}))
-	default:
+	}
+	// The level counts only once granted, so that a Release of every
+	// level (Close, a lost lease) that ran meanwhile did not count it:
+	// then it is given back here.
+	h.mu.Lock()
+	ended, cause := h.ended, h.cause
+	if !ended && ctx.Err() == nil {
+		h.levels++
+	}
+	h.mu.Unlock()
+	switch {
+	case ended && cause != nil:
+		return errors.Join(cause, h.l.giveBack(ctx, req))
+	case ended:
+		return errors.Join(ErrNotHeld, h.l.giveBack(ctx, req))
+	case ctx.Err() != nil:
 		// Granted, but the caller's context ended meanwhile.
 		return errors.Join(ctx.Err(), h.l.soon(func() error { return h.l.giveBack(ctx, req) }))
 	}
+	return nil
 }
 
 // Release gives up one level. At the last level the hold ends: in Redis
@@ -140,6 +151,11 @@ func (h *Hold) Enter(ctx context.Context) error {
 // cancelled. It fails with ErrNotHeld when the hold is already over (with
 // ErrLeaseLost or ErrClosed wrapped when that is why), and with
 // ErrLeaseLost when Redis no longer knows the hold.
+//
+// A release that Redis did not answer (a network error, a failover) is
+// sent again in the background, under the same call id so that it counts
+// once, until Redis answers, the lease has run out or the Client closes;
+// the error returned says so.
 func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Lock()
 	if h.ended || h.levels == 0 {
@@ -154,10 +170,17 @@ func (h *Hold) Release(ctx context.Context) error {
 	if h.fixed {
 		lease = 0
 	}
+	call := randomID()
 	cctx, cancel := h.l.e.detached(ctx)
-	defer cancel()
-	n, err := h.l.release(cctx, h.owner, lease)
+	n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
+	cancel()
 	switch {
+	case err != nil && !redisError(err):
+		if last {
+			h.end(nil)
+		}
+		h.l.e.wg.Go(func() { h.resendRelease(call, lease) })
+		return fmt.Errorf("fairlock: unlock: %w (sent again in the background until Redis answers or the lease runs out)", err)
 	case err != nil:
 		if last {
 			h.end(nil)
@@ -171,6 +194,42 @@ func (h *Hold) Release(ctx context.Context) error {
 		h.end(nil)
 	}
 	return nil
+}
+
+// releaseReceiptTTL is how long a release's receipt is kept: long enough
+// for every re-send of resendRelease to find it.
+func (h *Hold) releaseReceiptTTL() int64 {
+	return max(h.l.e.receiptTTL(), (h.lease + 2*h.l.e.cfg.CallTimeout).Milliseconds())
+}
+
+// resendRelease sends the release call again, with backoff, until Redis
+// answers it, until the hold's lease has run out (the watchdog stopped
+// renewing it when the release was first sent, so by then Redis has
+// dropped it anyway) or until the engine closes.
+func (h *Hold) resendRelease(call string, lease time.Duration) {
+	until := time.Now().Add(h.lease)
+	retry := retryMin
+	for {
+		t := time.NewTimer(retry)
+		select {
+		case <-t.C:
+		case <-h.l.e.closing:
+			t.Stop()
+			return
+		}
+		if !time.Now().Before(until) {
+			h.l.e.log.Warn("fairlock: could not release the lock; it expired after its lease",
+				"lock", h.l.keys.Name)
+			return
+		}
+		ctx, cancel := h.l.e.detached(context.Background())
+		_, err := h.l.releaseCall(ctx, call, h.owner, lease, h.releaseReceiptTTL())
+		cancel()
+		if err == nil || (redisError(err) && !transient(err)) {
+			return
+		}
+		retry = min(2*retry, retryMax)
+	}
 }
 
 // over reports whether the hold has ended or its last level's Release is
@@ -228,7 +287,7 @@ func (h *Hold) abandon(cause error) {
 // releaseLevels releases levels of the owner's hold, bounded by the call
 // timeout. Best effort: a failure leaves the lock to expire.
 func (h *Hold) releaseLevels(levels int) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.l.e.cfg.CallTimeout)
+	ctx, cancel := h.l.e.detached(context.Background())
 	defer cancel()
 	for range levels {
 		n, err := h.l.release(ctx, h.owner, 0)

@@ -22,29 +22,31 @@ type outcome struct {
 }
 
 // callWithin runs one acquire detached from ctx (see call), but returns as
-// soon as ctx ends, with ctx's error. A call still in flight then is never
-// abandoned: it goes on in the background, and orphan receives its
-// outcome, to undo what it did. Must run within an operation of the engine
-// (begin), so that Close waits for the orphan.
+// soon as ctx ends, with ctx's error, or as soon as the engine starts to
+// close, with ErrClosed. A call still in flight then is never abandoned:
+// it goes on in the background, and orphan receives its outcome, to undo
+// what it did. Must run within an operation of the engine (begin), so
+// that Close waits for the orphan.
 func (l *Lock) callWithin(ctx context.Context, req Request, entry, mode string, orphan func(reply, error)) (reply, error) {
-	if ctx.Done() == nil {
-		return l.call(ctx, req, entry, mode) // ctx never ends
-	}
 	done := make(chan outcome, 1)
 	go func() {
 		rep, err := l.call(ctx, req, entry, mode)
 		done <- outcome{rep, err}
 	}()
+	var err error
 	select {
 	case o := <-done:
 		return o.rep, o.err
 	case <-ctx.Done():
+		err = ctx.Err()
+	case <-l.e.closing:
+		err = ErrClosed
 	}
 	l.e.wg.Go(func() {
 		o := <-done
 		orphan(o.rep, o.err)
 	})
-	return reply{}, ctx.Err()
+	return reply{}, err
 }
 
 // giveBackIfGranted is the orphan of a call that was not queued: a grant

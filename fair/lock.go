@@ -98,9 +98,9 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 			polled = sent
 		}
 		switch {
-		case err != nil && ctx.Err() != nil:
-			// The caller gave up during the poll; the poll's orphan
-			// leaves the queue once the poll is answered.
+		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
+			// The caller gave up, or the Client closed, during the poll;
+			// the poll's orphan leaves the queue once it is answered.
 			return nil, err
 		case err == nil && rep.granted:
 			return l.hold(ctx, req, rep.token, sent, req.Lease, false)
@@ -112,13 +112,14 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 			observe(ctx).polled(sent, answered)
 			retry = retryMin
 			timer.Reset(rep.hint)
-		case redisError(err):
+		case redisError(err) && !transient(err):
 			// The server refused the script (wrong key type, ...):
 			// waiting longer will not help.
 			return nil, errors.Join(err, l.giveUp(ctx, req.Owner, entry))
 		default:
-			// Connection trouble: keep our place by polling again soon;
-			// the caller's context bounds the wait.
+			// Connection trouble, or a server that is loading, failing
+			// over or moving slots: keep our place by polling again
+			// soon; the caller's context bounds the wait.
 			l.e.log.Warn("fairlock: poll failed, retrying", "lock", l.keys.Name, "err", err, "retry", retry)
 			timer.Reset(retry)
 			retry = min(2*retry, retryMax)
@@ -128,20 +129,11 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 		case <-w.C():
 			timer.Stop() // no stale tick can follow (Go 1.23 timers)
 			if token, ok := w.Grant(); ok {
-				// Handed over: the release script made us the owner and
-				// the push carries our token. No round trip needed. The
-				// hold lasts our lease, but no longer than our waiter
-				// deadline, from the hand-over, which came after our last
-				// answered poll: so at least span from polled.
-				span := min(req.Lease, l.e.cfg.WaiterTTL)
-				if time.Until(polled.Add(span-span/3)) > 0 {
+				if span, trusted := l.pushedSpan(req, polled); trusted {
 					return l.hold(ctx, req, token, polled, span, true)
 				}
-				// What we know of the hold's expiry is nearly spent (a
-				// short lease, a last poll long ago): claim the hold
-				// with one more poll, which answers granted and sets
-				// the full lease, rather than start a hold we might
-				// have to declare lost at once.
+				// Claim the hold with one more poll, which answers
+				// granted and sets the full lease from now.
 			}
 		case <-timer.C:
 		case <-ctx.Done():
@@ -150,6 +142,27 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 			return nil, errors.Join(ErrClosed, l.giveUp(ctx, req.Owner, entry))
 		}
 	}
+}
+
+// pushedSpan decides whether a grant that came by push can be taken as it
+// is, with no round trip: it returns for how long, counted from the last
+// answered poll (polled), the handed-over hold is known to last, and false
+// when the waiter must claim the hold with one more poll instead.
+//
+// The release script gives a handed-over hold the waiter's lease, but no
+// longer than the waiter's deadline, which the last answered poll set
+// WaiterTTL ahead; the hand-over came after that poll, so the hold lasts
+// at least span from polled. When most of that is spent (a short lease, a
+// last poll long ago), the hold would have to be renewed at once or be
+// declared lost, so it is claimed instead. A fixed lease is always
+// claimed: it must last its full length from a grant whose time the
+// holder knows, so that the holder's context and Redis end it together.
+func (l *Lock) pushedSpan(req Request, polled time.Time) (time.Duration, bool) {
+	if req.Fixed {
+		return 0, false
+	}
+	span := min(req.Lease, l.e.cfg.WaiterTTL)
+	return span, time.Until(polled.Add(span-span/3)) > 0
 }
 
 const (
@@ -217,6 +230,25 @@ func (l *Lock) Count(ctx context.Context, owner string) (int, error) {
 		return 0, fmt.Errorf("%w: count %q", errUnexpectedReply, c)
 	}
 	return n, nil
+}
+
+// Took reports whether h was taken through this lock's engine, which makes
+// it a hold of this lock when its keys are the same.
+func (l *Lock) Took(h *Hold) bool { return h.l.e == l.e }
+
+// Holds reports whether Redis, as l's engine reaches it, has h as the hold
+// of l: the same owner under the same fencing token. It tells a hold of
+// this lock taken through another engine (another Client of the same
+// deployment) from a hold of a lock that only has the same keys (the same
+// name and prefix on another deployment or DB).
+func (l *Lock) Holds(ctx context.Context, h *Hold) (bool, error) {
+	v, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "token").Result()
+	if err != nil {
+		return false, err
+	}
+	owner, _ := v[0].(string)
+	token, _ := v[1].(string)
+	return owner == h.owner && token == strconv.FormatInt(h.token, 10), nil
 }
 
 // Locked reports whether anyone holds the lock.

@@ -63,13 +63,14 @@ func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease
 // release runs release.lua once, under a fresh call id, and returns the
 // owner's remaining levels, or -1 when the owner does not hold the lock.
 func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (int, error) {
-	return l.releaseCall(ctx, randomID(), owner, lease)
+	return l.releaseCall(ctx, randomID(), owner, lease, l.e.receiptTTL())
 }
 
-// releaseCall runs release.lua once under the given call id.
-func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration) (int, error) {
+// releaseCall runs release.lua once under the given call id, whose receipt
+// is kept for receiptTTL ms.
+func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration, receiptTTL int64) (int, error) {
 	keys := append(l.scripted[:4:4], l.keys.Call(call))
-	n, err := lua.ReleaseScript.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, l.e.receiptTTL()).Int64()
+	n, err := lua.ReleaseScript.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, receiptTTL).Int64()
 	return int(n), err
 }
 

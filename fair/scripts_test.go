@@ -244,17 +244,17 @@ func TestResentCallsCountOnce(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, rep.count, "a re-sent re-entry counts once")
 
-	n, err := r.l.releaseCall(ctx, "call3", "o", rigLease)
+	n, err := r.l.releaseCall(ctx, "call3", "o", rigLease, r.l.e.receiptTTL())
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
-	n, err = r.l.releaseCall(ctx, "call3", "o", rigLease)
+	n, err = r.l.releaseCall(ctx, "call3", "o", rigLease, r.l.e.receiptTTL())
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "a re-sent release releases once")
 
-	n, err = r.l.releaseCall(ctx, "call4", "o", rigLease)
+	n, err = r.l.releaseCall(ctx, "call4", "o", rigLease, r.l.e.receiptTTL())
 	require.NoError(t, err)
 	require.Equal(t, 0, n)
-	n, err = r.l.releaseCall(ctx, "call4", "o", rigLease)
+	n, err = r.l.releaseCall(ctx, "call4", "o", rigLease, r.l.e.receiptTTL())
 	require.NoError(t, err)
 	require.Equal(t, 0, n, "a re-sent final release still answers released, not 'not held'")
 

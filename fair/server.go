@@ -20,9 +20,11 @@ const MinServerVersion = "5.0.0"
 
 // checkServer checks the server once, at the first Lock of the Client: a
 // version too old for the scripts, or an eviction policy that may evict
-// lock keys, fails every Lock with ErrUnsafeServer (and is logged). What
-// cannot be checked (a server that refuses INFO or CONFIG, a network
-// error) is logged and checked again at the next Lock, which goes ahead.
+// lock keys, fails every Lock with ErrUnsafeServer (and is logged). A
+// server that refuses INFO or CONFIG (an error reply: a managed service, an
+// ACL user without them) is logged once and trusted; a check cut short by
+// a network error is logged and tried again at the next Lock, which goes
+// ahead.
 //
 // The check honours ctx, and is bounded by the call timeout whatever ctx.
 func (e *Engine) checkServer(ctx context.Context) error {
@@ -54,7 +56,7 @@ func (e *Engine) inspectServer(ctx context.Context) (error, bool) {
 	info, err := e.rdb.Info(ctx, "server").Result()
 	if err != nil {
 		e.log.Warn("fairlock: could not read the server's version; going ahead", "err", err)
-		return nil, false
+		return nil, redisError(err) // a refused INFO stays refused
 	}
 	version := infoField(info, "redis_version")
 	switch {

@@ -56,6 +56,7 @@ func TestServerCheckRefusesOnlyWhatCannotBeSafe(t *testing.T) {
 		{"old but enough", fakeServer{info: "redis_version:5.0.0\r\n", conf: safe}, false, true},
 		{"no version", fakeServer{info: "# Server\r\n", conf: safe}, false, true},
 		{"INFO fails", fakeServer{infoErr: errors.New("i/o timeout")}, false, false},
+		{"INFO refused", fakeServer{infoErr: replyError("NOPERM this user has no permissions to run the 'info' command")}, false, true},
 		{"CONFIG refused", fakeServer{info: v7, confErr: replyError("ERR unknown command 'CONFIG'")}, false, true},
 		{"CONFIG fails", fakeServer{info: v7, confErr: errors.New("i/o timeout")}, false, false},
 	}

@@ -2,8 +2,12 @@ package fair
 
 import (
 	"context"
+	"errors"
 	"time"
 )
+
+// errStopped: the hold ended while a renewal was in flight.
+var errStopped = errors.New("fairlock: hold ended during renewal")
 
 // watchdog keeps the hold alive until it ends. A hold with a watchdog
 // lease is renewed every lease/3, and at once when it came by hand-over
@@ -35,8 +39,11 @@ func (h *Hold) watchdog(renewNow bool) {
 		case <-timer.C:
 		}
 		if h.fixed {
-			// The fixed lease has run out.
-			h.end(ErrLeaseLost)
+			// The fixed lease has run out: the hold ends, and what is left
+			// of it in Redis (the key outlives our end by the call's
+			// transit time) is released, so the next waiter is handed
+			// the lock now rather than when its poll finds the key gone.
+			h.lose()
 			return
 		}
 
@@ -44,6 +51,8 @@ func (h *Hold) watchdog(renewNow bool) {
 		giveUp := h.valid.Add(-h.span / 6)
 		ok, err := h.renewBy(giveUp)
 		switch {
+		case errors.Is(err, errStopped):
+			return // the hold ended (Release, Close) while the renewal was out: no failure
 		case err == nil && ok:
 			h.valid, h.span = sent.Add(lease), lease
 			next = sent.Add(lease / 3)
@@ -99,6 +108,6 @@ func (h *Hold) renewBy(giveUp time.Time) (bool, error) {
 			return false, ctx.Err()
 		}
 	case <-h.stop:
-		return false, ErrNotHeld
+		return false, errStopped
 	}
 }

@@ -113,6 +113,13 @@ func TestACLServerCheckNeedsInfoAndConfigGet(t *testing.T) {
 			require.NoError(t, err, "a server that cannot be checked is trusted")
 			require.NoError(t, m.Unlock(hctx))
 			require.True(t, logs.warned(tc.refused), "a warning names the refused command %s: %v", tc.refused, logs.all())
+			// A refusal is an answer: the server is not asked again.
+			for range 19 {
+				hctx, err := m.Lock(ctx)
+				require.NoError(t, err)
+				require.NoError(t, m.Unlock(hctx))
+			}
+			require.Len(t, logs.all(), 1, "one warning for 20 Locks: %v", logs.all())
 		})
 	}
 }
@@ -156,6 +163,7 @@ func TestACLWithoutTheChannelPatternAContendedLockFails(t *testing.T) {
 	r := awaitResult(t, lockAsync(wctx, c.Mutex("no-channel")))
 	require.Error(t, r.err)
 	require.NotErrorIs(t, r.err, context.DeadlineExceeded)
+	require.ErrorIs(t, r.err, fairlock.ErrNoPermission)
 	require.ErrorContains(t, r.err, "NOPERM")
 	require.ErrorContains(t, r.err, "channel")
 	t.Logf("the waiting Lock failed with: %v", r.err)
@@ -169,6 +177,44 @@ func TestACLWithoutTheChannelPatternAContendedLockFails(t *testing.T) {
 // TestACLGoRedisOptionsNeedTheirOwnRules: go-redis options that send a
 // command of their own when a connection opens need a rule for it, or no
 // command gets through.
+func TestACLRefusedWakeMessageStillHandsOverAndIsReported(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	admin := srv.Client(t)
+	line := strings.Replace(aclRules, " +publish", "", 1)
+	require.NotEqual(t, aclRules, line)
+	rdb := newACLUser(t, srv.Addr, admin, line)
+	t.Cleanup(func() { _ = rdb.Close() })
+	ttl := fairlock.WithWaiterTTL(600 * time.Millisecond) // the waiter polls every 200ms
+	holderClient, err := fairlock.New(rdb, ttl)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holderClient.Close() })
+	waiterClient, err := fairlock.New(srv.Client(t), ttl)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = waiterClient.Close() })
+
+	ctx := context.Background()
+	m := holderClient.Mutex("no-publish")
+	hctx, err := m.Lock(ctx)
+	require.NoError(t, err)
+	next := lockAsync(ctx, waiterClient.Mutex("no-publish"))
+	k, err := queue.For("fairlock", "no-publish")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return admin.LLen(ctx, k.Queue).Val() == 1 }, aclLockWithin, 2*time.Millisecond)
+
+	err = m.Unlock(hctx)
+	require.ErrorIs(t, err, fairlock.ErrNoPermission)
+	require.ErrorContains(t, err, "handed to the next waiter")
+	require.ErrorContains(t, err, k.Wake)
+	requireDone(t, hctx, time.Second)
+	require.NotErrorIs(t, context.Cause(hctx), fairlock.ErrLeaseLost, "the hold was unlocked, not lost")
+	r := awaitResult(t, next)
+	require.NoError(t, r.err, "the waiter finds its grant at its next poll")
+	require.NoError(t, waiterClient.Mutex("no-publish").Unlock(r.ctx))
+}
+
 func TestACLGoRedisOptionsNeedTheirOwnRules(t *testing.T) {
 	t.Parallel()
 	srv, err := redistest.Start()

@@ -17,13 +17,14 @@ var (
 	// ErrNotHeld is returned by Unlock and Token when the context carries
 	// no live hold of the lock: it never held it, was already unlocked as
 	// many times as it was locked, or the hold ended (then ErrLeaseLost or
-	// ErrClosed is wrapped too).
+	// ErrClosed is wrapped too; after Close, ErrClosed always is).
 	ErrNotHeld = fair.ErrNotHeld
 
 	// ErrLeaseLost is the cause of a hold's context when its lease ran out
 	// or its key vanished before Unlock: another owner may hold the lock
 	// now. Unlock and re-entry report it when Redis no longer knows the
-	// hold.
+	// hold, and so does Lock with a context whose hold was lost (a
+	// re-entry is never a fresh grant).
 	ErrLeaseLost = fair.ErrLeaseLost
 
 	// ErrClosed is returned by every method once the Client is closed, and
@@ -37,6 +38,17 @@ var (
 	// evict lock keys). The Client checks once, at its first Lock, and logs
 	// what it cannot check.
 	ErrUnsafeServer = fair.ErrUnsafeServer
+
+	// ErrNoPermission is returned when the Redis user may not run a
+	// command, touch a key or use a channel fairlock needs: an ACL refused
+	// it (NOPERM). The error wraps the server's reply, which names what
+	// was refused; docs/operations.md lists the rules a user needs. A
+	// contended Lock whose user may not subscribe to the lock's channel
+	// fails with it at once. When only the wake message of a hand-over was
+	// refused, the state change itself was made (Unlock released the lock
+	// and handed it to the next waiter, who learns it at its next poll) and
+	// the error says so.
+	ErrNoPermission = fair.ErrNoPermission
 
 	// ErrInvalidName: the lock name is empty, longer than 1024 bytes, not
 	// valid UTF-8, or contains '}'.

@@ -9,3 +9,9 @@ import "time"
 func WithHeartbeat(d time.Duration) Option {
 	return clientOption(func(c *config) { c.heartbeat = d })
 }
+
+// WithCallTimeout sets the bound of one state-changing call to Redis
+// (default 10s). Tests shorten it to see Close's bound quickly.
+func WithCallTimeout(d time.Duration) Option {
+	return clientOption(func(c *config) { c.callTimeout = d })
+}

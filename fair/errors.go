@@ -2,6 +2,7 @@ package fair
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -18,14 +19,51 @@ var (
 	ErrLeaseLost = errors.New("fairlock: lease lost")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("fairlock: client closed")
+	// ErrNoPermission: the Redis user may not run a command, touch a key
+	// or use a channel fairlock needs (an ACL refused it with NOPERM). The
+	// error wraps the server's reply, which names what was refused.
+	ErrNoPermission = errors.New("fairlock: redis user lacks a permission")
 )
+
+// serverReply returns the message of an error reply from the server, and
+// false when err is no error reply.
+func serverReply(err error) (string, bool) {
+	var re interface{ RedisError() }
+	if !errors.As(err, &re) {
+		return "", false
+	}
+	e, _ := re.(error)
+	if e == nil {
+		return "", false
+	}
+	return e.Error(), true
+}
+
+// refusal wraps an error reply that refuses a command for lack of
+// permission (NOPERM) with ErrNoPermission; other errors are returned as
+// they are.
+func refusal(err error) error {
+	if msg, ok := serverReply(err); ok && strings.HasPrefix(msg, "NOPERM") && !errors.Is(err, ErrNoPermission) {
+		return fmt.Errorf("%w: %w", ErrNoPermission, err)
+	}
+	return err
+}
+
+// publishRefused reports whether err is the reply of a script that did
+// every write of its state change but whose PUBLISH of a wake message the
+// server refused (see lua/lib.lua): the script's own reply was replaced,
+// and the waiter it meant to wake learns of its grant at its next poll.
+func publishRefused(err error) bool {
+	msg, ok := serverReply(err)
+	return ok && strings.HasPrefix(msg, "NOPERM fairlock: state changed")
+}
 
 // redisError reports whether err is an error reply from the server (a
 // script error, WRONGTYPE, NOSCRIPT left unresolved, ...), as opposed to a
 // network or client error that may pass.
 func redisError(err error) bool {
-	var re interface{ RedisError() }
-	return errors.As(err, &re)
+	_, ok := serverReply(err)
+	return ok
 }
 
 // transient reports whether err is an error reply that a retry may get
@@ -33,10 +71,10 @@ func redisError(err error) bool {
 // middle of a failover or of a slot migration, or no longer the primary.
 // A waiting Lock keeps its place through these, as through network errors.
 func transient(err error) bool {
-	if !redisError(err) {
+	msg, ok := serverReply(err)
+	if !ok {
 		return false
 	}
-	msg := err.Error()
 	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS"} {
 		if strings.HasPrefix(msg, p) {
 			return true

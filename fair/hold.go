@@ -28,6 +28,12 @@ type Hold struct {
 	cause  error         // why the hold ended (nil: unlocked); guarded by mu
 	valid  time.Time     // the hold lasts in Redis at least until then; owned by the watchdog once started
 	span   time.Duration // length of the window that set valid; owned likewise
+	// fixedMargin is how long before valid a fixed lease ends here: twice
+	// the round trip of the call that granted it (at least 5ms, at most a
+	// tenth of the lease), so that the release sent at the end usually
+	// reaches Redis before the key expires by itself, and the next waiter
+	// is handed the lock by push rather than found by its next poll.
+	fixedMargin time.Duration
 }
 
 // newHold returns the hold of a grant, known to last in Redis for span
@@ -35,17 +41,18 @@ type Hold struct {
 func newHold(l *Lock, req Request, token int64, from time.Time, span time.Duration) *Hold {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Hold{
-		l:      l,
-		owner:  req.Owner,
-		token:  token,
-		lease:  req.Lease,
-		fixed:  req.Fixed,
-		ctx:    ctx,
-		cancel: cancel,
-		stop:   make(chan struct{}),
-		levels: 1,
-		valid:  from.Add(span),
-		span:   span,
+		l:           l,
+		owner:       req.Owner,
+		token:       token,
+		lease:       req.Lease,
+		fixed:       req.Fixed,
+		ctx:         ctx,
+		cancel:      cancel,
+		stop:        make(chan struct{}),
+		levels:      1,
+		valid:       from.Add(span),
+		span:        span,
+		fixedMargin: min(max(2*time.Since(from), 5*time.Millisecond), span/10),
 	}
 }
 
@@ -174,6 +181,11 @@ func (h *Hold) Release(ctx context.Context) error {
 	cctx, cancel := h.l.e.detached(ctx)
 	n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
 	cancel()
+	var refused error
+	if publishRefused(err) {
+		// Released and handed over; only the push was refused.
+		n, refused, err = 0, err, nil
+	}
 	switch {
 	case err != nil && !redisError(err):
 		if last {
@@ -192,6 +204,9 @@ func (h *Hold) Release(ctx context.Context) error {
 		return ErrLeaseLost
 	case last:
 		h.end(nil)
+	}
+	if refused != nil {
+		return fmt.Errorf("fairlock: unlock: the lock was handed to the next waiter, who learns it at its next poll, because %w", refused)
 	}
 	return nil
 }
@@ -226,6 +241,10 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 		_, err := h.l.releaseCall(ctx, call, h.owner, lease, h.releaseReceiptTTL())
 		cancel()
 		if err == nil || (redisError(err) && !transient(err)) {
+			if err != nil && !publishRefused(err) {
+				h.l.e.log.Warn("fairlock: could not release the lock; it expires after its lease",
+					"lock", h.l.keys.Name, "err", err)
+			}
 			return
 		}
 		retry = min(2*retry, retryMax)
@@ -291,6 +310,11 @@ func (h *Hold) releaseLevels(levels int) {
 	defer cancel()
 	for range levels {
 		n, err := h.l.release(ctx, h.owner, 0)
+		if publishRefused(err) {
+			h.l.e.log.Warn("fairlock: released a hold that ended, but the wake message was refused",
+				"lock", h.l.keys.Name, "err", err)
+			return
+		}
 		if err != nil {
 			h.l.e.log.Warn("fairlock: could not release a hold that ended; it expires after its lease",
 				"lock", h.l.keys.Name, "err", err)

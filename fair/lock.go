@@ -82,7 +82,7 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 		if errors.Is(err, notify.ErrClosed) {
 			return nil, ErrClosed
 		}
-		return nil, err
+		return nil, refusal(err)
 	}
 	defer w.Stop()
 
@@ -176,7 +176,11 @@ const (
 func (l *Lock) giveUp(ctx context.Context, owner, entry string) error {
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
-	if _, err := l.cancel(cctx, owner, entry); err != nil {
+	_, err := l.cancel(cctx, owner, entry)
+	if publishRefused(err) {
+		return fmt.Errorf("fairlock: left the queue and handed the lock on, but %w", err)
+	}
+	if err != nil {
 		l.e.log.Warn("fairlock: could not leave the queue; the entry expires after the waiter TTL",
 			"lock", l.keys.Name, "err", err)
 		return fmt.Errorf("fairlock: leaving the queue: %w", err)
@@ -209,7 +213,11 @@ func (l *Lock) hold(ctx context.Context, req Request, token int64, from time.Tim
 func (l *Lock) giveBack(ctx context.Context, req Request) error {
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
-	if _, err := l.release(cctx, req.Owner, 0); err != nil {
+	_, err := l.release(cctx, req.Owner, 0)
+	switch {
+	case publishRefused(err):
+		return fmt.Errorf("fairlock: gave back a grant and handed the lock on, but %w", err)
+	case err != nil:
 		return fmt.Errorf("fairlock: giving back a grant: %w", err)
 	}
 	return nil
@@ -219,7 +227,7 @@ func (l *Lock) giveBack(ctx context.Context, req Request) error {
 func (l *Lock) Count(ctx context.Context, owner string) (int, error) {
 	v, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "count").Result()
 	if err != nil {
-		return 0, err
+		return 0, refusal(err)
 	}
 	if o, _ := v[0].(string); o != owner {
 		return 0, nil
@@ -244,7 +252,7 @@ func (l *Lock) Took(h *Hold) bool { return h.l.e == l.e }
 func (l *Lock) Holds(ctx context.Context, h *Hold) (bool, error) {
 	v, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "token").Result()
 	if err != nil {
-		return false, err
+		return false, refusal(err)
 	}
 	owner, _ := v[0].(string)
 	token, _ := v[1].(string)
@@ -254,14 +262,14 @@ func (l *Lock) Holds(ctx context.Context, h *Hold) (bool, error) {
 // Locked reports whether anyone holds the lock.
 func (l *Lock) Locked(ctx context.Context) (bool, error) {
 	n, err := l.e.rdb.Exists(ctx, l.keys.Lock).Result()
-	return n == 1, err
+	return n == 1, refusal(err)
 }
 
 // TTL returns the hold's remaining lease, 0 when the lock is free.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	d, err := l.e.rdb.PTTL(ctx, l.keys.Lock).Result()
 	if err != nil {
-		return 0, err
+		return 0, refusal(err)
 	}
 	switch {
 	case d == -2:
@@ -281,5 +289,8 @@ func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
 	n, err := lua.ForceUnlockScript.Run(cctx, l.e.rdb, l.scripted, l.keys.Wake).Int64()
-	return n == 1, err
+	if publishRefused(err) {
+		return false, fmt.Errorf("fairlock: force-unlock done and the lock handed on, but %w", refusal(err))
+	}
+	return n == 1, refusal(err)
 }

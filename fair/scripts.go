@@ -45,7 +45,7 @@ func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease
 	v, err := lua.AcquireScript.Run(ctx, l.e.rdb, keys,
 		owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, l.keys.Wake, l.e.receiptTTL()).Slice()
 	if err != nil {
-		return reply{}, err
+		return reply{}, refusal(err)
 	}
 	n, err := ints(v)
 	if err != nil {
@@ -71,20 +71,20 @@ func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (
 func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration, receiptTTL int64) (int, error) {
 	keys := append(l.scripted[:4:4], l.keys.Call(call))
 	n, err := lua.ReleaseScript.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, receiptTTL).Int64()
-	return int(n), err
+	return int(n), refusal(err)
 }
 
 // renew runs renew.lua once: true when the owner still holds the lock.
 func (l *Lock) renew(ctx context.Context, owner string, lease time.Duration) (bool, error) {
 	n, err := lua.RenewScript.Run(ctx, l.e.rdb, l.scripted[:1], owner, ms(lease)).Int64()
-	return n == 1, err
+	return n == 1, refusal(err)
 }
 
 // cancel runs cancel.lua once: true when a level handed to entry was given
 // back.
 func (l *Lock) cancel(ctx context.Context, owner, entry string) (bool, error) {
 	n, err := lua.CancelScript.Run(ctx, l.e.rdb, l.scripted, owner, entry, l.keys.Wake).Int64()
-	return n == 1, err
+	return n == 1, refusal(err)
 }
 
 // ints converts a script's flat array of integers.

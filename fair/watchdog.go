@@ -27,7 +27,7 @@ func (h *Hold) watchdog(renewNow bool) {
 		next = time.Now()
 	}
 	if h.fixed {
-		next = h.valid
+		next = h.valid.Add(-h.fixedMargin)
 	}
 
 	timer := time.NewTimer(time.Until(next))

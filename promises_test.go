@@ -1,0 +1,317 @@
+package fairlock_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+)
+
+// The tests of this file each hold one promise of the docs that broke
+// outside the happy path: other deployments behind the same key, nested
+// contexts, fixed leases handed over, restarts, error replies, Close.
+
+func TestSameNameInAnotherDBIsAnotherLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.client().Mutex("invoice")
+	db1 := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: e.srv.Addr, DB: 1})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	newDB1Client := func() *fairlock.Client {
+		c, err := fairlock.New(db1(), fairlock.WithPrefix(e.prefix))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	b := newDB1Client().Mutex("invoice")
+
+	actx, err := a.Lock(ctx)
+	require.NoError(t, err)
+	bctx, err := b.Lock(actx)
+	require.NoError(t, err, "the same name in DB 1 is another lock, free")
+
+	_, err = newDB1Client().Mutex("invoice").TryLock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrLocked, "the lock in DB 1 is held")
+	n, err := a.HoldCount(actx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the hold in DB 0 was not re-entered")
+	n, err = b.HoldCount(bctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	ta, err := a.Token(bctx)
+	require.NoError(t, err, "the context still carries the DB 0 hold")
+	tb, err := b.Token(bctx)
+	require.NoError(t, err)
+	require.NotEqual(t, ta, tb)
+
+	require.ErrorIs(t, b.Unlock(actx), fairlock.ErrNotHeld, "actx carries no hold of the DB 1 lock")
+	require.NoError(t, b.Unlock(bctx))
+	locked, err := a.IsLocked(ctx)
+	require.NoError(t, err)
+	require.True(t, locked, "the DB 0 lock is untouched by unlocking DB 1")
+	require.NoError(t, a.Unlock(bctx), "bctx still carries the DB 0 hold")
+	locked, err = b.IsLocked(ctx)
+	require.NoError(t, err)
+	require.False(t, locked)
+}
+
+func TestSameLockThroughAnotherClientIsReentered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	a := e.client().Mutex("shared-deployment")
+	a2 := e.client().Mutex("shared-deployment") // another Client, the same Redis and prefix
+
+	actx, err := a.Lock(ctx)
+	require.NoError(t, err)
+	a2ctx, err := a2.Lock(actx)
+	require.NoError(t, err, "the same lock: re-entered, not waited for")
+	n, err := a.HoldCount(actx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	require.NoError(t, a2.Unlock(a2ctx))
+	require.NoError(t, a.Unlock(actx))
+	locked, err := a.IsLocked(ctx)
+	require.NoError(t, err)
+	require.False(t, locked)
+}
+
+func TestLostHoldInANestedContextIsNotReentered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	c := e.client(fairlock.WithLease(300 * time.Millisecond)) // renewed every 100ms
+	a, b := c.Mutex("outer"), c.Mutex("inner")
+	actx, err := a.Lock(ctx)
+	require.NoError(t, err)
+	bctx, err := b.Lock(actx)
+	require.NoError(t, err)
+
+	require.NoError(t, e.rdb.Del(ctx, e.keys("outer").Lock).Err())
+	requireDone(t, actx, 3*time.Second)
+	require.NoError(t, bctx.Err(), "the inner hold is not lost")
+
+	_, err = a.Lock(bctx)
+	require.ErrorIs(t, err, fairlock.ErrLeaseLost, "a re-entry of a lost hold is never a fresh grant")
+	_, err = a.Lock(actx)
+	require.ErrorIs(t, err, fairlock.ErrLeaseLost, "the lost hold's own context says why it ended")
+	require.ErrorIs(t, err, context.Canceled)
+	locked, err := a.IsLocked(ctx)
+	require.NoError(t, err)
+	require.False(t, locked)
+	require.NoError(t, b.Unlock(bctx))
+}
+
+func TestFixedLeaseGrantedByHandOverLastsItsFullLength(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("longer than the waiter TTL", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		holder := e.client().Mutex("fixed-long")
+		hctx, err := holder.Lock(ctx)
+		require.NoError(t, err)
+		next := lockAsync(ctx, e.client().Mutex("fixed-long", fairlock.WithFixedLease(30*time.Second)))
+		e.waitQueued("fixed-long", 1)
+		require.NoError(t, holder.Unlock(hctx))
+		r := await(t, next, 5*time.Second)
+		require.NoError(t, r.err)
+		ttl, err := holder.TTL(ctx)
+		require.NoError(t, err)
+		require.Greater(t, ttl, 25*time.Second, "a 30s fixed lease, not the 10s waiter TTL")
+		require.NoError(t, holder.Unlock(r.ctx))
+	})
+
+	t.Run("context and Redis end it together", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		const d = 1500 * time.Millisecond
+		ttl := fairlock.WithWaiterTTL(500 * time.Millisecond)
+		holder := e.client(ttl).Mutex("fixed-short")
+		hctx, err := holder.Lock(ctx)
+		require.NoError(t, err)
+		fixed := e.client(ttl).Mutex("fixed-short", fairlock.WithFixedLease(d))
+		next := lockAsync(ctx, fixed)
+		e.waitQueued("fixed-short", 1)
+		third := lockAsync(ctx, e.client().Mutex("fixed-short"))
+		e.waitQueued("fixed-short", 2)
+		require.NoError(t, holder.Unlock(hctx))
+		r := await(t, next, 5*time.Second)
+		require.NoError(t, r.err)
+		granted := time.Now()
+		token, err := fixed.Token(r.ctx)
+		require.NoError(t, err)
+
+		requireDone(t, r.ctx, d+2*time.Second)
+		ended := time.Now()
+		require.ErrorIs(t, context.Cause(r.ctx), fairlock.ErrLeaseLost)
+		require.GreaterOrEqual(t, ended.Sub(granted), d-100*time.Millisecond,
+			"the hold lasted %v of its %v", ended.Sub(granted), d)
+		// The key does not outlive the context: the hold is released (or
+		// expires) as the context ends, and the next waiter gets the lock.
+		require.Eventually(t, func() bool {
+			return e.rdb.HGet(ctx, e.keys("fixed-short").Lock, "token").Val() != strconv.FormatInt(token, 10)
+		}, 200*time.Millisecond, time.Millisecond, "the key outlived the hold's context")
+		r3 := await(t, third, 5*time.Second)
+		require.NoError(t, r3.err)
+		require.NoError(t, holder.Unlock(r3.ctx))
+	})
+}
+
+func TestTokensKeepRisingAcrossARestartWithoutPersistence(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	m := e.client().Mutex("restart-tokens")
+	var last int64
+	for range 3 {
+		hctx, err := m.Lock(ctx)
+		require.NoError(t, err)
+		last, err = m.Token(hctx)
+		require.NoError(t, err)
+		require.NoError(t, m.Unlock(hctx))
+	}
+	require.NoError(t, e.srv.Restart())
+	var hctx context.Context
+	require.Eventually(t, func() bool {
+		var err error
+		hctx, err = m.Lock(ctx)
+		return err == nil
+	}, 5*time.Second, 20*time.Millisecond)
+	tok, err := m.Token(hctx)
+	require.NoError(t, err)
+	require.Greater(t, tok, last, "the restarted server lost the counter, not the order")
+	require.NoError(t, m.Unlock(hctx))
+}
+
+func TestHealthyUnlocksLogNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	logs := &logRecorder{}
+	m := e.client(fairlock.WithLease(10*time.Millisecond), fairlock.WithLogger(slog.New(logs))).Mutex("quiet")
+	ctx := context.Background()
+	for i := range 100 {
+		hctx, err := m.Lock(ctx)
+		require.NoError(t, err)
+		time.Sleep(time.Duration(i%7) * time.Millisecond) // a renewal every 3.3ms: some are out at Unlock
+		require.NoError(t, m.Unlock(hctx))
+	}
+	require.Empty(t, logs.all(), "a renewal cut short by our own Unlock is no failure")
+}
+
+func TestUnansweredUnlockIsSentAgainUntilRedisAnswers(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	c, proxy := e.proxied(&redis.Options{MaxRetries: 1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	holder := c.Mutex("resent-unlock") // a 30s lease
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	next := lockAsync(ctx, e.client().Mutex("resent-unlock"))
+	e.waitQueued("resent-unlock", 1)
+
+	proxy.Reject()
+	err = holder.Unlock(hctx)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, fairlock.ErrLeaseLost)
+	require.ErrorContains(t, err, "sent again")
+	requireDone(t, hctx, time.Second)
+	proxy.Heal()
+	r := await(t, next, 5*time.Second) // not the 30s lease
+	require.NoError(t, r.err)
+	require.NoError(t, e.client().Mutex("resent-unlock").Unlock(r.ctx))
+}
+
+func TestTransientErrorRepliesKeepAWaiterInLine(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	holder := e.client().Mutex("readonly")
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	logs := &logRecorder{}
+	waiter := e.client(fairlock.WithWaiterTTL(900*time.Millisecond), fairlock.WithLogger(slog.New(logs))).Mutex("readonly")
+	next := lockAsync(ctx, waiter)
+	e.waitQueued("readonly", 1)
+
+	// A primary demoted to a replica (as in a failover) answers every
+	// script that writes with READONLY; nothing listens on port 1, so it
+	// keeps its data.
+	require.NoError(t, e.rdb.Do(ctx, "REPLICAOF", "127.0.0.1", "1").Err())
+	require.Eventually(t, func() bool {
+		for _, l := range logs.all() {
+			if strings.Contains(l, "READONLY") {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 5*time.Millisecond, "the waiter polled while the server was read-only")
+	require.NoError(t, e.rdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err())
+	select {
+	case r := <-next:
+		t.Fatalf("the waiter left the line: %v", r.err)
+	default:
+	}
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, next, 5*time.Second)
+	require.NoError(t, r.err)
+	require.NoError(t, waiter.Unlock(r.ctx))
+}
+
+func TestCloseReturnsWithinOneCallTimeoutOnAHungServer(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	const callTimeout = 1500 * time.Millisecond
+	c, proxy := e.proxied(&redis.Options{MaxRetries: 100, ReadTimeout: 200 * time.Millisecond},
+		fairlock.WithCallTimeout(callTimeout))
+	for _, name := range []string{"held-1", "held-2"} {
+		_, err := c.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+	}
+	other := e.client().Mutex("busy")
+	octx, err := other.Lock(ctx)
+	require.NoError(t, err)
+	waiting := lockAsync(ctx, c.Mutex("busy"))
+	e.waitQueued("busy", 1)
+
+	proxy.FreezeAll()
+	start := time.Now()
+	require.NoError(t, c.Close())
+	took := time.Since(start)
+	// One call timeout plus one read timeout of the redis client for the
+	// command on the wire; clean-ups one after another took twice that.
+	require.Less(t, took, callTimeout+time.Second, "Close took %v", took)
+	r := await(t, waiting, time.Second)
+	require.ErrorIs(t, r.err, fairlock.ErrClosed)
+	require.NoError(t, other.Unlock(octx))
+}
+
+func TestUnlockAndTokenAfterCloseAreNotHeldAndClosed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client()
+	m := c.Mutex("after-close")
+	hctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	for _, err := range []error{m.Unlock(hctx), func() error { _, err := m.Token(hctx); return err }()} {
+		require.ErrorIs(t, err, fairlock.ErrNotHeld)
+		require.ErrorIs(t, err, fairlock.ErrClosed)
+	}
+	_, err = m.Lock(context.Background())
+	require.True(t, errors.Is(err, fairlock.ErrClosed))
+}

@@ -3,11 +3,13 @@
 // fairlock, exported only for fairlock's own packages; it is not meant for
 // direct use.
 //
-// One Hub serves one fairlock client. It shares a single Redis pub/sub
+// One Hub serves one fairlock client. It shares one Redis pub/sub
 // connection between every waiter of every lock, reference-counts
 // subscriptions per channel (SUBSCRIBE for the first waiter of a channel,
 // UNSUBSCRIBE after the last one stops), and routes each message to the
-// waiter it names with a send that never blocks.
+// waiter it names with a send that never blocks. Over a *redis.Ring it
+// keeps one such connection per shard that has waiters, and subscribes
+// each channel on the shard that owns it, the one the ring publishes to.
 //
 // # Messages
 //
@@ -38,9 +40,27 @@
 // heartbeat passes without any data, which catches half-open connections
 // that go-redis does not detect on its own.
 //
+// When the shard that owns a channel changes (a ring shard went down), the
+// channel moves to its new shard at the next Watch of the channel or when
+// the old connection fails, whichever comes first, and its waiters are
+// signalled once the new subscription is confirmed. Until then they rely
+// on polling.
+//
+// # Errors
+//
+// Watch fails at once when Redis refuses the SUBSCRIBE, as it does for an
+// ACL user without access to the channel: the error names the channel and
+// wraps the server's error reply, a redis.Error ("NOPERM ..."). Other
+// waiters and channels are not affected, the connection is kept, and a
+// later Watch of the channel asks Redis again. A panic of the client (a
+// *redis.Ring panics when asked for a subscription without a channel,
+// which the hub never does) becomes an error of Watch, never a crash.
+//
 // # Concurrency and lifetime
 //
 // All methods of Hub and Waiter are safe for concurrent use. New opens
-// nothing; the first Watch opens the connection and starts the hub's two
-// goroutines, a reader and a writer. Close stops both and waits for them.
+// nothing; the first Watch that needs a connection opens it and starts its
+// two goroutines, a reader and a writer. A connection that fails while no
+// channel needs it is closed rather than rebuilt. Close stops every
+// goroutine and waits for them.
 package notify

@@ -2,6 +2,7 @@ package notify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -16,15 +17,25 @@ import (
 const defaultHeartbeat = time.Second
 
 // Subscriber is the part of a Redis client the hub needs: a way to open a
-// pub/sub connection.
+// pub/sub connection. Every go-redis client satisfies it. When the client
+// is also sharded the way a *redis.Ring is (it has GetShardClientForKey),
+// the hub subscribes each channel on the shard that owns it.
 type Subscriber interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+// sharded is a client whose channels live on different servers, each
+// reached through a client of its own: a *redis.Ring.
+type sharded interface {
+	GetShardClientForKey(key string) (*redis.Client, error)
 }
 
 var (
 	_ Subscriber = (*redis.Client)(nil)
 	_ Subscriber = (*redis.ClusterClient)(nil)
+	_ Subscriber = (*redis.Ring)(nil)
 	_ Subscriber = redis.UniversalClient(nil)
+	_ sharded    = (*redis.Ring)(nil)
 )
 
 // Options configures a Hub. The zero value is ready to use.
@@ -32,58 +43,38 @@ type Options struct {
 	// Logger receives connection trouble at Warn, recoveries at Info and
 	// malformed payloads at Debug. Nil discards everything.
 	Logger *slog.Logger
-	// Heartbeat is how long the connection may stay silent before the hub
+	// Heartbeat is how long a connection may stay silent before the hub
 	// sends a PING; after a second silent heartbeat the hub rebuilds the
 	// connection. Zero or negative means one second.
 	Heartbeat time.Duration
 }
 
-// Hub shares one pub/sub connection between all the waiters of a fairlock
-// client. Create it with New and stop it with Close.
+// Hub shares pub/sub connections between all the waiters of a fairlock
+// client: one connection, or for a *redis.Ring one per shard that has
+// waiters. Create it with New and stop it with Close.
 type Hub struct {
 	rdb       Subscriber
+	shards    sharded // rdb when it is sharded, else nil
 	log       *slog.Logger
 	heartbeat time.Duration
 
-	ctx       context.Context    // every network call of the hub; cancelled by Close
+	ctx       context.Context    // parent of every connection's context; cancelled by Close
 	cancel    context.CancelFunc // cancels ctx
 	done      chan struct{}      // closed when Close starts
-	kick      chan struct{}      // capacity 1; wakes the writer after queue grows
-	wg        sync.WaitGroup     // the reader and the writer
+	wg        sync.WaitGroup     // the reader and the writer of every connection
 	closeOnce sync.Once
 
-	mu      sync.Mutex
-	closed  bool                     // guarded by mu; set when Close starts
-	ps      *redis.PubSub            // guarded by mu; nil until the first Watch, then replaced only by rebuild
-	topics  map[string]*topic        // guarded by mu; channel -> its subscription, present while it has waiters
-	pings   map[string]*confirmation // guarded by mu; payload -> what its PING answer confirms
-	pingSeq uint64                   // guarded by mu; makes confirmation payloads unique
-	queue   []op                     // guarded by mu; writes for the writer, in decision order
-	// rebuilding is guarded by mu. It is true from a rebuild until the
-	// rebuild's PING is answered: SUBSCRIBE acknowledgements are expected
-	// then, and the answer signals every waiter anyway.
-	rebuilding bool
+	mu     sync.Mutex
+	closed bool // guarded by mu; set when Close starts
+	// conns is guarded by mu: the live connections, by the shard client
+	// they subscribe through, or under nil when rdb is not sharded.
+	conns   map[*redis.Client]*conn
+	topics  map[string]*topic // guarded by mu; channel -> its subscription, present while it has waiters
+	pingSeq uint64            // guarded by mu; makes confirmation payloads unique
 }
 
-// topic is the subscription of one channel. A topic is created by the first
-// Watch of its channel and dropped when its last waiter stops; a later Watch
-// of the same channel creates a new topic, so confirmations never outlive
-// the subscription they were for.
-type topic struct {
-	name      string
-	waiters   map[string]*Waiter // guarded by Hub.mu; id -> waiter
-	confirmed bool               // guarded by Hub.mu; true once ready is closed
-	ready     chan struct{}      // closed when Redis has confirmed the SUBSCRIBE
-}
-
-// confirmation is what the answer to one PING confirms.
-type confirmation struct {
-	topics  []*topic
-	rebuilt bool // the PING follows a rebuild: signal every waiter when answered
-}
-
-// New returns a hub that subscribes through rdb. It opens nothing: the
-// connection and the hub's goroutines start at the first Watch.
+// New returns a hub that subscribes through rdb. It opens nothing: a
+// connection and its goroutines start at the first Watch that needs them.
 func New(rdb Subscriber, opts Options) *Hub {
 	log := opts.Logger
 	if log == nil {
@@ -93,17 +84,18 @@ func New(rdb Subscriber, opts Options) *Hub {
 	if hb <= 0 {
 		hb = defaultHeartbeat
 	}
+	shards, _ := rdb.(sharded)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{
 		rdb:       rdb,
+		shards:    shards,
 		log:       log,
 		heartbeat: hb,
 		ctx:       ctx,
 		cancel:    cancel,
 		done:      make(chan struct{}),
-		kick:      make(chan struct{}, 1),
+		conns:     make(map[*redis.Client]*conn),
 		topics:    make(map[string]*topic),
-		pings:     make(map[string]*confirmation),
 	}
 }
 
@@ -112,16 +104,25 @@ func New(rdb Subscriber, opts Options) *Hub {
 // published on channel afterwards reaches the waiter. Ids must be unique
 // among the waiters of a channel. The caller must Stop the waiter.
 //
-// If ctx ends first, Watch unregisters the waiter and returns an error
-// wrapping ctx.Err(). Once Close has started it returns ErrClosed.
+// If Redis refuses the subscription (an ACL user without access to the
+// channel, say), Watch returns at once an error that names the channel and
+// wraps the server's error reply, a redis.Error. If ctx ends first, Watch
+// unregisters the waiter and returns an error wrapping ctx.Err(). Once
+// Close has started it returns ErrClosed.
 func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
+	key, err := h.shardFor(channel)
+	if err != nil {
+		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
+	}
+	c, err := h.lockConn(key)
+	if errors.Is(err, ErrClosed) {
 		return nil, ErrClosed
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
 	t := h.topics[channel]
 	if t != nil {
@@ -129,30 +130,39 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 			h.mu.Unlock()
 			return nil, fmt.Errorf("fairlock: notify: id %q already watches channel %q", id, channel)
 		}
+		if t.conn != c {
+			t = h.moveLocked(t, c)
+		}
 	} else {
-		h.startLocked()
-		t = &topic{name: channel, waiters: make(map[string]*Waiter), ready: make(chan struct{})}
-		h.topics[channel] = t
-		h.enqueueLocked(op{
-			ps:        h.ps,
-			subscribe: []string{channel},
-			ping:      true,
-			payload:   h.newPingLocked(&confirmation{topics: []*topic{t}}),
-		})
+		t = h.subscribeLocked(c, channel)
 	}
-	w := &Waiter{hub: h, topic: t, id: id, c: make(chan struct{}, 1)}
+	w := &Waiter{hub: h, topic: t, channel: channel, id: id, c: make(chan struct{}, 1)}
 	t.waiters[id] = w
+	ready := t.ready
 	h.mu.Unlock()
 
-	select {
-	case <-t.ready:
-		return w, nil
-	case <-ctx.Done():
-		w.Stop()
-		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, ctx.Err())
-	case <-h.done:
-		w.Stop()
-		return nil, ErrClosed
+	for {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			w.Stop()
+			return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, ctx.Err())
+		case <-h.done:
+			w.Stop()
+			return nil, ErrClosed
+		}
+		h.mu.Lock()
+		now := w.topic // a new topic when the channel moved to another shard
+		state, err := now.state, now.err
+		ready = now.ready
+		h.mu.Unlock()
+		switch state {
+		case confirmed:
+			return w, nil
+		case failed:
+			w.Stop()
+			return nil, err
+		}
 	}
 }
 
@@ -161,7 +171,7 @@ func (h *Hub) Done() <-chan struct{} {
 	return h.done
 }
 
-// Close closes the connection, stops the hub's goroutines and waits for
+// Close closes every connection, stops the hub's goroutines and waits for
 // them. Watch calls still waiting, and later ones, return ErrClosed at once;
 // waiters receive no further signals. Close is idempotent and always returns
 // nil. It returns promptly, except while go-redis is dialling: a connection
@@ -172,53 +182,121 @@ func (h *Hub) Close() error {
 		h.mu.Lock()
 		h.closed = true
 		close(h.done)
-		ps := h.ps
-		h.queue = nil
-		clear(h.pings)
+		open := make([]*redis.PubSub, 0, len(h.conns))
+		for _, c := range h.conns {
+			open = append(open, c.ps)
+			c.queue, c.awaiting = nil, nil
+		}
 		h.mu.Unlock()
 
 		h.cancel()
-		if ps != nil {
-			_ = ps.Close()
+		for _, ps := range open {
+			closePubSub(ps)
 		}
 		h.wg.Wait()
 	})
 	return nil
 }
 
-// startLocked opens the pub/sub connection object and starts the reader and
-// the writer, once. The connection itself is dialled by the first write.
-func (h *Hub) startLocked() {
-	if h.ps != nil {
-		return
+// shardFor returns the key in h.conns of the connection that serves
+// channel: the client of the shard that owns it when rdb is sharded, nil
+// otherwise.
+func (h *Hub) shardFor(channel string) (*redis.Client, error) {
+	if h.shards == nil {
+		return nil, nil
 	}
-	h.ps = h.rdb.Subscribe(h.ctx)
-	ps := h.ps
-	h.wg.Go(func() { h.read(ps) })
-	h.wg.Go(h.write)
+	var shard *redis.Client
+	err := guard("GetShardClientForKey", func() (err error) {
+		shard, err = h.shards.GetShardClientForKey(channel)
+		return err
+	})
+	if err == nil && shard == nil {
+		err = errors.New("no shard owns the channel")
+	}
+	return shard, err
 }
 
-// newPingLocked registers c under a fresh PING payload and returns the
-// payload.
-func (h *Hub) newPingLocked(c *confirmation) string {
+// lockConn locks h.mu and returns the connection for key, opening it if
+// there is none. On error, which is ErrClosed once Close has started or the
+// error of opening the connection, h.mu is not held.
+//
+// Opening calls into go-redis, so it happens with h.mu released: whatever
+// go-redis does, the hub is never left locked.
+func (h *Hub) lockConn(key *redis.Client) (*conn, error) {
+	var sub Subscriber = h.rdb
+	if key != nil {
+		sub = key
+	}
+	h.mu.Lock()
+	for {
+		if h.closed {
+			h.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if c := h.conns[key]; c != nil {
+			return c, nil
+		}
+		h.mu.Unlock()
+		ps, err := openPubSub(h.ctx, sub)
+		if err != nil {
+			return nil, err
+		}
+		h.mu.Lock()
+		if !h.closed && h.conns[key] == nil {
+			return h.startLocked(key, sub, ps), nil
+		}
+		// Close started, or another Watch opened the connection first.
+		h.mu.Unlock()
+		closePubSub(ps)
+		h.mu.Lock()
+	}
+}
+
+// newPingLocked registers k as awaited on c under a fresh PING payload and
+// returns the payload.
+func (h *Hub) newPingLocked(c *conn, k *confirmation) string {
 	h.pingSeq++
-	payload := "fairlock-notify-" + strconv.FormatUint(h.pingSeq, 10)
-	h.pings[payload] = c
-	return payload
+	k.payload = "fairlock-notify-" + strconv.FormatUint(h.pingSeq, 10)
+	c.awaiting = append(c.awaiting, k)
+	return k.payload
 }
 
-// confirmLocked marks t as subscribed and releases the Watch calls waiting
-// for it.
-func (t *topic) confirmLocked() {
-	if !t.confirmed {
-		t.confirmed = true
-		close(t.ready)
+// openPubSub returns a pub/sub connection object of sub, subscribed to
+// nothing yet: it dials at its first write. sub is never a *redis.Ring,
+// whose Subscribe panics without a channel (the hub opens the ring's shard
+// clients instead); a panic of any other Subscriber becomes an error.
+func openPubSub(ctx context.Context, sub Subscriber) (*redis.PubSub, error) {
+	var ps *redis.PubSub
+	err := guard("Subscribe", func() error {
+		ps = sub.Subscribe(ctx)
+		return nil
+	})
+	if err == nil && ps == nil {
+		err = errors.New("Subscribe returned no pub/sub connection")
 	}
+	if err != nil {
+		return nil, fmt.Errorf("opening a pub/sub connection: %w", err)
+	}
+	return ps, nil
 }
 
-// signalLocked signals every waiter of t.
-func (t *topic) signalLocked() {
-	for _, w := range t.waiters {
-		w.signal()
-	}
+// closePubSub closes ps, ignoring its error and any panic.
+func closePubSub(ps *redis.PubSub) {
+	_ = guard("PubSub.Close", ps.Close)
+}
+
+// guard calls f, which calls into go-redis, and turns a panic in it into an
+// error. go-redis panics on some misuse instead of returning an error, and
+// a panic must neither crash the process nor leave the hub half-changed.
+func guard(what string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("%s panicked: %w", what, e)
+			} else {
+				err = fmt.Errorf("%s panicked: %v", what, r)
+			}
+		}
+	}()
+	return f()
 }

@@ -19,7 +19,7 @@ func BenchmarkPublishToSignal(b *testing.B) {
 	ctx := context.Background()
 
 	for b.Loop() {
-		if err := pub.Publish(ctx, w.topic.name, "w").Err(); err != nil {
+		if err := pub.Publish(ctx, w.channel, "w").Err(); err != nil {
 			b.Fatal(err)
 		}
 		<-w.C()

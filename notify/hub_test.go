@@ -137,7 +137,7 @@ func TestGrantIsVisibleOnceTheSignalIsReceived(t *testing.T) {
 
 	for i := range 100 {
 		w := watch(t, h, fmt.Sprintf("%s:%d", prefix, i), "w")
-		publish(t, pub, w.topic.name, fmt.Sprintf("w %d", i))
+		publish(t, pub, w.channel, fmt.Sprintf("w %d", i))
 		requireSignal(t, w, "grant")
 		token, ok := w.Grant()
 		require.True(t, ok, "iteration %d", i)

@@ -41,7 +41,7 @@ func TestWatchThatOutlivesItsContextLeavesNoTrace(t *testing.T) {
 	w, err := h.Watch(ctx, prefix+":lost", "w")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Nil(t, w)
-	require.Equal(t, []string{kept.topic.name}, watched(h))
+	require.Equal(t, []string{kept.channel}, watched(h))
 
 	// Joining a channel that is already confirmed needs no round trip, so it
 	// works even though the connection no longer answers.
@@ -129,7 +129,7 @@ func TestUnusedHubOpensNothingAndClosesCleanly(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	h := New(rdb, Options{})
 	h.mu.Lock()
-	opened := h.ps != nil
+	opened := len(h.conns) > 0
 	h.mu.Unlock()
 	require.False(t, opened, "New opened a pub/sub connection")
 	require.NoError(t, h.Close())

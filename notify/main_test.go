@@ -42,7 +42,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // newHub returns a hub that is closed when t ends.
-func newHub(t testing.TB, rdb redis.UniversalClient, opts Options) *Hub {
+func newHub(t testing.TB, rdb Subscriber, opts Options) *Hub {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
@@ -85,10 +85,16 @@ func requireNoSignal(t testing.TB, w *Waiter, what string) {
 
 var tokenSeq atomic.Int64
 
+// publisher is a client that can PUBLISH: a *redis.Client, or a
+// *redis.Ring, which publishes on the shard that owns the channel.
+type publisher interface {
+	Publish(ctx context.Context, channel string, message any) *redis.IntCmd
+}
+
 // requireDelivered publishes a grant with a fresh token for w until w has
 // received that very grant. Publishing repeatedly lets a test wait for a
 // connection to come back without guessing when it does.
-func requireDelivered(t testing.TB, pub *redis.Client, w *Waiter) {
+func requireDelivered(t testing.TB, pub publisher, w *Waiter) {
 	t.Helper()
 	token := tokenSeq.Add(1)
 	payload := fmt.Sprintf("%s %d", w.id, token)
@@ -97,7 +103,7 @@ func requireDelivered(t testing.TB, pub *redis.Client, w *Waiter) {
 	defer tick.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = pub.Publish(ctx, w.topic.name, payload).Err() // the server may be coming back
+		_ = pub.Publish(ctx, w.channel, payload).Err() // the server may be coming back
 		cancel()
 		select {
 		case <-w.C():
@@ -106,14 +112,14 @@ func requireDelivered(t testing.TB, pub *redis.Client, w *Waiter) {
 			}
 		case <-tick.C:
 		case <-deadline:
-			t.Fatalf("grant %q on %q was not delivered within %v", payload, w.topic.name, patience)
+			t.Fatalf("grant %q on %q was not delivered within %v", payload, w.channel, patience)
 		}
 	}
 }
 
 // publish publishes payload on channel and returns how many subscribers
 // received it.
-func publish(t testing.TB, pub *redis.Client, channel, payload string) int64 {
+func publish(t testing.TB, pub publisher, channel, payload string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()

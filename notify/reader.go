@@ -1,8 +1,10 @@
 package notify
 
 import (
+	"context"
 	"errors"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,32 +16,41 @@ const (
 	maxBackoff = time.Second
 )
 
-// read is the reader goroutine, the only caller of ReceiveTimeout. It routes
-// what arrives on ps, watches the connection's liveness and replaces the
-// connection when it fails, until Close.
-func (h *Hub) read(ps *redis.PubSub) {
+// read is the reader goroutine of c, the only caller of ReceiveTimeout on
+// its connection. It routes what arrives on ps and watches the
+// connection's liveness. When the connection fails, it moves the channels
+// whose shard changed to their new shard, then closes the connection if no
+// channel needs it any more, or else replaces it; it runs until c retires
+// or the hub closes.
+func (h *Hub) read(c *conn, ps *redis.PubSub) {
 	backoff := minBackoff
 	pinged := false  // a heartbeat PING is queued and nothing has arrived since
 	failing := false // the last receive failed with something other than a timeout
 	for {
-		msg, err := ps.ReceiveTimeout(h.ctx, h.heartbeat)
-		if h.ctx.Err() != nil {
+		msg, err := receive(c.ctx, ps, h.heartbeat)
+		if c.ctx.Err() != nil {
 			return
 		}
 		switch {
 		case err == nil:
 			pinged, failing, backoff = false, false, minBackoff
-			h.dispatch(msg)
+			h.dispatch(c, msg)
+			continue
+		case isReply(err) && h.refused(c, err):
+			// An error reply is an answer, not a broken connection.
+			pinged, failing, backoff = false, false, minBackoff
 			continue
 		case isTimeout(err):
 			if !pinged {
 				pinged = true
-				h.enqueue(op{ps: ps, ping: true})
+				h.enqueue(c, op{ps: ps, ping: true})
 				continue
 			}
 			h.log.Warn("fairlock: notify: no data on the pub/sub connection for two heartbeats; rebuilding it",
 				"heartbeat", h.heartbeat)
 		default:
+			// An error reply nothing awaits is most likely the refused
+			// handshake of a new connection: a failure like any other.
 			if failing {
 				h.log.Debug("fairlock: notify: pub/sub connection still failing",
 					"error", err, "backoff", backoff)
@@ -48,16 +59,29 @@ func (h *Hub) read(ps *redis.PubSub) {
 					"error", err, "backoff", backoff)
 			}
 			failing = true
-			if !h.sleep(backoff) {
+			if !sleep(c.ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, maxBackoff)
 		}
-		if ps = h.rebuild(ps); ps == nil {
+		h.reroute(c)
+		if h.retire(c, ps) {
+			return
+		}
+		if ps = h.rebuild(c, ps); ps == nil {
 			return
 		}
 		pinged = false
 	}
+}
+
+// receive waits up to timeout for the next thing to arrive on ps.
+func receive(ctx context.Context, ps *redis.PubSub, timeout time.Duration) (msg any, err error) {
+	err = guard("PubSub.ReceiveTimeout", func() (err error) {
+		msg, err = ps.ReceiveTimeout(ctx, timeout)
+		return err
+	})
+	return msg, err
 }
 
 // isTimeout reports whether err is a read timeout, which ReceiveTimeout
@@ -67,62 +91,38 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// sleep waits for d and reports false if Close started first.
-func (h *Hub) sleep(d time.Duration) bool {
+// isReply reports whether err is an error reply of the server. go-redis
+// returns one from ReceiveTimeout, in RESP2 and RESP3 alike, when the
+// server answers a command on the connection with an error, and keeps the
+// connection.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// sleep waits for d and reports false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
-	case <-h.done:
+	case <-ctx.Done():
 		return false
 	}
 }
 
-// rebuild replaces old with a new pub/sub connection subscribed to every
-// channel that has waiters, queues the PING that confirms them, and closes
-// old. Confirmations still outstanding on old are dropped; the new PING
-// covers their topics. It returns nil if Close has started.
-func (h *Hub) rebuild(old *redis.PubSub) *redis.PubSub {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return nil
-	}
-	ps := h.rdb.Subscribe(h.ctx) // no channels: opens nothing yet
-	h.ps = ps
-	names := make([]string, 0, len(h.topics))
-	topics := make([]*topic, 0, len(h.topics))
-	for name, t := range h.topics {
-		names = append(names, name)
-		topics = append(topics, t)
-	}
-	clear(h.pings)
-	h.queue = nil
-	h.rebuilding = true
-	h.enqueueLocked(op{
-		ps:        ps,
-		subscribe: names,
-		ping:      true,
-		payload:   h.newPingLocked(&confirmation{topics: topics, rebuilt: true}),
-	})
-	h.mu.Unlock()
-
-	_ = old.Close()
-	return ps
-}
-
-// dispatch handles one thing received from the connection.
-func (h *Hub) dispatch(msg any) {
+// dispatch handles one thing received on c.
+func (h *Hub) dispatch(c *conn, msg any) {
 	switch m := msg.(type) {
 	case *redis.Message:
 		h.route(m.Channel, m.Payload)
 	case *redis.Subscription:
 		if m.Kind == "subscribe" {
-			h.resubscribed(m.Channel)
+			h.resubscribed(c, m.Channel)
 		}
 	case *redis.Pong:
-		h.confirm(m.Payload)
+		h.confirm(c, m.Payload)
 	}
 }
 
@@ -130,11 +130,11 @@ func (h *Hub) dispatch(msg any) {
 // channel the hub already considered subscribed, it means go-redis
 // reconnected and re-subscribed by itself: messages published in between
 // were lost, so every waiter of the channel is signalled.
-func (h *Hub) resubscribed(channel string) {
+func (h *Hub) resubscribed(c *conn, channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.topics[channel]
-	if t == nil || !t.confirmed || h.rebuilding {
+	if t == nil || t.conn != c || t.state != confirmed || c.rebuilding {
 		return
 	}
 	h.log.Debug("fairlock: notify: channel re-subscribed; signalling its waiters",
@@ -142,27 +142,54 @@ func (h *Hub) resubscribed(channel string) {
 	t.signalLocked()
 }
 
-// confirm handles the answer to a PING. If it answers a confirmation PING,
-// every SUBSCRIBE sent before it has been processed: the topics it covers
-// are confirmed, and after a rebuild every waiter is signalled, since
-// messages may have been lost while the old connection failed.
-func (h *Hub) confirm(payload string) {
+// confirm handles the answer to a PING on c. If it answers a confirmation
+// PING, every SUBSCRIBE sent before it has been processed. Redis answers
+// in order, so the confirmation PINGs queued before it were answered too,
+// or their answers were lost on a connection go-redis replaced by itself,
+// re-subscribing every channel first; either way they are settled with it.
+func (h *Hub) confirm(c *conn, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := h.pings[payload]
-	if c == nil {
+	i := slices.IndexFunc(c.awaiting, func(k *confirmation) bool { return k.payload == payload })
+	if i < 0 {
 		return
 	}
-	delete(h.pings, payload)
-	for _, t := range c.topics {
-		t.confirmLocked()
-	}
-	if c.rebuilt {
-		h.rebuilding = false
-		h.log.Info("fairlock: notify: pub/sub connection rebuilt",
-			"channels", len(h.topics))
-		for _, t := range h.topics {
-			t.signalLocked()
+	answered := c.awaiting[:i+1]
+	c.awaiting = c.awaiting[i+1:]
+	for _, k := range answered {
+		if k.topic != nil {
+			h.confirmLocked(k.topic)
+		}
+		if k.rebuilt {
+			h.rebuiltLocked(c)
 		}
 	}
+}
+
+// refused handles an error reply on c and reports whether it was expected.
+//
+// The writer sends each SUBSCRIBE followed by its confirmation PING, and
+// Redis answers in order, so an error reply that arrives while a
+// confirmation PING is unanswered is the answer to the SUBSCRIBE queued
+// just before the oldest such PING: Redis refused that subscription (an
+// ACL user without access to the channel gets NOPERM). The topic fails and
+// its Watch calls return the reply. The connection itself is fine, and
+// Redis still answers the PING, which then confirms nothing.
+func (h *Hub) refused(c *conn, reply error) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(c.awaiting) == 0 {
+		return false
+	}
+	k := c.awaiting[0]
+	c.awaiting = c.awaiting[1:]
+	if t := k.topic; t != nil {
+		h.log.Debug("fairlock: notify: Redis refused a subscription",
+			"channel", t.name, "error", reply)
+		h.failLocked(t, refusedError(t.name, reply))
+	}
+	if k.rebuilt {
+		h.rebuiltLocked(c)
+	}
+	return true
 }

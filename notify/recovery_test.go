@@ -93,7 +93,7 @@ func TestUnreachableServerIsRetriedAndWatchWaitsForIt(t *testing.T) {
 		t.Fatal("Watch during the outage did not return after the server came back")
 	}
 	defer w.Stop()
-	require.EqualValues(t, 1, publish(t, pub, w.topic.name, "late"),
+	require.EqualValues(t, 1, publish(t, pub, w.channel, "late"),
 		"the rebuild's confirmation released Watch before the channel was subscribed")
 	requireSignal(t, w, "wake after the outage")
 	for _, w := range waiters {
@@ -140,5 +140,5 @@ func TestSubscriptionsSurviveRepeatedRebuilds(t *testing.T) {
 		w.Stop()
 		requireDelivered(t, pub, stable)
 	}
-	require.Equal(t, []string{stable.topic.name}, watched(h))
+	require.Equal(t, []string{stable.channel}, watched(h))
 }

@@ -10,10 +10,11 @@ import (
 // lock, watching the lock's channel. Its methods are safe for concurrent
 // use.
 type Waiter struct {
-	hub   *Hub
-	topic *topic // the channel's subscription; fixed at Watch
-	id    string
-	c     chan struct{} // capacity 1; sent to without blocking
+	hub     *Hub
+	topic   *topic // guarded by hub.mu; the channel's subscription, replaced when the channel moves to another shard
+	channel string
+	id      string
+	c       chan struct{} // capacity 1; sent to without blocking
 
 	stopped bool  // guarded by hub.mu; set by the first Stop
 	granted bool  // guarded by hub.mu; sticky, set by the first grant
@@ -22,8 +23,9 @@ type Waiter struct {
 
 // C returns the waiter's signal channel, of capacity one. A value on it
 // means "something happened, look": a grant or a wake arrived for this id,
-// or messages may have been lost after a reconnect or a rebuild. Signals
-// are coalesced, and none are sent after Stop or Close.
+// or messages may have been lost after a reconnect, a rebuild or a move to
+// another shard. Signals are coalesced, and none are sent after Stop or
+// Close.
 func (w *Waiter) C() <-chan struct{} {
 	return w.c
 }
@@ -57,7 +59,7 @@ func (w *Waiter) Stop() {
 	}
 	delete(h.topics, t.name)
 	if !h.closed {
-		h.enqueueLocked(op{ps: h.ps, unsubscribe: t.name})
+		t.conn.enqueueLocked(op{ps: t.conn.ps, unsubscribe: t.name})
 	}
 }
 
@@ -88,7 +90,8 @@ func parsePayload(payload string) (id string, token int64, grant bool, err error
 	return id, token, true, nil
 }
 
-// route delivers one message payload published on channel.
+// route delivers one message payload published on channel, whichever
+// connection it arrived on.
 func (h *Hub) route(channel, payload string) {
 	id, token, grant, err := parsePayload(payload)
 	if err != nil {

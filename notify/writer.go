@@ -6,105 +6,111 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// op is one write to the pub/sub connection.
+// op is one write to a pub/sub connection.
 //
-// Every SUBSCRIBE, UNSUBSCRIBE and PING the hub sends goes through the
-// writer goroutine, in the order the hub queued them under mu. That order is
-// what makes confirmation sound: when a channel's last waiter stops and a
-// new Watch of the same channel follows at once, Redis receives the
-// UNSUBSCRIBE before the new SUBSCRIBE, and the new topic is confirmed only
-// by the answer to its own PING, sent after its own SUBSCRIBE. It also means
-// Stop never waits for the network.
+// Every SUBSCRIBE, UNSUBSCRIBE and PING the hub sends on a connection goes
+// through that connection's writer goroutine, in the order the hub queued
+// them under its mutex. That order is what makes confirmation sound: when a
+// channel's last waiter stops and a new Watch of the same channel follows
+// at once, Redis receives the UNSUBSCRIBE before the new SUBSCRIBE, and the
+// new topic is confirmed only by the answer to its own PING, sent after its
+// own SUBSCRIBE; an error reply before that answer is the SUBSCRIBE's. It
+// also means Stop never waits for the network.
 type op struct {
 	ps          *redis.PubSub // the connection the op was decided for; dropped if it was replaced
-	subscribe   []string      // channels to SUBSCRIBE, first
+	subscribe   string        // channel to SUBSCRIBE, first, if not empty
 	unsubscribe string        // channel to UNSUBSCRIBE, if not empty
 	ping        bool          // send a PING after the subscription change
 	payload     string        // the PING's payload; empty for a heartbeat
 }
 
-// enqueueLocked queues o for the writer and wakes it.
-func (h *Hub) enqueueLocked(o op) {
-	h.queue = append(h.queue, o)
+// enqueueLocked queues o for c's writer and wakes it, unless c has retired.
+func (c *conn) enqueueLocked(o op) {
+	if c.retired {
+		return
+	}
+	c.queue = append(c.queue, o)
 	select {
-	case h.kick <- struct{}{}:
+	case c.kick <- struct{}{}:
 	default:
 	}
 }
 
-// enqueue queues o for the writer and wakes it, unless the hub is closed.
-func (h *Hub) enqueue(o op) {
+// enqueue queues o for c's writer and wakes it, unless the hub is closed.
+func (h *Hub) enqueue(c *conn, o op) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.closed {
-		h.enqueueLocked(o)
+		c.enqueueLocked(o)
 	}
 }
 
-// write is the writer goroutine: it performs queued ops in order until
-// Close.
-func (h *Hub) write() {
+// write is the writer goroutine of c: it performs queued ops in order
+// until c retires or the hub closes.
+func (h *Hub) write(c *conn) {
 	for {
 		select {
-		case <-h.ctx.Done():
+		case <-c.ctx.Done():
 			return
-		case <-h.kick:
+		case <-c.kick:
 		}
 		for {
 			h.mu.Lock()
-			batch := h.queue
-			h.queue = nil
+			batch := c.queue
+			c.queue = nil
 			h.mu.Unlock()
 			if len(batch) == 0 {
 				break
 			}
 			for _, o := range batch {
-				if h.ctx.Err() != nil {
+				if c.ctx.Err() != nil {
 					return
 				}
-				h.perform(o)
+				h.perform(c, o)
 			}
 		}
 	}
 }
 
+// current reports whether ps is still c's connection.
+func (h *Hub) current(c *conn, ps *redis.PubSub) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return ps == c.ps && !c.retired && !h.closed
+}
+
 // perform sends one op. An op decided for a connection that has since been
 // replaced is dropped: the rebuild re-subscribed every channel that still
-// had waiters, and its PING confirms them. If a write fails, the connection
+// had waiters, and its PINGs confirm them. If a write fails, the connection
 // can no longer be trusted to carry what the hub asked for, so perform
 // closes it; the reader notices and rebuilds.
-func (h *Hub) perform(o op) {
-	h.mu.Lock()
-	current := o.ps == h.ps && !h.closed
-	h.mu.Unlock()
-	if !current {
+func (h *Hub) perform(c *conn, o op) {
+	if !h.current(c, o.ps) {
 		return
 	}
-
-	var err error
-	switch {
-	case len(o.subscribe) > 0:
-		err = o.ps.Subscribe(h.ctx, o.subscribe...)
-	case o.unsubscribe != "":
-		err = o.ps.Unsubscribe(h.ctx, o.unsubscribe)
-	}
-	if err == nil && o.ping {
-		if o.payload == "" {
-			err = o.ps.Ping(h.ctx)
-		} else {
-			err = o.ps.Ping(h.ctx, o.payload)
+	err := guard("PubSub write", func() error {
+		var err error
+		switch {
+		case o.subscribe != "":
+			err = o.ps.Subscribe(c.ctx, o.subscribe)
+		case o.unsubscribe != "":
+			err = o.ps.Unsubscribe(c.ctx, o.unsubscribe)
 		}
-	}
-	if err == nil || h.ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
+		if err == nil && o.ping {
+			if o.payload == "" {
+				err = o.ps.Ping(c.ctx)
+			} else {
+				err = o.ps.Ping(c.ctx, o.payload)
+			}
+		}
+		return err
+	})
+	if err == nil || c.ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 		return
 	}
-
-	h.mu.Lock()
-	current = o.ps == h.ps && !h.closed
-	h.mu.Unlock()
-	if current {
+	if h.current(c, o.ps) {
 		h.log.Warn("fairlock: notify: write to the pub/sub connection failed; rebuilding it",
 			"error", err)
-		_ = o.ps.Close()
+		closePubSub(o.ps)
 	}
 }

@@ -1,0 +1,179 @@
+package notify
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// conn is one pub/sub connection of the hub, with the two goroutines that
+// serve it: a writer that sends what the hub decided, in order, and a
+// reader that routes what arrives, watches the connection's liveness and
+// rebuilds it when it fails. A hub has one conn, or for a sharded client
+// one per shard that has had waiters.
+type conn struct {
+	key    *redis.Client      // its key in Hub.conns
+	sub    Subscriber         // the client it subscribes through
+	ctx    context.Context    // every network call of the connection; cancelled when it retires or the hub closes
+	cancel context.CancelFunc // cancels ctx
+	kick   chan struct{}      // capacity 1; wakes the writer after queue grows
+
+	ps       *redis.PubSub   // guarded by Hub.mu; replaced only by rebuild
+	retired  bool            // guarded by Hub.mu; set when the conn leaves Hub.conns, for good
+	queue    []op            // guarded by Hub.mu; writes for the writer, in decision order
+	awaiting []*confirmation // guarded by Hub.mu; PINGs queued on ps whose answer has not arrived, oldest first
+	// rebuilding is guarded by Hub.mu. It is true from a rebuild until the
+	// rebuild's last PING is answered: SUBSCRIBE acknowledgements are
+	// expected then, and the answer signals every waiter anyway.
+	rebuilding bool
+}
+
+// startLocked registers the connection ps of sub under key and starts its
+// reader and writer. The connection itself is dialled by the first write.
+func (h *Hub) startLocked(key *redis.Client, sub Subscriber, ps *redis.PubSub) *conn {
+	ctx, cancel := context.WithCancel(h.ctx)
+	c := &conn{key: key, sub: sub, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), ps: ps}
+	h.conns[key] = c
+	h.wg.Go(func() { h.read(c, ps) })
+	h.wg.Go(func() { h.write(c) })
+	return c
+}
+
+// watchedLocked reports whether any channel with waiters is subscribed on
+// c.
+func (h *Hub) watchedLocked(c *conn) bool {
+	for _, t := range h.topics {
+		if t.conn == c {
+			return true
+		}
+	}
+	return false
+}
+
+// rebuild replaces old, the failed connection of c, with a new one
+// subscribed to every channel of c that has waiters, and closes old.
+// Confirmations still outstanding on old are dropped: each topic gets a
+// SUBSCRIBE and a confirming PING of its own on the new connection, so a
+// channel Redis refuses fails alone. The last PING of the rebuild signals
+// every waiter of c when answered.
+//
+// It returns nil when c has ended instead: Close started, or no connection
+// could be opened, in which case c's channels fail and c retires.
+func (h *Hub) rebuild(c *conn, old *redis.PubSub) *redis.PubSub {
+	defer closePubSub(old)
+	ps, err := openPubSub(h.ctx, c.sub)
+
+	h.mu.Lock()
+	if h.closed || c.retired {
+		h.mu.Unlock()
+		if ps != nil {
+			closePubSub(ps)
+		}
+		return nil
+	}
+	if err != nil {
+		h.log.Warn("fairlock: notify: cannot rebuild the pub/sub connection; its channels fail",
+			"error", err)
+		for _, t := range h.topics {
+			if t.conn == c {
+				h.failLocked(t, fmt.Errorf("fairlock: notify: subscribing to %q: %w", t.name, err))
+			}
+		}
+		h.retireLocked(c)
+		h.mu.Unlock()
+		return nil
+	}
+	c.ps = ps
+	c.queue, c.awaiting = nil, nil
+	c.rebuilding = true
+	for _, t := range h.topics {
+		if t.conn == c {
+			h.queueSubscribeLocked(t)
+		}
+	}
+	c.enqueueLocked(op{ps: ps, ping: true, payload: h.newPingLocked(c, &confirmation{rebuilt: true})})
+	h.mu.Unlock()
+	return ps
+}
+
+// rebuiltLocked ends c's rebuild: messages may have been lost while the old
+// connection failed, so every waiter of c is signalled.
+func (h *Hub) rebuiltLocked(c *conn) {
+	c.rebuilding = false
+	n := 0
+	for _, t := range h.topics {
+		if t.conn == c {
+			t.signalLocked()
+			n++
+		}
+	}
+	h.log.Info("fairlock: notify: pub/sub connection rebuilt", "channels", n)
+}
+
+// reroute moves each channel of c whose shard has changed (a shard went
+// down, or the ring's shards were replaced) to the connection of its new
+// shard. It does nothing unless the hub's client is sharded. Channels are
+// otherwise only moved by a Watch of the channel.
+func (h *Hub) reroute(c *conn) {
+	if h.shards == nil {
+		return
+	}
+	h.mu.Lock()
+	var names []string
+	for name, t := range h.topics {
+		if t.conn == c {
+			names = append(names, name)
+		}
+	}
+	h.mu.Unlock()
+
+	n := 0
+	for _, name := range names {
+		key, err := h.shardFor(name)
+		if err != nil || key == c.key {
+			continue
+		}
+		dst, err := h.lockConn(key)
+		if err != nil {
+			continue // closed, or the shard's connection could not be opened: keep the channel here
+		}
+		if t := h.topics[name]; t != nil && t.conn == c {
+			h.moveLocked(t, dst)
+			n++
+		}
+		h.mu.Unlock()
+	}
+	if n > 0 {
+		h.log.Info("fairlock: notify: channels of a failed connection moved to other shards",
+			"channels", n)
+	}
+}
+
+// retire ends c when it failed and no channel with waiters is subscribed on
+// it: rather than rebuilding a connection nobody needs (whose shard may be
+// gone for good), the hub closes it, and a later Watch opens a new one. It
+// reports whether c retired.
+func (h *Hub) retire(c *conn, ps *redis.PubSub) bool {
+	h.mu.Lock()
+	if h.watchedLocked(c) {
+		h.mu.Unlock()
+		return false
+	}
+	h.retireLocked(c)
+	h.mu.Unlock()
+	closePubSub(ps)
+	h.log.Debug("fairlock: notify: closed a failed pub/sub connection that no channel needs")
+	return true
+}
+
+// retireLocked takes c out of the hub and stops its writer; its reader
+// stops on its own.
+func (h *Hub) retireLocked(c *conn) {
+	c.retired = true
+	if h.conns[c.key] == c {
+		delete(h.conns, c.key)
+	}
+	c.queue, c.awaiting = nil, nil
+	c.cancel()
+}

@@ -1,0 +1,139 @@
+package notify
+
+import "fmt"
+
+// topicState is where a topic's subscription stands.
+type topicState int
+
+const (
+	pending   topicState = iota // SUBSCRIBE queued or sent, not yet confirmed
+	confirmed                   // Redis has processed the SUBSCRIBE
+	failed                      // Redis refused it, or no connection could be opened; err says why
+	moved                       // superseded by a topic on another shard's connection
+)
+
+// topic is the subscription of one channel on one connection. A topic is
+// created by the first Watch of its channel and dropped when its last
+// waiter stops or its subscription fails; a later Watch of the same channel
+// creates a new topic, so confirmations never outlive the subscription they
+// were for. When the channel moves to another shard, a new topic takes over
+// its waiters.
+type topic struct {
+	name    string
+	conn    *conn              // the connection that subscribes it; fixed
+	waiters map[string]*Waiter // guarded by Hub.mu; id -> waiter
+	state   topicState         // guarded by Hub.mu
+	err     error              // guarded by Hub.mu; what Watch returns once state is failed
+	ready   chan struct{}      // closed when state leaves pending
+	// lossy is guarded by Hub.mu. It is true when messages for the
+	// channel may have been lost before this subscription (it took over
+	// from another shard): every waiter is signalled once it is confirmed.
+	lossy bool
+}
+
+// confirmation is what the answer to one PING confirms.
+type confirmation struct {
+	payload string
+	topic   *topic // the topic whose SUBSCRIBE precedes the PING, if any
+	rebuilt bool   // the last PING of a rebuild: signal every waiter of the connection when answered
+}
+
+// subscribeLocked creates the topic of channel on c and queues its
+// SUBSCRIBE and confirmation PING.
+func (h *Hub) subscribeLocked(c *conn, channel string) *topic {
+	t := &topic{name: channel, conn: c, waiters: make(map[string]*Waiter), ready: make(chan struct{})}
+	h.topics[channel] = t
+	h.queueSubscribeLocked(t)
+	return t
+}
+
+// queueSubscribeLocked queues the SUBSCRIBE of t on its connection,
+// followed by the PING whose answer confirms it.
+func (h *Hub) queueSubscribeLocked(t *topic) {
+	c := t.conn
+	c.enqueueLocked(op{
+		ps:        c.ps,
+		subscribe: t.name,
+		ping:      true,
+		payload:   h.newPingLocked(c, &confirmation{topic: t}),
+	})
+}
+
+// moveLocked hands the waiters of t to a new topic of the same channel on
+// dst, the connection of the shard that owns the channel now, and
+// unsubscribes the channel on t's connection. Messages published on the new
+// shard before the new subscription is confirmed are lost, so the waiters
+// are signalled once it is.
+func (h *Hub) moveLocked(t *topic, dst *conn) *topic {
+	h.log.Debug("fairlock: notify: channel moved to another shard; re-subscribing it there",
+		"channel", t.name, "waiters", len(t.waiters))
+	nt := h.subscribeLocked(dst, t.name)
+	nt.lossy = true
+	for id, w := range t.waiters {
+		w.topic = nt
+		nt.waiters[id] = w
+	}
+	clear(t.waiters)
+	t.settleLocked(moved)
+	src := t.conn
+	src.enqueueLocked(op{ps: src.ps, unsubscribe: t.name})
+	return nt
+}
+
+// confirmLocked marks t as subscribed and releases the Watch calls waiting
+// for it.
+func (h *Hub) confirmLocked(t *topic) {
+	if t.state != pending {
+		return
+	}
+	t.settleLocked(confirmed)
+	if t.lossy {
+		t.lossy = false
+		t.signalLocked()
+	}
+}
+
+// failLocked ends t with err: the Watch calls waiting for it return err,
+// and the channel is dropped, so that a later Watch subscribes afresh. A
+// topic that was already confirmed (a rebuild's SUBSCRIBE was refused)
+// keeps its waiters but receives nothing more; they are signalled and must
+// rely on polling.
+func (h *Hub) failLocked(t *topic, err error) {
+	if h.topics[t.name] != t {
+		return // dropped or moved: nobody waits on this subscription
+	}
+	delete(h.topics, t.name)
+	if t.state == confirmed {
+		h.log.Warn("fairlock: notify: subscription of a watched channel lost; its waiters will rely on polling",
+			"channel", t.name, "error", err)
+	}
+	t.err = err
+	t.settleLocked(failed)
+	t.signalLocked()
+	// go-redis remembers every channel it was asked to subscribe, and
+	// would subscribe it again after a reconnect.
+	c := t.conn
+	c.enqueueLocked(op{ps: c.ps, unsubscribe: t.name})
+}
+
+// refusedError is the error of Watch when Redis answers the SUBSCRIBE of
+// channel with the error reply reply.
+func refusedError(channel string, reply error) error {
+	return fmt.Errorf("fairlock: notify: subscribing to %q refused: %w", channel, reply)
+}
+
+// settleLocked moves t to state s, releasing the Watch calls waiting for t
+// if it was pending.
+func (t *topic) settleLocked(s topicState) {
+	if t.state == pending {
+		close(t.ready)
+	}
+	t.state = s
+}
+
+// signalLocked signals every waiter of t.
+func (t *topic) signalLocked() {
+	for _, w := range t.waiters {
+		w.signal()
+	}
+}

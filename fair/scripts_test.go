@@ -360,9 +360,11 @@ func TestRefusedPublishReachesTheCallerAsNOPERM(t *testing.T) {
 	n, err := l.release(ctx, "h", rigLease)
 	var rerr redis.Error
 	require.True(t, errors.As(err, &rerr), "a server error reply, not %v", err)
+	require.ErrorIs(t, err, ErrNoPermission)
+	require.True(t, publishRefused(err), "%q", err)
 	prefix := "NOPERM fairlock: state changed, but PUBLISH to " + keys.Wake + " was refused: "
-	require.True(t, strings.HasPrefix(err.Error(), prefix), "%q", err)
-	require.Greater(t, len(err.Error()), len(prefix), "the server's message follows")
+	require.True(t, strings.HasPrefix(rerr.Error(), prefix), "%q", rerr)
+	require.Greater(t, len(rerr.Error()), len(prefix), "the server's message follows")
 	require.Zero(t, n)
 
 	hold := admin.HGetAll(ctx, keys.Lock).Val()

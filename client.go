@@ -58,9 +58,12 @@ func isNil(rdb redis.UniversalClient) bool {
 
 // Close releases the Client: Lock calls still waiting return ErrClosed
 // (after leaving the queue), holds still live are released in Redis and
-// their contexts cancelled with cause ErrClosed, the pub/sub connection is
-// closed, and every goroutine of the Client has exited when Close returns.
-// It does not close the redis client given to New. Close is idempotent.
+// their contexts cancelled with cause ErrClosed, the pub/sub connections
+// are closed, and every goroutine of the Client has exited when Close
+// returns. All of that runs at once, and calls to Redis still out one call
+// timeout (10s) after Close started are given up, so Close returns within
+// about that even when Redis does not answer. It does not close the redis
+// client given to New. Close is idempotent.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil

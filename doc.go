@@ -13,6 +13,16 @@
 // ContextWithOwner names the owner explicitly, so that several processes
 // can share one hold.
 //
+// Holds of different locks nest: Lock with a context that carries a hold
+// of another lock returns a context that carries both, and either lock
+// can be re-entered or unlocked through it, in any order (see the nested
+// example of Mutex.Lock). A context re-enters only the very same lock: a
+// hold taken through another Client counts only if that Client's Redis
+// has it; the same name and prefix in another DB or on another deployment
+// is another lock, and Lock takes it as one. A context whose hold of the
+// lock was lost makes Lock fail with ErrLeaseLost: a re-entry is never a
+// fresh grant. A context whose hold was unlocked takes a fresh one.
+//
 // A hold has a lease. By default a watchdog renews it every third of the
 // lease (WithLease, 30s), so a hold lasts until Unlock, and a crashed
 // holder's lock expires one lease after its last renewal. WithFixedLease
@@ -20,20 +30,26 @@
 // is lost (Redis lost the key, renewal failed for too long, the fixed
 // lease ran out, ForceUnlock), the hold's context is cancelled with cause
 // ErrLeaseLost: the work under the lock should stop, because another owner
-// may already hold it.
+// may already hold it. A fixed lease lasts its full length from the grant,
+// however the grant came; its context ends a few milliseconds early and
+// the hold is then released, so that Redis and the holder agree.
 //
 // A waiter that stops polling (its process died) keeps its place for the
 // waiter TTL (WithWaiterTTL, 10s) and is then dropped; a waiter whose
 // context ends leaves the line at once and leaves nothing in Redis.
 //
 // Every fresh grant carries a fencing token (Token) that strictly
-// increases per lock name. Redis replicates asynchronously: a failover can
+// increases per lock name, also across a restart of Redis without
+// persistence and across a failover, as long as the new server's clock is
+// ahead of the old one's (a token is never below the server's clock in
+// milliseconds × 1000). Redis replicates asynchronously: a failover can
 // lose a lock, and a paused holder can outlive its lease. A lock alone
 // cannot make a protected resource safe against that; a resource that
 // rejects writes carrying a token lower than one it has seen can.
 //
 // Client, Mutex and the contexts Lock returns are safe for concurrent use.
 // One Client per process and Redis deployment is enough: it keeps one
-// pub/sub connection for all its waiters. Close stops everything it
-// started.
+// pub/sub connection for all its waiters (one per shard over a
+// *redis.Ring). Close stops everything it started, within about one call
+// timeout (10s) even when Redis does not answer.
 package fairlock

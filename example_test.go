@@ -109,6 +109,42 @@ func ExampleMutex_Lock_reentry() {
 	// locked after the last unlock: false
 }
 
+func ExampleMutex_Lock_nested() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, _ := fairlock.New(rdb, fairlock.WithPrefix("example-nested"))
+	defer locks.Close()
+	account, ledger := locks.Mutex("account:42"), locks.Mutex("ledger")
+
+	// Holding one lock, take another with the context the first returned:
+	// the new context carries both holds.
+	actx, _ := account.Lock(context.Background())
+	both, _ := ledger.Lock(actx)
+	again, _ := account.Lock(both) // re-enters account:42 through the nested context
+	n, _ := account.HoldCount(again)
+	fmt.Println("account levels:", n)
+
+	// Unlock in any order, through any context that carries the hold.
+	_ = account.Unlock(again)
+	_ = account.Unlock(both)
+	fmt.Println("account hold ended:", actx.Err() != nil, "ledger hold ended:", both.Err() != nil)
+
+	// both still carries the ledger hold, but its account hold is over: a
+	// Lock takes a fresh one. (Had the account hold been lost instead,
+	// the Lock would fail with ErrLeaseLost.)
+	fresh, _ := account.Lock(both)
+	n, _ = account.HoldCount(fresh)
+	fmt.Println("fresh account levels:", n)
+	_ = account.Unlock(fresh)
+	_ = ledger.Unlock(fresh)
+	fmt.Println("ledger hold ended:", both.Err() != nil)
+	// Output:
+	// account levels: 2
+	// account hold ended: true ledger hold ended: false
+	// fresh account levels: 1
+	// ledger hold ended: true
+}
+
 func ExampleMutex_TryLock() {
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()

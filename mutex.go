@@ -61,8 +61,14 @@ func (m *Mutex) usable(ctx context.Context) error {
 //
 // Lock with a context that already carries a live hold of this lock
 // re-enters it: the count goes up in Redis, and the lock is released when
-// Unlock has been called as many times as Lock. Two calls with unrelated
-// contexts exclude each other, even in one goroutine.
+// Unlock has been called as many times as Lock. Only a hold of this very
+// lock is re-entered: one taken through this Client, or through another
+// Client whose hold this Client's Redis has (the same owner and token);
+// the same name in another DB or deployment is another lock. A context
+// whose hold of this lock was lost makes Lock fail with ErrLeaseLost. Two
+// calls with unrelated contexts exclude each other, even in one goroutine.
+// A context that carries holds of other locks keeps them: the returned
+// context carries them all.
 //
 // When ctx ends before the grant, Lock returns ctx's error and leaves
 // nothing in Redis; a grant that raced with the end is given back.

@@ -128,9 +128,12 @@ type mutexOption func(*mutexConfig)
 func (f mutexOption) applyMutex(c *mutexConfig) { f(c) }
 
 // WithFixedLease makes every hold taken through the handle expire d after
-// it was granted, with no watchdog renewing it; the hold's context is
-// cancelled with cause ErrLeaseLost when d has passed, unless it was
-// unlocked before. Re-entry does not extend it. Default: no fixed lease
+// it was granted, whether the lock was free or handed over, with no
+// watchdog renewing it. The hold's context is cancelled with cause
+// ErrLeaseLost when d has passed (a few milliseconds early: twice the
+// round trip of the grant, at least 5ms, at most d/10), unless it was
+// unlocked before, and the hold is released in Redis then, so the next
+// waiter is handed the lock at once. Re-entry does not extend it. Default: no fixed lease
 // (the Client's watchdog lease). A d shorter than MinDuration makes every
 // method of the handle fail with ErrInvalidOption.
 func WithFixedLease(d time.Duration) MutexOption {

@@ -316,3 +316,46 @@ func TestUnlockAndTokenAfterCloseAreNotHeldAndClosed(t *testing.T) {
 	_, err = m.Lock(context.Background())
 	require.True(t, errors.Is(err, fairlock.ErrClosed))
 }
+
+func TestRedisKeepsOnlyTheTokenAndShortLivedReceiptsOfAFreeLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.client().Mutex("footprint") // a 30s lease
+	hctx, err := m.Lock(ctx)
+	require.NoError(t, err)
+	inner, err := m.Lock(hctx)
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(inner))
+	require.NoError(t, m.Unlock(hctx))
+
+	k := e.keys("footprint")
+	keys, err := e.rdb.Keys(ctx, e.prefix+":*").Result()
+	require.NoError(t, err)
+	var receipts []string
+	for _, key := range keys {
+		switch {
+		case key == k.Token:
+		case strings.HasPrefix(key, k.Call("")):
+			receipts = append(receipts, key)
+		default:
+			t.Errorf("a free lock keeps %s", key)
+		}
+	}
+	require.Len(t, receipts, 4, "one per call that changed the hold: grant, re-entry, two releases")
+	var short, long int
+	for _, key := range receipts {
+		ttl := e.rdb.PTTL(ctx, key).Val()
+		require.Positive(t, ttl, "%s expires", key)
+		switch {
+		case ttl <= 20*time.Second:
+			short++ // a grant's: twice the call timeout
+		case ttl <= 50*time.Second:
+			long++ // a release's: the lease and twice the call timeout, for its re-sends
+		default:
+			t.Errorf("%s lives %v", key, ttl)
+		}
+	}
+	require.Equal(t, 2, short)
+	require.Equal(t, 2, long)
+}

@@ -154,6 +154,20 @@ func (e *Engine) receiptTTL() int64 {
 	return (2 * e.cfg.CallTimeout).Milliseconds()
 }
 
+// goUnlessClosed runs f in a goroutine that Close waits for, unless Close
+// has started; it reports whether f was started. It is for work begun
+// outside an operation (an Unlock), where the wait group may otherwise be
+// added to while Close waits on it.
+func (e *Engine) goUnlessClosed(f func()) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Go(f)
+	return true
+}
+
 func (e *Engine) addHold(h *Hold) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()

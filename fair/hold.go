@@ -191,7 +191,9 @@ func (h *Hold) Release(ctx context.Context) error {
 		if last {
 			h.end(nil)
 		}
-		h.l.e.wg.Go(func() { h.resendRelease(call, lease) })
+		if !h.l.e.goUnlessClosed(func() { h.resendRelease(call, lease) }) {
+			return fmt.Errorf("fairlock: unlock: %w (the Client is closed; the lock expires after its lease)", err)
+		}
 		return fmt.Errorf("fairlock: unlock: %w (sent again in the background until Redis answers or the lease runs out)", err)
 	case err != nil:
 		if last {

@@ -46,6 +46,7 @@ type Engine struct {
 	cfg     Config
 	log     *slog.Logger
 	hub     *notify.Hub
+	topo    *topology     // asks a cluster client for a fresh slot map after failures
 	closing chan struct{} // closed when Close starts
 	// stopped is cancelled one call timeout after Close starts (or when it
 	// ends): every call still out then is given up, so that Close has a
@@ -76,6 +77,7 @@ func NewEngine(rdb Redis, cfg Config) *Engine {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		hub:      notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat}),
+		topo:     newTopology(rdb),
 		closing:  make(chan struct{}),
 		holds:    make(map[*Hold]struct{}),
 		checking: make(chan struct{}, 1),

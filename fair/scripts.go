@@ -44,6 +44,7 @@ func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease
 	keys := append(l.scripted[:4:4], l.keys.Call(call))
 	v, err := lua.AcquireScript.Run(ctx, l.e.rdb, keys,
 		owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, l.keys.Wake, l.e.receiptTTL()).Slice()
+	l.e.topo.failed(err)
 	if err != nil {
 		return reply{}, refusal(err)
 	}
@@ -71,12 +72,14 @@ func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (
 func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration, receiptTTL int64) (int, error) {
 	keys := append(l.scripted[:4:4], l.keys.Call(call))
 	n, err := lua.ReleaseScript.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, receiptTTL).Int64()
+	l.e.topo.failed(err)
 	return int(n), refusal(err)
 }
 
 // renew runs renew.lua once: true when the owner still holds the lock.
 func (l *Lock) renew(ctx context.Context, owner string, lease time.Duration) (bool, error) {
 	n, err := lua.RenewScript.Run(ctx, l.e.rdb, l.scripted[:1], owner, ms(lease)).Int64()
+	l.e.topo.failed(err)
 	return n == 1, refusal(err)
 }
 
@@ -84,6 +87,7 @@ func (l *Lock) renew(ctx context.Context, owner string, lease time.Duration) (bo
 // back.
 func (l *Lock) cancel(ctx context.Context, owner, entry string) (bool, error) {
 	n, err := lua.CancelScript.Run(ctx, l.e.rdb, l.scripted, owner, entry, l.keys.Wake).Int64()
+	l.e.topo.failed(err)
 	return n == 1, refusal(err)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 // config is one run's configuration, from the command line. A worker
 // process receives the part it needs as JSON.
 type config struct {
-	RedisURL string   `json:"redis_url,omitempty"` // a single Redis; empty with Cluster
+	RedisURL string   `json:"redis_url,omitempty"` // a single Redis; empty with Cluster or Sentinel
 	Cluster  []string `json:"cluster,omitempty"`   // cluster seed addresses
+	Sentinel []string `json:"sentinel,omitempty"`  // sentinel addresses; Master is then set
+	Master   string   `json:"master,omitempty"`    // the name the sentinels know the primary by
 	Prefix   string   `json:"prefix"`              // key prefix of the run
 
 	Locks      int           `json:"locks"`
@@ -66,8 +69,8 @@ func (e usageError) Error() string {
 // flag.ErrHelp; any other error is a usageError.
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var (
-		c       config
-		cluster string
+		c                 config
+		cluster, sentinel string
 	)
 	c.Hold = span{0, 2 * time.Millisecond}
 	c.Patience = span{time.Millisecond, 20 * time.Millisecond}
@@ -77,11 +80,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintf(stderr, "Usage: stress [flags]\n\n"+
 			"Hammers fairlock locks from many clients and checks that every hold was\n"+
 			"exclusive, every grant came in FIFO order, and nothing was left behind.\n"+
-			"Without -redis or -cluster it runs against an embedded Redis.\n\nFlags:\n")
+			"Without -redis, -cluster or -sentinel it runs against an embedded Redis.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.RedisURL, "redis", "", "Redis `URL`, redis://host:port/db (default: an embedded Redis)")
+	fs.StringVar(&c.RedisURL, "redis", "", "Redis `URL`, redis://host:port/db (default: an embedded Redis); -redis, -cluster\nand -sentinel exclude each other")
 	fs.StringVar(&cluster, "cluster", "", "Redis Cluster seed `addresses`, host:port,host:port")
+	fs.StringVar(&sentinel, "sentinel", "", "Redis Sentinel `addresses`, host:port,host:port: run against the primary they\nmonitor as -master, through a failover client")
+	fs.StringVar(&c.Master, "master", "", "with -sentinel: the `NAME` the sentinels monitor the primary under")
 	fs.StringVar(&c.Inspect, "inspect", "", "print the state of the lock `NAME` under -prefix and exit")
 	fs.StringVar(&c.Prefix, "prefix", "fairlock", "key prefix for -inspect (a run always uses a random prefix of its own)")
 	fs.IntVar(&c.Locks, "locks", 3, "number of lock names")
@@ -113,12 +118,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
-	if cluster != "" {
-		for _, a := range strings.Split(cluster, ",") {
-			if a = strings.TrimSpace(a); a != "" {
-				c.Cluster = append(c.Cluster, a)
-			}
-		}
+	var err error
+	if c.Cluster, err = addrList("-cluster", cluster); err != nil {
+		return c, usageError{err}
+	}
+	if c.Sentinel, err = addrList("-sentinel", sentinel); err != nil {
+		return c, usageError{err}
 	}
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
@@ -137,10 +142,50 @@ const (
 	maxReentry = 100
 )
 
+// addrList splits the host:port list v of flag name; "" is no list.
+func addrList(name, v string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	var addrs []string
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return nil, fmt.Errorf("%s %q: %v", name, a, err)
+		}
+		addrs = append(addrs, a)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%s %q: no address", name, v)
+	}
+	return addrs, nil
+}
+
+// targetFlags names the flags that chose a deployment.
+func (c *config) targetFlags() []string {
+	var fs []string
+	if c.RedisURL != "" {
+		fs = append(fs, "-redis")
+	}
+	if len(c.Cluster) > 0 {
+		fs = append(fs, "-cluster")
+	}
+	if len(c.Sentinel) > 0 {
+		fs = append(fs, "-sentinel")
+	}
+	return fs
+}
+
 func (c *config) validate() error {
-	switch {
-	case c.RedisURL != "" && len(c.Cluster) > 0:
-		return errors.New("-redis and -cluster exclude each other")
+	switch fs := c.targetFlags(); {
+	case len(fs) > 1:
+		return fmt.Errorf("%s and %s exclude each other: give one", strings.Join(fs[:len(fs)-1], ", "), fs[len(fs)-1])
+	case len(c.Sentinel) > 0 && c.Master == "":
+		return errors.New("-sentinel needs -master NAME, the name the sentinels monitor the primary under")
+	case len(c.Sentinel) == 0 && c.Master != "":
+		return errors.New("-master needs -sentinel, the addresses of the sentinels")
 	case c.Locks < 1 || c.Locks > maxLocks:
 		return fmt.Errorf("-locks %d: want 1 to %d", c.Locks, maxLocks)
 	case c.Clients < 1 || c.Goroutines < 1:
@@ -176,8 +221,8 @@ func (c *config) validate() error {
 		}
 	}
 	if c.Inspect != "" {
-		if c.RedisURL == "" && len(c.Cluster) == 0 {
-			return errors.New("-inspect needs -redis or -cluster: the embedded Redis exists only during a run")
+		if len(c.targetFlags()) == 0 {
+			return errors.New("-inspect needs -redis, -cluster or -sentinel: the embedded Redis exists only during a run")
 		}
 		if _, err := queue.For(c.Prefix, c.Inspect); err != nil {
 			return fmt.Errorf("-inspect %q -prefix %q: %v", c.Inspect, c.Prefix, err)

@@ -9,6 +9,8 @@
 //	go run ./stress                                   # embedded Redis, ~10 s
 //	go run ./stress -redis redis://host:6379/0        # a real server
 //	go run ./stress -cluster host:7000,host:7001      # a cluster
+//	go run ./stress -sentinel host:26379,host:26380 -master mymaster
+//	                                                  # a primary watched by sentinels
 //	go run ./stress -procs 3 -svg timeline.svg        # workers in 3 processes
 //	go run ./stress -json -history attempts.jsonl     # for machines
 //	go run ./stress -redis redis://host:6379/0 -prefix P -inspect NAME
@@ -29,6 +31,14 @@
 // fairness across workers, Redis commands per grant, and the violations;
 // the exit status is 1 when there is any, 2 for bad flags, 130 for a clean
 // run cut short by an interrupt.
+//
+// Redis commands per grant are counted from the INFO commandstats of the
+// deployment's primaries, read every half second while the run goes on
+// and once after it, and followed per server process (INFO server run_id):
+// a server that dies, restarts or changes role during the run never makes
+// the count go wrong, only leaves a stretch uncounted, which the report
+// names, giving the figure as "at least"; when too much of the run went
+// uncounted, or INFO cannot be read, it says "n/a" and why (cmdcount.go).
 //
 // The embedded Redis (miniredis) checks behaviour, not speed: it runs every
 // script in a fresh Lua interpreter, so its throughput is a fraction of a
@@ -113,10 +123,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "stress: %s, prefix %s, seed %d\n", tgt, cfg.Prefix, cfg.Seed)
 	if tgt.mini == nil {
-		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run stress with the same -redis or -cluster and -prefix %s -inspect lock-0\n", cfg.Prefix)
+		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run stress with the same -redis, -cluster or -sentinel and -prefix %s -inspect lock-0\n", cfg.Prefix)
 	}
 
-	before, statsErr := readCmdStats(ctx, admin)
+	smp, statsErr := startSampler(ctx, tgt, sampleEvery)
 	hist := &History{}
 	started := time.Now()
 	prog := startProgress(stderr, hist, cfg, started)
@@ -135,10 +145,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// The run is over: what follows must finish even after an interrupt.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	var cmds *cmdStats
-	if after, err := readCmdStats(pctx, admin); err == nil && statsErr == nil {
-		d := after.since(before)
-		cmds = &d
+	cmds := cmdTally{Err: statsErr}
+	if statsErr == nil {
+		cmds = smp.stop(pctx)
 	}
 	attempts := hist.Attempts()
 	violations := append(Check(attempts, cfg.WaiterTTL), failures...)

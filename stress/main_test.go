@@ -200,7 +200,15 @@ func TestBadFlagsExitWithStatus2(t *testing.T) {
 		{[]string{"-clients", "1000", "-goroutines", "1000"}, "workers"},
 		{[]string{"-redis", "http://x"}, "-redis"},
 		{[]string{"-redis", "redis://a:1", "-cluster", "b:2"}, "exclude each other"},
-		{[]string{"-inspect", "x"}, "-inspect needs -redis"},
+		{[]string{"-redis", "redis://a:1", "-sentinel", "b:2", "-master", "m"}, "-redis and -sentinel exclude each other"},
+		{[]string{"-cluster", "a:1", "-sentinel", "b:2", "-master", "m"}, "-cluster and -sentinel exclude each other"},
+		{[]string{"-redis", "redis://a:1", "-cluster", "a:1", "-sentinel", "b:2", "-master", "m"}, "-redis, -cluster and -sentinel exclude each other"},
+		{[]string{"-sentinel", "a:1"}, "-sentinel needs -master NAME"},
+		{[]string{"-master", "m"}, "-master needs -sentinel"},
+		{[]string{"-sentinel", "a:1,nohost", "-master", "m"}, `-sentinel "nohost"`},
+		{[]string{"-sentinel", " , ", "-master", "m"}, "no address"},
+		{[]string{"-cluster", "a:1,b"}, `-cluster "b"`},
+		{[]string{"-inspect", "x"}, "-inspect needs -redis, -cluster or -sentinel"},
 		{[]string{"-redis", "redis://a:1", "-inspect", "a}b"}, "invalid lock name"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined"},
 		{[]string{"extra"}, "unexpected argument"},
@@ -214,6 +222,8 @@ func TestBadFlagsExitWithStatus2(t *testing.T) {
 	code, _, errs := runCmd(t, "-h")
 	assert.Equal(t, exitOK, code)
 	assert.Contains(t, errs, "Usage: stress")
+	assert.Contains(t, errs, "-sentinel addresses")
+	assert.Contains(t, errs, "-master NAME")
 }
 
 func TestWorkerRejectsABadSpec(t *testing.T) {

@@ -43,7 +43,7 @@ func runProcs(ctx context.Context, cfg config, tgt *target, rec Recorder, stderr
 	for i := range n {
 		wc := cfg
 		wc.Proc, wc.ClientIDs = i, ids[i]
-		wc.RedisURL, wc.Cluster = tgt.url, tgt.cluster
+		tgt.describe(&wc)
 		if cfg.Ops > 0 {
 			wc.Ops = cfg.Ops / int64(n)
 			if int64(i) < cfg.Ops%int64(n) {
@@ -124,7 +124,7 @@ func workerMain(spec string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	s := newStream(stdout)
-	tgt := &target{url: cfg.RedisURL, cluster: cfg.Cluster}
+	tgt := remoteTarget(cfg)
 	p, err := newPool(cfg, tgt, cfg.ClientIDs, cfg.Ops, s, stderr)
 	if err == nil {
 		p.run(ctx)

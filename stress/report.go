@@ -30,8 +30,9 @@ type Report struct {
 	Wait          Latency           `json:"wait_ms"`     // Lock call to grant
 	Handover      Latency           `json:"handover_ms"` // previous holder's Unlock to the grant of a queued waiter
 	Fairness      Fairness          `json:"fairness"`
-	Pause         float64           `json:"longest_pause_ms"`         // longest time in which no client saw anything happen
-	Commands      *Commands         `json:"redis_commands,omitempty"` // nil: could not be read
+	Pause         float64           `json:"longest_pause_ms"`            // longest time in which no client saw anything happen
+	Commands      *Commands         `json:"redis_commands,omitempty"`    // nil: not known, see CommandsNA
+	CommandsNA    string            `json:"redis_commands_na,omitempty"` // why Commands is nil
 	ViolationSums Violations        `json:"violations"`
 	Snapshots     map[string]string `json:"snapshots,omitempty"` // state after the run of the locks with violations
 }
@@ -54,12 +55,15 @@ type Fairness struct {
 	LargestWaitBy string  `json:"largest_wait_by,omitempty"`
 }
 
-// Commands counts the Redis commands the run cost.
+// Commands counts the Redis commands the run cost: those the primaries
+// ran while it went on, from their INFO counters (see cmdcount.go).
 type Commands struct {
-	Detailed bool               `json:"detailed"` // from INFO commandstats; otherwise the total of INFO stats
-	Total    int64              `json:"total"`
-	PerGrant float64            `json:"per_grant"`
-	Top      map[string]float64 `json:"top_per_grant,omitempty"`
+	Detailed   bool               `json:"detailed"` // from INFO commandstats; otherwise the total of INFO stats
+	Total      int64              `json:"total"`
+	PerGrant   float64            `json:"per_grant"`
+	Top        map[string]float64 `json:"top_per_grant,omitempty"`
+	LowerBound bool               `json:"lower_bound,omitempty"` // some commands could not be counted
+	Unread     []string           `json:"unread,omitempty"`      // the stretches not counted, and why
 }
 
 // Violations counts violations by kind, with the first few of each.
@@ -85,7 +89,7 @@ func latency(ds []time.Duration) Latency {
 }
 
 // buildReport computes the report of a run.
-func buildReport(cfg config, redis string, attempts []Attempt, vs []Violation, elapsed time.Duration, cmds *cmdStats, snaps map[string]string) *Report {
+func buildReport(cfg config, redis string, attempts []Attempt, vs []Violation, elapsed time.Duration, cmds cmdTally, snaps map[string]string) *Report {
 	r := &Report{
 		Redis: redis, Prefix: cfg.Prefix, Seed: cfg.Seed, Workload: workload(cfg),
 		Elapsed: elapsed.Seconds(), Attempts: len(attempts), Outcomes: map[Outcome]int{},
@@ -129,16 +133,7 @@ func buildReport(cfg config, redis string, attempts []Attempt, vs []Violation, e
 	if elapsed > 0 {
 		r.GrantsPerSec = float64(total) / elapsed.Seconds()
 	}
-	if cmds != nil && total > 0 {
-		c := &Commands{Detailed: cmds.Detailed, Total: cmds.Total, PerGrant: float64(cmds.Total) / float64(total)}
-		if cmds.Detailed {
-			c.Top = map[string]float64{}
-			for _, name := range cmds.top(6) {
-				c.Top[name] = float64(cmds.Calls[name]) / float64(total)
-			}
-		}
-		r.Commands = c
-	}
+	r.Commands, r.CommandsNA = commands(cmds, total)
 	r.ViolationSums = summarise(vs)
 	return r
 }
@@ -264,7 +259,11 @@ func (r *Report) write(w io.Writer, asJSON bool) error {
 	fmt.Fprintf(&b, "fairness:    Jain's index %.4f over %d workers (grants per worker %d to %d); largest wait %.1fms (%s)\n",
 		r.Fairness.Jain, r.Fairness.Workers, r.Fairness.MinGrants, r.Fairness.MaxGrants, r.Fairness.LargestWait, r.Fairness.LargestWaitBy)
 	fmt.Fprintf(&b, "pauses:      longest %.1fms in which no client saw anything happen\n", r.Pause)
-	fmt.Fprintf(&b, "redis:       %s\n", r.Commands)
+	if r.Commands == nil {
+		fmt.Fprintf(&b, "redis:       commands per grant n/a (%s)\n", r.CommandsNA)
+	} else {
+		fmt.Fprintf(&b, "redis:       %s\n", r.Commands)
+	}
 	if r.ViolationSums.Total == 0 {
 		b.WriteString("violations:  none\n")
 	} else {
@@ -291,18 +290,21 @@ func (l Latency) String() string {
 }
 
 func (c *Commands) String() string {
-	switch {
-	case c == nil:
-		return "commands per grant n/a (INFO not readable, or nothing granted)"
-	case !c.Detailed:
-		return fmt.Sprintf("%.1f commands per grant (INFO commandstats n/a on this server: total_commands_processed, no breakdown)", c.PerGrant)
+	var s string
+	if c.Detailed {
+		top := slices.SortedFunc(maps.Keys(c.Top), func(a, b string) int {
+			return cmp.Compare(c.Top[b], c.Top[a])
+		})
+		parts := make([]string, len(top))
+		for i, name := range top {
+			parts[i] = fmt.Sprintf("%s %.2f", name, c.Top[name])
+		}
+		s = fmt.Sprintf("%.1f commands per grant (INFO commandstats, all clients of the deployment: %s", c.PerGrant, strings.Join(parts, ", "))
+	} else {
+		s = fmt.Sprintf("%.1f commands per grant (INFO commandstats n/a on this server: total_commands_processed, no breakdown", c.PerGrant)
 	}
-	top := slices.SortedFunc(maps.Keys(c.Top), func(a, b string) int {
-		return cmp.Compare(c.Top[b], c.Top[a])
-	})
-	parts := make([]string, len(top))
-	for i, name := range top {
-		parts[i] = fmt.Sprintf("%s %.2f", name, c.Top[name])
+	if c.LowerBound {
+		s = "at least " + s + "; not counted: " + strings.Join(c.Unread, ", ")
 	}
-	return fmt.Sprintf("%.1f commands per grant (INFO commandstats, all clients of the deployment: %s)", c.PerGrant, strings.Join(parts, ", "))
+	return s + ")"
 }

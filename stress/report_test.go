@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 func TestReportSummarisesAHistory(t *testing.T) {
 	h := cleanHistory()
 	vs := Check(h, 0)
-	r := buildReport(config{}, "test", h, vs, 2e9, &cmdStats{Detailed: true, Total: 50, Calls: map[string]int64{"evalsha": 20, "get": 30}}, nil)
+	r := buildReport(config{}, "test", h, vs, 2e9, cmdTally{Detailed: true, Total: 50, Calls: map[string]int64{"evalsha": 20, "get": 30}, Span: 2e9}, nil)
 	assert.Equal(t, len(h), r.Attempts)
 	assert.Equal(t, 5, r.Outcomes[Granted])
 	assert.Equal(t, 1, r.Outcomes[GaveUp])
@@ -40,14 +41,14 @@ func TestReportShowsViolationsAndSnapshots(t *testing.T) {
 	vs := Check(h, 0)
 	require.NotEmpty(t, vs)
 	snaps := map[string]string{"a": "lock \"a\" at ... (server clock)\n  free\n"}
-	r := buildReport(config{}, "test", h, vs, time.Second, nil, snaps)
+	r := buildReport(config{}, "test", h, vs, time.Second, cmdTally{Err: errors.New("refused")}, snaps)
 	assert.Equal(t, 1, r.ViolationSums.ByKind[Overlap])
 
 	var text bytes.Buffer
 	require.NoError(t, r.write(&text, false))
 	assert.Contains(t, text.String(), "violations:  1\n  overlap: 1\n    - overlap on a: w2 was granted")
 	assert.Contains(t, text.String(), "after the run, lock \"a\"")
-	assert.Contains(t, text.String(), "commands per grant n/a")
+	assert.Contains(t, text.String(), "commands per grant n/a (INFO not readable: refused)")
 
 	var js bytes.Buffer
 	require.NoError(t, r.write(&js, true))

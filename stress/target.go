@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,13 +15,16 @@ import (
 )
 
 // target is the Redis deployment of a run: a server given by URL, a
-// cluster, or an embedded miniredis listening on loopback.
+// cluster, a primary watched by sentinels, or an embedded miniredis
+// listening on loopback. Exactly one of url, cluster and sentinels is set.
 type target struct {
-	url     string               // a single server; "" with cluster
-	cluster []string             // cluster seed addresses
-	mini    *miniredis.Miniredis // the embedded server, nil otherwise
-	stop    chan struct{}        // closed by close: stops the embedded clock
-	ticking sync.WaitGroup       // the embedded clock's goroutine
+	url       string               // a single server
+	cluster   []string             // cluster seed addresses
+	sentinels []string             // sentinel addresses
+	master    string               // the name the sentinels know the primary by; set with sentinels
+	mini      *miniredis.Miniredis // the embedded server, nil otherwise
+	stop      chan struct{}        // closed by close: stops the embedded clock
+	ticking   sync.WaitGroup       // the embedded clock's goroutine
 }
 
 // tick is how often the embedded server's TTLs are moved forward.
@@ -35,8 +36,8 @@ const tick = 10 * time.Millisecond
 // every command instead, miniredis's ClockTTL, costs a scan of every key
 // with a TTL per command, and call receipts make those many.)
 func openTarget(c config) (*target, error) {
-	if c.RedisURL != "" || len(c.Cluster) > 0 {
-		return &target{url: c.RedisURL, cluster: c.Cluster}, nil
+	if len(c.targetFlags()) > 0 {
+		return remoteTarget(c), nil
 	}
 	m := miniredis.NewMiniRedis()
 	if err := m.Start(); err != nil {
@@ -60,6 +61,17 @@ func openTarget(c config) (*target, error) {
 	return t, nil
 }
 
+// remoteTarget returns the deployment c names with -redis, -cluster or
+// -sentinel.
+func remoteTarget(c config) *target {
+	return &target{url: c.RedisURL, cluster: c.Cluster, sentinels: c.Sentinel, master: c.Master}
+}
+
+// describe writes the deployment into a worker process's configuration.
+func (t *target) describe(c *config) {
+	c.RedisURL, c.Cluster, c.Sentinel, c.Master = t.url, t.cluster, t.sentinels, t.master
+}
+
 // close stops the embedded server, if any.
 func (t *target) close() {
 	if t.mini != nil {
@@ -72,8 +84,13 @@ func (t *target) close() {
 // client returns a new go-redis client of the deployment, with its own
 // connection pool. The URL was validated with the flags.
 func (t *target) client() redis.UniversalClient {
-	if len(t.cluster) > 0 {
+	switch {
+	case len(t.cluster) > 0:
 		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: t.cluster})
+	case len(t.sentinels) > 0:
+		// A failover client asks the sentinels where the primary is, and
+		// asks again when they announce a new one.
+		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: t.master, SentinelAddrs: t.sentinels})
 	}
 	opt, err := redis.ParseURL(t.url)
 	if err != nil {
@@ -89,6 +106,8 @@ func (t *target) String() string {
 		return "embedded Redis (miniredis " + t.mini.Addr() + ")"
 	case len(t.cluster) > 0:
 		return "cluster " + strings.Join(t.cluster, ",")
+	case len(t.sentinels) > 0:
+		return "sentinel master " + t.master + " via " + strings.Join(t.sentinels, ",")
 	}
 	if u, err := url.Parse(t.url); err == nil {
 		return u.Redacted()
@@ -97,7 +116,7 @@ func (t *target) String() string {
 }
 
 // forEachNode runs fn on every server that holds keys: each master of a
-// cluster, or the one server.
+// cluster, or the one server (for sentinels, the primary they name now).
 func forEachNode(ctx context.Context, rdb redis.UniversalClient, fn func(context.Context, *redis.Client) error) error {
 	switch c := rdb.(type) {
 	case *redis.ClusterClient:
@@ -142,84 +161,6 @@ func cleanup(ctx context.Context, rdb redis.UniversalClient, prefix string) (int
 		return nil
 	})
 	return n, err
-}
-
-// cmdStats counts the commands a deployment has run, from INFO.
-type cmdStats struct {
-	Detailed bool             // from INFO commandstats: every command, those run by scripts included
-	Total    int64            // all commands (Detailed), or total_commands_processed
-	Calls    map[string]int64 // per command, when Detailed
-}
-
-// readCmdStats reads INFO commandstats, or, where the server lacks it (the
-// embedded one does), total_commands_processed from INFO stats.
-func readCmdStats(ctx context.Context, rdb redis.UniversalClient) (cmdStats, error) {
-	var mu sync.Mutex
-	s := cmdStats{Detailed: true, Calls: map[string]int64{}}
-	err := forEachNode(ctx, rdb, func(ctx context.Context, c *redis.Client) error {
-		info, err := c.Info(ctx, "commandstats").Result()
-		detailed := err == nil && strings.Contains(info, "cmdstat_")
-		if !detailed {
-			if info, err = c.Info(ctx, "stats").Result(); err != nil {
-				return err
-			}
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		s.Detailed = s.Detailed && detailed
-		for l := range strings.Lines(info) {
-			k, v, ok := strings.Cut(strings.TrimSpace(l), ":")
-			switch {
-			case !ok:
-			case detailed && strings.HasPrefix(k, "cmdstat_"):
-				calls := infoField(v, "calls")
-				s.Calls[strings.TrimPrefix(k, "cmdstat_")] += calls
-				s.Total += calls
-			case !detailed && k == "total_commands_processed":
-				n, _ := strconv.ParseInt(v, 10, 64)
-				s.Total += n
-			}
-		}
-		return nil
-	})
-	return s, err
-}
-
-// infoField returns the integer field name of "a=1,b=2".
-func infoField(v, name string) int64 {
-	for f := range strings.SplitSeq(v, ",") {
-		if k, n, ok := strings.Cut(f, "="); ok && k == name {
-			i, _ := strconv.ParseInt(n, 10, 64)
-			return i
-		}
-	}
-	return 0
-}
-
-// since returns the commands run between before and s.
-func (s cmdStats) since(before cmdStats) cmdStats {
-	d := cmdStats{Detailed: s.Detailed && before.Detailed, Total: s.Total - before.Total, Calls: map[string]int64{}}
-	for k, v := range s.Calls {
-		if n := v - before.Calls[k]; n > 0 {
-			d.Calls[k] = n
-		}
-	}
-	return d
-}
-
-// top returns the n commands run most, most first.
-func (s cmdStats) top(n int) []string {
-	names := make([]string, 0, len(s.Calls))
-	for k := range s.Calls {
-		names = append(names, k)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if s.Calls[names[i]] != s.Calls[names[j]] {
-			return s.Calls[names[i]] > s.Calls[names[j]]
-		}
-		return names[i] < names[j]
-	})
-	return names[:min(n, len(names))]
 }
 
 // inspect returns the snapshot of one lock.

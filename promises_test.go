@@ -359,3 +359,36 @@ func TestRedisKeepsOnlyTheTokenAndShortLivedReceiptsOfAFreeLock(t *testing.T) {
 	require.Equal(t, 2, short)
 	require.Equal(t, 2, long)
 }
+
+func TestLockWaitsThroughAnOutageThatStartsBeforeIt(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	c, proxy := e.proxied(&redis.Options{MaxRetries: 1, DialTimeout: 100 * time.Millisecond})
+	m := c.Mutex("outage")
+	hctx, err := m.Lock(ctx) // the server check and the scripts are done
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(hctx))
+
+	proxy.Reject()
+	_, err = m.TryLock(ctx)
+	require.Error(t, err, "TryLock never waits")
+	require.NotErrorIs(t, err, fairlock.ErrLocked)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r := lockAsync(wctx, m)
+	time.Sleep(300 * time.Millisecond) // the outage outlasts the first attempt
+	select {
+	case got := <-r:
+		t.Fatalf("Lock gave up during the outage: %v", got.err)
+	default:
+	}
+	proxy.Heal()
+	got := await(t, r, 8*time.Second)
+	require.NoError(t, got.err)
+	n, err := m.HoldCount(got.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "one level, however many attempts")
+	require.NoError(t, m.Unlock(got.ctx))
+	e.requireClean("outage")
+}

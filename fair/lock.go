@@ -48,19 +48,32 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 		return nil, err
 	}
 
-	// Fast path: one attempt, no subscription.
+	// Fast path: one attempt, no subscription. Its entry is the one the
+	// caller waits under if it must, so that a grant whose reply was lost
+	// is claimed by the first poll, not counted again.
+	entry := queue.Entry(randomID(), req.Lease, req.Owner)
 	sent := time.Now()
-	rep, err := l.callWithin(ctx, req, "", modeTry, l.giveBackIfGranted(ctx, req))
-	if err != nil {
+	rep, err := l.callWithin(ctx, req, entry, modeTry, l.giveBackIfGranted(ctx, req))
+	switch {
+	case err != nil && req.Wait && retryable(err) && ctx.Err() == nil && !errors.Is(err, ErrClosed):
+		// Redis unreachable, or failing over: wait in line, which keeps
+		// trying, bounded by ctx.
+		l.e.log.Warn("fairlock: lock attempt failed, waiting", "lock", l.keys.Name, "err", err)
+		return l.wait(ctx, req, entry)
+	case err != nil:
 		return nil, err
-	}
-	if rep.granted {
+	case rep.granted:
 		return l.hold(ctx, req, rep.token, sent, req.Lease, false)
-	}
-	if !req.Wait {
+	case !req.Wait:
 		return nil, ErrLocked
 	}
-	return l.wait(ctx, req)
+	return l.wait(ctx, req, entry)
+}
+
+// retryable reports whether a call that failed with err may succeed when
+// sent again: a network error, or a reply of a server in a failover.
+func retryable(err error) bool {
+	return !redisError(err) || transient(err)
 }
 
 // call runs one acquire on a context detached from ctx.
@@ -75,8 +88,7 @@ func (l *Lock) call(ctx context.Context, req Request, entry, mode string) (reply
 
 // wait is the slow path of Acquire: subscribe, then poll in wait mode until
 // granted, sleeping on the hub's signal or the script's hint in between.
-func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
-	entry := queue.Entry(randomID(), req.Lease, req.Owner)
+func (l *Lock) wait(ctx context.Context, req Request, entry string) (*Hold, error) {
 	w, err := l.e.hub.Watch(ctx, l.keys.Wake, entry)
 	if err != nil {
 		if errors.Is(err, notify.ErrClosed) {
@@ -112,7 +124,7 @@ func (l *Lock) wait(ctx context.Context, req Request) (*Hold, error) {
 			observe(ctx).polled(sent, answered)
 			retry = retryMin
 			timer.Reset(rep.hint)
-		case redisError(err) && !transient(err):
+		case !retryable(err):
 			// The server refused the script (wrong key type, ...):
 			// waiting longer will not help.
 			return nil, errors.Join(err, l.giveUp(ctx, req.Owner, entry))

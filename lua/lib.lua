@@ -25,6 +25,13 @@
 -- done, and replies with an error that starts with "NOPERM " instead of
 -- its normal reply (see finish). Each script's header says which of its
 -- replies that replaces.
+--
+-- The wake message goes out with publish_command, PUBLISH in the scripts
+-- as written here. For a Redis Cluster of Redis 7 or later fairlock runs
+-- a second set of the same scripts in which that one line says SPUBLISH
+-- (a sharded publish: it reaches only the nodes of the slot's shard,
+-- where PUBLISH is broadcast to every node of the cluster). Nothing else
+-- differs between the two sets.
 
 if redis.replicate_commands then
   redis.replicate_commands()
@@ -89,6 +96,10 @@ local function take(owner, entry, ttl, now)
   return token
 end
 
+-- publish_command is the command that sends wake messages: PUBLISH, or
+-- SPUBLISH in the sharded set of the scripts (see the top of this file).
+local publish_command = 'PUBLISH'
+
 -- refused is the NOPERM error message once the server refused a PUBLISH
 -- of this script run, else nil. See finish.
 local refused = nil
@@ -96,13 +107,14 @@ local refused = nil
 -- publish sends a wake message. It must not fail the script half-way:
 -- the state change it announces is already written (writes before a
 -- script error are kept), so a refusal (an ACL user without permission
--- on the channel, or without PUBLISH) is caught with pcall and kept for
--- finish, and the script completes every write it would have done.
+-- on the channel, or without the publish command) is caught with pcall
+-- and kept for finish, and the script completes every write it would
+-- have done.
 local function publish(channel, message)
-  local res = redis.pcall('PUBLISH', channel, message)
+  local res = redis.pcall(publish_command, channel, message)
   if type(res) == 'table' and res.err then
-    refused = 'NOPERM fairlock: state changed, but PUBLISH to ' .. channel ..
-      ' was refused: ' .. res.err
+    refused = 'NOPERM fairlock: state changed, but ' .. publish_command .. ' to ' ..
+      channel .. ' was refused: ' .. res.err
   end
 end
 

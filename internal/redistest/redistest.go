@@ -1,18 +1,21 @@
 // Package redistest starts real redis-server processes on free loopback
 // ports for fairlock's tests, and hands out clients and key prefixes that
-// keep tests apart. It is a test helper; nothing in the library imports it.
+// keep tests apart: a single server (Start, or one per package with Main),
+// a Redis Cluster (StartCluster) and a primary with replicas under
+// sentinels (StartSentinel). Every process is killed with SIGKILL by Stop,
+// with any child it forked, and on Linux also when the test binary dies.
+// It is a test helper; nothing in the library imports it.
 package redistest
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,7 +30,8 @@ type Server struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
-	exit chan struct{} // closed when cmd has exited
+	log  *logTail      // what cmd printed last
+	exit chan struct{} // closed when cmd has exited and its output is read
 }
 
 // Start launches a redis-server without persistence on a free loopback port
@@ -71,24 +75,16 @@ func Start(extra ...string) (*Server, error) {
 
 func (s *Server) launch() error {
 	cmd := exec.Command(s.args[0], s.args[1:]...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	cmd.Stderr = cmd.Stdout
+	s.log = &logTail{}
+	cmd.Stdout = s.log
+	cmd.Stderr = s.log
+	cmd.WaitDelay = time.Second // a forked child may keep the output open
+	configure(cmd)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
 	s.cmd = cmd
 	s.exit = make(chan struct{})
-	var logTail atomic.Value
-	logTail.Store("")
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			logTail.Store(sc.Text())
-		}
-	}()
 	go func() {
 		_ = cmd.Wait()
 		close(s.exit)
@@ -97,7 +93,7 @@ func (s *Server) launch() error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-s.exit:
-			return fmt.Errorf("redis-server exited at start: %v", logTail.Load())
+			return fmt.Errorf("%s exited at start; its log ends:\n%s", s.args[0], s.log)
 		default:
 		}
 		if ping(s.Addr) == nil {
@@ -106,7 +102,7 @@ func (s *Server) launch() error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.kill()
-	return errors.New("redis-server did not answer PING within 10s")
+	return fmt.Errorf("%s did not answer PING on %s within 10s; its log ends:\n%s", s.args[0], s.Addr, s.log)
 }
 
 func ping(addr string) error {
@@ -117,12 +113,27 @@ func ping(addr string) error {
 	return c.Ping(ctx).Err()
 }
 
+// kill ends the server (and any child it forked) with SIGKILL and waits
+// until it has exited. It does nothing to a server that is not running.
 func (s *Server) kill() {
 	if s.cmd == nil || s.cmd.Process == nil {
 		return
 	}
-	_ = s.cmd.Process.Kill()
+	select {
+	case <-s.exit:
+		return // reaped: its pid may be another process's by now
+	default:
+	}
+	killProcess(s.cmd.Process)
 	<-s.exit
+}
+
+// LogTail returns the last lines the server printed, for error messages.
+func (s *Server) LogTail() string {
+	if s.log == nil {
+		return ""
+	}
+	return s.log.String()
 }
 
 // Stop kills the server and removes its directory.
@@ -151,6 +162,42 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// logTail is an io.Writer that keeps the last lines written to it.
+type logTail struct {
+	mu      sync.Mutex
+	lines   []string // guarded by mu; at most tailLines, oldest first
+	partial []byte   // guarded by mu; the line not yet ended
+}
+
+const tailLines = 20
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range p {
+		if b != '\n' {
+			l.partial = append(l.partial, b)
+			continue
+		}
+		l.lines = append(l.lines, string(l.partial))
+		l.partial = l.partial[:0]
+		if len(l.lines) > tailLines {
+			l.lines = l.lines[len(l.lines)-tailLines:]
+		}
+	}
+	return len(p), nil
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lines := l.lines
+	if len(l.partial) > 0 {
+		lines = append(lines[:len(lines):len(lines)], string(l.partial))
+	}
+	return strings.Join(lines, "\n")
 }
 
 var prefixSeq atomic.Int64

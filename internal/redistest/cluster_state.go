@@ -1,0 +1,331 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clusterSlots is the number of hash slots of a Redis Cluster.
+const clusterSlots = 16384
+
+// clusterNode is one line of CLUSTER NODES.
+type clusterNode struct {
+	id, addr string
+	flags    []string
+	master   string   // id of its master, for a replica
+	slots    [][2]int // slot ranges it serves, inclusive
+}
+
+func (n clusterNode) has(flag string) bool { return slices.Contains(n.flags, flag) }
+
+func (n clusterNode) isMaster() bool { return n.has("master") }
+
+// failing reports whether the node is flagged as failed, suspected, or not
+// yet or no longer reachable.
+func (n clusterNode) failing() bool {
+	return n.has("fail") || n.has("fail?") || n.has("handshake") || n.has("noaddr")
+}
+
+func (n clusterNode) serves(slot int) bool {
+	for _, r := range n.slots {
+		if slot >= r[0] && slot <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// parseClusterNodes parses a CLUSTER NODES reply.
+func parseClusterNodes(reply string) ([]clusterNode, error) {
+	var nodes []clusterNode
+	for line := range strings.Lines(reply) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) < 8 {
+			return nil, fmt.Errorf("malformed CLUSTER NODES line %q", line)
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		n := clusterNode{id: f[0], addr: addr, flags: strings.Split(f[2], ",")}
+		if f[3] != "-" {
+			n.master = f[3]
+		}
+		for _, s := range f[8:] {
+			if strings.HasPrefix(s, "[") { // a slot being migrated
+				continue
+			}
+			lo, hi, isRange := strings.Cut(s, "-")
+			a, err := strconv.Atoi(lo)
+			if err != nil {
+				return nil, fmt.Errorf("malformed slot %q in CLUSTER NODES", s)
+			}
+			b := a
+			if isRange {
+				if b, err = strconv.Atoi(hi); err != nil {
+					return nil, fmt.Errorf("malformed slot %q in CLUSTER NODES", s)
+				}
+			}
+			n.slots = append(n.slots, [2]int{a, b})
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+// view returns the cluster as the node at addr sees it.
+func (c *Cluster) view(ctx context.Context, addr string) ([]clusterNode, error) {
+	reply, err := c.admin[addr].ClusterNodes(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	return parseClusterNodes(reply)
+}
+
+// liveView returns the cluster as the first live node that answers sees it.
+func (c *Cluster) liveView(ctx context.Context) ([]clusterNode, string, error) {
+	var errs []error
+	for _, s := range c.live() {
+		nodes, err := c.view(ctx, s.Addr)
+		if err == nil {
+			return nodes, s.Addr, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", s.Addr, err))
+	}
+	return nil, "", fmt.Errorf("redistest: no live cluster node answered: %w", errors.Join(errs...))
+}
+
+// Masters returns the addresses of the masters that serve slots, as a live
+// node sees them, sorted.
+func (c *Cluster) Masters(ctx context.Context) ([]string, error) {
+	nodes, _, err := c.liveView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []string
+	for _, n := range nodes {
+		if n.isMaster() && !n.has("fail") && len(n.slots) > 0 {
+			addrs = append(addrs, n.addr)
+		}
+	}
+	slices.Sort(addrs)
+	return addrs, nil
+}
+
+// Replicas returns the addresses of the replicas that are not failed, as a
+// live node sees them, sorted.
+func (c *Cluster) Replicas(ctx context.Context) ([]string, error) {
+	nodes, _, err := c.liveView(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []string
+	for _, n := range nodes {
+		if n.has("slave") && !n.has("fail") {
+			addrs = append(addrs, n.addr)
+		}
+	}
+	slices.Sort(addrs)
+	return addrs, nil
+}
+
+// Slot returns the hash slot of key (CLUSTER KEYSLOT).
+func (c *Cluster) Slot(ctx context.Context, key string) (int, error) {
+	var errs []error
+	for _, s := range c.live() {
+		slot, err := c.admin[s.Addr].ClusterKeySlot(ctx, key).Result()
+		if err == nil {
+			return int(slot), nil
+		}
+		errs = append(errs, err)
+	}
+	return 0, fmt.Errorf("redistest: CLUSTER KEYSLOT %q: %w", key, errors.Join(errs...))
+}
+
+// MasterOf returns the address of the master that serves key's slot, as a
+// live node sees it.
+func (c *Cluster) MasterOf(ctx context.Context, key string) (string, error) {
+	slot, err := c.Slot(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	nodes, seer, err := c.liveView(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range nodes {
+		if n.isMaster() && n.serves(slot) {
+			return n.addr, nil
+		}
+	}
+	return "", fmt.Errorf("redistest: %s knows no master of slot %d", seer, slot)
+}
+
+// WaitHealthy waits until every live node reports cluster_state:ok with
+// every slot served, sees the same slot owners and no live node as
+// failing, and every live replica is in sync with its master. It returns
+// an error that says what was still wrong when within ran out.
+func (c *Cluster) WaitHealthy(within time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := c.waitHealthy(ctx, -1); err != nil {
+		return fmt.Errorf("redistest: the cluster was not healthy within %v: %w", within, err)
+	}
+	return nil
+}
+
+// WaitFailover waits until the slot of key is served by a live master other
+// than old (after Kill(old), one of its replicas), and the cluster is
+// healthy as WaitHealthy says. It returns the new master's address.
+func (c *Cluster) WaitFailover(key, old string, within time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var last error
+	for {
+		owner, err := c.MasterOf(ctx, key)
+		switch {
+		case err != nil:
+			last = err
+		case owner == old:
+			last = fmt.Errorf("the slot of %q is still served by %s", key, old)
+		default:
+			if err := c.waitHealthy(ctx, -1); err != nil {
+				return "", fmt.Errorf("redistest: no healthy cluster within %v after %s took over from %s: %w",
+					within, owner, old, err)
+			}
+			if again, err := c.MasterOf(ctx, key); err == nil && again == owner {
+				return owner, nil
+			}
+			continue
+		}
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			return "", fmt.Errorf("redistest: no new master of %q within %v: %w", key, within, last)
+		}
+	}
+}
+
+// waitHealthy polls the health of the cluster until ctx ends, and returns
+// the last reason it was not healthy. wantReplicas >= 0 also requires that
+// many replicas per master.
+func (c *Cluster) waitHealthy(ctx context.Context, wantReplicas int) error {
+	for {
+		err := c.health(ctx, wantReplicas)
+		if err == nil {
+			return nil
+		}
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			return err
+		}
+	}
+}
+
+// health returns why the cluster is not healthy yet, or nil.
+func (c *Cluster) health(ctx context.Context, wantReplicas int) error {
+	live := c.live()
+	isLive := map[string]bool{}
+	for _, s := range live {
+		isLive[s.Addr] = true
+	}
+	var owners string // the slot owners, as the first node sees them
+	for _, s := range live {
+		admin := c.admin[s.Addr]
+		info, err := admin.ClusterInfo(ctx).Result()
+		if err != nil {
+			return fmt.Errorf("%s: CLUSTER INFO: %w", s.Addr, err)
+		}
+		if st := infoField(info, "cluster_state"); st != "ok" {
+			return fmt.Errorf("%s: cluster_state:%s", s.Addr, st)
+		}
+		if n := infoField(info, "cluster_slots_ok"); n != strconv.Itoa(clusterSlots) {
+			return fmt.Errorf("%s: cluster_slots_ok:%s", s.Addr, n)
+		}
+		nodes, err := c.view(ctx, s.Addr)
+		if err != nil {
+			return fmt.Errorf("%s: CLUSTER NODES: %w", s.Addr, err)
+		}
+		byID := map[string]clusterNode{}
+		var mine string
+		for _, n := range nodes {
+			byID[n.id] = n
+			if isLive[n.addr] && n.failing() {
+				return fmt.Errorf("%s sees %s as %s", s.Addr, n.addr, strings.Join(n.flags, ","))
+			}
+			if n.has("myself") {
+				mine = n.id
+			}
+		}
+		if o := slotOwners(nodes); owners == "" {
+			owners = o
+		} else if o != owners {
+			return fmt.Errorf("nodes disagree on the slot owners: %s sees %s, %s sees %s", live[0].Addr, owners, s.Addr, o)
+		}
+		if me := byID[mine]; me.has("slave") {
+			if m, ok := byID[me.master]; !ok || !isLive[m.addr] {
+				return fmt.Errorf("replica %s follows a master that is not live (%s)", s.Addr, me.master)
+			}
+			repl, err := admin.Info(ctx, "replication").Result()
+			if err != nil {
+				return fmt.Errorf("%s: INFO replication: %w", s.Addr, err)
+			}
+			if st := infoField(repl, "master_link_status"); st != "up" {
+				return fmt.Errorf("replica %s: master_link_status:%s", s.Addr, st)
+			}
+		}
+		if wantReplicas >= 0 {
+			for _, n := range nodes {
+				if !n.isMaster() || len(n.slots) == 0 {
+					continue
+				}
+				got := 0
+				for _, r := range nodes {
+					if r.master == n.id && isLive[r.addr] {
+						got++
+					}
+				}
+				if got != wantReplicas {
+					return fmt.Errorf("%s sees %d replicas of %s, want %d", s.Addr, got, n.addr, wantReplicas)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// slotOwners describes who serves which slots, canonically.
+func slotOwners(nodes []clusterNode) string {
+	var parts []string
+	for _, n := range nodes {
+		if n.isMaster() && len(n.slots) > 0 {
+			parts = append(parts, fmt.Sprintf("%s%v", n.addr, n.slots))
+		}
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
+}
+
+// infoField returns the value of one "name:value" line of an INFO reply.
+func infoField(info, name string) string {
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// sleepCtx sleeps for d, and reports false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -10,14 +10,16 @@ import (
 // conn is one pub/sub connection of the hub, with the two goroutines that
 // serve it: a writer that sends what the hub decided, in order, and a
 // reader that routes what arrives, watches the connection's liveness and
-// rebuilds it when it fails. A hub has one conn, or for a sharded client
-// one per shard that has had waiters.
+// rebuilds it when it fails. A hub has one conn, or for a ring one per
+// shard that has had waiters, or in Sharded mode one per cluster master
+// that has had waiters since the last time its channels moved away.
 type conn struct {
-	key    *redis.Client      // its key in Hub.conns
-	sub    Subscriber         // the client it subscribes through
-	ctx    context.Context    // every network call of the connection; cancelled when it retires or the hub closes
-	cancel context.CancelFunc // cancels ctx
-	kick   chan struct{}      // capacity 1; wakes the writer after queue grows
+	key     *redis.Client      // its key in Hub.conns
+	sub     Subscriber         // the client it subscribes through
+	sharded bool               // SSUBSCRIBE, not SUBSCRIBE (Sharded mode); fixed
+	ctx     context.Context    // every network call of the connection; cancelled when it retires or the hub closes
+	cancel  context.CancelFunc // cancels ctx
+	kick    chan struct{}      // capacity 1; wakes the writer after queue grows
 
 	ps       *redis.PubSub   // guarded by Hub.mu; replaced only by rebuild
 	retired  bool            // guarded by Hub.mu; set when the conn leaves Hub.conns, for good
@@ -33,7 +35,7 @@ type conn struct {
 // reader and writer. The connection itself is dialled by the first write.
 func (h *Hub) startLocked(key *redis.Client, sub Subscriber, ps *redis.PubSub) *conn {
 	ctx, cancel := context.WithCancel(h.ctx)
-	c := &conn{key: key, sub: sub, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), ps: ps}
+	c := &conn{key: key, sub: sub, sharded: h.mode == Sharded, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), ps: ps}
 	h.conns[key] = c
 	h.wg.Go(func() { h.read(c, ps) })
 	h.wg.Go(func() { h.write(c) })
@@ -62,7 +64,7 @@ func (h *Hub) watchedLocked(c *conn) bool {
 // could be opened, in which case c's channels fail and c retires.
 func (h *Hub) rebuild(c *conn, old *redis.PubSub) *redis.PubSub {
 	defer closePubSub(old)
-	ps, err := openPubSub(h.ctx, c.sub)
+	ps, err := openPubSub(h.ctx, c.sub, c.sharded)
 
 	h.mu.Lock()
 	if h.closed || c.retired {
@@ -111,13 +113,19 @@ func (h *Hub) rebuiltLocked(c *conn) {
 	h.log.Info("fairlock: notify: pub/sub connection rebuilt", "channels", n)
 }
 
-// reroute moves each channel of c whose shard has changed (a shard went
-// down, or the ring's shards were replaced) to the connection of its new
-// shard. It does nothing unless the hub's client is sharded. Channels are
-// otherwise only moved by a Watch of the channel.
+// reroute moves each channel of c, whose connection failed, to the
+// connection of its new shard if its shard has changed (a ring shard went
+// down, the ring's shards were replaced, a cluster master failed over or
+// handed its slots on). It does nothing unless the hub's client is a ring
+// or the hub is in Sharded mode, where it first asks the cluster client to
+// reload its map of the slots. Channels are otherwise only moved by a
+// Watch of the channel, or in Sharded mode by a regroup.
 func (h *Hub) reroute(c *conn) {
-	if h.shards == nil {
+	if h.shards == nil && !c.sharded {
 		return
+	}
+	if c.sharded {
+		h.reloadSlots()
 	}
 	h.mu.Lock()
 	var names []string
@@ -130,7 +138,7 @@ func (h *Hub) reroute(c *conn) {
 
 	n := 0
 	for _, name := range names {
-		key, err := h.shardFor(name)
+		key, err := h.shardFor(h.ctx, name)
 		if err != nil || key == c.key {
 			continue
 		}
@@ -138,11 +146,13 @@ func (h *Hub) reroute(c *conn) {
 		if err != nil {
 			continue // closed, or the shard's connection could not be opened: keep the channel here
 		}
+		var emptied *redis.PubSub
 		if t := h.topics[name]; t != nil && t.conn == c {
-			h.moveLocked(t, dst)
+			_, emptied = h.moveLocked(t, dst)
 			n++
 		}
 		h.mu.Unlock()
+		closeIfAny(emptied)
 	}
 	if n > 0 {
 		h.log.Info("fairlock: notify: channels of a failed connection moved to other shards",

@@ -30,13 +30,49 @@ type sharded interface {
 	GetShardClientForKey(key string) (*redis.Client, error)
 }
 
+// Cluster is a client of a Redis Cluster, which the hub needs for Sharded
+// mode: it names the master that serves a channel's slot, and can be told
+// that its map of the slots may be out of date. A *redis.ClusterClient is
+// one.
+type Cluster interface {
+	MasterForKey(ctx context.Context, key string) (*redis.Client, error)
+	ReloadState(ctx context.Context)
+}
+
 var (
 	_ Subscriber = (*redis.Client)(nil)
 	_ Subscriber = (*redis.ClusterClient)(nil)
 	_ Subscriber = (*redis.Ring)(nil)
 	_ Subscriber = redis.UniversalClient(nil)
 	_ sharded    = (*redis.Ring)(nil)
+	_ Cluster    = (*redis.ClusterClient)(nil)
 )
+
+// Mode is how the scripts publish wake messages, and so how the hub
+// subscribes to hear them. Every client of one deployment must use the
+// same mode: a subscriber of one kind hears nothing published the other
+// way.
+type Mode int
+
+const (
+	// Classic: the scripts PUBLISH, the hub SUBSCRIBEs: one connection
+	// for a plain client (on a Redis Cluster, on whichever node go-redis
+	// picks: the cluster broadcasts every PUBLISH to every node), one per
+	// shard for a *redis.Ring.
+	Classic Mode = iota
+	// Sharded: the scripts SPUBLISH, the hub SSUBSCRIBEs each channel on
+	// the master that serves its slot (Redis 7 sharded pub/sub), through
+	// one connection per master that has waiters. It needs a client that
+	// is a Cluster.
+	Sharded
+)
+
+func (m Mode) String() string {
+	if m == Sharded {
+		return "sharded"
+	}
+	return "classic"
+}
 
 // Options configures a Hub. The zero value is ready to use.
 type Options struct {
@@ -47,6 +83,12 @@ type Options struct {
 	// sends a PING; after a second silent heartbeat the hub rebuilds the
 	// connection. Zero or negative means one second.
 	Heartbeat time.Duration
+	// Mode tells the hub how the scripts publish. The hub asks it at the
+	// first Watch, outside its own lock, and keeps the first answer given
+	// without an error; a Watch whose call fails asks again (every 50ms,
+	// doubling up to 1s) until its context ends. Nil means Classic.
+	// Sharded with a client that is no Cluster fails every Watch.
+	Mode func(ctx context.Context) (Mode, error)
 }
 
 // Hub shares pub/sub connections between all the waiters of a fairlock
@@ -55,6 +97,8 @@ type Options struct {
 type Hub struct {
 	rdb       Subscriber
 	shards    sharded // rdb when it is sharded, else nil
+	cluster   Cluster // rdb when it is a cluster client, else nil
+	modeOf    func(context.Context) (Mode, error)
 	log       *slog.Logger
 	heartbeat time.Duration
 
@@ -71,6 +115,15 @@ type Hub struct {
 	conns   map[*redis.Client]*conn
 	topics  map[string]*topic // guarded by mu; channel -> its subscription, present while it has waiters
 	pingSeq uint64            // guarded by mu; makes confirmation payloads unique
+	mode    Mode              // guarded by mu; how the scripts publish, once modeSet
+	modeSet bool              // guarded by mu; mode is known, for good
+
+	// regroups is guarded by mu: in Sharded mode, the channels whose
+	// subscription a master dropped or refused (their slot moved), for
+	// the regroup goroutine to subscribe again where they live now.
+	regroups    map[string]regroup
+	regrouper   bool          // guarded by mu; the regroup goroutine was started
+	regroupKick chan struct{} // capacity 1; wakes the regroup goroutine
 }
 
 // New returns a hub that subscribes through rdb. It opens nothing: a
@@ -85,17 +138,22 @@ func New(rdb Subscriber, opts Options) *Hub {
 		hb = defaultHeartbeat
 	}
 	shards, _ := rdb.(sharded)
+	cluster, _ := rdb.(Cluster)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Hub{
-		rdb:       rdb,
-		shards:    shards,
-		log:       log,
-		heartbeat: hb,
-		ctx:       ctx,
-		cancel:    cancel,
-		done:      make(chan struct{}),
-		conns:     make(map[*redis.Client]*conn),
-		topics:    make(map[string]*topic),
+		rdb:         rdb,
+		shards:      shards,
+		cluster:     cluster,
+		modeOf:      opts.Mode,
+		log:         log,
+		heartbeat:   hb,
+		ctx:         ctx,
+		cancel:      cancel,
+		done:        make(chan struct{}),
+		conns:       make(map[*redis.Client]*conn),
+		topics:      make(map[string]*topic),
+		regroups:    make(map[string]regroup),
+		regroupKick: make(chan struct{}, 1),
 	}
 }
 
@@ -113,7 +171,12 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
-	key, err := h.shardFor(channel)
+	if err := h.learnMode(ctx); errors.Is(err, ErrClosed) {
+		return nil, ErrClosed
+	} else if err != nil {
+		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
+	}
+	key, err := h.shardFor(ctx, channel)
 	if err != nil {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
@@ -125,13 +188,14 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
 	t := h.topics[channel]
+	var emptied *redis.PubSub // a connection the move left without channels, to close
 	if t != nil {
 		if _, dup := t.waiters[id]; dup {
 			h.mu.Unlock()
 			return nil, fmt.Errorf("fairlock: notify: id %q already watches channel %q", id, channel)
 		}
 		if t.conn != c {
-			t = h.moveLocked(t, c)
+			t, emptied = h.moveLocked(t, c)
 		}
 	} else {
 		t = h.subscribeLocked(c, channel)
@@ -140,6 +204,7 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 	t.waiters[id] = w
 	ready := t.ready
 	h.mu.Unlock()
+	closeIfAny(emptied)
 
 	for {
 		select {
@@ -199,9 +264,13 @@ func (h *Hub) Close() error {
 }
 
 // shardFor returns the key in h.conns of the connection that serves
-// channel: the client of the shard that owns it when rdb is sharded, nil
-// otherwise.
-func (h *Hub) shardFor(channel string) (*redis.Client, error) {
+// channel: in Sharded mode the client of the master that serves its slot,
+// when rdb is a ring the client of the shard that owns it, nil otherwise.
+// It may call into go-redis, so h.mu must not be held.
+func (h *Hub) shardFor(ctx context.Context, channel string) (*redis.Client, error) {
+	if h.isSharded() {
+		return h.masterFor(ctx, channel)
+	}
 	if h.shards == nil {
 		return nil, nil
 	}
@@ -236,8 +305,9 @@ func (h *Hub) lockConn(key *redis.Client) (*conn, error) {
 		if c := h.conns[key]; c != nil {
 			return c, nil
 		}
+		sharded := h.mode == Sharded
 		h.mu.Unlock()
-		ps, err := openPubSub(h.ctx, sub)
+		ps, err := openPubSub(h.ctx, sub, sharded)
 		if err != nil {
 			return nil, err
 		}
@@ -261,14 +331,31 @@ func (h *Hub) newPingLocked(c *conn, k *confirmation) string {
 	return k.payload
 }
 
+// shardSubscriber is a client that can open a sharded pub/sub
+// connection: the *redis.Client of a cluster node.
+type shardSubscriber interface {
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+var _ shardSubscriber = (*redis.Client)(nil)
+
 // openPubSub returns a pub/sub connection object of sub, subscribed to
-// nothing yet: it dials at its first write. sub is never a *redis.Ring,
-// whose Subscribe panics without a channel (the hub opens the ring's shard
+// nothing yet: it dials at its first write. For a sharded connection sub
+// is the client of one cluster master. sub is never a *redis.Ring, whose
+// Subscribe panics without a channel (the hub opens the ring's shard
 // clients instead); a panic of any other Subscriber becomes an error.
-func openPubSub(ctx context.Context, sub Subscriber) (*redis.PubSub, error) {
+func openPubSub(ctx context.Context, sub Subscriber, sharded bool) (*redis.PubSub, error) {
 	var ps *redis.PubSub
 	err := guard("Subscribe", func() error {
-		ps = sub.Subscribe(ctx)
+		if !sharded {
+			ps = sub.Subscribe(ctx)
+			return nil
+		}
+		s, ok := sub.(shardSubscriber)
+		if !ok {
+			return fmt.Errorf("%T cannot open a sharded subscription", sub)
+		}
+		ps = s.SSubscribe(ctx)
 		return nil
 	})
 	if err == nil && ps == nil {
@@ -283,6 +370,13 @@ func openPubSub(ctx context.Context, sub Subscriber) (*redis.PubSub, error) {
 // closePubSub closes ps, ignoring its error and any panic.
 func closePubSub(ps *redis.PubSub) {
 	_ = guard("PubSub.Close", ps.Close)
+}
+
+// closeIfAny closes ps unless it is nil.
+func closeIfAny(ps *redis.PubSub) {
+	if ps != nil {
+		closePubSub(ps)
+	}
 }
 
 // guard calls f, which calls into go-redis, and turns a panic in it into an

@@ -118,8 +118,11 @@ func (h *Hub) dispatch(c *conn, msg any) {
 	case *redis.Message:
 		h.route(m.Channel, m.Payload)
 	case *redis.Subscription:
-		if m.Kind == "subscribe" {
+		switch m.Kind {
+		case "subscribe", "ssubscribe":
 			h.resubscribed(c, m.Channel)
+		case "sunsubscribe":
+			h.sunsubscribed(c, m.Channel)
 		}
 	case *redis.Pong:
 		h.confirm(c, m.Payload)
@@ -168,13 +171,19 @@ func (h *Hub) confirm(c *conn, payload string) {
 
 // refused handles an error reply on c and reports whether it was expected.
 //
-// The writer sends each SUBSCRIBE followed by its confirmation PING, and
-// Redis answers in order, so an error reply that arrives while a
-// confirmation PING is unanswered is the answer to the SUBSCRIBE queued
-// just before the oldest such PING: Redis refused that subscription (an
-// ACL user without access to the channel gets NOPERM). The topic fails and
-// its Watch calls return the reply. The connection itself is fine, and
-// Redis still answers the PING, which then confirms nothing.
+// The writer sends each SUBSCRIBE followed by its confirmation PING (in
+// Sharded mode each SUNSUBSCRIBE too), and Redis answers in order, so an
+// error reply that arrives while a confirmation PING is unanswered is the
+// answer to the command queued just before the oldest such PING.
+//
+// For a SUBSCRIBE, Redis refused that subscription (an ACL user without
+// access to the channel gets NOPERM): the topic fails and its Watch calls
+// return the reply. In Sharded mode a reply that says the slot is served
+// elsewhere or not at all (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) regroups the
+// channel instead. A refused SUNSUBSCRIBE (MOVED: the master no longer
+// serves the slot, so it holds no subscription of ours there) needs
+// nothing. The connection itself is fine, and Redis still answers the
+// PING, which then confirms nothing.
 func (h *Hub) refused(c *conn, reply error) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -183,7 +192,15 @@ func (h *Hub) refused(c *conn, reply error) bool {
 	}
 	k := c.awaiting[0]
 	c.awaiting = c.awaiting[1:]
-	if t := k.topic; t != nil {
+	switch t := k.topic; {
+	case k.unsub != "":
+		h.log.Debug("fairlock: notify: SUNSUBSCRIBE refused; the master does not serve the channel",
+			"channel", k.unsub, "error", reply)
+	case t != nil && c.sharded && elsewhere(reply):
+		h.log.Debug("fairlock: notify: SSUBSCRIBE refused; the channel's slot is served elsewhere",
+			"channel", t.name, "error", reply)
+		h.regroupLocked(t)
+	case t != nil:
 		h.log.Debug("fairlock: notify: Redis refused a subscription",
 			"channel", t.name, "error", reply)
 		h.failLocked(t, refusedError(t.name, reply))

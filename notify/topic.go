@@ -1,6 +1,10 @@
 package notify
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // topicState is where a topic's subscription stands.
 type topicState int
@@ -16,7 +20,8 @@ const (
 // created by the first Watch of its channel and dropped when its last
 // waiter stops or its subscription fails; a later Watch of the same channel
 // creates a new topic, so confirmations never outlive the subscription they
-// were for. When the channel moves to another shard, a new topic takes over
+// were for. When the channel moves to another shard (or, in Sharded mode,
+// is subscribed again after its master dropped it), a new topic takes over
 // its waiters.
 type topic struct {
 	name    string
@@ -29,6 +34,15 @@ type topic struct {
 	// channel may have been lost before this subscription (it took over
 	// from another shard): every waiter is signalled once it is confirmed.
 	lossy bool
+	// stale is guarded by Hub.mu. In Sharded mode it is set when the
+	// master refused the SSUBSCRIBE (MOVED: the slot lives elsewhere) or
+	// dropped the subscription (its slot moved, or it is no master any
+	// more): the topic is never confirmed, and a regroup replaces it.
+	stale bool
+	// regroups is guarded by Hub.mu: how many times in a row the channel
+	// was regrouped without being confirmed, which spaces out the next
+	// regroup. A new topic takes it over when the channel moves.
+	regroups int
 }
 
 // confirmation is what the answer to one PING confirms.
@@ -36,6 +50,13 @@ type confirmation struct {
 	payload string
 	topic   *topic // the topic whose SUBSCRIBE precedes the PING, if any
 	rebuilt bool   // the last PING of a rebuild: signal every waiter of the connection when answered
+	// unsub is the channel of the SUNSUBSCRIBE that precedes the PING, in
+	// Sharded mode, where a master answers a SUNSUBSCRIBE of a slot it
+	// does not serve with an error. unsubAnswered is set when its
+	// "sunsubscribe" reply arrives, so that the reply is not taken for
+	// the master dropping the channel.
+	unsub         string
+	unsubAnswered bool
 }
 
 // subscribeLocked creates the topic of channel on c and queues its
@@ -63,29 +84,58 @@ func (h *Hub) queueSubscribeLocked(t *topic) {
 // dst, the connection of the shard that owns the channel now, and
 // unsubscribes the channel on t's connection. Messages published on the new
 // shard before the new subscription is confirmed are lost, so the waiters
-// are signalled once it is.
-func (h *Hub) moveLocked(t *topic, dst *conn) *topic {
+// are signalled once it is. dst may be t's own connection (a regroup that
+// subscribes again on the same master): the UNSUBSCRIBE is queued first.
+//
+// In Sharded mode a connection that the move leaves without a channel is
+// retired: its master no longer serves any channel of ours (it may have
+// become a replica). moveLocked then returns its PubSub, for the caller to
+// close once h.mu is released, else nil.
+func (h *Hub) moveLocked(t *topic, dst *conn) (*topic, *redis.PubSub) {
 	h.log.Debug("fairlock: notify: channel moved to another shard; re-subscribing it there",
 		"channel", t.name, "waiters", len(t.waiters))
+	src := t.conn
+	h.queueUnsubscribeLocked(src, t.name)
 	nt := h.subscribeLocked(dst, t.name)
 	nt.lossy = true
+	nt.regroups = t.regroups
 	for id, w := range t.waiters {
 		w.topic = nt
 		nt.waiters[id] = w
 	}
 	clear(t.waiters)
 	t.settleLocked(moved)
-	src := t.conn
-	src.enqueueLocked(op{ps: src.ps, unsubscribe: t.name})
-	return nt
+	if src.sharded && src != dst && !src.retired && !h.watchedLocked(src) {
+		h.retireLocked(src)
+		return nt, src.ps
+	}
+	return nt, nil
+}
+
+// queueUnsubscribeLocked queues the UNSUBSCRIBE of channel on c. In
+// Sharded mode a PING follows the SUNSUBSCRIBE: a master answers it with an
+// error when it no longer serves the channel's slot, and the PING lets
+// that error be told apart from the answer to an SSUBSCRIBE (see
+// Hub.refused).
+func (h *Hub) queueUnsubscribeLocked(c *conn, channel string) {
+	if c.retired {
+		return
+	}
+	o := op{ps: c.ps, unsubscribe: channel}
+	if c.sharded {
+		o.ping = true
+		o.payload = h.newPingLocked(c, &confirmation{unsub: channel})
+	}
+	c.enqueueLocked(o)
 }
 
 // confirmLocked marks t as subscribed and releases the Watch calls waiting
-// for it.
+// for it. A stale topic is not confirmed: its regroup will be.
 func (h *Hub) confirmLocked(t *topic) {
-	if t.state != pending {
+	if t.state != pending || t.stale {
 		return
 	}
+	t.regroups = 0
 	t.settleLocked(confirmed)
 	if t.lossy {
 		t.lossy = false
@@ -112,8 +162,7 @@ func (h *Hub) failLocked(t *topic, err error) {
 	t.signalLocked()
 	// go-redis remembers every channel it was asked to subscribe, and
 	// would subscribe it again after a reconnect.
-	c := t.conn
-	c.enqueueLocked(op{ps: c.ps, unsubscribe: t.name})
+	h.queueUnsubscribeLocked(t.conn, t.name)
 }
 
 // refusedError is the error of Watch when Redis answers the SUBSCRIBE of

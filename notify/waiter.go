@@ -59,7 +59,7 @@ func (w *Waiter) Stop() {
 	}
 	delete(h.topics, t.name)
 	if !h.closed {
-		t.conn.enqueueLocked(op{ps: t.conn.ps, unsubscribe: t.name})
+		h.queueUnsubscribeLocked(t.conn, t.name)
 	}
 }
 

@@ -18,8 +18,8 @@ import (
 // also means Stop never waits for the network.
 type op struct {
 	ps          *redis.PubSub // the connection the op was decided for; dropped if it was replaced
-	subscribe   string        // channel to SUBSCRIBE, first, if not empty
-	unsubscribe string        // channel to UNSUBSCRIBE, if not empty
+	subscribe   string        // channel to SUBSCRIBE (SSUBSCRIBE on a sharded conn), first, if not empty
+	unsubscribe string        // channel to UNSUBSCRIBE (SUNSUBSCRIBE on a sharded conn), if not empty
 	ping        bool          // send a PING after the subscription change
 	payload     string        // the PING's payload; empty for a heartbeat
 }
@@ -91,8 +91,12 @@ func (h *Hub) perform(c *conn, o op) {
 	err := guard("PubSub write", func() error {
 		var err error
 		switch {
+		case o.subscribe != "" && c.sharded:
+			err = o.ps.SSubscribe(c.ctx, o.subscribe)
 		case o.subscribe != "":
 			err = o.ps.Subscribe(c.ctx, o.subscribe)
+		case o.unsubscribe != "" && c.sharded:
+			err = o.ps.SUnsubscribe(c.ctx, o.unsubscribe)
 		case o.unsubscribe != "":
 			err = o.ps.Unsubscribe(c.ctx, o.unsubscribe)
 		}

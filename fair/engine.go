@@ -64,24 +64,29 @@ type Engine struct {
 	checking chan struct{} // capacity 1: held while the server check runs
 	checked  atomic.Bool   // a definitive server check ran; set after checkErr
 	checkErr error         // its verdict; written while holding checking, before checked
+
+	wake     atomic.Pointer[wake] // how wake messages travel, once decided (see wakeMode); never changes after
+	deciding chan struct{}        // capacity 1: held while wakeMode asks the server
 }
 
 // NewEngine returns an engine over rdb. It opens no connection: the hub
 // subscribes at the first wait.
 func NewEngine(rdb Redis, cfg Config) *Engine {
 	stopped, stop := context.WithCancel(context.Background())
-	return &Engine{
+	e := &Engine{
 		stopped:  stopped,
 		stop:     stop,
 		rdb:      rdb,
 		cfg:      cfg,
 		log:      cfg.Logger,
-		hub:      notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat}),
 		topo:     newTopology(rdb),
 		closing:  make(chan struct{}),
 		holds:    make(map[*Hold]struct{}),
 		checking: make(chan struct{}, 1),
+		deciding: make(chan struct{}, 1),
 	}
+	e.hub = notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, Mode: e.hubMode})
+	return e
 }
 
 // Lock returns the lock with the given keys.

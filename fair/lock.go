@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -300,8 +299,7 @@ func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
-	n, err := lua.ForceUnlockScript.Run(cctx, l.e.rdb, l.scripted, l.keys.Wake).Int64()
-	l.e.topo.failed(err)
+	n, err := l.forceUnlock(cctx)
 	if publishRefused(err) {
 		return false, fmt.Errorf("fairlock: force-unlock done and the lock handed on, but %w", refusal(err))
 	}

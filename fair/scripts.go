@@ -41,8 +41,12 @@ func (l *Lock) acquire(ctx context.Context, owner, entry string, lease time.Dura
 // acquireCall runs acquire.lua once under the given call id: the same id
 // stands for the same call, re-sent.
 func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease time.Duration, mode string) (reply, error) {
+	s, err := l.e.scripts(ctx)
+	if err != nil {
+		return reply{}, err
+	}
 	keys := append(l.scripted[:4:4], l.keys.Call(call))
-	v, err := lua.AcquireScript.Run(ctx, l.e.rdb, keys,
+	v, err := s.Acquire.Run(ctx, l.e.rdb, keys,
 		owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, l.keys.Wake, l.e.receiptTTL()).Slice()
 	l.e.topo.failed(err)
 	if err != nil {
@@ -70,13 +74,18 @@ func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (
 // releaseCall runs release.lua once under the given call id, whose receipt
 // is kept for receiptTTL ms.
 func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration, receiptTTL int64) (int, error) {
+	s, err := l.e.scripts(ctx)
+	if err != nil {
+		return 0, err
+	}
 	keys := append(l.scripted[:4:4], l.keys.Call(call))
-	n, err := lua.ReleaseScript.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, receiptTTL).Int64()
+	n, err := s.Release.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, receiptTTL).Int64()
 	l.e.topo.failed(err)
 	return int(n), refusal(err)
 }
 
-// renew runs renew.lua once: true when the owner still holds the lock.
+// renew runs renew.lua once: true when the owner still holds the lock. It
+// publishes nothing, so it is the same script in both sets.
 func (l *Lock) renew(ctx context.Context, owner string, lease time.Duration) (bool, error) {
 	n, err := lua.RenewScript.Run(ctx, l.e.rdb, l.scripted[:1], owner, ms(lease)).Int64()
 	l.e.topo.failed(err)
@@ -86,9 +95,25 @@ func (l *Lock) renew(ctx context.Context, owner string, lease time.Duration) (bo
 // cancel runs cancel.lua once: true when a level handed to entry was given
 // back.
 func (l *Lock) cancel(ctx context.Context, owner, entry string) (bool, error) {
-	n, err := lua.CancelScript.Run(ctx, l.e.rdb, l.scripted, owner, entry, l.keys.Wake).Int64()
+	s, err := l.e.scripts(ctx)
+	if err != nil {
+		return false, err
+	}
+	n, err := s.Cancel.Run(ctx, l.e.rdb, l.scripted, owner, entry, l.keys.Wake).Int64()
 	l.e.topo.failed(err)
 	return n == 1, refusal(err)
+}
+
+// forceUnlock runs forceunlock.lua once and returns its reply (1: a hold
+// was removed), with the error as the server gave it.
+func (l *Lock) forceUnlock(ctx context.Context) (int64, error) {
+	s, err := l.e.scripts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.ForceUnlock.Run(ctx, l.e.rdb, l.scripted, l.keys.Wake).Int64()
+	l.e.topo.failed(err)
+	return n, err
 }
 
 // ints converts a script's flat array of integers.

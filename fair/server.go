@@ -6,6 +6,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/notify"
 )
 
 // ErrUnsafeServer: the Redis server cannot keep a lock safely (a version
@@ -17,6 +22,10 @@ var ErrUnsafeServer = errors.New("fairlock: redis server cannot keep locks safel
 // server's clock before they write, which Redis replicates correctly (as
 // effects) by default from 5.0 on.
 const MinServerVersion = "5.0.0"
+
+// MinShardedVersion is the oldest Redis on which a cluster Client sends
+// wake messages by sharded pub/sub (SPUBLISH, SSUBSCRIBE).
+const MinShardedVersion = "7.0.0"
 
 // checkServer checks the server once, at the first Lock of the Client: a
 // version too old for the scripts, or an eviction policy that may evict
@@ -116,4 +125,108 @@ func versionLess(a, b string) bool {
 		}
 	}
 	return false
+}
+
+// wake is how wake messages travel: the scripts that publish them and the
+// way the hub subscribes to hear them.
+type wake struct {
+	mode    notify.Mode
+	scripts *lua.Scripts
+}
+
+var (
+	classicWake = &wake{mode: notify.Classic, scripts: lua.Classic}
+	shardedWake = &wake{mode: notify.Sharded, scripts: lua.Sharded}
+)
+
+// wakeMode returns how wake messages travel for this Client, deciding it
+// at the first call that needs it. Every Client of one deployment must
+// decide the same, or none would hear the others' hand-overs, so the rule
+// depends on nothing but the kind of client and the server's version:
+//
+//   - a Redis Cluster client (*redis.ClusterClient) on Redis 7.0 or later:
+//     sharded (SPUBLISH, and SSUBSCRIBE on the master of each channel's
+//     slot);
+//   - any other client, or an older server: classic (PUBLISH, SUBSCRIBE).
+//
+// The version is INFO's redis_version; when INFO is refused (an ACL user
+// without it, a managed service), it is the version the scripts see
+// (lua.VersionScript: redis.REDIS_VERSION, which servers before 7 lack), so
+// a user that may not run INFO decides as one that may. A server that
+// names no version either way gets classic, which every server supports.
+// A network error decides nothing: the call fails, and the next asks
+// again. The decision is bounded by the call timeout whatever ctx.
+func (e *Engine) wakeMode(ctx context.Context) (*wake, error) {
+	if w := e.wake.Load(); w != nil {
+		return w, nil
+	}
+	if _, ok := e.rdb.(notify.Cluster); !ok {
+		e.wake.CompareAndSwap(nil, classicWake)
+		return e.wake.Load(), nil
+	}
+	select {
+	case e.deciding <- struct{}{}:
+		defer func() { <-e.deciding }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if w := e.wake.Load(); w != nil {
+		return w, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+	defer cancel()
+	version, err := e.serverVersion(cctx)
+	if err != nil {
+		return nil, err
+	}
+	w := classicWake
+	if version != "" && !versionLess(version, MinShardedVersion) {
+		w = shardedWake
+	}
+	e.wake.Store(w)
+	e.log.Info("fairlock: wake messages use "+w.scripts.Command, "redis_version", version, "mode", w.mode)
+	return w, nil
+}
+
+// hubMode tells the notify hub how the scripts publish.
+func (e *Engine) hubMode(ctx context.Context) (notify.Mode, error) {
+	w, err := e.wakeMode(ctx)
+	if err != nil {
+		return notify.Classic, err
+	}
+	return w.mode, nil
+}
+
+// scripts returns the set of scripts this Client runs.
+func (e *Engine) scripts(ctx context.Context) (*lua.Scripts, error) {
+	w, err := e.wakeMode(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return w.scripts, nil
+}
+
+// serverVersion returns the server's Redis version from INFO or, when INFO
+// is refused or names none, from a script; "" when neither says, and an
+// error only when the server could not be asked.
+func (e *Engine) serverVersion(ctx context.Context) (string, error) {
+	info, err := e.rdb.Info(ctx, "server").Result()
+	if err != nil && !redisError(err) {
+		return "", err
+	}
+	if v := infoField(info, "redis_version"); err == nil && v != "" {
+		return v, nil
+	}
+	v, err := lua.VersionScript.Run(ctx, e.rdb, nil).Text()
+	switch {
+	case err == nil:
+		return v, nil
+	case errors.Is(err, redis.Nil):
+		return "", nil // a server before Redis 7
+	case redisError(err):
+		e.log.Warn("fairlock: cannot read the server's version (INFO and scripts refused); wake messages use PUBLISH",
+			"err", err)
+		return "", nil
+	}
+	return "", err
 }

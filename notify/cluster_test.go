@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -298,4 +299,57 @@ func TestShardedHubClosesCleanly(t *testing.T) {
 	}
 	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
+}
+
+// A master demoted by a graceful failover (CLUSTER FAILOVER on its
+// replica) drops our subscriptions with a "sunsubscribe" of each: they are
+// regrouped on the new master, and the connection to the replica it has
+// become is closed.
+func TestShardedHubFollowsAGracefulFailover(t *testing.T) {
+	c := startCluster(t)
+	rdb := c.Client(t)
+	h := shardedHub(t, rdb, Options{})
+	byMaster := channelsByMaster(t, c, 2)
+	waiters := watchAll(t, h, byMaster)
+	requireLayout(t, c, byMaster)
+
+	masters, err := c.Masters(t.Context())
+	require.NoError(t, err)
+	old := masters[0]
+	oldID, err := c.Node(old).Client(t).ClusterMyID(t.Context()).Result()
+	require.NoError(t, err)
+	replicas, err := c.Replicas(t.Context())
+	require.NoError(t, err)
+	var heir string
+	for _, r := range replicas {
+		nodes, err := c.Node(r).Client(t).ClusterNodes(t.Context()).Result()
+		require.NoError(t, err)
+		for line := range strings.Lines(nodes) {
+			f := strings.Fields(line)
+			if len(f) > 3 && strings.Contains(f[2], "myself") && f[3] == oldID {
+				heir = r
+			}
+		}
+	}
+	require.NotEmpty(t, heir, "a replica of %s", old)
+	require.NoError(t, c.Node(heir).Client(t).Do(t.Context(), "CLUSTER", "FAILOVER").Err())
+	require.Eventually(t, func() bool {
+		m, err := c.MasterOf(t.Context(), byMaster[old][0])
+		return err == nil && m == heir
+	}, patience, 20*time.Millisecond, "%s took over from %s", heir, old)
+
+	for _, channel := range byMaster[old] {
+		requireSignal(t, waiters[channel], "wake messages may have been lost in the failover")
+	}
+	for _, w := range waiters {
+		requireDelivered(t, spublisher{rdb}, w)
+	}
+	want := make(map[string][]string)
+	for m, channels := range byMaster {
+		if m == old {
+			m = heir
+		}
+		want[m] = channels
+	}
+	requireLayout(t, c, want) // none left on old, a replica now
 }

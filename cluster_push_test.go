@@ -3,45 +3,130 @@ package fairlock_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
-// On a Redis Cluster of Redis 7, hand-overs travel by sharded pub/sub:
-// every lock, whichever master serves it, is handed to its waiter by push
-// (waiters poll only every 10s here), through one SSUBSCRIBE connection
-// per master of the waiting Client and none on a replica, and nothing is
-// broadcast over the cluster bus.
-func TestClusterHandsOverByShardedPushOnEveryMaster(t *testing.T) {
+// clusterACLRules is the least-privileged user of a Redis Cluster of
+// Redis 7, where wake messages travel by sharded pub/sub. docs/operations.md
+// shows this very line; TestClusterShardedWakeUps checks both.
+const clusterACLRules = "ACL SETUSER locker on >secret resetkeys ~fairlock:* resetchannels &fairlock:*" +
+	" -@all +evalsha +eval +get +set +hget +hmget +hset +hincrby +hdel +del +pexpire +pttl" +
+	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +time +spublish" +
+	" +exists +ssubscribe +sunsubscribe +ping +cluster|slots"
+
+// TestClusterShardedWakeUps runs its cases one after the other on one
+// cluster of 3 masters with a replica each.
+func TestClusterShardedWakeUps(t *testing.T) {
 	t.Parallel()
 	cluster, err := redistest.StartCluster(3, 1)
 	require.NoError(t, err)
 	t.Cleanup(cluster.Stop)
-	ctx := context.Background()
-	masters, err := cluster.Masters(ctx)
+	masters, err := cluster.Masters(t.Context())
 	require.NoError(t, err)
 	require.Len(t, masters, 3)
-	replicas, err := cluster.Replicas(ctx)
+	replicas, err := cluster.Replicas(t.Context())
 	require.NoError(t, err)
 	require.Len(t, replicas, 3)
 
-	prefix := redistest.Prefix(t)
-	opts := []fairlock.Option{fairlock.WithPrefix(prefix), fairlock.WithWaiterTTL(30 * time.Second)}
+	// The first case: nothing else has published on this cluster yet.
+	t.Run("HandOverByShardedPushOnEveryMaster", func(t *testing.T) {
+		handOverByShardedPushOnEveryMaster(t, cluster, masters, replicas)
+	})
+	t.Run("ACLUserWithTheShardedRules", func(t *testing.T) {
+		aclUserWithTheShardedRules(t, cluster, masters, replicas)
+	})
+}
+
+// On a Redis Cluster of Redis 7, hand-overs travel by sharded pub/sub:
+// every lock, whichever master serves it, is handed to its waiter by push,
+// through one SSUBSCRIBE connection per master of the waiting Client and
+// none on a replica, and nothing is broadcast over the cluster bus.
+func handOverByShardedPushOnEveryMaster(t *testing.T, cluster *redistest.Cluster, masters, replicas []string) {
+	ctx := context.Background()
+	bus := busPublishes(t, cluster, append(masters, replicas...))
+
+	handOverOnEveryMaster(t, cluster, masters, replicas, redistest.Prefix(t),
+		func() redis.UniversalClient { return cluster.Client(t) })
+
+	spublished := 0
+	for _, addr := range masters {
+		stats, err := cluster.Node(addr).Client(t).Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		require.NotContains(t, stats, "cmdstat_publish:", "classic PUBLISH on %s", addr)
+		if strings.Contains(stats, "cmdstat_spublish:") {
+			spublished++
+		}
+	}
+	require.Equal(t, len(masters), spublished, "every master sent its wake messages with SPUBLISH")
+	require.Equal(t, bus, busPublishes(t, cluster, append(masters, replicas...)),
+		"PUBLISH messages broadcast over the cluster bus")
+}
+
+// The user of clusterACLRules, created on every node, hands locks over by
+// push on every master, and is refused nothing but what go-redis and the
+// server check do without (COMMAND, INFO): with INFO refused, the Client
+// reads the server's version with a script, and still picks sharded
+// pub/sub.
+func aclUserWithTheShardedRules(t *testing.T, cluster *redistest.Cluster, masters, replicas []string) {
+	doc, err := os.ReadFile("docs/operations.md")
+	require.NoError(t, err)
+	require.Contains(t, string(doc), "\n"+clusterACLRules+"\n", "docs/operations.md shows the rule line the test checks")
+	ctx := context.Background()
+	fields := strings.Fields(clusterACLRules)
+	args := make([]any, len(fields))
+	for i, f := range fields {
+		args[i] = f
+	}
+	for _, addr := range append(masters, replicas...) {
+		require.NoError(t, cluster.Node(addr).Client(t).Do(ctx, args...).Err())
+	}
+
+	handOverOnEveryMaster(t, cluster, masters, replicas, "fairlock", func() redis.UniversalClient {
+		rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), Username: "locker", Password: "secret"})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	})
+
+	for _, addr := range append(masters, replicas...) {
+		entries, err := cluster.Node(addr).Client(t).Do(ctx, "ACL", "LOG").Slice()
+		require.NoError(t, err)
+		for _, e := range entries {
+			entry := fmt.Sprint(e)
+			if strings.Contains(entry, "object:info") || strings.Contains(entry, "object:command") {
+				continue
+			}
+			t.Errorf("refused on %s: %s", addr, entry)
+		}
+	}
+}
+
+// handOverOnEveryMaster locks two names served by each master through one
+// Client, queues a waiter of each through another, and checks that every
+// Unlock hands the lock to its waiter by push: waiters poll only every
+// 10s here, and each is granted within a fraction of that. Meanwhile the
+// waiting Client holds one pub/sub connection on every master and none on
+// a replica.
+func handOverOnEveryMaster(t *testing.T, cluster *redistest.Cluster, masters, replicas []string, prefix string,
+	newRedis func() redis.UniversalClient) {
+	t.Helper()
+	ctx := context.Background()
 	newClient := func() *fairlock.Client {
-		c, err := fairlock.New(cluster.Client(t), opts...)
+		c, err := fairlock.New(newRedis(), fairlock.WithPrefix(prefix), fairlock.WithWaiterTTL(30*time.Second))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
 	holders, waiters := newClient(), newClient()
 
-	// Two lock names on each master.
 	byMaster := map[string][]string{}
 	var names []string
 	for i := 0; len(names) < 2*len(masters); i++ {
@@ -54,7 +139,6 @@ func TestClusterHandsOverByShardedPushOnEveryMaster(t *testing.T) {
 			names = append(names, name)
 		}
 	}
-	bus := busPublishes(t, cluster, append(masters, replicas...))
 
 	held := map[string]context.Context{}
 	next := map[string]<-chan result{}
@@ -72,12 +156,20 @@ func TestClusterHandsOverByShardedPushOnEveryMaster(t *testing.T) {
 			}, 5*time.Second, 2*time.Millisecond, "%s queued on its master", name)
 		}
 	}
-	for _, addr := range masters {
-		require.Equal(t, 1, pubsubClients(t, cluster, addr), "pub/sub connections on master %s", addr)
-	}
-	for _, addr := range replicas {
-		require.Zero(t, pubsubClients(t, cluster, addr), "pub/sub connections on replica %s", addr)
-	}
+	// Connections of Clients closed before may take a moment to go.
+	require.Eventually(t, func() bool {
+		for _, addr := range masters {
+			if pubsubClients(t, cluster, addr) != 1 {
+				return false
+			}
+		}
+		for _, addr := range replicas {
+			if pubsubClients(t, cluster, addr) != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "one pub/sub connection on every master, none on a replica")
 
 	for _, name := range names {
 		start := time.Now()
@@ -87,19 +179,6 @@ func TestClusterHandsOverByShardedPushOnEveryMaster(t *testing.T) {
 		t.Logf("%s handed over in %v", name, time.Since(start))
 		require.NoError(t, waiters.Mutex(name).Unlock(r.ctx))
 	}
-
-	spublished := 0
-	for _, addr := range masters {
-		stats, err := cluster.Node(addr).Client(t).Info(ctx, "commandstats").Result()
-		require.NoError(t, err)
-		require.NotContains(t, stats, "cmdstat_publish:", "classic PUBLISH on %s", addr)
-		if strings.Contains(stats, "cmdstat_spublish:") {
-			spublished++
-		}
-	}
-	require.Equal(t, len(masters), spublished, "every master sent its wake messages with SPUBLISH")
-	require.Equal(t, bus, busPublishes(t, cluster, append(masters, replicas...)),
-		"PUBLISH messages broadcast over the cluster bus")
 }
 
 // pubsubClients returns how many pub/sub connections the node at addr

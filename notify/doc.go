@@ -11,6 +11,22 @@
 // keeps one such connection per shard that has waiters, and subscribes
 // each channel on the shard that owns it, the one the ring publishes to.
 //
+// # Modes
+//
+// The hub must subscribe the way the scripts publish; Options.Mode tells
+// it, once, at the first Watch. In Classic mode (the default) the scripts
+// PUBLISH and the hub SUBSCRIBEs, as above. In Sharded mode, for a Redis
+// Cluster of Redis 7 or later through a client that is a Cluster (a
+// *redis.ClusterClient), the scripts SPUBLISH and the hub SSUBSCRIBEs each
+// channel on the master that serves its slot, through one connection per
+// master that has waiters, and none on a replica. A channel is subscribed
+// again where its slot lives now (regrouped) when the master answers MOVED,
+// when the master drops the subscription (Redis 7 does when the slot
+// moves away or the master becomes a replica), and when the connection
+// fails; the cluster client is asked to reload its slot map first, and the
+// channel's waiters are signalled once the new subscription is confirmed.
+// The hub never calls into go-redis while holding its lock.
+//
 // # Messages
 //
 // The scripts publish one of two payloads on a lock's channel:
@@ -25,8 +41,9 @@
 // # Guarantees
 //
 // Watch returns only after Redis has confirmed the subscription: the hub
-// follows the SUBSCRIBE with a PING on the same connection and waits for its
-// answer, which the server sends after processing the SUBSCRIBE. A PUBLISH
+// follows the SUBSCRIBE (SSUBSCRIBE) with a PING on the same connection and
+// waits for its answer, which the server sends after processing the
+// SUBSCRIBE. A PUBLISH
 // issued after Watch returns therefore reaches the waiter unless the
 // connection fails in between.
 //
@@ -42,7 +59,8 @@
 //
 // When the shard that owns a channel changes (a ring shard went down), the
 // channel moves to its new shard at the next Watch of the channel or when
-// the old connection fails, whichever comes first, and its waiters are
+// the old connection fails, whichever comes first (in Sharded mode also
+// at once when the master refuses or drops it), and its waiters are
 // signalled once the new subscription is confirmed. Until then they rely
 // on polling.
 //
@@ -60,7 +78,9 @@
 //
 // All methods of Hub and Waiter are safe for concurrent use. New opens
 // nothing; the first Watch that needs a connection opens it and starts its
-// two goroutines, a reader and a writer. A connection that fails while no
-// channel needs it is closed rather than rebuilt. Close stops every
+// two goroutines, a reader and a writer; in Sharded mode the first regroup
+// starts one more, which runs until Close. A connection that fails while
+// no channel needs it is closed rather than rebuilt, and so is, in Sharded
+// mode, one that a regroup leaves without channels. Close stops every
 // goroutine and waits for them.
 package notify

@@ -218,6 +218,10 @@ func (h *Hub) regroupLoop() {
 		}
 		next := time.Now().Add(time.Hour)
 		for name, it := range pending {
+			if !h.stale(name) {
+				delete(pending, name) // its waiters left, or a Watch moved it meanwhile
+				continue
+			}
 			now := time.Now()
 			if now.Before(it.due) {
 				next = minTime(next, it.due)
@@ -253,9 +257,21 @@ func (h *Hub) regroupLoop() {
 	}
 }
 
+// stale reports whether channel has waiters and a stale topic, one that
+// a regroup is to replace.
+func (h *Hub) stale(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[channel]
+	return t != nil && t.stale
+}
+
 // resubscribe moves the channel's topic, if it is still stale, to the
 // connection of master key, which may be the one it was on.
 func (h *Hub) resubscribe(channel string, key *redis.Client) {
+	if !h.stale(channel) {
+		return // no connection to open for it
+	}
 	dst, err := h.lockConn(key)
 	if errors.Is(err, ErrClosed) {
 		return

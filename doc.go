@@ -21,7 +21,10 @@
 // has it; the same name and prefix in another DB or on another deployment
 // is another lock, and Lock takes it as one. A context whose hold of the
 // lock was lost makes Lock fail with ErrLeaseLost: a re-entry is never a
-// fresh grant. A context whose hold was unlocked takes a fresh one.
+// fresh grant. The context Lock returned ends with its hold, so it cannot
+// wait for the lock again; a live context that still carries an unlocked
+// hold of the lock (one derived from another lock's hold) takes a fresh
+// one.
 //
 // A hold has a lease. By default a watchdog renews it every third of the
 // lease (WithLease, 30s), so a hold lasts until Unlock, and a crashed

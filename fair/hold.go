@@ -187,7 +187,9 @@ func (h *Hold) Release(ctx context.Context) error {
 		n, refused, err = 0, err, nil
 	}
 	switch {
-	case err != nil && !redisError(err):
+	case err != nil && retryable(err):
+		// No answer, or a server in a failover (CLUSTERDOWN, READONLY,
+		// NOREPLICAS, ...): the same release is sent again until it counts.
 		if last {
 			h.end(nil)
 		}
@@ -232,6 +234,8 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 		case <-t.C:
 		case <-h.l.e.closing:
 			t.Stop()
+			h.l.e.log.Warn("fairlock: the Client closed before Redis answered a release; the lock expires after its lease",
+				"lock", h.l.keys.Name)
 			return
 		}
 		if !time.Now().Before(until) {

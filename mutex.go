@@ -168,10 +168,19 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 
 // HoldCount returns how many levels the owner carried by ctx holds in
 // Redis (across every process sharing that owner), 0 when it holds none or
-// ctx carries no owner.
+// ctx carries no owner. ctx may be the context of a hold that has ended:
+// it still names the owner (and the count is then 0 unless the owner is
+// shared).
 func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	if err := m.usable(ctx); err != nil {
 		return 0, err
+	}
+	if ctx.Err() != nil {
+		// The context of a hold that ended still names its owner: count
+		// what that owner holds now (0, unless the owner is shared).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), m.c.cfg.callTimeout)
+		defer cancel()
 	}
 	owner, explicit := ownerFrom(ctx)
 	h, err := m.holdFrom(ctx)

@@ -392,3 +392,79 @@ func TestLockWaitsThroughAnOutageThatStartsBeforeIt(t *testing.T) {
 	require.NoError(t, m.Unlock(got.ctx))
 	e.requireClean("outage")
 }
+
+func TestUnlockRefusedDuringAFailoverIsSentAgain(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	holder := e.client().Mutex("norepl") // a 30s lease
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	next := lockAsync(ctx, e.client().Mutex("norepl"))
+	e.waitQueued("norepl", 1)
+
+	// Writes are refused (NOREPLICAS) as on a primary that lost its
+	// replicas in a failover.
+	require.NoError(t, e.rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err())
+	err = holder.Unlock(hctx)
+	require.ErrorContains(t, err, "NOREPLICAS")
+	require.ErrorContains(t, err, "sent again")
+	require.NoError(t, e.rdb.ConfigSet(ctx, "min-replicas-to-write", "0").Err())
+	r := await(t, next, 5*time.Second) // not the 30s lease
+	require.NoError(t, r.err)
+	require.NoError(t, e.client().Mutex("norepl").Unlock(r.ctx))
+}
+
+func TestGrantAnsweredLateIsClaimedNotLost(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	const lease = time.Second
+	c, proxy := e.proxied(&redis.Options{ReadTimeout: 5 * time.Second}, fairlock.WithLease(lease))
+	m := c.Mutex("late")
+	hctx, err := m.Lock(ctx) // the server check and the scripts are done
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(hctx))
+
+	// The grant reaches Redis 1.5s after it was sent (a stalled network):
+	// by its answer, a lease from its send time is spent.
+	proxy.SetLatency(1500 * time.Millisecond)
+	r := lockAsync(ctx, m)
+	time.Sleep(100 * time.Millisecond) // the call is on the wire
+	proxy.SetLatency(0)
+	got := await(t, r, 10*time.Second)
+	require.NoError(t, got.err)
+	select {
+	case <-got.ctx.Done():
+		t.Fatalf("the hold ended %v", context.Cause(got.ctx))
+	case <-time.After(3 * lease):
+	}
+	ttl, err := m.TTL(ctx)
+	require.NoError(t, err)
+	require.Positive(t, ttl)
+	require.NoError(t, m.Unlock(got.ctx))
+}
+
+func TestHoldCountOfAnEndedHoldsContextIsZero(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	m := e.client().Mutex("ended-count")
+	hctx, err := m.Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(hctx))
+	n, err := m.HoldCount(hctx)
+	require.NoError(t, err)
+	require.Zero(t, n)
+
+	shared := fairlock.ContextWithOwner(ctx, "worker-7")
+	a, err := m.Lock(shared)
+	require.NoError(t, err)
+	b, err := e.client().Mutex("ended-count").Lock(shared) // the same owner, another Client
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(a))
+	n, err = m.HoldCount(a)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "the shared owner still holds a level")
+	require.NoError(t, e.client().Mutex("ended-count").Unlock(b))
+}

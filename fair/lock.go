@@ -61,12 +61,54 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 		return l.wait(ctx, req, entry)
 	case err != nil:
 		return nil, err
-	case rep.granted:
+	case rep.granted && !l.late(req, sent):
 		return l.hold(ctx, req, rep.token, sent, req.Lease, false)
+	case rep.granted && req.Wait:
+		return l.wait(ctx, req, entry) // its first poll claims the grant
+	case rep.granted:
+		return l.claimTry(ctx, req, entry)
 	case !req.Wait:
 		return nil, ErrLocked
 	}
 	return l.wait(ctx, req, entry)
+}
+
+// lateClaims bounds how often a grant that was answered late is claimed
+// again before it is taken as it is (its watchdog then renews it at once,
+// or declares it lost).
+const lateClaims = 3
+
+// late reports whether a grant answered now to a call sent at sent came so
+// late (a server that was stopped, a network that stalled while the call
+// was out) that what is known of the hold's expiry, a lease from sent, is
+// mostly spent: less than a third is left, so the watchdog could not renew
+// it in time and would declare it lost at once. Such a grant is claimed
+// with one more call under the same entry, which sets the full lease from
+// a send time that is known and counts no level twice.
+func (l *Lock) late(req Request, sent time.Time) bool {
+	return !time.Now().Before(sent.Add(req.Lease - req.Lease/3))
+}
+
+// claimTry claims a late grant of a TryLock (see late).
+func (l *Lock) claimTry(ctx context.Context, req Request, entry string) (*Hold, error) {
+	var rep reply
+	var sent time.Time
+	for range lateClaims {
+		sent = time.Now()
+		var err error
+		rep, err = l.callWithin(ctx, req, entry, modeTry, l.giveBackIfGranted(ctx, req))
+		switch {
+		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
+			return nil, err // the orphan gives a grant back
+		case err != nil:
+			return nil, errors.Join(err, l.soon(func() error { return l.giveBack(ctx, req) }))
+		case !rep.granted:
+			return nil, ErrLocked // the late grant expired meanwhile
+		case !l.late(req, sent):
+			return l.hold(ctx, req, rep.token, sent, req.Lease, false)
+		}
+	}
+	return l.hold(ctx, req, rep.token, sent, req.Lease, false)
 }
 
 // retryable reports whether a call that failed with err may succeed when
@@ -102,6 +144,7 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string) (*Hold, erro
 	<-timer.C
 	retry := retryMin
 	var polled time.Time // send time of the last poll that Redis answered
+	claims := 0          // polls that claimed a grant answered late
 	for {
 		sent := time.Now()
 		rep, err := l.callWithin(ctx, req, entry, modeWait, l.leaveQueue(ctx, req, entry))
@@ -113,8 +156,12 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string) (*Hold, erro
 			// The caller gave up, or the Client closed, during the poll;
 			// the poll's orphan leaves the queue once it is answered.
 			return nil, err
-		case err == nil && rep.granted:
+		case err == nil && rep.granted && (!l.late(req, sent) || claims >= lateClaims):
 			return l.hold(ctx, req, rep.token, sent, req.Lease, false)
+		case err == nil && rep.granted:
+			// Answered late (see late): claim it with one more poll now.
+			claims++
+			timer.Reset(0)
 		case err == nil:
 			answered := time.Now()
 			if rep.joined {

@@ -36,6 +36,12 @@ type Config struct {
 	CallTimeout time.Duration // bound of one state-changing call, run detached from the caller's context
 	Heartbeat   time.Duration // notify hub heartbeat
 	Logger      *slog.Logger
+	// Replicas, when above 0, is how many replicas must acknowledge every
+	// acquire and release script (WAIT, for at most ReplicaTimeout) for
+	// the call to count. The client must then be a *redis.Client,
+	// *redis.ClusterClient or *redis.Ring.
+	Replicas       int
+	ReplicaTimeout time.Duration
 }
 
 // Engine runs the locks of one fairlock Client: the scripts, the notify
@@ -47,6 +53,7 @@ type Engine struct {
 	log     *slog.Logger
 	hub     *notify.Hub
 	topo    *topology     // asks a cluster client for a fresh slot map after failures
+	repl    *replication  // nil: no waiting for replicas
 	closing chan struct{} // closed when Close starts
 	// stopped is cancelled one call timeout after Close starts (or when it
 	// ends): every call still out then is given up, so that Close has a
@@ -84,6 +91,9 @@ func NewEngine(rdb Redis, cfg Config) *Engine {
 		holds:    make(map[*Hold]struct{}),
 		checking: make(chan struct{}, 1),
 		deciding: make(chan struct{}, 1),
+	}
+	if cfg.Replicas > 0 {
+		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
 	}
 	e.hub = notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, Mode: e.hubMode})
 	return e

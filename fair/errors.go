@@ -23,6 +23,12 @@ var (
 	// or use a channel fairlock needs (an ACL refused it with NOPERM). The
 	// error wraps the server's reply, which names what was refused.
 	ErrNoPermission = errors.New("fairlock: redis user lacks a permission")
+	// ErrNotReplicated: a call that granted, re-entered or released a hold
+	// was made on the primary, but fewer replicas than the engine waits
+	// for acknowledged it in time (or the WAIT that asked failed). The
+	// caller decides what the change means: a grant is claimed again or
+	// given back, a release is sent again.
+	ErrNotReplicated = errors.New("fairlock: not acknowledged by enough replicas")
 )
 
 // serverReply returns the message of an error reply from the server, and

@@ -118,7 +118,7 @@ func (h *Hold) Enter(ctx context.Context) error {
 	}
 	req := Request{Owner: h.owner, Lease: lease}
 	rep, err := h.l.callWithin(ctx, req, "", modeReenter, h.l.giveBackIfGranted(ctx, req))
-	if err != nil {
+	if err != nil && !unacked(err) {
 		return err
 	}
 	if !rep.granted {
@@ -131,6 +131,12 @@ func (h *Hold) Enter(ctx context.Context) error {
 		// anew). Give the level back and report the loss.
 		h.end(ErrLeaseLost)
 		return errors.Join(ErrLeaseLost, h.l.giveBack(ctx, Request{Owner: h.owner}))
+	}
+	if unacked(err) {
+		// Counted on the primary, but the replicas did not acknowledge
+		// it: a failover could lose the level. Give it back; the hold
+		// keeps the levels it had.
+		return h.l.dropUnacked(ctx, req, err)
 	}
 	// The level counts only once granted, so that a Release of every
 	// level (Close, a lost lease) that ran meanwhile did not count it:
@@ -162,7 +168,9 @@ func (h *Hold) Enter(ctx context.Context) error {
 // A release that Redis did not answer (a network error, a failover) is
 // sent again in the background, under the same call id so that it counts
 // once, until Redis answers, the lease has run out or the Client closes;
-// the error returned says so.
+// the error returned says so. So is a release that fewer replicas than the
+// engine waits for acknowledged: it was made on the primary, and each
+// re-send waits for the replicas again, until they acknowledge it.
 func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Lock()
 	if h.ended || h.levels == 0 {
@@ -181,10 +189,14 @@ func (h *Hold) Release(ctx context.Context) error {
 	cctx, cancel := h.l.e.detached(ctx)
 	n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
 	cancel()
-	var refused error
+	var refused, notAcked error
 	if publishRefused(err) {
 		// Released and handed over; only the push was refused.
 		n, refused, err = 0, err, nil
+	}
+	if unacked(err) {
+		// Released on the primary (n is its answer), not acknowledged.
+		notAcked, err = err, nil
 	}
 	switch {
 	case err != nil && retryable(err):
@@ -209,6 +221,15 @@ func (h *Hold) Release(ctx context.Context) error {
 	case last:
 		h.end(nil)
 	}
+	if notAcked != nil {
+		if !retryable(notAcked) {
+			return fmt.Errorf("fairlock: unlock: released on the primary, but %w", notAcked)
+		}
+		if !h.l.e.goUnlessClosed(func() { h.resendRelease(call, lease) }) {
+			return fmt.Errorf("fairlock: unlock: released on the primary, but %w (the Client is closed; not sent again)", notAcked)
+		}
+		return fmt.Errorf("fairlock: unlock: released on the primary, but %w (sent again in the background until the replicas acknowledge it or the lease runs out)", notAcked)
+	}
 	if refused != nil {
 		return fmt.Errorf("fairlock: unlock: the lock was handed to the next waiter, who learns it at its next poll, because %w", refused)
 	}
@@ -222,12 +243,14 @@ func (h *Hold) releaseReceiptTTL() int64 {
 }
 
 // resendRelease sends the release call again, with backoff, until Redis
-// answers it, until the hold's lease has run out (the watchdog stopped
-// renewing it when the release was first sent, so by then Redis has
-// dropped it anyway) or until the engine closes.
+// answers it (and, with replicas to wait for, enough of them acknowledge
+// it), until the hold's lease has run out (the watchdog stopped renewing
+// it when the release was first sent, so by then Redis has dropped it
+// anyway) or until the engine closes.
 func (h *Hold) resendRelease(call string, lease time.Duration) {
 	until := time.Now().Add(h.lease)
 	retry := retryMin
+	var last error // the last re-send's error
 	for {
 		t := time.NewTimer(retry)
 		select {
@@ -239,6 +262,11 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 			return
 		}
 		if !time.Now().Before(until) {
+			if unacked(last) {
+				h.l.e.log.Warn("fairlock: a release made on the primary was not acknowledged by the replicas within the lease",
+					"lock", h.l.keys.Name, "err", last)
+				return
+			}
 			h.l.e.log.Warn("fairlock: could not release the lock; it expired after its lease",
 				"lock", h.l.keys.Name)
 			return
@@ -246,6 +274,12 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 		ctx, cancel := h.l.e.detached(context.Background())
 		_, err := h.l.releaseCall(ctx, call, h.owner, lease, h.releaseReceiptTTL())
 		cancel()
+		last = err
+		if unacked(err) && !retryable(err) {
+			h.l.e.log.Warn("fairlock: released on the primary, but the replicas' acknowledgement could not be asked for",
+				"lock", h.l.keys.Name, "err", err)
+			return
+		}
 		if err == nil || (redisError(err) && !transient(err)) {
 			if err != nil && !publishRefused(err) {
 				h.l.e.log.Warn("fairlock: could not release the lock; it expires after its lease",
@@ -316,6 +350,12 @@ func (h *Hold) releaseLevels(levels int) {
 	defer cancel()
 	for range levels {
 		n, err := h.l.release(ctx, h.owner, 0)
+		if unacked(err) {
+			// Released on the primary; nothing more can be done here.
+			h.l.e.log.Warn("fairlock: released a hold that ended, but the replicas did not acknowledge it",
+				"lock", h.l.keys.Name, "err", err)
+			err = nil
+		}
 		if publishRefused(err) {
 			h.l.e.log.Warn("fairlock: released a hold that ended, but the wake message was refused",
 				"lock", h.l.keys.Name, "err", err)

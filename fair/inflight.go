@@ -50,10 +50,10 @@ func (l *Lock) callWithin(ctx context.Context, req Request, entry, mode string, 
 }
 
 // giveBackIfGranted is the orphan of a call that was not queued: a grant
-// it made is given back.
+// it made is given back, acknowledged by the replicas or not.
 func (l *Lock) giveBackIfGranted(ctx context.Context, req Request) func(reply, error) {
 	return func(rep reply, err error) {
-		if err == nil && rep.granted {
+		if (err == nil || unacked(err)) && rep.granted {
 			_ = l.giveBack(ctx, req)
 		}
 	}

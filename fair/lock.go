@@ -54,23 +54,47 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 	sent := time.Now()
 	rep, err := l.callWithin(ctx, req, entry, modeTry, l.giveBackIfGranted(ctx, req))
 	switch {
+	case unacked(err) && rep.count > 1:
+		// Granted, but as one more level of a hold that the owner (an id
+		// shared by several callers) already had: a re-entry. Polling
+		// again would count another level, so it is given back instead.
+		return nil, l.dropUnacked(ctx, req, err)
 	case err != nil && req.Wait && retryable(err) && ctx.Err() == nil && !errors.Is(err, ErrClosed):
-		// Redis unreachable, or failing over: wait in line, which keeps
-		// trying, bounded by ctx.
+		// Redis unreachable, or failing over, or a grant that the
+		// replicas did not acknowledge: wait in line, which keeps trying
+		// (and claims such a grant without counting it again), bounded
+		// by ctx.
 		l.e.log.Warn("fairlock: lock attempt failed, waiting", "lock", l.keys.Name, "err", err)
-		return l.wait(ctx, req, entry)
+		var pending error
+		if unacked(err) {
+			pending = err
+		}
+		return l.wait(ctx, req, entry, pending)
+	case unacked(err):
+		// Granted, not acknowledged, and not to be waited for (TryLock,
+		// a context that ended, a WAIT refused): give it back.
+		return nil, l.dropUnacked(ctx, req, err)
 	case err != nil:
 		return nil, err
 	case rep.granted && !l.late(req, sent):
 		return l.hold(ctx, req, rep.token, sent, req.Lease, false)
 	case rep.granted && req.Wait:
-		return l.wait(ctx, req, entry) // its first poll claims the grant
+		return l.wait(ctx, req, entry, nil) // its first poll claims the grant
 	case rep.granted:
 		return l.claimTry(ctx, req, entry)
 	case !req.Wait:
 		return nil, ErrLocked
 	}
-	return l.wait(ctx, req, entry)
+	return l.wait(ctx, req, entry, nil)
+}
+
+// dropUnacked gives back a level that a call granted but the replicas did
+// not acknowledge (err), and returns the error for the caller: err, with
+// ctx's error when it ended, and the give-back's failure if any. The
+// give-back is waited for at most cleanupGrace, like every clean-up of a
+// Lock. Must run within an operation of the engine (begin).
+func (l *Lock) dropUnacked(ctx context.Context, req Request, err error) error {
+	return errors.Join(ctx.Err(), err, l.soon(func() error { return l.giveBack(ctx, req) }))
 }
 
 // lateClaims bounds how often a grant that was answered late is claimed
@@ -98,8 +122,10 @@ func (l *Lock) claimTry(ctx context.Context, req Request, entry string) (*Hold, 
 		var err error
 		rep, err = l.callWithin(ctx, req, entry, modeTry, l.giveBackIfGranted(ctx, req))
 		switch {
-		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
+		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
 			return nil, err // the orphan gives a grant back
+		case unacked(err):
+			return nil, l.dropUnacked(ctx, req, err)
 		case err != nil:
 			return nil, errors.Join(err, l.soon(func() error { return l.giveBack(ctx, req) }))
 		case !rep.granted:
@@ -129,13 +155,24 @@ func (l *Lock) call(ctx context.Context, req Request, entry, mode string) (reply
 
 // wait is the slow path of Acquire: subscribe, then poll in wait mode until
 // granted, sleeping on the hub's signal or the script's hint in between.
-func (l *Lock) wait(ctx context.Context, req Request, entry string) (*Hold, error) {
+//
+// pending is the error of the fast path's attempt when it granted the lock
+// to entry but the replicas did not acknowledge it: the first poll claims
+// that grant (the count stays) and waits for the replicas again.
+func (l *Lock) wait(ctx context.Context, req Request, entry string, pending error) (*Hold, error) {
 	w, err := l.e.hub.Watch(ctx, l.keys.Wake, entry)
 	if err != nil {
 		if errors.Is(err, notify.ErrClosed) {
-			return nil, ErrClosed
+			err = ErrClosed
+		} else {
+			err = refusal(err)
 		}
-		return nil, refusal(err)
+		if pending != nil {
+			// The unacknowledged grant is entry's: leaving the queue gives
+			// it back.
+			return nil, errors.Join(err, pending, l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
+		}
+		return nil, err
 	}
 	defer w.Stop()
 
@@ -145,6 +182,16 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string) (*Hold, erro
 	retry := retryMin
 	var polled time.Time // send time of the last poll that Redis answered
 	claims := 0          // polls that claimed a grant answered late
+	// unackedErr is the error of the last poll when it granted the lock
+	// but the replicas did not acknowledge it (nil otherwise): the reason
+	// the wait goes on, reported if it ends before a grant counts.
+	unackedErr := pending
+	withUnacked := func(err error) error {
+		if unackedErr == nil {
+			return err
+		}
+		return errors.Join(err, unackedErr)
+	}
 	for {
 		sent := time.Now()
 		rep, err := l.callWithin(ctx, req, entry, modeWait, l.leaveQueue(ctx, req, entry))
@@ -152,10 +199,15 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string) (*Hold, erro
 			polled = sent
 		}
 		switch {
-		case err != nil && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
+		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
 			// The caller gave up, or the Client closed, during the poll;
 			// the poll's orphan leaves the queue once it is answered.
-			return nil, err
+			return nil, withUnacked(err)
+		case unacked(err) && rep.count > 1:
+			// A re-entry of a hold the owner id already had (see Acquire),
+			// not a claim of entry's own grant: give it back. The poll
+			// took entry out of the queue.
+			return nil, l.dropUnacked(ctx, req, err)
 		case err == nil && rep.granted && (!l.late(req, sent) || claims >= lateClaims):
 			return l.hold(ctx, req, rep.token, sent, req.Lease, false)
 		case err == nil && rep.granted:
@@ -171,13 +223,20 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string) (*Hold, erro
 			retry = retryMin
 			timer.Reset(rep.hint)
 		case !retryable(err):
-			// The server refused the script (wrong key type, ...):
-			// waiting longer will not help.
+			// The server refused the script (wrong key type, ...), or the
+			// WAIT after a grant: waiting longer will not help. Leaving
+			// the queue gives back a grant to entry.
 			return nil, errors.Join(err, l.giveUp(ctx, req.Owner, entry))
 		default:
 			// Connection trouble, or a server that is loading, failing
-			// over or moving slots: keep our place by polling again
-			// soon; the caller's context bounds the wait.
+			// over or moving slots, or a grant to entry that the replicas
+			// did not acknowledge: keep our place (or the grant, which the
+			// next poll claims) by polling again soon; the caller's
+			// context bounds the wait.
+			unackedErr = nil
+			if unacked(err) {
+				unackedErr = err
+			}
 			l.e.log.Warn("fairlock: poll failed, retrying", "lock", l.keys.Name, "err", err, "retry", retry)
 			timer.Reset(retry)
 			retry = min(2*retry, retryMax)
@@ -195,9 +254,9 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string) (*Hold, erro
 			}
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, errors.Join(ctx.Err(), l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
+			return nil, errors.Join(withUnacked(ctx.Err()), l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
 		case <-l.e.closing:
-			return nil, errors.Join(ErrClosed, l.giveUp(ctx, req.Owner, entry))
+			return nil, errors.Join(withUnacked(ErrClosed), l.giveUp(ctx, req.Owner, entry))
 		}
 	}
 }
@@ -215,8 +274,12 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string) (*Hold, erro
 // declared lost, so it is claimed instead. A fixed lease is always
 // claimed: it must last its full length from a grant whose time the
 // holder knows, so that the holder's context and Redis end it together.
+//
+// With replicas to wait for, a push is never taken as it is either: the
+// hand-over was made by another caller's script, and the waiter's grant
+// counts only once a poll of its own has been acknowledged.
 func (l *Lock) pushedSpan(req Request, polled time.Time) (time.Duration, bool) {
-	if req.Fixed {
+	if req.Fixed || l.e.repl != nil {
 		return 0, false
 	}
 	span := min(req.Lease, l.e.cfg.WaiterTTL)
@@ -275,6 +338,8 @@ func (l *Lock) giveBack(ctx context.Context, req Request) error {
 	switch {
 	case publishRefused(err):
 		return fmt.Errorf("fairlock: gave back a grant and handed the lock on, but %w", err)
+	case unacked(err):
+		return fmt.Errorf("fairlock: gave back a grant on the primary, but %w", err)
 	case err != nil:
 		return fmt.Errorf("fairlock: giving back a grant: %w", err)
 	}

@@ -45,9 +45,11 @@ func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease
 	if err != nil {
 		return reply{}, err
 	}
-	keys := append(l.scripted[:4:4], l.keys.Call(call))
-	v, err := s.Acquire.Run(ctx, l.e.rdb, keys,
-		owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, l.keys.Wake, l.e.receiptTTL()).Slice()
+	receipt := l.keys.Call(call)
+	keys := append(l.scripted[:4:4], receipt)
+	w := l.runScript(ctx, s.Acquire, keys, receipt, l.e.receiptTTL(),
+		owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, l.keys.Wake, l.e.receiptTTL())
+	v, err := w.cmd.Slice()
 	l.e.topo.failed(err)
 	if err != nil {
 		return reply{}, refusal(err)
@@ -58,7 +60,9 @@ func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease
 	}
 	switch {
 	case len(n) == 3 && n[0] == 1:
-		return reply{granted: true, token: n[1], count: int(n[2])}, nil
+		// Only a grant must reach the replicas: a caller told "busy"
+		// holds nothing that a failover could lose.
+		return reply{granted: true, token: n[1], count: int(n[2])}, l.acknowledged(w)
 	case len(n) == 3 && n[0] == 0:
 		return reply{hint: time.Duration(n[1]) * time.Millisecond, joined: n[2] == 1}, nil
 	}
@@ -72,16 +76,26 @@ func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (
 }
 
 // releaseCall runs release.lua once under the given call id, whose receipt
-// is kept for receiptTTL ms.
+// is kept for receiptTTL ms. When the engine waits for replicas and the
+// release was made but not acknowledged, the count is valid and the error
+// wraps ErrNotReplicated.
 func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration, receiptTTL int64) (int, error) {
 	s, err := l.e.scripts(ctx)
 	if err != nil {
 		return 0, err
 	}
-	keys := append(l.scripted[:4:4], l.keys.Call(call))
-	n, err := s.Release.Run(ctx, l.e.rdb, keys, owner, ms(lease), l.keys.Wake, receiptTTL).Int64()
+	receipt := l.keys.Call(call)
+	keys := append(l.scripted[:4:4], receipt)
+	w := l.runScript(ctx, s.Release, keys, receipt, receiptTTL, owner, ms(lease), l.keys.Wake, receiptTTL)
+	n, err := w.cmd.Int64()
 	l.e.topo.failed(err)
-	return int(n), refusal(err)
+	if err != nil {
+		return int(n), refusal(err)
+	}
+	if n < 0 {
+		return -1, nil // not held: nothing changed, nothing to acknowledge
+	}
+	return int(n), l.acknowledged(w)
 }
 
 // renew runs renew.lua once: true when the owner still holds the lock. It

@@ -1,0 +1,158 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// replication is what an engine built with Config.Replicas waits for after
+// every acquire and release script: n replicas' acknowledgement, for at
+// most timeout.
+//
+// WAIT counts the replicas that have acknowledged every write made on the
+// connection it is sent on, so the script and the WAIT travel in one
+// pipeline on one connection to the node that owns the lock's keys. A
+// re-sent call (go-redis re-sends a pipeline whose reply was lost) finds
+// its receipt and writes nothing; on a server that moves a connection's
+// replication offset only with its writes (Redis 7.0 moves it with every
+// command, later versions do not), a WAIT after it would count replicas
+// that never saw the first run. So the pipeline also renews the receipt's
+// expiry (PEXPIRE, a write whenever the receipt exists, that is whenever
+// the call changed a hold): a replica that acknowledges it has everything
+// the primary wrote before it, the first run included.
+type replication struct {
+	n       int
+	timeout time.Duration
+}
+
+// pipeliner is a client of one node that can send a pipeline.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+var errNoPrimary = errors.New("fairlock: waiting for replicas needs a *redis.Client, *redis.ClusterClient or *redis.Ring")
+
+// primaryFor returns a client of the node that owns key: the cluster's
+// master of its slot, the Ring's shard of its hash tag, or the client
+// itself (a single server, or a failover client's primary). A cluster
+// client's own pipeline would send the keyless WAIT to any node.
+func (e *Engine) primaryFor(ctx context.Context, key string) (pipeliner, error) {
+	switch r := e.rdb.(type) {
+	case *redis.ClusterClient:
+		c, err := r.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	case *redis.Ring:
+		c, err := r.GetShardClientForKey(key)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	case *redis.Client:
+		return r, nil
+	}
+	return nil, errNoPrimary
+}
+
+// waited is the outcome of a script run by runScript: the script's reply,
+// and the verdict of the WAIT that followed it.
+type waited struct {
+	cmd  *redis.Cmd
+	wait *redis.IntCmd // nil: the engine waits for no replicas, or the script was not sent
+}
+
+// runScript runs script once. Without replicas it is script.Run on the
+// engine's client, as it always was: EVALSHA, then EVAL when the server
+// lacks the script. With replicas it sends EVALSHA, PEXPIRE of the call's
+// receipt (to receiptTTL ms) and WAIT in one pipeline on the primary of
+// the lock, and again with EVAL in place of EVALSHA when the server lacked
+// the script (nothing ran then; a re-run is as safe as any re-sent call,
+// since the script is idempotent per call id).
+func (l *Lock) runScript(ctx context.Context, script *redis.Script, keys []string, receipt string, receiptTTL int64, args ...any) waited {
+	r := l.e.repl
+	if r == nil {
+		return waited{cmd: script.Run(ctx, l.e.rdb, keys, args...)}
+	}
+	node, err := l.e.primaryFor(ctx, keys[0])
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return waited{cmd: cmd}
+	}
+	send := func(eval bool) waited {
+		pipe := node.Pipeline()
+		var cmd *redis.Cmd
+		if eval {
+			cmd = script.Eval(ctx, pipe, keys, args...)
+		} else {
+			cmd = script.EvalSha(ctx, pipe, keys, args...)
+		}
+		pipe.PExpire(ctx, receipt, time.Duration(receiptTTL)*time.Millisecond)
+		wait := redis.NewIntCmd(ctx, "wait", r.n, r.timeout.Milliseconds())
+		_ = pipe.Process(ctx, wait)
+		_, _ = pipe.Exec(ctx) // every command carries its own outcome
+		return waited{cmd: cmd, wait: wait}
+	}
+	w := send(false)
+	if noScript(w.cmd.Err()) {
+		w = send(true)
+	}
+	if msg, ok := serverReply(w.cmd.Err()); ok && redirected(msg) {
+		// The node no longer serves the slot (a failover, a slot
+		// migration): go-redis follows that only for the commands it
+		// routes itself. The script did not run. The error is no server
+		// reply, so it is retried like a network error (a Lock polls
+		// again, an Unlock is sent again), once the client's map, which
+		// the caller's failure asks to reload, names the new master.
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(fmt.Errorf("fairlock: the lock's slot is served elsewhere now (%s); not run", msg))
+		return waited{cmd: cmd}
+	}
+	return w
+}
+
+// noScript reports whether err says the server lacks the script.
+func noScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
+}
+
+// redirected reports whether an error reply sends the caller to another
+// cluster node.
+func redirected(msg string) bool {
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+}
+
+// acknowledged returns nil when the script's change was acknowledged by
+// enough replicas (or none are waited for), and otherwise an error that
+// wraps ErrNotReplicated: the WAIT's short count, its error reply
+// (wrapped too, so that a refusal is not retried), or the network error
+// that cut it off (retried like any other).
+func (l *Lock) acknowledged(w waited) error {
+	if w.wait == nil {
+		return nil
+	}
+	r := l.e.repl
+	got, err := w.wait.Result()
+	if err != nil {
+		l.e.topo.failed(err)
+		return fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, refusal(err))
+	}
+	if got < int64(r.n) {
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, got, r.n, r.timeout)
+	}
+	return nil
+}
+
+// unacked reports whether err says that a call changed a hold on the
+// primary but was not acknowledged by enough replicas. The call's reply is
+// then valid: a grant was made, a level released.
+func unacked(err error) bool {
+	return errors.Is(err, ErrNotReplicated)
+}

@@ -3,6 +3,7 @@ package fairlock
 import (
 	"fmt"
 	"reflect"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -34,6 +35,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		}
 		o.applyClient(&cfg)
 	}
+	cfg.checkReplicas(rdb)
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
@@ -44,8 +46,33 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		CallTimeout: cfg.callTimeout,
 		Heartbeat:   cfg.heartbeat,
 		Logger:      cfg.logger,
+		// Replicas 0 keeps every call as it is: one script, no pipeline.
+		Replicas:       cfg.replicas,
+		ReplicaTimeout: cfg.replicaWait,
 	})
 	return &Client{engine: e, cfg: cfg}, nil
+}
+
+// readTimeout returns the read timeout of rdb's connections (0: none), and
+// false when rdb is of a kind WithReplicas cannot find the primary of a
+// lock with.
+func readTimeout(rdb redis.UniversalClient) (time.Duration, bool) {
+	var d time.Duration
+	switch r := rdb.(type) {
+	case *redis.Client:
+		d = r.Options().ReadTimeout // as go-redis set it up: 0 or below, none
+	case *redis.ClusterClient:
+		d = r.Options().ReadTimeout // likewise
+	case *redis.Ring:
+		// The shards' options are set up from these: 0 is go-redis's
+		// default, below 0 none.
+		if d = r.Options().ReadTimeout; d == 0 {
+			d = 5 * time.Second
+		}
+	default:
+		return 0, false
+	}
+	return max(d, 0), true
 }
 
 func isNil(rdb redis.UniversalClient) bool {

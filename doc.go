@@ -46,9 +46,11 @@
 // persistence and across a failover, as long as the new server's clock is
 // ahead of the old one's (a token is never below the server's clock in
 // milliseconds × 1000). Redis replicates asynchronously: a failover can
-// lose a lock, and a paused holder can outlive its lease. A lock alone
-// cannot make a protected resource safe against that; a resource that
-// rejects writes carrying a token lower than one it has seen can.
+// lose a lock, and a paused holder can outlive its lease. WithReplicas
+// narrows the first (every grant and release then counts only once
+// replicas acknowledged it), but cannot close it. A lock alone cannot make
+// a protected resource safe against that; a resource that rejects writes
+// carrying a token lower than one it has seen can.
 //
 // Client, Mutex and the contexts Lock returns are safe for concurrent use.
 // One Client per process and Redis deployment is enough: it keeps one

@@ -50,6 +50,17 @@ var (
 	// the error says so.
 	ErrNoPermission = fair.ErrNoPermission
 
+	// ErrNotReplicated is returned when a Client built WithReplicas made a
+	// change that fewer replicas than it waits for acknowledged in time,
+	// or whose WAIT failed: a Lock whose context ended while its grant was
+	// not acknowledged (joined with the context's error; the grant was
+	// given back and nothing is left in line), a TryLock or a re-entry
+	// (the level was given back; a re-entered hold keeps the levels it
+	// had), or an Unlock (the lock was released on the primary, and the
+	// release is sent again in the background until the replicas
+	// acknowledge it, as the error says).
+	ErrNotReplicated = fair.ErrNotReplicated
+
 	// ErrInvalidName: the lock name is empty, longer than 1024 bytes, not
 	// valid UTF-8, or contains '}'.
 	ErrInvalidName = queue.ErrInvalidName

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -21,7 +23,9 @@ type config struct {
 	logger      *slog.Logger
 	callTimeout time.Duration
 	heartbeat   time.Duration
-	err         error // the first invalid option
+	replicas    int           // 0: no waiting for replicas
+	replicaWait time.Duration // WAIT's timeout when replicas > 0
+	err         error         // the first invalid option
 }
 
 // defaults returns the configuration of a Client built without options.
@@ -110,6 +114,64 @@ func WithLogger(l *slog.Logger) Option {
 		}
 		c.logger = l
 	})
+}
+
+// WithReplicas makes every call that grants, re-enters or releases a hold
+// count only once n replicas have acknowledged it: each is followed, in
+// one pipeline on one connection to the lock's primary, by Redis's WAIT n
+// with the given timeout, so that a failover to one of those replicas
+// cannot lose the grant or bring back the released hold. Default: no
+// waiting (n = 0), one round trip per call.
+//
+// When fewer than n replicas acknowledge in time, the call fails with
+// ErrNotReplicated as a network error would: Lock keeps trying under its
+// grant until it is acknowledged or ctx ends (then the grant is given
+// back, and the error joins ErrNotReplicated with ctx's); TryLock and a
+// re-entry give the level back and fail; Unlock releases on the primary
+// and sends the same release again in the background until it is
+// acknowledged. docs/operations.md says what WAIT does not promise.
+//
+// n below 1 makes New fail with ErrInvalidOption, and so does a timeout
+// shorter than MinDuration or longer than the most that leaves the rest of
+// a call its time: a third of the lease and of the waiter TTL, half the
+// redis client's ReadTimeout (a WAIT that runs out must still be read in
+// time; go-redis's default is 5s) and half the call timeout (10s). With
+// the defaults, that is 2.5s. The client must be a *redis.Client (a
+// failover client is one), *redis.ClusterClient or *redis.Ring.
+func WithReplicas(n int, timeout time.Duration) Option {
+	return clientOption(func(c *config) {
+		switch {
+		case n < 1:
+			c.invalid("WithReplicas(%d, %v): fewer than 1 replica", n, timeout)
+		case timeout < MinDuration:
+			c.invalid("WithReplicas(%d, %v): timeout shorter than %v", n, timeout, MinDuration)
+		default:
+			c.replicas, c.replicaWait = n, timeout
+		}
+	})
+}
+
+// checkReplicas validates WithReplicas against the rest of the
+// configuration and the redis client, once every option is applied.
+func (c *config) checkReplicas(rdb redis.UniversalClient) {
+	if c.replicas == 0 {
+		return
+	}
+	bound, why := min(c.lease, c.waiterTTL)/3, "a third of the lease and of the waiter TTL"
+	if c.callTimeout/2 < bound {
+		bound, why = c.callTimeout/2, "half the call timeout"
+	}
+	read, ok := readTimeout(rdb)
+	if !ok {
+		c.invalid("WithReplicas: the redis client is a %T, not a *redis.Client, *redis.ClusterClient or *redis.Ring", rdb)
+		return
+	}
+	if read > 0 && read/2 < bound {
+		bound, why = read/2, "half the redis client's ReadTimeout"
+	}
+	if c.replicaWait > bound {
+		c.invalid("WithReplicas(%d, %v): timeout longer than %v, %s", c.replicas, c.replicaWait, bound, why)
+	}
 }
 
 // mutexConfig is a Mutex's configuration.

@@ -468,3 +468,26 @@ func TestHoldCountOfAnEndedHoldsContextIsZero(t *testing.T) {
 	require.Equal(t, 1, n, "the shared owner still holds a level")
 	require.NoError(t, e.client().Mutex("ended-count").Unlock(b))
 }
+
+func TestWaiterThatGivesUpDuringAnOutageLeavesOnceRedisAnswers(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	holder := e.client().Mutex("leave-later")
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	c, proxy := e.proxied(&redis.Options{MaxRetries: 1, DialTimeout: 100 * time.Millisecond})
+	wctx, cancel := context.WithCancel(ctx)
+	r := lockAsync(wctx, c.Mutex("leave-later")) // a 10s waiter TTL
+	e.waitQueued("leave-later", 1)
+
+	proxy.Reject()
+	cancel()
+	got := await(t, r, 5*time.Second)
+	require.ErrorIs(t, got.err, context.Canceled)
+	proxy.Heal()
+	require.Eventually(t, func() bool { return len(e.queued("leave-later")) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"the entry leaves once Redis answers, not after the waiter TTL")
+	e.requireClean("leave-later")
+	require.NoError(t, holder.Unlock(hctx))
+}

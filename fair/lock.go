@@ -301,12 +301,45 @@ func (l *Lock) giveUp(ctx context.Context, owner, entry string) error {
 	if publishRefused(err) {
 		return fmt.Errorf("fairlock: left the queue and handed the lock on, but %w", err)
 	}
+	if err != nil && retryable(err) && l.e.goUnlessClosed(func() { l.leaveLater(owner, entry) }) {
+		return fmt.Errorf("fairlock: leaving the queue: %w (sent again in the background until Redis answers)", err)
+	}
 	if err != nil {
 		l.e.log.Warn("fairlock: could not leave the queue; the entry expires after the waiter TTL",
 			"lock", l.keys.Name, "err", err)
 		return fmt.Errorf("fairlock: leaving the queue: %w", err)
 	}
 	return nil
+}
+
+// leaveLater sends a waiter's cancel again, with backoff, until Redis
+// answers it, until the waiter TTL has passed (the entry has expired by
+// then: its last poll was before this give-up) or until the engine
+// closes. A cancel may run twice: the second finds nothing to do.
+func (l *Lock) leaveLater(owner, entry string) {
+	until := time.Now().Add(l.e.cfg.WaiterTTL)
+	retry := retryMin
+	for {
+		t := time.NewTimer(retry)
+		select {
+		case <-t.C:
+		case <-l.e.closing:
+			t.Stop()
+			return
+		}
+		if !time.Now().Before(until) {
+			l.e.log.Warn("fairlock: could not leave the queue; the entry expired after the waiter TTL",
+				"lock", l.keys.Name)
+			return
+		}
+		ctx, cancel := l.e.detached(context.Background())
+		_, err := l.cancel(ctx, owner, entry)
+		cancel()
+		if err == nil || !retryable(err) {
+			return
+		}
+		retry = min(2*retry, retryMax)
+	}
 }
 
 // hold turns a grant into a Hold, unless ctx ended or the engine closed

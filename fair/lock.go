@@ -195,6 +195,9 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string, pending erro
 	for {
 		sent := time.Now()
 		rep, err := l.callWithin(ctx, req, entry, modeWait, l.leaveQueue(ctx, req, entry))
+		if err == nil && rep.granted && !polled.IsZero() {
+			w.Missed() // a hand-over since an answered poll: was it pushed?
+		}
 		if err == nil {
 			polled = sent
 		}

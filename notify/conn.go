@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,6 +30,11 @@ type conn struct {
 	// rebuild's last PING is answered: SUBSCRIBE acknowledgements are
 	// expected then, and the answer signals every waiter anyway.
 	rebuilding bool
+
+	misses    []time.Time   // guarded by Hub.mu; recent missed hand-overs on ps (see missThreshold)
+	refreshed time.Time     // guarded by Hub.mu; when Missed last forced a rebuild or regroup
+	refreshes int           // guarded by Hub.mu; how many times Missed did
+	refresh   *redis.PubSub // guarded by Hub.mu; the connection Missed closed to have it rebuilt, until the reader sees it fail
 }
 
 // startLocked registers the connection ps of sub under key and starts its
@@ -88,6 +94,7 @@ func (h *Hub) rebuild(c *conn, old *redis.PubSub) *redis.PubSub {
 	}
 	c.ps = ps
 	c.queue, c.awaiting = nil, nil
+	c.misses = nil
 	c.rebuilding = true
 	for _, t := range h.topics {
 		if t.conn == c {

@@ -64,6 +64,18 @@
 // signalled once the new subscription is confirmed. Until then they rely
 // on polling.
 //
+// A connection can also stay up on a server that no longer receives the
+// publications: after a graceful Sentinel failover the old primary stays
+// a master, with the hub's subscription, until Sentinel demotes it. The
+// waiter's poll notices: a poll that finds the lock already granted to a
+// waiter that received no grant message calls Waiter.Missed. Two misses
+// within 30 seconds on one connection (one can be a race) make the hub
+// rebuild it through the client, which dials the current primary, or in
+// Sharded mode regroup its channels after reloading the slot map; at most
+// once per 10 seconds per connection. A waiter counts one miss at most,
+// and none after the hub signalled it because messages may have been
+// lost.
+//
 // # Errors
 //
 // Watch fails at once when Redis refuses the SUBSCRIBE, as it does for an

@@ -32,6 +32,9 @@ func (h *Hub) read(c *conn, ps *redis.PubSub) {
 			return
 		}
 		switch {
+		case err != nil && h.refreshing(c, ps):
+			// Missed closed it: hand-overs were not pushed on it.
+			pinged, failing, backoff = false, false, minBackoff
 		case err == nil:
 			pinged, failing, backoff = false, false, minBackoff
 			h.dispatch(c, msg)

@@ -180,9 +180,11 @@ func (t *topic) settleLocked(s topicState) {
 	t.state = s
 }
 
-// signalLocked signals every waiter of t.
+// signalLocked signals every waiter of t: messages may have been lost, so
+// each is excused from counting a missed hand-over (see Waiter.Missed).
 func (t *topic) signalLocked() {
 	for _, w := range t.waiters {
+		w.excused = true
 		w.signal()
 	}
 }

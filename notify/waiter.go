@@ -19,6 +19,11 @@ type Waiter struct {
 	stopped bool  // guarded by hub.mu; set by the first Stop
 	granted bool  // guarded by hub.mu; sticky, set by the first grant
 	token   int64 // guarded by hub.mu; fencing token of the latest grant
+	missed  bool  // guarded by hub.mu; set by the first Missed
+	// excused is guarded by hub.mu. It is set when the hub signals the
+	// waiter because messages may have been lost: a hand-over its next
+	// poll finds is then no miss of the current connection.
+	excused bool
 }
 
 // C returns the waiter's signal channel, of capacity one. A value on it

@@ -189,8 +189,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func finalState(ctx context.Context, admin redis.UniversalClient, cfg config, violations *[]Violation) map[string]string {
 	snaps := map[string]string{}
 	all := map[string]string{}
+	settle(ctx, admin, cfg.Prefix, lockNames(cfg.Locks))
 	for _, name := range lockNames(cfg.Locks) {
-		s, err := inspect(ctx, admin, cfg.Prefix, name)
+		s, err := inspectAfterRun(ctx, admin, cfg.Prefix, name)
 		if err != nil {
 			*violations = append(*violations, Violation{Kind: Errored, Lock: name, Detail: "inspecting after the run: " + err.Error()})
 			continue

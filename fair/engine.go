@@ -53,6 +53,7 @@ type Engine struct {
 	log     *slog.Logger
 	hub     *notify.Hub
 	topo    *topology     // asks a cluster client for a fresh slot map after failures
+	audit   *audit        // sends again the releases a failover undid
 	repl    *replication  // nil: no waiting for replicas
 	closing chan struct{} // closed when Close starts
 	// stopped is cancelled one call timeout after Close starts (or when it
@@ -95,6 +96,7 @@ func NewEngine(rdb Redis, cfg Config) *Engine {
 	if cfg.Replicas > 0 {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
 	}
+	e.audit = newAudit(e, rdb)
 	e.hub = notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, Mode: e.hubMode})
 	return e
 }

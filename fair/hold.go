@@ -221,6 +221,9 @@ func (h *Hold) Release(ctx context.Context) error {
 	case last:
 		h.end(nil)
 	}
+	if n == 0 {
+		h.l.e.audit.note(h.l, call, h.owner, h.token, h.releaseReceiptTTL())
+	}
 	if notAcked != nil {
 		if !retryable(notAcked) {
 			return fmt.Errorf("fairlock: unlock: released on the primary, but %w", notAcked)

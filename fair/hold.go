@@ -275,8 +275,11 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 			return
 		}
 		ctx, cancel := h.l.e.detached(context.Background())
-		_, err := h.l.releaseCall(ctx, call, h.owner, lease, h.releaseReceiptTTL())
+		n, err := h.l.releaseCall(ctx, call, h.owner, lease, h.releaseReceiptTTL())
 		cancel()
+		if err == nil && n == 0 {
+			h.l.e.audit.note(h.l, call, h.owner, h.token, h.releaseReceiptTTL()) // a failover may undo it too
+		}
 		last = err
 		if unacked(err) && !retryable(err) {
 			h.l.e.log.Warn("fairlock: released on the primary, but the replicas' acknowledgement could not be asked for",

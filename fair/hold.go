@@ -251,49 +251,38 @@ func (h *Hold) releaseReceiptTTL() int64 {
 // it when the release was first sent, so by then Redis has dropped it
 // anyway) or until the engine closes.
 func (h *Hold) resendRelease(call string, lease time.Duration) {
-	until := time.Now().Add(h.lease)
-	retry := retryMin
 	var last error // the last re-send's error
-	for {
-		t := time.NewTimer(retry)
-		select {
-		case <-t.C:
-		case <-h.l.e.closing:
-			t.Stop()
-			h.l.e.log.Warn("fairlock: the Client closed before Redis answered a release; the lock expires after its lease",
-				"lock", h.l.keys.Name)
-			return
-		}
-		if !time.Now().Before(until) {
-			if unacked(last) {
-				h.l.e.log.Warn("fairlock: a release made on the primary was not acknowledged by the replicas within the lease",
-					"lock", h.l.keys.Name, "err", last)
-				return
-			}
-			h.l.e.log.Warn("fairlock: could not release the lock; it expired after its lease",
-				"lock", h.l.keys.Name)
-			return
-		}
-		ctx, cancel := h.l.e.detached(context.Background())
+	done, closed := h.l.e.sendAgain(time.Now().Add(h.lease), func(ctx context.Context) bool {
 		n, err := h.l.releaseCall(ctx, call, h.owner, lease, h.releaseReceiptTTL())
-		cancel()
 		if err == nil && n == 0 {
 			h.l.e.audit.note(h.l, call, h.owner, h.token, h.releaseReceiptTTL()) // a failover may undo it too
 		}
 		last = err
-		if unacked(err) && !retryable(err) {
+		switch {
+		case unacked(err) && !retryable(err):
 			h.l.e.log.Warn("fairlock: released on the primary, but the replicas' acknowledgement could not be asked for",
 				"lock", h.l.keys.Name, "err", err)
-			return
-		}
-		if err == nil || (redisError(err) && !transient(err)) {
+			return true
+		case err == nil || (redisError(err) && !transient(err)):
 			if err != nil && !publishRefused(err) {
 				h.l.e.log.Warn("fairlock: could not release the lock; it expires after its lease",
 					"lock", h.l.keys.Name, "err", err)
 			}
-			return
+			return true
 		}
-		retry = min(2*retry, retryMax)
+		return false
+	})
+	switch {
+	case done:
+	case closed:
+		h.l.e.log.Warn("fairlock: the Client closed before Redis answered a release; the lock expires after its lease",
+			"lock", h.l.keys.Name)
+	case unacked(last):
+		h.l.e.log.Warn("fairlock: a release made on the primary was not acknowledged by the replicas within the lease",
+			"lock", h.l.keys.Name, "err", last)
+	default:
+		h.l.e.log.Warn("fairlock: could not release the lock; it expired after its lease",
+			"lock", h.l.keys.Name)
 	}
 }
 

@@ -68,6 +68,34 @@ func (l *Lock) leaveQueue(ctx context.Context, req Request, entry string) func(r
 	}
 }
 
+// sendAgain calls send, each time on a fresh detached context, with a
+// backoff of retryMin doubling to retryMax before each call, until send
+// reports that it is done, until the time until has passed, or until the
+// engine closes. It reports which of the first two ended it (done), or
+// that the engine closed. Run it in a goroutine the engine waits for.
+func (e *Engine) sendAgain(until time.Time, send func(ctx context.Context) (done bool)) (done, closed bool) {
+	retry := retryMin
+	for {
+		t := time.NewTimer(retry)
+		select {
+		case <-t.C:
+		case <-e.closing:
+			t.Stop()
+			return false, true
+		}
+		if !time.Now().Before(until) {
+			return false, false
+		}
+		ctx, cancel := e.detached(context.Background())
+		done := send(ctx)
+		cancel()
+		if done {
+			return true, false
+		}
+		retry = min(2*retry, retryMax)
+	}
+}
+
 // soon runs cleanup in the background and waits for it at most
 // cleanupGrace. It returns cleanup's error, or nil when it is still
 // running (its failure is logged by cleanup itself). Must run within an

@@ -320,28 +320,13 @@ func (l *Lock) giveUp(ctx context.Context, owner, entry string) error {
 // then: its last poll was before this give-up) or until the engine
 // closes. A cancel may run twice: the second finds nothing to do.
 func (l *Lock) leaveLater(owner, entry string) {
-	until := time.Now().Add(l.e.cfg.WaiterTTL)
-	retry := retryMin
-	for {
-		t := time.NewTimer(retry)
-		select {
-		case <-t.C:
-		case <-l.e.closing:
-			t.Stop()
-			return
-		}
-		if !time.Now().Before(until) {
-			l.e.log.Warn("fairlock: could not leave the queue; the entry expired after the waiter TTL",
-				"lock", l.keys.Name)
-			return
-		}
-		ctx, cancel := l.e.detached(context.Background())
+	done, closed := l.e.sendAgain(time.Now().Add(l.e.cfg.WaiterTTL), func(ctx context.Context) bool {
 		_, err := l.cancel(ctx, owner, entry)
-		cancel()
-		if err == nil || !retryable(err) {
-			return
-		}
-		retry = min(2*retry, retryMax)
+		return err == nil || !retryable(err)
+	})
+	if !done && !closed {
+		l.e.log.Warn("fairlock: could not leave the queue; the entry expired after the waiter TTL",
+			"lock", l.keys.Name)
 	}
 }
 

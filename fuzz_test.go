@@ -79,11 +79,17 @@ func FuzzOptions(f *testing.F) {
 		if fixed != 0 {
 			mopts = append(mopts, fairlock.WithFixedLease(time.Duration(fixed)))
 		}
-		_, err = c.Mutex("n", mopts...).IsLocked(context.Background())
+		// A context that has ended: the handle's own error comes first, and
+		// a valid handle returns at once instead of dialling.
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, err = c.Mutex("n", mopts...).IsLocked(done)
 		if fixed != 0 && time.Duration(fixed) < fairlock.MinDuration {
 			if !errors.Is(err, fairlock.ErrInvalidOption) {
 				t.Fatalf("fixed lease %v: want ErrInvalidOption, got %v", time.Duration(fixed), err)
 			}
+		} else if !errors.Is(err, context.Canceled) {
+			t.Fatalf("fixed lease %v: a valid handle should report the ended context, got %v", time.Duration(fixed), err)
 		}
 	})
 }

@@ -49,7 +49,7 @@ func serverReply(err error) (string, bool) {
 // permission (NOPERM) with ErrNoPermission; other errors are returned as
 // they are.
 func refusal(err error) error {
-	if msg, ok := serverReply(err); ok && strings.HasPrefix(msg, "NOPERM") && !errors.Is(err, ErrNoPermission) {
+	if replyStarts(err, "NOPERM") && !errors.Is(err, ErrNoPermission) {
 		return fmt.Errorf("%w: %w", ErrNoPermission, err)
 	}
 	return err
@@ -60,8 +60,22 @@ func refusal(err error) error {
 // server refused (see lua/lib.lua): the script's own reply was replaced,
 // and the waiter it meant to wake learns of its grant at its next poll.
 func publishRefused(err error) bool {
+	return replyStarts(err, "NOPERM fairlock: state changed")
+}
+
+// replyStarts reports whether err is an error reply from the server that
+// starts with one of prefixes.
+func replyStarts(err error, prefixes ...string) bool {
 	msg, ok := serverReply(err)
-	return ok && strings.HasPrefix(msg, "NOPERM fairlock: state changed")
+	if !ok {
+		return false
+	}
+	for _, p := range prefixes {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // redisError reports whether err is an error reply from the server (a
@@ -77,14 +91,5 @@ func redisError(err error) bool {
 // middle of a failover or of a slot migration, or no longer the primary.
 // A waiting Lock keeps its place through these, as through network errors.
 func transient(err error) bool {
-	msg, ok := serverReply(err)
-	if !ok {
-		return false
-	}
-	for _, p := range []string{"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
+	return replyStarts(err, "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS")
 }

@@ -3,7 +3,6 @@ package fair
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -58,14 +57,5 @@ func stale(err error) bool {
 	if errors.Is(err, redis.ErrClosed) || errors.Is(err, context.Canceled) {
 		return false
 	}
-	msg, ok := serverReply(err)
-	if !ok {
-		return true
-	}
-	for _, p := range []string{"MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "MASTERDOWN", "LOADING"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
+	return !redisError(err) || replyStarts(err, "MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "MASTERDOWN", "LOADING")
 }

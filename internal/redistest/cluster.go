@@ -158,11 +158,7 @@ func adminClient(addr string) *redis.Client {
 // Addrs returns the addresses of every node started, live or not, in start
 // order: seeds for a cluster client.
 func (c *Cluster) Addrs() []string {
-	addrs := make([]string, len(c.nodes))
-	for i, s := range c.nodes {
-		addrs[i] = s.Addr
-	}
-	return addrs
+	return addrsOf(c.nodes)
 }
 
 // Client returns a cluster client seeded with every node, closed when t

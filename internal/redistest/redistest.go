@@ -259,3 +259,12 @@ func SharedAddr() string {
 	}
 	return ""
 }
+
+// addrsOf returns the addresses of servers, in their order.
+func addrsOf(servers []*Server) []string {
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr
+	}
+	return addrs
+}

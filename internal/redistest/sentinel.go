@@ -173,21 +173,13 @@ func (ss *SentinelSet) MasterName() string { return SentinelMasterName }
 
 // SentinelAddrs returns the addresses of the sentinels.
 func (ss *SentinelSet) SentinelAddrs() []string {
-	addrs := make([]string, len(ss.sentinels))
-	for i, s := range ss.sentinels {
-		addrs[i] = s.Addr
-	}
-	return addrs
+	return addrsOf(ss.sentinels)
 }
 
 // Addrs returns the addresses of the primary and replicas started, live
 // or not, the first primary first.
 func (ss *SentinelSet) Addrs() []string {
-	addrs := make([]string, len(ss.data))
-	for i, s := range ss.data {
-		addrs[i] = s.Addr
-	}
-	return addrs
+	return addrsOf(ss.data)
 }
 
 // Client returns a failover client of the set, closed when t ends.

@@ -34,14 +34,22 @@ type conn struct {
 	misses    []time.Time   // guarded by Hub.mu; recent missed hand-overs on ps (see missThreshold)
 	refreshed time.Time     // guarded by Hub.mu; when Missed last forced a rebuild or regroup
 	refreshes int           // guarded by Hub.mu; how many times Missed did
-	refresh   *redis.PubSub // guarded by Hub.mu; the connection Missed closed to have it rebuilt, until the reader sees it fail
+	refresh   *redis.PubSub // guarded by Hub.mu; the connection Missed or a primary move closed to have it rebuilt, until the reader sees it fail
+
+	// For a failover client (see primary.go): the address ps was dialled
+	// to ("" until known), when that dial started, and how many times a
+	// dial of the client elsewhere made the hub rebuild ps. Guarded by
+	// Hub.mu.
+	addr   string
+	dialed time.Time
+	moves  int
 }
 
 // startLocked registers the connection ps of sub under key and starts its
 // reader and writer. The connection itself is dialled by the first write.
 func (h *Hub) startLocked(key *redis.Client, sub Subscriber, ps *redis.PubSub) *conn {
-	ctx, cancel := context.WithCancel(h.ctx)
-	c := &conn{key: key, sub: sub, sharded: h.mode == Sharded, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1), ps: ps}
+	c := &conn{key: key, sub: sub, sharded: h.mode == Sharded, kick: make(chan struct{}, 1), ps: ps}
+	c.ctx, c.cancel = context.WithCancel(context.WithValue(h.ctx, dialKey{}, c))
 	h.conns[key] = c
 	h.wg.Go(func() { h.read(c, ps) })
 	h.wg.Go(func() { h.write(c) })
@@ -93,6 +101,7 @@ func (h *Hub) rebuild(c *conn, old *redis.PubSub) *redis.PubSub {
 		return nil
 	}
 	c.ps = ps
+	c.addr = "" // known once ps dials
 	c.queue, c.awaiting = nil, nil
 	c.misses = nil
 	c.rebuilding = true

@@ -66,15 +66,22 @@
 //
 // A connection can also stay up on a server that no longer receives the
 // publications: after a graceful Sentinel failover the old primary stays
-// a master, with the hub's subscription, until Sentinel demotes it. The
+// a master, with the hub's subscription, until Sentinel demotes it. For a
+// go-redis failover client the hub watches the client's dials through a
+// dial hook: when the client dials another address than the one the hub's
+// connection reached, in a dial that started after the hub's, the primary
+// has moved, and the hub rebuilds its connection through the client,
+// which dials the new primary, and signals every waiter; Options.Moved is
+// told. Dials of the hub's own connections never count.
+//
+// Elsewhere (a client whose address is a name that moved, say) the
 // waiter's poll notices: a poll that finds the lock already granted to a
 // waiter that received no grant message calls Waiter.Missed. Two misses
 // within 30 seconds on one connection (one can be a race) make the hub
-// rebuild it through the client, which dials the current primary, or in
-// Sharded mode regroup its channels after reloading the slot map; at most
-// once per 10 seconds per connection. A waiter counts one miss at most,
-// and none after the hub signalled it because messages may have been
-// lost.
+// rebuild it through the client or, in Sharded mode, regroup its channels
+// after reloading the slot map; at most once per 10 seconds per
+// connection. A waiter counts one miss at most, and none after the hub
+// signalled it because messages may have been lost.
 //
 // # Errors
 //

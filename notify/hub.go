@@ -89,18 +89,27 @@ type Options struct {
 	// doubling up to 1s) until its context ends. Nil means Classic.
 	// Sharded with a client that is no Cluster fails every Watch.
 	Mode func(ctx context.Context) (Mode, error)
+	// Moved, if set, is called when the hub sees the primary of a
+	// failover client move (see primary.go). It must not block.
+	Moved func()
+	// Unclaimed, if set, is called with a grant message that names no
+	// waiter of this hub: most are for other clients' waiters. It is
+	// called on the connection's reader and must not block.
+	Unclaimed func(channel, id string)
 }
 
 // Hub shares pub/sub connections between all the waiters of a fairlock
 // client: one connection, or for a *redis.Ring one per shard that has
 // waiters. Create it with New and stop it with Close.
 type Hub struct {
-	rdb       Subscriber
-	shards    sharded // rdb when it is sharded, else nil
-	cluster   Cluster // rdb when it is a cluster client, else nil
-	modeOf    func(context.Context) (Mode, error)
-	log       *slog.Logger
-	heartbeat time.Duration
+	rdb         Subscriber
+	shards      sharded // rdb when it is sharded, else nil
+	cluster     Cluster // rdb when it is a cluster client, else nil
+	modeOf      func(context.Context) (Mode, error)
+	log         *slog.Logger
+	heartbeat   time.Duration
+	onMoved     func()                   // Options.Moved
+	onUnclaimed func(channel, id string) // Options.Unclaimed
 
 	ctx       context.Context    // parent of every connection's context; cancelled by Close
 	cancel    context.CancelFunc // cancels ctx
@@ -124,6 +133,11 @@ type Hub struct {
 	regroups    map[string]regroup
 	regrouper   bool          // guarded by mu; the regroup goroutine was started
 	regroupKick chan struct{} // capacity 1; wakes the regroup goroutine
+
+	// For a failover client (see primary.go), guarded by mu: the address
+	// the client's own dials reached last, and when that dial started.
+	primary   string
+	primaryAt time.Time
 }
 
 // New returns a hub that subscribes through rdb. It opens nothing: a
@@ -140,13 +154,15 @@ func New(rdb Subscriber, opts Options) *Hub {
 	shards, _ := rdb.(sharded)
 	cluster, _ := rdb.(Cluster)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Hub{
+	h := &Hub{
 		rdb:         rdb,
 		shards:      shards,
 		cluster:     cluster,
 		modeOf:      opts.Mode,
 		log:         log,
 		heartbeat:   hb,
+		onMoved:     opts.Moved,
+		onUnclaimed: opts.Unclaimed,
 		ctx:         ctx,
 		cancel:      cancel,
 		done:        make(chan struct{}),
@@ -155,6 +171,10 @@ func New(rdb Subscriber, opts Options) *Hub {
 		regroups:    make(map[string]regroup),
 		regroupKick: make(chan struct{}, 1),
 	}
+	if c, ok := failsOver(rdb); ok {
+		c.AddHook(primaryHook{h})
+	}
+	return h
 }
 
 // Watch registers a waiter with the given id on channel and returns once

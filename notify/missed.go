@@ -12,11 +12,10 @@ import (
 // is an ordinary race (the poll's answer overtook the message, or the
 // poll took a lock whose holder died, which no script announces); misses
 // that repeat on one connection mean it listens to a server that no longer
-// receives the publications. That happens after a graceful Sentinel
-// failover: go-redis moves its pooled connections to the new primary but
-// not pub/sub connections, and the old primary stays a master, with its
-// subscribers, until Sentinel demotes it. Polls find every hand-over
-// meanwhile, each a third of the waiter TTL late.
+// receives the publications. For a failover client the hub sees that
+// coming through its dials (primary.go); a client whose address is a name
+// or a proxy that moved to another server shows it only this way. Polls
+// find every hand-over meanwhile, each a third of the waiter TTL late.
 //
 // missThreshold misses within missWindow on one connection make the hub
 // rebuild it through the client (which dials the current primary) or, in

@@ -105,17 +105,22 @@ func (h *Hub) route(channel, payload string) {
 		return
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	t := h.topics[channel]
 	if t == nil {
+		h.mu.Unlock()
 		return
 	}
 	w := t.waiters[id]
 	if w == nil {
+		h.mu.Unlock()
+		if grant && h.onUnclaimed != nil {
+			h.onUnclaimed(channel, id)
+		}
 		return
 	}
 	if grant {
 		w.token, w.granted = token, true
 	}
 	w.signal()
+	h.mu.Unlock()
 }

@@ -1,0 +1,104 @@
+package notify
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// A go-redis failover client (NewFailoverClient) dials whatever server
+// Sentinel names as the primary at the time of the dial. When Sentinel
+// switches to another primary, go-redis hears it on its own Sentinel
+// subscription and drops its pooled connections to the old one, so its
+// next command dials the new primary. It leaves pub/sub connections
+// where they are, and after a graceful failover the old primary stays up
+// and keeps them (Sentinel closes only normal clients there): the hub
+// would listen to a server the scripts no longer publish on, and every
+// hand-over would wait for a poll.
+//
+// So the hub watches the client's dials, through a dial hook: it learns
+// the address each of its own connections reached, and when the client
+// dials anywhere else for itself (a dial that started after the hub's
+// connection was dialled, so that it knows of at least as recent a
+// primary), the primary has moved, and the hub rebuilds the connection,
+// which the client dials to the new primary. The rebuild signals every
+// waiter, whose poll finds a hand-over that went out meanwhile.
+//
+// Options.Moved is told too, when the client's dials reach another
+// address than before or than one of the hub's connections.
+//
+// The hook stays on the client after Close, and does nothing then.
+
+// dialKey marks the contexts of a connection's calls, and with them its
+// dials: the value is the *conn.
+type dialKey struct{}
+
+// failsOver reports whether rdb is a go-redis failover client.
+func failsOver(rdb Subscriber) (*redis.Client, bool) {
+	c, ok := rdb.(*redis.Client)
+	if !ok {
+		return nil, false
+	}
+	return c, c.Options().Addr == "FailoverClient" // how go-redis names its failover client
+}
+
+// primaryHook is the dial hook of a failover client's hub.
+type primaryHook struct{ h *Hub }
+
+func (p primaryHook) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		started := time.Now()
+		nc, err := next(ctx, network, addr)
+		if err == nil && nc != nil && nc.RemoteAddr() != nil {
+			p.h.dialed(ctx, started, nc.RemoteAddr().String())
+		}
+		return nc, err
+	}
+}
+
+func (p primaryHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (p primaryHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// dialed notes that a dial started at started reached addr: a dial of one
+// of the hub's connections when ctx says so, else one of the client's own.
+func (h *Hub) dialed(ctx context.Context, started time.Time, addr string) {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return
+	}
+	if c, ok := ctx.Value(dialKey{}).(*conn); ok {
+		if !started.Before(c.dialed) {
+			c.addr, c.dialed = addr, started
+		}
+		h.mu.Unlock()
+		return
+	}
+	changed := h.primary != "" && h.primary != addr && !started.Before(h.primaryAt)
+	if !started.Before(h.primaryAt) {
+		h.primary, h.primaryAt = addr, started
+	}
+	var moved []*redis.PubSub
+	for _, c := range h.conns {
+		if c.sharded || c.retired || c.ps == nil || c.refresh != nil ||
+			c.addr == "" || c.addr == addr || started.Before(c.dialed) {
+			continue
+		}
+		c.refresh = c.ps
+		c.moves++
+		moved = append(moved, c.ps)
+	}
+	h.mu.Unlock()
+	for _, ps := range moved {
+		h.log.Info("fairlock: notify: the primary moved; rebuilding the pub/sub connection on it", "primary", addr)
+		closePubSub(ps) // the reader notices and rebuilds
+	}
+	if (changed || len(moved) > 0) && h.onMoved != nil {
+		h.onMoved()
+	}
+}

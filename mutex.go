@@ -112,7 +112,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error)
 	} else if err := queue.ValidateOwner(owner); err != nil {
 		return nil, err
 	}
-	h, err = m.lock.Acquire(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait})
+	h, err = m.lock.Acquire(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: explicit})
 	if err != nil {
 		return nil, err
 	}

@@ -97,7 +97,7 @@ func NewEngine(rdb Redis, cfg Config) *Engine {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
 	}
 	e.audit = newAudit(e, rdb)
-	e.hub = notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, Mode: e.hubMode})
+	e.hub = notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, Mode: e.hubMode, Moved: e.audit.moved, Unclaimed: e.audit.unclaimed})
 	return e
 }
 

@@ -15,6 +15,8 @@ import (
 type Hold struct {
 	l      *Lock
 	owner  string
+	shared bool   // the owner id is shared (see Request.Shared)
+	entry  string // the waiter entry of the Lock call that took it
 	token  int64
 	lease  time.Duration
 	fixed  bool
@@ -26,6 +28,7 @@ type Hold struct {
 	levels int           // levels this process holds; guarded by mu
 	ended  bool          // guarded by mu
 	cause  error         // why the hold ended (nil: unlocked); guarded by mu
+	call   string        // call id of the last level's release, once sent; guarded by mu
 	valid  time.Time     // the hold lasts in Redis at least until then; owned by the watchdog once started
 	span   time.Duration // length of the window that set valid; owned likewise
 	// fixedMargin is how long before valid a fixed lease ends here: twice
@@ -38,11 +41,13 @@ type Hold struct {
 
 // newHold returns the hold of a grant, known to last in Redis for span
 // from the time from.
-func newHold(l *Lock, req Request, token int64, from time.Time, span time.Duration) *Hold {
+func newHold(l *Lock, req Request, entry string, token int64, from time.Time, span time.Duration) *Hold {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Hold{
 		l:           l,
 		owner:       req.Owner,
+		shared:      req.Shared,
+		entry:       entry,
 		token:       token,
 		lease:       req.Lease,
 		fixed:       req.Fixed,
@@ -179,13 +184,16 @@ func (h *Hold) Release(ctx context.Context) error {
 	}
 	h.levels--
 	last := h.levels == 0
+	call := randomID()
+	if last {
+		h.call = call
+	}
 	h.mu.Unlock()
 
 	lease := h.lease
 	if h.fixed {
 		lease = 0
 	}
-	call := randomID()
 	cctx, cancel := h.l.e.detached(ctx)
 	n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
 	cancel()
@@ -221,9 +229,6 @@ func (h *Hold) Release(ctx context.Context) error {
 	case last:
 		h.end(nil)
 	}
-	if n == 0 {
-		h.l.e.audit.note(h.l, call, h.owner, h.token, h.releaseReceiptTTL())
-	}
 	if notAcked != nil {
 		if !retryable(notAcked) {
 			return fmt.Errorf("fairlock: unlock: released on the primary, but %w", notAcked)
@@ -255,7 +260,7 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 	done, closed := h.l.e.sendAgain(time.Now().Add(h.lease), func(ctx context.Context) bool {
 		n, err := h.l.releaseCall(ctx, call, h.owner, lease, h.releaseReceiptTTL())
 		if err == nil && n == 0 {
-			h.l.e.audit.note(h.l, call, h.owner, h.token, h.releaseReceiptTTL()) // a failover may undo it too
+			h.audited(call) // a failover may undo it too: watched from now
 		}
 		last = err
 		switch {
@@ -308,12 +313,21 @@ func (h *Hold) end(cause error) (int, bool) {
 	h.cause = cause
 	levels := h.levels
 	h.levels = 0
+	call := h.call
 	h.mu.Unlock()
 
 	h.cancel(cause)
 	close(h.stop)
 	h.l.e.dropHold(h)
+	h.audited(call)
 	return levels, true
+}
+
+// audited has the engine's audit watch for traces of the ended hold that
+// a failover brings back (see audit.go); call is its last release, or "".
+func (h *Hold) audited(call string) {
+	req := Request{Owner: h.owner, Shared: h.shared}
+	h.l.e.audit.ended(h.l, req, h.entry, h, call)
 }
 
 // lose ends a hold whose renewals failed until its lease nearly ran out,

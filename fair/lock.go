@@ -25,6 +25,10 @@ type Request struct {
 	Lease time.Duration // the hold's lease
 	Fixed bool          // the lease is fixed: no watchdog renews it
 	Wait  bool          // wait in line; false: fail with ErrLocked at once
+	// Shared: the owner id may be used by other calls too, here or in
+	// other processes (fairlock.ContextWithOwner); false: it is this
+	// call's own.
+	Shared bool
 }
 
 // Acquire takes the lock for req.Owner. Without req.Wait it makes one
@@ -51,6 +55,16 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 	// caller waits under if it must, so that a grant whose reply was lost
 	// is claimed by the first poll, not counted again.
 	entry := queue.Entry(randomID(), req.Lease, req.Owner)
+	h, err := l.take(ctx, req, entry)
+	if err != nil && !errors.Is(err, ErrLocked) {
+		// Whatever the call left in Redis is a trace once it returns.
+		l.e.audit.ended(l, req, entry, nil, "")
+	}
+	return h, err
+}
+
+// take is Acquire once the engine's checks passed, under entry.
+func (l *Lock) take(ctx context.Context, req Request, entry string) (*Hold, error) {
 	sent := time.Now()
 	rep, err := l.callWithin(ctx, req, entry, modeTry, l.giveBackIfGranted(ctx, req))
 	switch {
@@ -77,7 +91,7 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 	case err != nil:
 		return nil, err
 	case rep.granted && !l.late(req, sent):
-		return l.hold(ctx, req, rep.token, sent, req.Lease, false)
+		return l.hold(ctx, req, entry, rep.token, sent, req.Lease, false)
 	case rep.granted && req.Wait:
 		return l.wait(ctx, req, entry, nil) // its first poll claims the grant
 	case rep.granted:
@@ -131,10 +145,10 @@ func (l *Lock) claimTry(ctx context.Context, req Request, entry string) (*Hold, 
 		case !rep.granted:
 			return nil, ErrLocked // the late grant expired meanwhile
 		case !l.late(req, sent):
-			return l.hold(ctx, req, rep.token, sent, req.Lease, false)
+			return l.hold(ctx, req, entry, rep.token, sent, req.Lease, false)
 		}
 	}
-	return l.hold(ctx, req, rep.token, sent, req.Lease, false)
+	return l.hold(ctx, req, entry, rep.token, sent, req.Lease, false)
 }
 
 // retryable reports whether a call that failed with err may succeed when
@@ -212,7 +226,7 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string, pending erro
 			// took entry out of the queue.
 			return nil, l.dropUnacked(ctx, req, err)
 		case err == nil && rep.granted && (!l.late(req, sent) || claims >= lateClaims):
-			return l.hold(ctx, req, rep.token, sent, req.Lease, false)
+			return l.hold(ctx, req, entry, rep.token, sent, req.Lease, false)
 		case err == nil && rep.granted:
 			// Answered late (see late): claim it with one more poll now.
 			claims++
@@ -250,7 +264,7 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string, pending erro
 			timer.Stop() // no stale tick can follow (Go 1.23 timers)
 			if token, ok := w.Grant(); ok {
 				if span, trusted := l.pushedSpan(req, polled); trusted {
-					return l.hold(ctx, req, token, polled, span, true)
+					return l.hold(ctx, req, entry, token, polled, span, true)
 				}
 				// Claim the hold with one more poll, which answers
 				// granted and sets the full lease from now.
@@ -336,8 +350,8 @@ func (l *Lock) leaveLater(owner, entry string) {
 // The grant is known to last span from the send time of the call that
 // made it (from): the lease, or for a hand-over (pushed) no more than the
 // waiter deadline.
-func (l *Lock) hold(ctx context.Context, req Request, token int64, from time.Time, span time.Duration, pushed bool) (*Hold, error) {
-	h := newHold(l, req, token, from, span)
+func (l *Lock) hold(ctx context.Context, req Request, entry string, token int64, from time.Time, span time.Duration, pushed bool) (*Hold, error) {
+	h := newHold(l, req, entry, token, from, span)
 	fail := ctx.Err()
 	if fail == nil && !l.e.addHold(h) {
 		fail = ErrClosed

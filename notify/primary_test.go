@@ -125,6 +125,12 @@ func TestHubOfAFailoverClientDoesNotMoveOnItsOwnRedials(t *testing.T) {
 	require.NoError(t, rdb.Ping(context.Background()).Err())
 	require.Zero(t, moves(t, h))
 	require.Zero(t, told.Load())
+
+	// The hook stays on the client after Close and does nothing then.
+	require.NoError(t, h.Close())
+	h.dialed(context.Background(), time.Now(), "127.0.0.1:1")
+	require.Zero(t, told.Load())
+	require.NoError(t, rdb.Ping(context.Background()).Err())
 }
 
 var _ redis.Hook = primaryHook{}

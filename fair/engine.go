@@ -61,6 +61,9 @@ type Engine struct {
 	// bound even on a server that does not answer.
 	stopped context.Context
 	stop    context.CancelFunc
+	// closeBy is when stopped is cancelled, in Unix nanoseconds, once
+	// Close has started (0 before): the latest deadline of any call.
+	closeBy atomic.Int64
 
 	mu        sync.Mutex
 	closed    bool               // guarded by mu
@@ -133,6 +136,7 @@ func (e *Engine) Close() error {
 			holds = append(holds, h)
 		}
 		e.mu.Unlock()
+		e.closeBy.Store(time.Now().Add(e.cfg.CallTimeout).UnixNano())
 		bound := time.AfterFunc(e.cfg.CallTimeout, e.stop)
 		defer bound.Stop()
 		defer e.stop()
@@ -156,9 +160,16 @@ func (e *Engine) Close() error {
 // detached returns a context for a state-changing call made on behalf of
 // ctx: it keeps ctx's values but not its cancellation, so the call is never
 // abandoned half-way, and it is bounded by the call timeout (and by the
-// bound of Close).
+// bound of Close). Once Close has started, its deadline is no later than
+// the bound of Close: go-redis stops a read that blocks at the context's
+// deadline, not at its cancellation, so a call made during Close (the
+// clean-up of a call answered late) must not be given a later one.
 func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.CallTimeout)
+	deadline := time.Now().Add(e.cfg.CallTimeout)
+	if by := e.closeBy.Load(); by != 0 && by < deadline.UnixNano() {
+		deadline = time.Unix(0, by)
+	}
+	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 	unhook := context.AfterFunc(e.stopped, cancel)
 	return cctx, func() {
 		unhook()

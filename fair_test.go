@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -645,5 +646,51 @@ func TestHandOverLongAfterTheLastPollStillKeepsAShortLease(t *testing.T) {
 	require.NoError(t, r.err)
 	time.Sleep(time.Second) // over three leases
 	require.NoError(t, r.ctx.Err(), "the handed-over hold was lost: %v", context.Cause(r.ctx))
+	require.NoError(t, waiter.Unlock(r.ctx))
+}
+
+// scriptCounter is a go-redis hook that counts the scripts a client runs.
+type scriptCounter struct{ n atomic.Int64 }
+
+func (s *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+			s.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A hold that came by hand-over is renewed when a third of what is known of
+// its expiry has passed, not at once: one released before then costs no
+// call between its grant and its release.
+func TestHandedOverHoldReleasedSoonCostsNoRenewal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	opts := []fairlock.Option{fairlock.WithPrefix(e.prefix), fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
+	holder := e.client(opts[1:]...).Mutex("no-renewal")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+	rdb := e.srv.Client(t)
+	scripts := &scriptCounter{}
+	rdb.AddHook(scripts)
+	c, err := fairlock.New(rdb, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	waiter := c.Mutex("no-renewal")
+	next := lockAsync(context.Background(), waiter)
+	e.waitQueued("no-renewal", 1)
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, next, 2*time.Second) // polls are 20s apart: pushed
+	require.NoError(t, r.err)
+	granted := scripts.n.Load()
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, granted, scripts.n.Load(), "no renewal while the hold is young")
 	require.NoError(t, waiter.Unlock(r.ctx))
 }

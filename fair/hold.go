@@ -61,10 +61,9 @@ func newHold(l *Lock, req Request, entry string, token int64, from time.Time, sp
 	}
 }
 
-// start launches the watchdog. renewNow: the hold came by hand-over, so
-// its expiry is the waiter's deadline and must be set to the lease at once.
-func (h *Hold) start(renewNow bool) {
-	h.l.e.wg.Go(func() { h.watchdog(renewNow) })
+// start launches the watchdog.
+func (h *Hold) start() {
+	h.l.e.wg.Go(h.watchdog)
 }
 
 // Context returns a context that is cancelled when the hold ends: with

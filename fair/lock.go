@@ -91,7 +91,7 @@ func (l *Lock) take(ctx context.Context, req Request, entry string) (*Hold, erro
 	case err != nil:
 		return nil, err
 	case rep.granted && !l.late(req, sent):
-		return l.hold(ctx, req, entry, rep.token, sent, req.Lease, false)
+		return l.hold(ctx, req, entry, rep.token, sent, req.Lease)
 	case rep.granted && req.Wait:
 		return l.wait(ctx, req, entry, nil) // its first poll claims the grant
 	case rep.granted:
@@ -113,7 +113,7 @@ func (l *Lock) dropUnacked(ctx context.Context, req Request, err error) error {
 
 // lateClaims bounds how often a grant that was answered late is claimed
 // again before it is taken as it is (its watchdog then renews it at once,
-// or declares it lost).
+// and declares it lost if that fails in time).
 const lateClaims = 3
 
 // late reports whether a grant answered now to a call sent at sent came so
@@ -145,10 +145,10 @@ func (l *Lock) claimTry(ctx context.Context, req Request, entry string) (*Hold, 
 		case !rep.granted:
 			return nil, ErrLocked // the late grant expired meanwhile
 		case !l.late(req, sent):
-			return l.hold(ctx, req, entry, rep.token, sent, req.Lease, false)
+			return l.hold(ctx, req, entry, rep.token, sent, req.Lease)
 		}
 	}
-	return l.hold(ctx, req, entry, rep.token, sent, req.Lease, false)
+	return l.hold(ctx, req, entry, rep.token, sent, req.Lease)
 }
 
 // retryable reports whether a call that failed with err may succeed when
@@ -226,7 +226,7 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string, pending erro
 			// took entry out of the queue.
 			return nil, l.dropUnacked(ctx, req, err)
 		case err == nil && rep.granted && (!l.late(req, sent) || claims >= lateClaims):
-			return l.hold(ctx, req, entry, rep.token, sent, req.Lease, false)
+			return l.hold(ctx, req, entry, rep.token, sent, req.Lease)
 		case err == nil && rep.granted:
 			// Answered late (see late): claim it with one more poll now.
 			claims++
@@ -264,7 +264,7 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string, pending erro
 			timer.Stop() // no stale tick can follow (Go 1.23 timers)
 			if token, ok := w.Grant(); ok {
 				if span, trusted := l.pushedSpan(req, polled); trusted {
-					return l.hold(ctx, req, entry, token, polled, span, true)
+					return l.hold(ctx, req, entry, token, polled, span)
 				}
 				// Claim the hold with one more poll, which answers
 				// granted and sets the full lease from now.
@@ -348,9 +348,9 @@ func (l *Lock) leaveLater(owner, entry string) {
 // meanwhile: then the grant is given back and the caller gets the error.
 //
 // The grant is known to last span from the send time of the call that
-// made it (from): the lease, or for a hand-over (pushed) no more than the
-// waiter deadline.
-func (l *Lock) hold(ctx context.Context, req Request, entry string, token int64, from time.Time, span time.Duration, pushed bool) (*Hold, error) {
+// made it (from): the lease, or for a hand-over no more than the waiter
+// deadline. The watchdog renews it from that (see watchdog).
+func (l *Lock) hold(ctx context.Context, req Request, entry string, token int64, from time.Time, span time.Duration) (*Hold, error) {
 	h := newHold(l, req, entry, token, from, span)
 	fail := ctx.Err()
 	if fail == nil && !l.e.addHold(h) {
@@ -360,7 +360,7 @@ func (l *Lock) hold(ctx context.Context, req Request, entry string, token int64,
 		h.end(fail)
 		return nil, errors.Join(fail, l.soon(func() error { return l.giveBack(ctx, req) }))
 	}
-	h.start(pushed)
+	h.start()
 	return h, nil
 }
 

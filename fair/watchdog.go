@@ -10,22 +10,22 @@ import (
 var errStopped = errors.New("fairlock: hold ended during renewal")
 
 // watchdog keeps the hold alive until it ends. A hold with a watchdog
-// lease is renewed every lease/3, and at once when it came by hand-over
-// (renewNow: its expiry may be its waiter deadline). A fixed lease is
-// never renewed; the hold ends when it runs out.
+// lease is renewed every lease/3, the first time when a third of the span
+// known at the grant has passed (h.span from the send time of the call
+// that made it): for a fresh grant a third of the lease; for a grant by
+// hand-over, whose expiry may be the waiter's deadline, or one answered
+// late, possibly at once; for a short hold never, as it is released
+// first. A fixed lease is never renewed; the hold ends when it runs out.
 //
 // h.valid is a time until which the hold is known to last: the send time
 // of the last call that set the expiry, plus the expiry it set (h.span).
 // When renewals keep failing (Redis unreachable), the hold is declared
 // lost a sixth of that span before that time, so the holder learns it
 // before another owner can be granted.
-func (h *Hold) watchdog(renewNow bool) {
+func (h *Hold) watchdog() {
 	lease := h.lease
 	retry := max(lease/12, 10*time.Millisecond)
-	next := time.Now().Add(lease / 3)
-	if renewNow {
-		next = time.Now()
-	}
+	next := h.valid.Add(-h.span + h.span/3)
 	if h.fixed {
 		next = h.valid.Add(-h.fixedMargin)
 	}

@@ -133,7 +133,7 @@ end
 -- holders) and is told through pub/sub with "<entry> <token>". The hold
 -- lasts its lease, but no longer than the head's waiter deadline: a dead
 -- head's hold expires like any dead waiter, and a live head with a
--- watchdog renews it at once. Returns the head's entry, or nil.
+-- watchdog renews it before that runs out. Returns the head's entry, or nil.
 local function hand_over(now, channel)
   local head, deadline = prune(now)
   if not head then

@@ -60,11 +60,12 @@ func TestWaiterKeepsItsPlaceWhileItsSlotMoves(t *testing.T) {
 	}
 	// The keys move while the slot is migrating: the old master answers
 	// the waiter's polls with ASK.
-	finish := migrateSlot(t, c, key, from, to)
+	move, err := c.MoveSlot(ctx, key, from, to)
+	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return slices.ContainsFunc(logs.all(), func(l string) bool { return strings.Contains(l, "ASK") })
 	}, 10*time.Second, 5*time.Millisecond, "the waiter polled the old master during the migration")
-	finish()
+	require.NoError(t, move.Finish(ctx))
 	time.Sleep(time.Second) // more polls, where the slot is now
 	select {
 	case r := <-next:
@@ -76,45 +77,4 @@ func TestWaiterKeepsItsPlaceWhileItsSlotMoves(t *testing.T) {
 	r := await(t, next, 10*time.Second)
 	require.NoError(t, r.err)
 	require.NoError(t, waiterClient.Mutex(name).Unlock(r.ctx))
-}
-
-// migrateSlot moves every key in the slot of key from one master to
-// another, the way a resharding moves them, and returns a function that
-// ends the migration: it assigns the slot to its new master on every
-// master.
-func migrateSlot(t *testing.T, c *redistest.Cluster, key, from, to string) (finish func()) {
-	t.Helper()
-	ctx := t.Context()
-	slot, err := c.Slot(ctx, key)
-	require.NoError(t, err)
-	admin := func(addr string) *redis.Client { return c.Node(addr).Client(t) }
-	fromID, err := admin(from).ClusterMyID(ctx).Result()
-	require.NoError(t, err)
-	toID, err := admin(to).ClusterMyID(ctx).Result()
-	require.NoError(t, err)
-	require.NoError(t, admin(to).Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
-	require.NoError(t, admin(from).Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
-	host, port, ok := strings.Cut(to, ":")
-	require.True(t, ok)
-	for {
-		keys, err := admin(from).ClusterGetKeysInSlot(ctx, slot, 100).Result()
-		require.NoError(t, err)
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		require.NoError(t, admin(from).Do(ctx, args...).Err())
-	}
-	return func() {
-		masters, err := c.Masters(ctx)
-		require.NoError(t, err)
-		others := slices.DeleteFunc(masters, func(m string) bool { return m == from || m == to })
-		for _, addr := range append([]string{to, from}, others...) {
-			require.NoError(t, admin(addr).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err(),
-				"CLUSTER SETSLOT on %s", addr)
-		}
-	}
 }

@@ -215,33 +215,15 @@ func TestShardedHubFollowsAFailover(t *testing.T) {
 	requireLayout(t, c, want)
 }
 
-// moveSlot hands the slot of key from master from to master to, as the
-// last step of a resharding does (CLUSTER SETSLOT ... NODE on both, then
-// on every other node), and waits until every live node agrees.
+// moveSlot hands the slot of key from master from to master to, as a
+// resharding does, and waits until a live node agrees.
 func moveSlot(t *testing.T, c *redistest.Cluster, key, from, to string) {
 	t.Helper()
-	ctx := t.Context()
-	slot, err := c.Slot(ctx, key)
+	ctx, cancel := context.WithTimeout(t.Context(), patience)
+	defer cancel()
+	move, err := c.MoveSlot(ctx, key, from, to)
 	require.NoError(t, err)
-	admin := func(addr string) *redis.Client { return c.Node(addr).Client(t) }
-	fromID, err := admin(from).ClusterMyID(ctx).Result()
-	require.NoError(t, err)
-	toID, err := admin(to).ClusterMyID(ctx).Result()
-	require.NoError(t, err)
-	require.NoError(t, admin(to).Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", fromID).Err())
-	require.NoError(t, admin(from).Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", toID).Err())
-	masters, err := c.Masters(ctx)
-	require.NoError(t, err)
-	others := slices.DeleteFunc(masters, func(m string) bool { return m == from || m == to })
-	for _, addr := range append([]string{to, from}, others...) {
-		// Replicas learn it from their masters.
-		require.NoError(t, admin(addr).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", toID).Err(),
-			"CLUSTER SETSLOT on %s", addr)
-	}
-	require.Eventually(t, func() bool {
-		m, err := c.MasterOf(ctx, key)
-		return err == nil && m == to
-	}, patience, 20*time.Millisecond)
+	require.NoError(t, move.Finish(ctx))
 }
 
 // A Watch through a cluster client whose slot map is out of date

@@ -121,19 +121,13 @@ func startClusterNode(bin, dir string, extra []string) (*Server, error) {
 			continue
 		}
 		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir}
-		s.args = append([]string{bin,
-			"--port", strconv.Itoa(port),
-			"--bind", "127.0.0.1",
-			"--save", "",
-			"--appendonly", "no",
-			"--dir", dir,
-			"--protected-mode", "no",
+		s.args = serverArgs(bin, port, dir, append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", strconv.FormatInt(ClusterNodeTimeout.Milliseconds(), 10),
 			"--cluster-replica-validity-factor", "0",
 			"--repl-diskless-sync-delay", "0",
-		}, extra...)
+		}, extra...)...)
 		if lastErr = s.launch(); lastErr == nil {
 			return s, nil
 		}
@@ -175,12 +169,7 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 
 // Node returns the server listening on addr, or nil.
 func (c *Cluster) Node(addr string) *Server {
-	for _, s := range c.nodes {
-		if s.Addr == addr {
-			return s
-		}
-	}
-	return nil
+	return serverAt(c.nodes, addr)
 }
 
 // Kill ends the node at addr with SIGKILL, as a crash would, and waits
@@ -226,11 +215,7 @@ func (c *Cluster) Stop() {
 
 // logs returns the tail of every node's log, for error messages.
 func (c *Cluster) logs() string {
-	var b strings.Builder
-	for _, s := range c.nodes {
-		fmt.Fprintf(&b, "\n--- log of %s:\n%s", s.Addr, s.LogTail())
-	}
-	return b.String()
+	return logsOf(c.nodes...)
 }
 
 // lastLines returns the last n lines of s.

@@ -54,15 +54,7 @@ func Start(extra ...string) (*Server, error) {
 			continue
 		}
 		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), port: port, dir: dir}
-		s.args = append([]string{
-			"--port", strconv.Itoa(port),
-			"--bind", "127.0.0.1",
-			"--save", "",
-			"--appendonly", "no",
-			"--dir", dir,
-			"--protected-mode", "no",
-		}, extra...)
-		s.args = append([]string{bin}, s.args...)
+		s.args = serverArgs(bin, port, dir, extra...)
 		if err := s.launch(); err != nil {
 			lastErr = err
 			continue
@@ -258,6 +250,38 @@ func SharedAddr() string {
 		return s.Addr
 	}
 	return ""
+}
+
+// serverArgs is the command line of a redis-server without persistence on
+// port of the loopback interface, working in dir, with extra directives.
+func serverArgs(bin string, port int, dir string, extra ...string) []string {
+	return append([]string{bin,
+		"--port", strconv.Itoa(port),
+		"--bind", "127.0.0.1",
+		"--save", "",
+		"--appendonly", "no",
+		"--dir", dir,
+		"--protected-mode", "no",
+	}, extra...)
+}
+
+// serverAt returns the server of servers listening on addr, or nil.
+func serverAt(servers []*Server, addr string) *Server {
+	for _, s := range servers {
+		if s.Addr == addr {
+			return s
+		}
+	}
+	return nil
+}
+
+// logsOf returns the tail of every server's log, for error messages.
+func logsOf(servers ...*Server) string {
+	var b strings.Builder
+	for _, s := range servers {
+		fmt.Fprintf(&b, "\n--- log of %s:\n%s", s.Addr, s.LogTail())
+	}
+	return b.String()
 }
 
 // addrsOf returns the addresses of servers, in their order.

@@ -195,12 +195,7 @@ func (ss *SentinelSet) Client(t testing.TB) *redis.Client {
 
 // Server returns the primary or replica listening on addr, or nil.
 func (ss *SentinelSet) Server(addr string) *Server {
-	for _, s := range ss.data {
-		if s.Addr == addr {
-			return s
-		}
-	}
-	return nil
+	return serverAt(ss.data, addr)
 }
 
 // Primary returns the address of the primary as the first sentinel that
@@ -302,9 +297,5 @@ func (ss *SentinelSet) Stop() {
 
 // logs returns the tail of every process's log, for error messages.
 func (ss *SentinelSet) logs() string {
-	var b strings.Builder
-	for _, s := range append(ss.data[:len(ss.data):len(ss.data)], ss.sentinels...) {
-		fmt.Fprintf(&b, "\n--- log of %s:\n%s", s.Addr, s.LogTail())
-	}
-	return b.String()
+	return logsOf(append(ss.data[:len(ss.data):len(ss.data)], ss.sentinels...)...)
 }

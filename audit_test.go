@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
@@ -38,26 +37,10 @@ func TestReleaseUndoneByAGracefulFailoverIsSentAgain(t *testing.T) {
 	require.Eventually(t, func() bool { return probe.LLen(ctx, prefix+":{"+name+"}:queue").Val() == 1 },
 		5*time.Second, 5*time.Millisecond)
 
-	old, err := set.Primary(ctx)
-	require.NoError(t, err)
-	replicas := set.Addrs()
-	var replica string
-	for _, a := range replicas {
-		if a != old {
-			replica = a
-		}
-	}
-	rep := redis.NewClient(&redis.Options{Addr: replica})
-	defer rep.Close()
-	_, err = set.Failover(ctx)
-	require.NoError(t, err)
 	// Release once the replica is promoted, while the holder's client still
 	// writes to the old primary: Sentinel demotes it only later, and the
 	// release is lost with it.
-	require.Eventually(t, func() bool {
-		role, err := rep.Do(ctx, "ROLE").Slice()
-		return err == nil && len(role) > 0 && role[0] == "master"
-	}, 10*time.Second, 5*time.Millisecond)
+	old := failoverUntilPromoted(t, set)
 	require.NoError(t, holder.Unlock(hctx))
 	released := time.Now()
 
@@ -129,21 +112,7 @@ func TestWhatAGracefulFailoverBringsBackIsReleasedInTurn(t *testing.T) {
 	queued(2)
 	require.NoError(t, probe.Do(ctx, "WAIT", 1, 5000).Err()) // the replica has it all
 
-	old, err := set.Primary(ctx)
-	require.NoError(t, err)
-	var replica string
-	for _, a := range set.Addrs() {
-		if a != old {
-			replica = a
-		}
-	}
-	rep := set.Server(replica).Client(t)
-	_, err = set.Failover(ctx)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		role, err := rep.Do(ctx, "ROLE").Slice()
-		return err == nil && len(role) > 0 && role[0] == "master"
-	}, 10*time.Second, 5*time.Millisecond)
+	old := failoverUntilPromoted(t, set)
 
 	// On the old primary, until Sentinel demotes it: the quitter gives up,
 	// the holder releases, the waiter is granted and releases.
@@ -173,4 +142,29 @@ func TestWhatAGracefulFailoverBringsBackIsReleasedInTurn(t *testing.T) {
 		}
 		require.True(t, back, "the failover brought back what the %s left (else this test proved nothing): %v", who, logs.all())
 	}
+}
+
+// failoverUntilPromoted starts a graceful failover of a set with one
+// replica and returns, with the old primary's address, once the replica
+// answers as a master: the old primary still takes writes until Sentinel
+// demotes it, and they are lost then.
+func failoverUntilPromoted(t *testing.T, set *redistest.SentinelSet) string {
+	t.Helper()
+	ctx := t.Context()
+	old, err := set.Primary(ctx)
+	require.NoError(t, err)
+	var replica string
+	for _, a := range set.Addrs() {
+		if a != old {
+			replica = a
+		}
+	}
+	rep := set.Server(replica).Client(t)
+	_, err = set.Failover(ctx)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		role, err := rep.Do(ctx, "ROLE").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master"
+	}, 10*time.Second, 5*time.Millisecond)
+	return old
 }

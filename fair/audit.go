@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/notify"
 )
 
 // A failover can bring back what this engine is done with. The old
@@ -77,14 +79,9 @@ type audit struct {
 }
 
 func newAudit(e *Engine, rdb Redis) *audit {
-	enabled := false
-	switch c := rdb.(type) {
-	case *redis.ClusterClient:
-		enabled = true
-	case *redis.Client:
-		enabled = c.Options().Addr == "FailoverClient" // how go-redis names its failover client
-	}
-	return &audit{e: e, enabled: enabled, kick: make(chan struct{}, 1),
+	_, cluster := rdb.(*redis.ClusterClient)
+	_, failover := notify.FailsOver(rdb)
+	return &audit{e: e, enabled: cluster || failover, kick: make(chan struct{}, 1),
 		recent: make(map[string]*watchedLock), entries: make(map[string]int)}
 }
 
@@ -114,7 +111,7 @@ func (a *audit) ended(l *Lock, req Request, entry string, h *Hold, call string) 
 	}
 	if len(w.calls) == auditPerKey {
 		a.forgetLocked(w.calls[0])
-		w.calls = append(w.calls[:0], w.calls[1:]...)
+		w.calls = w.calls[1:] // append reallocates now and then: no copy per call
 	}
 	w.calls = append(w.calls, c)
 	a.entries[c.entry]++

@@ -171,7 +171,7 @@ func New(rdb Subscriber, opts Options) *Hub {
 		regroups:    make(map[string]regroup),
 		regroupKick: make(chan struct{}, 1),
 	}
-	if c, ok := failsOver(rdb); ok {
+	if c, ok := FailsOver(rdb); ok {
 		c.AddHook(primaryHook{h})
 	}
 	return h

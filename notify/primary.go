@@ -35,8 +35,9 @@ import (
 // dials: the value is the *conn.
 type dialKey struct{}
 
-// failsOver reports whether rdb is a go-redis failover client.
-func failsOver(rdb Subscriber) (*redis.Client, bool) {
+// FailsOver reports whether rdb is a go-redis failover client, and returns
+// it as the *redis.Client it is.
+func FailsOver(rdb any) (*redis.Client, bool) {
 	c, ok := rdb.(*redis.Client)
 	if !ok {
 		return nil, false

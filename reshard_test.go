@@ -20,7 +20,7 @@ import (
 // cluster client did not follow (its redirect limit, 0 here, as any limit
 // can run out while a slot is moving) means the script did not run, and
 // is retried, where the reloaded slot map says, not returned to the
-// caller.
+// caller. TryLock, which makes one attempt, returns it.
 func TestWaiterKeepsItsPlaceWhileItsSlotMoves(t *testing.T) {
 	t.Parallel()
 	c, err := redistest.StartCluster(3, 0)
@@ -65,6 +65,9 @@ func TestWaiterKeepsItsPlaceWhileItsSlotMoves(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return slices.ContainsFunc(logs.all(), func(l string) bool { return strings.Contains(l, "ASK") })
 	}, 10*time.Second, 5*time.Millisecond, "the waiter polled the old master during the migration")
+	// TryLock makes one attempt, and returns the reply as its error.
+	_, err = waiterClient.Mutex(name).TryLock(ctx)
+	require.ErrorContains(t, err, "ASK ")
 	require.NoError(t, move.Finish(ctx))
 	time.Sleep(time.Second) // more polls, where the slot is now
 	select {

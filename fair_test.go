@@ -694,3 +694,37 @@ func TestHandedOverHoldReleasedSoonCostsNoRenewal(t *testing.T) {
 	require.Equal(t, granted, scripts.n.Load(), "no renewal while the hold is young")
 	require.NoError(t, waiter.Unlock(r.ctx))
 }
+
+// A Lock that finds its lock contended among its own Client's waiters
+// (whose subscription of the lock's channel is confirmed) joins the line
+// with a single call, the poll that queues it, and is then granted by
+// push: one round trip to be queued, none to be granted.
+func TestLockJoiningItsClientsWaitersQueuesInOneCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	opts := []fairlock.Option{fairlock.WithPrefix(e.prefix), fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
+	holder := e.client(opts[1:]...).Mutex("one-call")
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+	rdb := e.srv.Client(t)
+	scripts := &scriptCounter{}
+	rdb.AddHook(scripts)
+	c, err := fairlock.New(rdb, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	first := lockAsync(context.Background(), c.Mutex("one-call"))
+	e.waitQueued("one-call", 1)
+	before := scripts.n.Load()
+	second := lockAsync(context.Background(), c.Mutex("one-call"))
+	e.waitQueued("one-call", 2)
+	require.Equal(t, before+1, scripts.n.Load(), "one call queued the second waiter")
+
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, first, 2*time.Second) // polls are 20s apart: pushed
+	require.NoError(t, r.err)
+	require.NoError(t, c.Mutex("one-call").Unlock(r.ctx))
+	r = await(t, second, 2*time.Second)
+	require.NoError(t, r.err)
+	require.Equal(t, before+2, scripts.n.Load(), "the second waiter was granted by push, after the first one's release")
+	require.NoError(t, c.Mutex("one-call").Unlock(r.ctx))
+}

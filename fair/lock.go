@@ -65,6 +65,14 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 
 // take is Acquire once the engine's checks passed, under entry.
 func (l *Lock) take(ctx context.Context, req Request, entry string) (*Hold, error) {
+	if req.Wait && l.e.hub.Subscribed(l.keys.Wake) {
+		// Other waiters of this Client keep the lock's channel subscribed:
+		// the lock is contended. Joining them costs no round trip, and the
+		// first wait-mode poll grants a free lock as a try would, or else
+		// takes a place in line: one round trip where a try first would
+		// make two.
+		return l.wait(ctx, req, entry, nil)
+	}
 	sent := time.Now()
 	rep, err := l.callWithin(ctx, req, entry, modeTry, l.giveBackIfGranted(ctx, req))
 	switch {

@@ -17,14 +17,15 @@ import (
 // WAIT counts the replicas that have acknowledged every write made on the
 // connection it is sent on, so the script and the WAIT travel in one
 // pipeline on one connection to the node that owns the lock's keys. A
-// re-sent call (go-redis re-sends a pipeline whose reply was lost) finds
-// its receipt and writes nothing; on a server that moves a connection's
-// replication offset only with its writes (Redis 7.0 moves it with every
-// command, later versions do not), a WAIT after it would count replicas
-// that never saw the first run. So the pipeline also renews the receipt's
-// expiry (PEXPIRE, a write whenever the receipt exists, that is whenever
-// the call changed a hold): a replica that acknowledges it has everything
-// the primary wrote before it, the first run included.
+// re-sent re-entry or release (go-redis re-sends a pipeline whose reply
+// was lost) finds its receipt and writes nothing; on a server that moves a
+// connection's replication offset only with its writes (Redis 7.0 moves it
+// with every command, later versions do not), a WAIT after it would count
+// replicas that never saw the first run. So the pipeline also renews the
+// receipt's expiry (PEXPIRE, a write whenever the receipt exists): a
+// replica that acknowledges it has everything the primary wrote before
+// it, the first run included. A re-sent grant has no receipt, but claims
+// its hold, which renews the hold's lease: a write as well.
 type replication struct {
 	n       int
 	timeout time.Duration

@@ -29,16 +29,13 @@
 -- (see lib.lua) in place of {0, hint, joined}: a call that hands over is
 -- never granted itself.
 --
--- A call whose reply was lost may be re-sent by the client library. Every
--- call that grants leaves a receipt under its own call id, and a call that
--- finds its receipt answers what it answered the first time, so a re-sent
--- grant or re-entry is never counted twice.
-
-local receipt = redis.call('GET', KEYS[5])
-if receipt then
-  local token, count = string.match(receipt, '^(%d+):(%d+)$')
-  return {1, tonumber(token), tonumber(count)}
-end
+-- A call whose reply was lost may be re-sent by the client library, and
+-- must then answer what it answered the first time. A grant needs nothing
+-- for that: the hold records the entry it was given to, and a call under
+-- that entry claims it (step 1), with the same token and count. A
+-- re-entry leaves a receipt under its own call id, and a re-sent
+-- re-entry that finds its receipt answers from it, so a level is never
+-- counted twice.
 
 local owner = ARGV[1]
 local entry = ARGV[2]
@@ -46,13 +43,6 @@ local lease = tonumber(ARGV[3])
 local waiter_ttl = tonumber(ARGV[4])
 local mode = ARGV[5]
 local channel = ARGV[6]
-
--- granted writes the receipt and answers granted. token is the decimal
--- string of the hash field or of take, never a number: see take in lib.lua.
-local function granted(token, count)
-  redis.call('SET', KEYS[5], token .. ':' .. count, 'PX', ARGV[7])
-  return {1, tonumber(token), tonumber(count)}
-end
 
 local function leave_queue()
   if redis.call('ZREM', KEYS[3], entry) == 1 then
@@ -65,41 +55,54 @@ local holder = hold[1]
 
 -- 1. The caller's owner holds the lock.
 if holder == owner then
+  if hold[4] ~= entry then
+    -- A re-entry; if this very call ran before, answer what it did.
+    local receipt = redis.call('GET', KEYS[5])
+    if receipt then
+      local token, count = string.match(receipt, '^(%d+):(%d+)$')
+      return {1, tonumber(token), tonumber(count)}
+    end
+  end
   leave_queue()
   if lease > 0 then
     redis.call('PEXPIRE', KEYS[1], lease)
   end
   if hold[4] == entry then
-    -- The lock was handed to this very waiter (it missed the push, or it
-    -- polled before the push arrived): claim it, the count stays.
-    return granted(hold[3], hold[2])
+    -- The lock was given to this very call's entry: a hand-over (the
+    -- waiter missed the push, or polled before it arrived) or this call's
+    -- own grant, re-sent. Claim it; the count stays.
+    return {1, tonumber(hold[3]), tonumber(hold[2])}
   end
-  -- Re-entry: one more level of the same hold.
-  return granted(hold[3], redis.call('HINCRBY', KEYS[1], 'count', 1))
+  -- Re-entry: one more level of the same hold. token is the decimal
+  -- string of the hash field, never a number: see take in lib.lua.
+  local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
+  redis.call('SET', KEYS[5], hold[3] .. ':' .. count, 'PX', ARGV[7])
+  return {1, tonumber(hold[3]), count}
 end
-
-local now = now_ms()
 
 -- A re-entry whose owner no longer holds the lock must not turn into a
 -- fresh grant: the hold it meant to extend is gone (its lease was lost).
 -- A free lock still goes to the live head of the queue, as in step 2.
 if mode == 'reenter' then
   if not holder then
-    hand_over(now, channel)
+    hand_over(nil, channel)
   end
   return finish({0, 0, 0})
 end
 
 -- 2. The lock is free: grant it to the caller when nobody live is ahead of
---    it, or else hand it to the live head of the queue.
+--    it, or else hand it to the live head of the queue. The clock is read
+--    once, when first needed.
+local now = nil
 if not holder then
-  local head = prune(now)
+  local head, deadline
+  head, deadline, now = prune(nil)
   if not head or head == entry then
     if head then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], head)
     end
-    return granted(take(owner, entry, lease, now), 1)
+    return {1, tonumber(take(owner, entry, lease, now or now_ms())), 1}
   end
   hand_over(now, channel)
 end
@@ -108,6 +111,7 @@ end
 if mode ~= 'wait' then
   return finish({0, 0, 0})
 end
+now = now or now_ms()
 local joined = 0
 if not redis.call('ZSCORE', KEYS[3], entry) then
   redis.call('RPUSH', KEYS[2], entry)

@@ -55,17 +55,21 @@ end
 
 -- prune drops waiters from the head of the queue while the head has no
 -- deadline, a deadline at or before now, or is malformed, and returns the
--- live head and its deadline, or nil when the queue is empty. Each waiter
--- is dropped at most once, so the loop is amortised O(1) per call.
+-- live head, its deadline and now, or nil when the queue is empty. Each
+-- waiter is dropped at most once, so the loop is amortised O(1) per call.
+-- now is the server's time in ms, or nil: the clock is then read only if
+-- the queue has a head, so a call that finds nobody waiting never pays
+-- for TIME.
 local function prune(now)
   while true do
     local head = redis.call('LINDEX', KEYS[2], 0)
     if not head then
-      return nil
+      return nil, nil, now
     end
+    now = now or now_ms()
     local deadline = redis.call('ZSCORE', KEYS[3], head)
     if deadline and tonumber(deadline) > now and parse_entry(head) then
-      return head, tonumber(deadline)
+      return head, tonumber(deadline), now
     end
     redis.call('LPOP', KEYS[2])
     redis.call('ZREM', KEYS[3], head)
@@ -133,9 +137,11 @@ end
 -- holders) and is told through pub/sub with "<entry> <token>". The hold
 -- lasts its lease, but no longer than the head's waiter deadline: a dead
 -- head's hold expires like any dead waiter, and a live head with a
--- watchdog renews it before that runs out. Returns the head's entry, or nil.
+-- watchdog renews it before that runs out. now is the server's time in
+-- ms, or nil (see prune). Returns the head's entry, or nil.
 local function hand_over(now, channel)
-  local head, deadline = prune(now)
+  local head, deadline
+  head, deadline, now = prune(now)
   if not head then
     return nil
   end

@@ -40,7 +40,7 @@ else
   redis.call('DEL', KEYS[1])
   -- The lock is never free between two holders: the next live waiter
   -- becomes the owner here and is woken with its token.
-  hand_over(now_ms(), ARGV[3])
+  hand_over(nil, ARGV[3])
 end
 redis.call('SET', KEYS[5], count, 'PX', ARGV[4])
 return finish(count)

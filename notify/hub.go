@@ -251,6 +251,17 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 	}
 }
 
+// Subscribed reports whether channel's subscription is confirmed at this
+// moment, so that a Watch of it now would return without waiting for
+// Redis (unless the channel must move to another shard first). It sends
+// nothing.
+func (h *Hub) Subscribed(channel string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.topics[channel]
+	return !h.closed && t != nil && t.state == confirmed && !t.stale
+}
+
 // Done returns a channel that is closed when Close starts.
 func (h *Hub) Done() <-chan struct{} {
 	return h.done

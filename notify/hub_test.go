@@ -223,3 +223,24 @@ func TestParsePayload(t *testing.T) {
 		})
 	}
 }
+
+// Subscribed tells, without a round trip, whether a Watch of the channel
+// would find its subscription confirmed: only between the first Watch's
+// return and the last waiter's Stop, and never after Close.
+func TestSubscribedIsTrueExactlyWhileAConfirmedSubscriptionHasWaiters(t *testing.T) {
+	srv := redistest.Shared(t)
+	h := newHub(t, srv.Client(t), Options{})
+	channel := redistest.Prefix(t) + ":ch"
+	require.False(t, h.Subscribed(channel), "before any Watch")
+	a := watch(t, h, channel, "a")
+	require.True(t, h.Subscribed(channel), "once Watch returned")
+	b := watch(t, h, channel, "b")
+	a.Stop()
+	require.True(t, h.Subscribed(channel), "while a waiter is left")
+	b.Stop()
+	require.False(t, h.Subscribed(channel), "after the last waiter's Stop")
+	watch(t, h, channel, "c")
+	require.True(t, h.Subscribed(channel))
+	require.NoError(t, h.Close())
+	require.False(t, h.Subscribed(channel), "after Close")
+}

@@ -27,25 +27,28 @@ type Reply struct {
 // the lock, re-enters it, or waits in line for it. lease is the hold's
 // expiry after the call in ms (0 keeps the expiry of a re-entered hold),
 // waiterTTL how long a queued waiter keeps its place without polling, and
-// mode ModeTry or ModeWait. call is the call's id: a call whose receipt
-// exists already ran and answers what it answered then.
+// mode ModeTry or ModeWait. call is the call's id: a re-entry leaves a
+// receipt under it, and a re-entry whose receipt exists already ran and
+// answers what it answered then. A grant needs no receipt: a call under
+// the entry a hold was given to claims it, with the same token and count.
 func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode string) Reply {
-	// 0. The call already ran: answer from its receipt. A receipt that is
-	// not an acquire's (call ids are unique, so never in use) makes the
-	// script answer {1} alone.
-	if r, ok := m.receipts[call]; ok {
-		token, count, _ := strings.Cut(r.Answer, ":")
-		t, err1 := strconv.ParseInt(token, 10, 64)
-		c, err2 := strconv.Atoi(count)
-		if err1 != nil || err2 != nil {
-			return Reply{Granted: true}
-		}
-		return Reply{Granted: true, Token: t, Count: c}
-	}
-
 	// 1. The owner holds the lock. Take the entry out of the queue if it is
 	// there, and extend the lease unless it is fixed (lease 0).
 	if m.hold != nil && m.hold.Owner == owner {
+		if m.hold.Entry != entry {
+			// A re-entry. If this very call ran before, answer from its
+			// receipt. A receipt that is not an acquire's (call ids are
+			// unique, so never in use) makes the script answer {1} alone.
+			if r, ok := m.receipts[call]; ok {
+				token, count, _ := strings.Cut(r.Answer, ":")
+				t, err1 := strconv.ParseInt(token, 10, 64)
+				c, err2 := strconv.Atoi(count)
+				if err1 != nil || err2 != nil {
+					return Reply{Granted: true}
+				}
+				return Reply{Granted: true, Token: t, Count: c}
+			}
+		}
 		if _, queued := m.deadlines[entry]; queued {
 			delete(m.deadlines, entry)
 			m.lrem(entry)
@@ -54,14 +57,14 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 			m.expireHold(lease)
 		}
 		if m.hold.Entry == entry {
-			// The lock was handed to this very waiter, which missed the
-			// push or polled before it arrived: it claims the hold, and
-			// the count stays.
-			return m.granted(call, m.hold.Token, m.hold.Count)
+			// The lock was given to this very entry: a hand-over the
+			// waiter missed or polled before, or the call's own grant,
+			// re-sent. It claims the hold, and the count stays.
+			return Reply{Granted: true, Token: m.hold.Token, Count: m.hold.Count}
 		}
 		// A re-entry: one more level of the same hold.
 		m.hold.Count++
-		return m.granted(call, m.hold.Token, m.hold.Count)
+		return m.reentered(call, m.hold.Token, m.hold.Count)
 	}
 
 	// A re-entry whose owner no longer holds the lock must not turn into a
@@ -84,7 +87,7 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 			if ok {
 				m.popHead()
 			}
-			return m.granted(call, m.take(owner, entry, lease), 1)
+			return Reply{Granted: true, Token: m.take(owner, entry, lease), Count: 1}
 		}
 		m.handOver()
 	}
@@ -111,8 +114,8 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 	return Reply{Hint: max(hint, 1), Joined: joined}
 }
 
-// granted writes the call's receipt and answers granted.
-func (m *Model) granted(call string, token int64, count int) Reply {
+// reentered writes the receipt of a re-entry and answers granted.
+func (m *Model) reentered(call string, token int64, count int) Reply {
 	m.receipts[call] = Receipt{
 		Answer:    strconv.FormatInt(token, 10) + ":" + strconv.Itoa(count),
 		ExpiresAt: m.now + m.receiptTTL,

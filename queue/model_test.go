@@ -48,14 +48,14 @@ func held(t *testing.T, waiters ...string) (*Model, func() string) {
 	return m, call
 }
 
-func TestModelGrantsAFreeLockWithAFreshTokenAndAReceipt(t *testing.T) {
+func TestModelGrantsAFreeLockWithAFreshTokenAndNoReceipt(t *testing.T) {
 	m, call := NewModel(t0, mReceipt), callIDs()
 	rep := m.Acquire(call(), "o", waiterEntry(1, "o"), mLease, mTTL, ModeTry)
 	assert.Equal(t, Reply{Granted: true, Token: tok0, Count: 1}, rep)
 	s := m.State()
 	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: tok0, Entry: waiterEntry(1, "o"), ExpiresAt: t0 + mLease}, s.Hold)
 	assert.Equal(t, tok0, s.LastToken)
-	assert.Equal(t, map[string]Receipt{"call1": {Answer: itoa(tok0) + ":1", ExpiresAt: t0 + mReceipt}}, s.Receipts)
+	assert.Empty(t, s.Receipts, "a re-sent grant finds its entry in the hold")
 }
 
 func TestModelReentryKeepsTheTokenAndAFixedLeaseKeepsItsExpiry(t *testing.T) {
@@ -165,14 +165,19 @@ func TestModelResentCallsAnswerFromTheirReceiptUntilItExpires(t *testing.T) {
 	first := m.Acquire("c1", "o", waiterEntry(1, "o"), mLease, mTTL, ModeTry)
 	assert.Equal(t, first, m.Acquire("c1", "o", waiterEntry(1, "o"), mLease, mTTL, ModeTry))
 	assert.Equal(t, 1, m.State().Hold.Count, "a re-sent grant is not a re-entry")
-	require.Equal(t, 0, m.Release("c2", "o", mLease))
-	assert.Equal(t, 0, m.Release("c2", "o", mLease), "a re-sent final release still answers released")
+	again := m.Acquire("c2", "o", waiterEntry(2, "o"), mLease, mTTL, ModeReenter)
+	assert.Equal(t, Reply{Granted: true, Token: first.Token, Count: 2}, again)
+	assert.Equal(t, again, m.Acquire("c2", "o", waiterEntry(2, "o"), mLease, mTTL, ModeReenter))
+	assert.Equal(t, 2, m.State().Hold.Count, "a re-sent re-entry counts once")
+	require.Equal(t, 1, m.Release("c3", "o", mLease))
+	require.Equal(t, 0, m.Release("c4", "o", mLease))
+	assert.Equal(t, 0, m.Release("c4", "o", mLease), "a re-sent final release still answers released")
 
 	m.Advance(mReceipt - 1)
-	assert.Len(t, m.State().Receipts, 2)
+	assert.Len(t, m.State().Receipts, 3)
 	m.Advance(1)
 	assert.Empty(t, m.State().Receipts)
-	assert.Equal(t, -1, m.Release("c2", "o", mLease))
+	assert.Equal(t, -1, m.Release("c4", "o", mLease))
 }
 
 func TestModelCancelGivesBackARacingHandOver(t *testing.T) {

@@ -23,6 +23,7 @@ type Redis interface {
 	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
 	Info(ctx context.Context, sections ...string) *redis.StringCmd
 	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
+	Pipeline() redis.Pipeliner
 }
 
 var _ Redis = (redis.UniversalClient)(nil)
@@ -54,6 +55,7 @@ type Engine struct {
 	hub     *notify.Hub
 	topo    *topology     // asks a cluster client for a fresh slot map after failures
 	audit   *audit        // sends again the releases a failover undid
+	dog     *watchdog     // renews the leases of every hold
 	repl    *replication  // nil: no waiting for replicas
 	closing chan struct{} // closed when Close starts
 	// stopped is cancelled one call timeout after Close starts (or when it
@@ -69,7 +71,7 @@ type Engine struct {
 	closed    bool               // guarded by mu
 	holds     map[*Hold]struct{} // live holds; guarded by mu
 	ops       sync.WaitGroup     // Lock calls in flight; Add only under mu while !closed
-	wg        sync.WaitGroup     // watchdogs and background cleanups; Add only within an op or a hold
+	wg        sync.WaitGroup     // the watchdog, its renewals and background cleanups; Add only within an op or a hold
 	closeOnce sync.Once
 
 	checking chan struct{} // capacity 1: held while the server check runs
@@ -100,6 +102,7 @@ func NewEngine(rdb Redis, cfg Config) *Engine {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
 	}
 	e.audit = newAudit(e, rdb)
+	e.dog = newWatchdog(e)
 	e.hub = notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, Mode: e.hubMode, Moved: e.audit.moved, Unclaimed: e.audit.unclaimed})
 	return e
 }

@@ -10,7 +10,7 @@ import (
 
 // Hold is one owner's hold of a lock in this process: the levels this
 // process has taken, the fencing token, and the context that ends with
-// the hold. Unless its lease is fixed, a watchdog goroutine renews the
+// the hold. Unless its lease is fixed, the engine's watchdog renews the
 // lease every third of it until the hold ends.
 type Hold struct {
 	l      *Lock
@@ -22,15 +22,25 @@ type Hold struct {
 	fixed  bool
 	ctx    context.Context         // cancelled when the hold ends, with its cause
 	cancel context.CancelCauseFunc // cancels ctx
-	stop   chan struct{}           // closed when the hold ends: stops the watchdog
 
 	mu     sync.Mutex
-	levels int           // levels this process holds; guarded by mu
-	ended  bool          // guarded by mu
-	cause  error         // why the hold ended (nil: unlocked); guarded by mu
-	call   string        // call id of the last level's release, once sent; guarded by mu
-	valid  time.Time     // the hold lasts in Redis at least until then; owned by the watchdog once started
-	span   time.Duration // length of the window that set valid; owned likewise
+	levels int    // levels this process holds; guarded by mu
+	ended  bool   // guarded by mu
+	cause  error  // why the hold ended (nil: unlocked); guarded by mu
+	call   string // call id of the last level's release, once sent; guarded by mu
+	// valid is a time until which the hold lasts in Redis at least, and
+	// span the length of the window that set it. Once watched, they are
+	// written only by the renewal in flight, and handed from one renewal
+	// to the next through the watchdog's mu.
+	valid time.Time
+	span  time.Duration
+
+	// Guarded by the watchdog's mu: when the next renewal (or a fixed
+	// lease's end) is due, the hold's index in the watchdog's heap (-1
+	// when out of it), and whether the hold ended and left it for good.
+	next      time.Time
+	slot      int
+	unwatched bool
 	// fixedMargin is how long before valid a fixed lease ends here: twice
 	// the round trip of the call that granted it (at least 5ms, at most a
 	// tenth of the lease), so that the release sent at the end usually
@@ -53,7 +63,7 @@ func newHold(l *Lock, req Request, entry string, token int64, from time.Time, sp
 		fixed:       req.Fixed,
 		ctx:         ctx,
 		cancel:      cancel,
-		stop:        make(chan struct{}),
+		slot:        -1,
 		levels:      1,
 		valid:       from.Add(span),
 		span:        span,
@@ -61,9 +71,9 @@ func newHold(l *Lock, req Request, entry string, token int64, from time.Time, sp
 	}
 }
 
-// start launches the watchdog.
+// start hands the hold to the engine's watchdog.
 func (h *Hold) start() {
-	h.l.e.wg.Go(h.watchdog)
+	h.l.e.dog.watch(h)
 }
 
 // Context returns a context that is cancelled when the hold ends: with
@@ -316,7 +326,7 @@ func (h *Hold) end(cause error) (int, bool) {
 	h.mu.Unlock()
 
 	h.cancel(cause)
-	close(h.stop)
+	h.l.e.dog.unwatch(h)
 	h.l.e.dropHold(h)
 	h.audited(call)
 	return levels, true

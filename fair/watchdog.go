@@ -1,113 +1,298 @@
 package fair
 
 import (
+	"container/heap"
 	"context"
-	"errors"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/lua"
 )
 
-// errStopped: the hold ended while a renewal was in flight.
-var errStopped = errors.New("fairlock: hold ended during renewal")
-
-// watchdog keeps the hold alive until it ends. A hold with a watchdog
-// lease is renewed every lease/3, the first time when a third of the span
-// known at the grant has passed (h.span from the send time of the call
-// that made it): for a fresh grant a third of the lease; for a grant by
-// hand-over, whose expiry may be the waiter's deadline, or one answered
-// late, possibly at once; for a short hold never, as it is released
-// first. A fixed lease is never renewed; the hold ends when it runs out.
+// watchdog keeps every hold of an engine alive with one goroutine, however
+// many holds there are. A hold with a watchdog lease is renewed every
+// lease/3, the first time when a third of the span known at its grant has
+// passed (h.span from the send time of the call that made it): for a
+// fresh grant a third of the lease; for a grant by hand-over, whose
+// expiry may be the waiter's deadline, or one answered late, possibly at
+// once; for a short hold never, as it is released first. A fixed lease is
+// never renewed; the hold ends when it runs out.
+//
+// Holds wait in a heap by the time of their next renewal. Renewals that
+// fall due together (within a thirtieth of their lease, at most
+// coalesce) go out in one pipeline, so holds cost one goroutine in all
+// and about holds/(lease/3) renewals per second, in fewer round trips.
 //
 // h.valid is a time until which the hold is known to last: the send time
 // of the last call that set the expiry, plus the expiry it set (h.span).
 // When renewals keep failing (Redis unreachable), the hold is declared
 // lost a sixth of that span before that time, so the holder learns it
 // before another owner can be granted.
-func (h *Hold) watchdog() {
-	lease := h.lease
-	retry := max(lease/12, 10*time.Millisecond)
+type watchdog struct {
+	e    *Engine
+	kick chan struct{} // capacity 1: the earliest renewal moved up
+
+	mu      sync.Mutex
+	due     dueHeap // guarded by mu: holds waiting for their next renewal, earliest first
+	running bool    // guarded by mu: the goroutine was started
+}
+
+// coalesce bounds how early a renewal is sent to join others in one
+// pipeline.
+const coalesce = 50 * time.Millisecond
+
+func newWatchdog(e *Engine) *watchdog {
+	return &watchdog{e: e, kick: make(chan struct{}, 1)}
+}
+
+// watch schedules a new hold's first renewal (or, for a fixed lease, its
+// end). It must be called within an operation of the engine.
+func (w *watchdog) watch(h *Hold) {
 	next := h.valid.Add(-h.span + h.span/3)
 	if h.fixed {
 		next = h.valid.Add(-h.fixedMargin)
 	}
+	w.schedule(h, next)
+}
 
-	timer := time.NewTimer(time.Until(next))
-	defer timer.Stop()
-	for {
+// schedule puts h back in line for time next, unless it has ended.
+func (w *watchdog) schedule(h *Hold, next time.Time) {
+	w.mu.Lock()
+	if h.unwatched {
+		w.mu.Unlock()
+		return
+	}
+	h.next = next
+	heap.Push(&w.due, h)
+	first := w.due[0] == h
+	start := !w.running
+	w.running = true
+	w.mu.Unlock()
+	if start {
+		w.e.wg.Go(w.run)
+	}
+	if first {
 		select {
-		case <-h.stop:
-			return
-		case <-timer.C:
-		}
-		if h.fixed {
-			// The fixed lease has run out: the hold ends, and what is left
-			// of it in Redis (the key outlives our end by the call's
-			// transit time) is released, so the next waiter is handed
-			// the lock now rather than when its poll finds the key gone.
-			h.lose()
-			return
-		}
-
-		sent := time.Now()
-		giveUp := h.valid.Add(-h.span / 6)
-		ok, err := h.renewBy(giveUp)
-		switch {
-		case errors.Is(err, errStopped):
-			return // the hold ended (Release, Close) while the renewal was out: no failure
-		case err == nil && ok:
-			h.valid, h.span = sent.Add(lease), lease
-			next = sent.Add(lease / 3)
-		case err == nil:
-			if h.over() {
-				return // the last Release handed the lock on meanwhile
-			}
-			h.l.e.log.Info("fairlock: lease lost: the lock is no longer ours", "lock", h.l.keys.Name)
-			h.end(ErrLeaseLost)
-			return
-		case !time.Now().Before(giveUp):
-			h.l.e.log.Warn("fairlock: lease lost: renewal failed until the lease nearly ran out",
-				"lock", h.l.keys.Name, "err", err)
-			h.lose()
-			return
+		case w.kick <- struct{}{}:
 		default:
-			h.l.e.log.Warn("fairlock: renewal failed, retrying", "lock", h.l.keys.Name, "err", err)
-			next = time.Now().Add(retry)
 		}
-		timer.Reset(time.Until(next))
 	}
 }
 
-// renewBy renews the lease once, but waits for the answer only until
-// giveUp (and at most the call timeout): go-redis bounds a read by its own
-// ReadTimeout, not by the context's deadline, so a renewal on a silent
-// connection could otherwise keep the watchdog from declaring the loss in
-// time. A renewal still in flight then goes on in the background.
-func (h *Hold) renewBy(giveUp time.Time) (bool, error) {
-	budget := min(h.l.e.cfg.CallTimeout, time.Until(giveUp))
-	if budget <= 0 {
-		return false, context.DeadlineExceeded
+// unwatch takes an ended hold out of line for good.
+func (w *watchdog) unwatch(h *Hold) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h.unwatched = true
+	if h.slot >= 0 {
+		heap.Remove(&w.due, h.slot)
+	}
+}
+
+// run sends the renewals as they fall due, until the engine closes.
+func (w *watchdog) run() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		renew, end, wait := w.takeDue(time.Now())
+		for _, h := range end {
+			// The fixed lease has run out: the hold ends, and what is
+			// left of it in Redis (the key outlives our end by the call's
+			// transit time) is released, so the next waiter is handed
+			// the lock now rather than when its poll finds the key gone.
+			h.lose()
+		}
+		if len(renew) > 0 {
+			w.e.wg.Go(func() { w.renew(renew) })
+		}
+		timer.Reset(wait)
+		select {
+		case <-w.e.closing:
+			return
+		case <-w.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// takeDue takes out of line, once the earliest renewal is due, every hold
+// whose renewal is due soon enough to join it, and the fixed holds whose
+// lease has run out. It returns how long to wait for the next.
+func (w *watchdog) takeDue(now time.Time) (renew, end []*Hold, wait time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.due) > 0 && w.due[0].next.After(now) {
+		return nil, nil, w.due[0].next.Sub(now)
+	}
+	for len(w.due) > 0 {
+		h := w.due[0]
+		if at := h.next.Add(-h.early()); at.After(now) {
+			return renew, end, h.next.Sub(now)
+		}
+		heap.Pop(&w.due)
+		if h.fixed {
+			end = append(end, h)
+		} else {
+			renew = append(renew, h)
+		}
+	}
+	return renew, end, time.Hour
+}
+
+// early is how long before its time h's renewal may go out with others.
+func (h *Hold) early() time.Duration {
+	if h.fixed {
+		return 0 // a fixed lease ends on time
+	}
+	return min(h.lease/30, coalesce)
+}
+
+// renew renews holds in one pipeline and settles each one's outcome. It
+// waits for the answer at most the call timeout, and no later than the
+// earliest time at which one of them must be declared lost: go-redis
+// bounds a read by its own ReadTimeout, not by the context's deadline, so
+// a pipeline on a silent connection could otherwise keep a loss from
+// being declared in time. A pipeline still out then goes on in the
+// background, and its answers are dropped.
+func (w *watchdog) renew(holds []*Hold) {
+	sent := time.Now()
+	budget := w.e.cfg.CallTimeout
+	live := holds[:0]
+	for _, h := range holds {
+		left := h.giveUp().Sub(sent)
+		if left <= 0 {
+			w.settle(h, sent, false, context.DeadlineExceeded)
+			continue
+		}
+		budget = min(budget, left)
+		live = append(live, h)
+	}
+	if len(live) == 0 {
+		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel() // once we stop waiting, go-redis need not retry
-	type result struct {
-		ok  bool
-		err error
-	}
-	done := make(chan result, 1)
-	h.l.e.wg.Go(func() {
-		ok, err := h.l.renew(ctx, h.owner, h.lease)
-		done <- result{ok, err}
-	})
+	stop := context.AfterFunc(w.e.stopped, cancel)
+	defer stop()
+
+	done := make(chan outcomes, 1)
+	w.e.wg.Go(func() { done <- w.send(ctx, live) })
+	var out outcomes
 	select {
-	case r := <-done:
-		return r.ok, r.err
+	case out = <-done:
 	case <-ctx.Done():
 		select {
-		case r := <-done: // answered at the deadline: the answer counts
-			return r.ok, r.err
+		case out = <-done: // answered at the deadline: the answers count
 		default:
-			return false, ctx.Err()
+			out = outcomes{oks: make([]bool, len(live)), errs: make([]error, len(live))}
+			for i := range out.errs {
+				out.errs[i] = ctx.Err()
+			}
 		}
-	case <-h.stop:
-		return false, errStopped
 	}
+	for i, h := range live {
+		w.settle(h, sent, out.oks[i], out.errs[i])
+	}
+}
+
+// outcomes are the answers of renewals: per hold, whether the owner still
+// held the lock, or the error of its call.
+type outcomes struct {
+	oks  []bool
+	errs []error
+}
+
+// send runs renew.lua for each hold in one pipeline (again with EVAL for
+// those the server lacked the script for).
+func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
+	out := outcomes{oks: make([]bool, len(holds)), errs: make([]error, len(holds))}
+	pending := make([]int, len(holds))
+	for i := range pending {
+		pending[i] = i
+	}
+	for _, eval := range []bool{false, true} {
+		pipe := w.e.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(pending))
+		for j, i := range pending {
+			h := holds[i]
+			if eval {
+				cmds[j] = lua.RenewScript.Eval(ctx, pipe, h.l.scripted[:1], h.owner, ms(h.lease))
+			} else {
+				cmds[j] = lua.RenewScript.EvalSha(ctx, pipe, h.l.scripted[:1], h.owner, ms(h.lease))
+			}
+		}
+		_, _ = pipe.Exec(ctx) // every command carries its own outcome
+		var again []int
+		for j, i := range pending {
+			n, err := cmds[j].Int64()
+			if !eval && noScript(err) {
+				again = append(again, i)
+				continue
+			}
+			w.e.topo.failed(err)
+			out.oks[i], out.errs[i] = n == 1, refusal(err)
+		}
+		if len(again) == 0 {
+			break
+		}
+		pending = again
+	}
+	return out
+}
+
+// settle acts on the outcome of one hold's renewal sent at sent.
+func (w *watchdog) settle(h *Hold, sent time.Time, ok bool, err error) {
+	switch {
+	case h.over():
+		// The hold ended (Release, Close) or its last Release is under
+		// way while the renewal was out: no failure, and no more renewals.
+	case err == nil && ok:
+		h.valid, h.span = sent.Add(h.lease), h.lease
+		w.schedule(h, sent.Add(h.lease/3))
+	case err == nil:
+		h.l.e.log.Info("fairlock: lease lost: the lock is no longer ours", "lock", h.l.keys.Name)
+		h.end(ErrLeaseLost)
+	case !time.Now().Before(h.giveUp()):
+		h.l.e.log.Warn("fairlock: lease lost: renewal failed until the lease nearly ran out",
+			"lock", h.l.keys.Name, "err", err)
+		h.lose()
+	default:
+		retry := max(h.lease/12, 10*time.Millisecond)
+		h.l.e.log.Warn("fairlock: renewal failed, retrying", "lock", h.l.keys.Name, "err", err, "retry", retry)
+		w.schedule(h, time.Now().Add(retry))
+	}
+}
+
+// giveUp is when a hold whose renewals keep failing is declared lost.
+func (h *Hold) giveUp() time.Time {
+	return h.valid.Add(-h.span / 6)
+}
+
+// dueHeap orders holds by the time of their next renewal. Each hold keeps
+// its index (slot; -1 when out of line), so that an ended hold can be
+// taken out.
+type dueHeap []*Hold
+
+func (d dueHeap) Len() int           { return len(d) }
+func (d dueHeap) Less(i, j int) bool { return d[i].next.Before(d[j].next) }
+func (d dueHeap) Swap(i, j int) {
+	d[i], d[j] = d[j], d[i]
+	d[i].slot, d[j].slot = i, j
+}
+
+func (d *dueHeap) Push(x any) {
+	h := x.(*Hold)
+	h.slot = len(*d)
+	*d = append(*d, h)
+}
+
+func (d *dueHeap) Pop() any {
+	old := *d
+	h := old[len(old)-1]
+	old[len(old)-1] = nil
+	h.slot = -1
+	*d = old[:len(old)-1]
+	return h
 }

@@ -728,3 +728,59 @@ func TestLockJoiningItsClientsWaitersQueuesInOneCall(t *testing.T) {
 	require.Equal(t, before+2, scripts.n.Load(), "the second waiter was granted by push, after the first one's release")
 	require.NoError(t, c.Mutex("one-call").Unlock(r.ctx))
 }
+
+// A lock's channel stays subscribed for a while after the last waiter of
+// a Client was granted, so that the Client's next Lock of the contended
+// lock queues with one call too.
+func TestLockSoonAfterItsClientsLastWaiterQueuesInOneCall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	opts := []fairlock.Option{fairlock.WithPrefix(e.prefix), fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
+	other := e.client(opts[1:]...).Mutex("linger")
+	octx, err := other.Lock(context.Background())
+	require.NoError(t, err)
+	rdb := e.srv.Client(t)
+	scripts := &scriptCounter{}
+	rdb.AddHook(scripts)
+	c, err := fairlock.New(rdb, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	m := c.Mutex("linger")
+
+	first := lockAsync(context.Background(), m)
+	e.waitQueued("linger", 1)
+	require.NoError(t, other.Unlock(octx))
+	r := await(t, first, 2*time.Second) // pushed: the Client has no waiter left
+	require.NoError(t, r.err)
+	again := lockAsync(context.Background(), other)
+	e.waitQueued("linger", 1)
+	require.NoError(t, m.Unlock(r.ctx))
+	r = await(t, again, 2*time.Second)
+	require.NoError(t, r.err)
+
+	before := scripts.n.Load()
+	second := lockAsync(context.Background(), m)
+	e.waitQueued("linger", 1)
+	require.Equal(t, before+1, scripts.n.Load(), "one call queued the Client's next waiter")
+	require.NoError(t, other.Unlock(r.ctx))
+	r = await(t, second, 2*time.Second)
+	require.NoError(t, r.err)
+	require.NoError(t, m.Unlock(r.ctx))
+}
+
+// One watchdog serves every hold of a Client; a hold due before the
+// watchdog would wake for the others (here a short fixed lease taken
+// while a 30s lease waits for its first renewal) still ends on time.
+func TestAShortFixedLeaseEndsOnTimeAmongLongLeases(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.client() // a 30s lease: its first renewal is 10s away
+	long, err := c.Mutex("long").Lock(context.Background())
+	require.NoError(t, err)
+	short, err := c.Mutex("short", fairlock.WithFixedLease(200*time.Millisecond)).Lock(context.Background())
+	require.NoError(t, err)
+	requireDone(t, short, 3*time.Second)
+	require.ErrorIs(t, context.Cause(short), fairlock.ErrLeaseLost)
+	require.NoError(t, long.Err())
+	require.NoError(t, c.Mutex("long").Unlock(long))
+}

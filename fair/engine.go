@@ -82,6 +82,11 @@ type Engine struct {
 	deciding chan struct{}        // capacity 1: held while wakeMode asks the server
 }
 
+// subscriptionLinger is how long a lock's channel stays subscribed after
+// the last waiter of this engine stopped: a Lock meanwhile finds the lock
+// contended and queues with one call (see Lock.take).
+const subscriptionLinger = time.Second
+
 // NewEngine returns an engine over rdb. It opens no connection: the hub
 // subscribes at the first wait.
 func NewEngine(rdb Redis, cfg Config) *Engine {
@@ -103,7 +108,14 @@ func NewEngine(rdb Redis, cfg Config) *Engine {
 	}
 	e.audit = newAudit(e, rdb)
 	e.dog = newWatchdog(e)
-	e.hub = notify.New(rdb, notify.Options{Logger: cfg.Logger, Heartbeat: cfg.Heartbeat, Mode: e.hubMode, Moved: e.audit.moved, Unclaimed: e.audit.unclaimed})
+	e.hub = notify.New(rdb, notify.Options{
+		Logger:    cfg.Logger,
+		Heartbeat: cfg.Heartbeat,
+		Mode:      e.hubMode,
+		Moved:     e.audit.moved,
+		Unclaimed: e.audit.unclaimed,
+		Linger:    subscriptionLinger,
+	})
 	return e
 }
 

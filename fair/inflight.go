@@ -27,7 +27,16 @@ type outcome struct {
 // it goes on in the background, and orphan receives its outcome, to undo
 // what it did. Must run within an operation of the engine (begin), so
 // that Close waits for the orphan.
+//
+// A ctx that can never end (its Done is nil, as for context.Background)
+// gives nothing to return early for but Close, so the call runs on the
+// caller's goroutine: a Close meanwhile is answered when the call is (a
+// grant then finds the engine closed and is given back; see hold), at the
+// latest at the bound of Close, which cuts every call short.
 func (l *Lock) callWithin(ctx context.Context, req Request, entry, mode string, orphan func(reply, error)) (reply, error) {
+	if ctx.Done() == nil {
+		return l.call(ctx, req, entry, mode)
+	}
 	done := make(chan outcome, 1)
 	go func() {
 		rep, err := l.call(ctx, req, entry, mode)

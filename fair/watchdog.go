@@ -37,6 +37,10 @@ type watchdog struct {
 	mu      sync.Mutex
 	due     dueHeap // guarded by mu: holds waiting for their next renewal, earliest first
 	running bool    // guarded by mu: the goroutine was started
+	// wakeAt is guarded by mu: when the goroutine wakes next by itself.
+	// Only a hold due before then needs to wake it (a kick): a hold
+	// taken as another is released, the common case, does not.
+	wakeAt time.Time
 }
 
 // coalesce bounds how early a renewal is sent to join others in one
@@ -66,7 +70,7 @@ func (w *watchdog) schedule(h *Hold, next time.Time) {
 	}
 	h.next = next
 	heap.Push(&w.due, h)
-	first := w.due[0] == h
+	first := w.due[0] == h && next.Before(w.wakeAt)
 	start := !w.running
 	w.running = true
 	w.mu.Unlock()
@@ -123,6 +127,7 @@ func (w *watchdog) run() {
 func (w *watchdog) takeDue(now time.Time) (renew, end []*Hold, wait time.Duration) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer func() { w.wakeAt = now.Add(wait) }()
 	if len(w.due) > 0 && w.due[0].next.After(now) {
 		return nil, nil, w.due[0].next.Sub(now)
 	}

@@ -57,10 +57,10 @@ func (h *Hub) startLocked(key *redis.Client, sub Subscriber, ps *redis.PubSub) *
 }
 
 // watchedLocked reports whether any channel with waiters is subscribed on
-// c.
+// c. Lingering channels do not count.
 func (h *Hub) watchedLocked(c *conn) bool {
 	for _, t := range h.topics {
-		if t.conn == c {
+		if t.conn == c && len(t.waiters) > 0 {
 			return true
 		}
 	}
@@ -197,6 +197,11 @@ func (h *Hub) retire(c *conn, ps *redis.PubSub) bool {
 // stops on its own.
 func (h *Hub) retireLocked(c *conn) {
 	c.retired = true
+	for name, t := range h.topics {
+		if t.conn == c && len(t.waiters) == 0 {
+			delete(h.topics, name) // lingering: nobody needs it any more
+		}
+	}
 	if h.conns[c.key] == c {
 		delete(h.conns, c.key)
 	}

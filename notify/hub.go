@@ -96,6 +96,11 @@ type Options struct {
 	// waiter of this hub: most are for other clients' waiters. It is
 	// called on the connection's reader and must not block.
 	Unclaimed func(channel, id string)
+	// Linger is how long a channel stays subscribed after its last
+	// waiter stops, so that a Watch of a channel in steady use finds its
+	// subscription confirmed and returns without a round trip (see
+	// Subscribed). Zero or negative: it is unsubscribed at once.
+	Linger time.Duration
 }
 
 // Hub shares pub/sub connections between all the waiters of a fairlock
@@ -110,6 +115,7 @@ type Hub struct {
 	heartbeat   time.Duration
 	onMoved     func()                   // Options.Moved
 	onUnclaimed func(channel, id string) // Options.Unclaimed
+	linger      time.Duration            // Options.Linger
 
 	ctx       context.Context    // parent of every connection's context; cancelled by Close
 	cancel    context.CancelFunc // cancels ctx
@@ -122,7 +128,7 @@ type Hub struct {
 	// conns is guarded by mu: the live connections, by the shard client
 	// they subscribe through, or under nil when rdb is not sharded.
 	conns   map[*redis.Client]*conn
-	topics  map[string]*topic // guarded by mu; channel -> its subscription, present while it has waiters
+	topics  map[string]*topic // guarded by mu; channel -> its subscription, present while it has waiters or lingers
 	pingSeq uint64            // guarded by mu; makes confirmation payloads unique
 	mode    Mode              // guarded by mu; how the scripts publish, once modeSet
 	modeSet bool              // guarded by mu; mode is known, for good
@@ -163,6 +169,7 @@ func New(rdb Subscriber, opts Options) *Hub {
 		heartbeat:   hb,
 		onMoved:     opts.Moved,
 		onUnclaimed: opts.Unclaimed,
+		linger:      opts.Linger,
 		ctx:         ctx,
 		cancel:      cancel,
 		done:        make(chan struct{}),
@@ -252,9 +259,9 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 }
 
 // Subscribed reports whether channel's subscription is confirmed at this
-// moment, so that a Watch of it now would return without waiting for
-// Redis (unless the channel must move to another shard first). It sends
-// nothing.
+// moment, because the channel has waiters or lingers (Options.Linger), so
+// that a Watch of it now would return without waiting for Redis (unless
+// the channel must move to another shard first). It sends nothing.
 func (h *Hub) Subscribed(channel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -282,6 +289,11 @@ func (h *Hub) Close() error {
 		for _, c := range h.conns {
 			open = append(open, c.ps)
 			c.queue, c.awaiting = nil, nil
+		}
+		for _, t := range h.topics {
+			if t.linger != nil {
+				t.linger.Stop()
+			}
 		}
 		h.mu.Unlock()
 

@@ -244,3 +244,30 @@ func TestSubscribedIsTrueExactlyWhileAConfirmedSubscriptionHasWaiters(t *testing
 	require.NoError(t, h.Close())
 	require.False(t, h.Subscribed(channel), "after Close")
 }
+
+// With Options.Linger, a channel whose last waiter stopped stays
+// subscribed for the linger: a Watch meanwhile finds it confirmed and
+// hears what is published at once. Then it is unsubscribed on the server.
+func TestALingeringChannelStaysSubscribedUntilItsLingerEnds(t *testing.T) {
+	srv := redistest.Shared(t)
+	h := newHub(t, srv.Client(t), Options{Linger: 300 * time.Millisecond})
+	pub := srv.Client(t)
+	channel := redistest.Prefix(t) + ":ch"
+	numsub := func() int64 {
+		n, err := pub.PubSubNumSub(context.Background(), channel).Result()
+		require.NoError(t, err)
+		return n[channel]
+	}
+
+	watch(t, h, channel, "a").Stop()
+	require.True(t, h.Subscribed(channel), "lingering after the last Stop")
+	require.EqualValues(t, 1, numsub())
+	b := watch(t, h, channel, "b")
+	require.EqualValues(t, 1, publish(t, pub, channel, "b 5"))
+	requireSignal(t, b, "grant published on the lingering subscription")
+	b.Stop()
+	require.True(t, h.Subscribed(channel), "lingering again after b's Stop")
+
+	require.Eventually(t, func() bool { return !h.Subscribed(channel) && numsub() == 0 },
+		patience, 10*time.Millisecond, "unsubscribed once the linger ended")
+}

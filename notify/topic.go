@@ -2,6 +2,7 @@ package notify
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -43,6 +44,11 @@ type topic struct {
 	// was regrouped without being confirmed, which spaces out the next
 	// regroup. A new topic takes it over when the channel moves.
 	regroups int
+	// idle and linger are guarded by Hub.mu. idle counts the times the
+	// topic was left without waiters; linger unsubscribes it after
+	// Options.Linger unless a waiter came (or it was left again) since.
+	idle   int
+	linger *time.Timer
 }
 
 // confirmation is what the answer to one PING confirms.
@@ -105,11 +111,34 @@ func (h *Hub) moveLocked(t *topic, dst *conn) (*topic, *redis.PubSub) {
 	}
 	clear(t.waiters)
 	t.settleLocked(moved)
+	if len(nt.waiters) == 0 && h.linger > 0 {
+		h.lingerLocked(nt) // it lingered where it was: it lingers here
+	}
 	if src.sharded && src != dst && !src.retired && !h.watchedLocked(src) {
 		h.retireLocked(src)
 		return nt, src.ps
 	}
 	return nt, nil
+}
+
+// lingerLocked keeps t, which has just lost its last waiter, subscribed
+// for the hub's linger: a Watch meanwhile finds it confirmed. Then, unless
+// a waiter came, t is dropped and its channel unsubscribed.
+func (h *Hub) lingerLocked(t *topic) {
+	t.idle++
+	idle := t.idle
+	if t.linger != nil {
+		t.linger.Stop()
+	}
+	t.linger = time.AfterFunc(h.linger, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if h.closed || h.topics[t.name] != t || len(t.waiters) > 0 || t.idle != idle {
+			return
+		}
+		delete(h.topics, t.name)
+		h.queueUnsubscribeLocked(t.conn, t.name)
+	})
 }
 
 // queueUnsubscribeLocked queues the UNSUBSCRIBE of channel on c. In

@@ -47,7 +47,8 @@ func (w *Waiter) Grant() (token int64, ok bool) {
 }
 
 // Stop unregisters the waiter. When it was the last waiter of its channel,
-// the hub unsubscribes the channel in the background; Stop itself never
+// the hub unsubscribes the channel in the background, at once or once it
+// has lingered (Options.Linger) without a new waiter; Stop itself never
 // waits for the network. Stop is idempotent.
 func (w *Waiter) Stop() {
 	h := w.hub
@@ -60,6 +61,10 @@ func (w *Waiter) Stop() {
 	t := w.topic
 	delete(t.waiters, w.id)
 	if len(t.waiters) > 0 || h.topics[t.name] != t {
+		return
+	}
+	if h.linger > 0 && !h.closed {
+		h.lingerLocked(t)
 		return
 	}
 	delete(h.topics, t.name)

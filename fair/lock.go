@@ -198,9 +198,9 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string, pending erro
 	}
 	defer w.Stop()
 
-	timer := time.NewTimer(0)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop() // armed by each poll's answer; no stale tick can follow (Go 1.23 timers)
 	defer timer.Stop()
-	<-timer.C
 	retry := retryMin
 	var polled time.Time // send time of the last poll that Redis answered
 	claims := 0          // polls that claimed a grant answered late

@@ -649,14 +649,15 @@ func TestHandOverLongAfterTheLastPollStillKeepsAShortLease(t *testing.T) {
 	require.NoError(t, waiter.Unlock(r.ctx))
 }
 
-// scriptCounter is a go-redis hook that counts the scripts a client runs.
-type scriptCounter struct{ n atomic.Int64 }
+// scriptCounter is a go-redis hook that counts the scripts a client runs
+// (n), and the pipelines it sends with the scripts in them.
+type scriptCounter struct{ n, pipelines, pipelined atomic.Int64 }
 
 func (s *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		if isScript(cmd) {
 			s.n.Add(1)
 		}
 		return next(ctx, cmd)
@@ -664,7 +665,39 @@ func (s *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		s.pipelines.Add(1)
+		for _, cmd := range cmds {
+			if isScript(cmd) {
+				s.pipelined.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func isScript(cmd redis.Cmder) bool {
+	name := cmd.Name()
+	return name == "evalsha" || name == "eval"
+}
+
+// countedBehindAHolder returns a Client whose scripts are counted, and a
+// Mutex of another Client that holds name, with ctx: both Clients with a
+// minute's lease and waiter TTL, so that polls are 20s apart and whatever
+// comes sooner was pushed.
+func countedBehindAHolder(t *testing.T, name string) (e *env, holder *fairlock.Mutex, hctx context.Context, c *fairlock.Client, scripts *scriptCounter) {
+	e = newEnv(t)
+	opts := []fairlock.Option{fairlock.WithPrefix(e.prefix), fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
+	holder = e.client(opts[1:]...).Mutex(name)
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+	rdb := e.srv.Client(t)
+	scripts = &scriptCounter{}
+	rdb.AddHook(scripts)
+	c, err = fairlock.New(rdb, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return e, holder, hctx, c, scripts
 }
 
 // A hold that came by hand-over is renewed when a third of what is known of
@@ -672,17 +705,7 @@ func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 // call between its grant and its release.
 func TestHandedOverHoldReleasedSoonCostsNoRenewal(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	opts := []fairlock.Option{fairlock.WithPrefix(e.prefix), fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
-	holder := e.client(opts[1:]...).Mutex("no-renewal")
-	hctx, err := holder.Lock(context.Background())
-	require.NoError(t, err)
-	rdb := e.srv.Client(t)
-	scripts := &scriptCounter{}
-	rdb.AddHook(scripts)
-	c, err := fairlock.New(rdb, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	e, holder, hctx, c, scripts := countedBehindAHolder(t, "no-renewal")
 	waiter := c.Mutex("no-renewal")
 	next := lockAsync(context.Background(), waiter)
 	e.waitQueued("no-renewal", 1)
@@ -701,17 +724,7 @@ func TestHandedOverHoldReleasedSoonCostsNoRenewal(t *testing.T) {
 // push: one round trip to be queued, none to be granted.
 func TestLockJoiningItsClientsWaitersQueuesInOneCall(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	opts := []fairlock.Option{fairlock.WithPrefix(e.prefix), fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
-	holder := e.client(opts[1:]...).Mutex("one-call")
-	hctx, err := holder.Lock(context.Background())
-	require.NoError(t, err)
-	rdb := e.srv.Client(t)
-	scripts := &scriptCounter{}
-	rdb.AddHook(scripts)
-	c, err := fairlock.New(rdb, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	e, holder, hctx, c, scripts := countedBehindAHolder(t, "one-call")
 	first := lockAsync(context.Background(), c.Mutex("one-call"))
 	e.waitQueued("one-call", 1)
 	before := scripts.n.Load()
@@ -734,17 +747,7 @@ func TestLockJoiningItsClientsWaitersQueuesInOneCall(t *testing.T) {
 // lock queues with one call too.
 func TestLockSoonAfterItsClientsLastWaiterQueuesInOneCall(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	opts := []fairlock.Option{fairlock.WithPrefix(e.prefix), fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
-	other := e.client(opts[1:]...).Mutex("linger")
-	octx, err := other.Lock(context.Background())
-	require.NoError(t, err)
-	rdb := e.srv.Client(t)
-	scripts := &scriptCounter{}
-	rdb.AddHook(scripts)
-	c, err := fairlock.New(rdb, opts...)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Close() })
+	e, other, octx, c, scripts := countedBehindAHolder(t, "linger")
 	m := c.Mutex("linger")
 
 	first := lockAsync(context.Background(), m)

@@ -5,34 +5,13 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
 )
-
-// renewalCounter is a go-redis hook that counts the pipelines a client
-// sends and the scripts in them.
-type renewalCounter struct{ pipelines, scripts atomic.Int64 }
-
-func (c *renewalCounter) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (c *renewalCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
-func (c *renewalCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.pipelines.Add(1)
-		for _, cmd := range cmds {
-			if name := cmd.Name(); name == "evalsha" || name == "eval" {
-				c.scripts.Add(1)
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
 
 // engineGoroutines counts the goroutines running code of the lock engine.
 func engineGoroutines() int {
@@ -53,7 +32,7 @@ func TestHoldsShareOneWatchdogThatPipelinesTheirRenewals(t *testing.T) {
 	const holds, lease = 300, 1500 * time.Millisecond
 	e := newEnv(t)
 	rdb := e.srv.Client(t)
-	counter := &renewalCounter{}
+	counter := &scriptCounter{}
 	rdb.AddHook(counter)
 	c, err := fairlock.New(rdb, fairlock.WithPrefix(e.prefix), fairlock.WithLease(lease))
 	require.NoError(t, err)
@@ -76,7 +55,7 @@ func TestHoldsShareOneWatchdogThatPipelinesTheirRenewals(t *testing.T) {
 	for i, hctx := range held {
 		require.NoError(t, hctx.Err(), "hold %d was lost: %v", i, context.Cause(hctx))
 	}
-	renewals, pipelines := counter.scripts.Load(), counter.pipelines.Load()
+	renewals, pipelines := counter.pipelined.Load(), counter.pipelines.Load()
 	require.GreaterOrEqual(t, renewals, int64(holds), "every hold was renewed")
 	require.LessOrEqual(t, pipelines*10, renewals, "%d renewals in %d pipelines", renewals, pipelines)
 	for i, m := range mutexes {

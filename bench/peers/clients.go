@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// roundTrips is a go-redis hook that counts what the clients it is added
+// to send: every command or pipeline that goes out is one round trip,
+// every new connection one dial. Pub/sub messages pushed by the server are
+// not round trips and are not counted.
+type roundTrips struct {
+	calls atomic.Int64
+	dials atomic.Int64
+}
+
+var _ redis.Hook = (*roundTrips)(nil)
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.dials.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.calls.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.calls.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// count is a reading of a roundTrips hook.
+type count struct {
+	calls int64
+	dials int64
+}
+
+func (h *roundTrips) read() count {
+	return count{calls: h.calls.Load(), dials: h.dials.Load()}
+}
+
+func (c count) minus(o count) count {
+	return count{calls: c.calls - o.calls, dials: c.dials - o.dials}
+}
+
+// clientSet is the clients one library uses in one run: n go-redis
+// clients, each with the counting hook and a locker of the library.
+type clientSet struct {
+	rdbs    []*redis.Client
+	lockers []locker
+	closers []func() error
+	hook    *roundTrips
+}
+
+// openClients opens n clients of the server described by opts and a
+// locker of lib over each.
+func openClients(lib library, opts *redis.Options, n int) (*clientSet, error) {
+	s := &clientSet{hook: &roundTrips{}}
+	for range n {
+		rdb := redis.NewClient(opts)
+		rdb.AddHook(s.hook)
+		s.rdbs = append(s.rdbs, rdb)
+		l, closeFn, err := lib.open(rdb)
+		if err != nil {
+			return nil, errors.Join(err, s.close())
+		}
+		s.lockers = append(s.lockers, l)
+		s.closers = append(s.closers, closeFn)
+	}
+	return s, nil
+}
+
+// close closes the lockers, then the clients under them.
+func (s *clientSet) close() error {
+	var errs []error
+	for _, c := range s.closers {
+		errs = append(errs, c())
+	}
+	for _, rdb := range s.rdbs {
+		errs = append(errs, rdb.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// fairClients are fresh fairlock Clients, each over a go-redis client of
+// its own, all counted by one scripts hook.
+type fairClients struct {
+	rdbs    []*redis.Client
+	clients []*fairlock.Client
+	hook    *scripts
+}
+
+// openFairClients opens n Clients of the server described by opts, with
+// the given lease.
+func openFairClients(opts *redis.Options, n int, lease time.Duration) (*fairClients, error) {
+	fc := &fairClients{hook: &scripts{}}
+	for range n {
+		rdb := redis.NewClient(opts)
+		rdb.AddHook(fc.hook)
+		fc.rdbs = append(fc.rdbs, rdb)
+		c, err := fairlock.New(rdb, fairlock.WithLease(lease))
+		if err != nil {
+			return nil, errors.Join(err, fc.close())
+		}
+		fc.clients = append(fc.clients, c)
+	}
+	return fc, nil
+}
+
+// close closes the Clients, then the go-redis clients under them.
+func (fc *fairClients) close() error {
+	var errs []error
+	for _, c := range fc.clients {
+		errs = append(errs, c.Close())
+	}
+	for _, rdb := range fc.rdbs {
+		errs = append(errs, rdb.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// scripts is a go-redis hook that counts script calls (EVALSHA or EVAL,
+// sent alone or in a pipeline) and round trips (a command or a whole
+// pipeline sent).
+type scripts struct {
+	calls      atomic.Int64
+	roundTrips atomic.Int64
+}
+
+var _ redis.Hook = (*scripts)(nil)
+
+func (h *scripts) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *scripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.roundTrips.Add(1)
+		h.countScript(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *scripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.roundTrips.Add(1)
+		for _, cmd := range cmds {
+			h.countScript(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *scripts) countScript(cmd redis.Cmder) {
+	if name := cmd.Name(); name == "evalsha" || name == "eval" {
+		h.calls.Add(1)
+	}
+}
+
+// scriptCount is a reading of a scripts hook.
+type scriptCount struct{ scripts, roundTrips int64 }
+
+func (h *scripts) read() scriptCount {
+	return scriptCount{scripts: h.calls.Load(), roundTrips: h.roundTrips.Load()}
+}
+
+func (c scriptCount) minus(o scriptCount) scriptCount {
+	return scriptCount{scripts: c.scripts - o.scripts, roundTrips: c.roundTrips - o.roundTrips}
+}

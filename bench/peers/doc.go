@@ -1,0 +1,181 @@
+// Command peers measures fairlock against two widely used Redis locks for
+// Go, github.com/go-redsync/redsync/v4 and github.com/bsm/redislock: the
+// three run one after another on the same Redis server, in the same
+// workloads, and each workload prints a markdown table with a row per
+// library, followed by a summary of the headline numbers. A scale part,
+// fairlock alone, runs last: hand-over with many waiters, and what holds
+// and waiters cost.
+//
+// It is a module of its own, so that the peers never become dependencies
+// of fairlock. Run it from its directory:
+//
+//	go run .                              # starts redis-server from PATH on a free loopback port
+//	go run . -workloads hold0,hold5ms -duration 10s -json peers.json
+//	go run . -workloads scale -scale-waiters 1000 -scale-holds 1000
+//	go run . -redis redis://127.0.0.1:6379/0
+//
+// With -redis it uses an existing server and only adds keys (lock names
+// under "peers:", fairlock's under "fairlock:"); CONFIG RESETSTAT still
+// runs before every measured part. -libs runs only some libraries.
+//
+// # Workloads
+//
+// Every goroutine loops for the whole run: Lock, enter the critical
+// section, hold, leave, Unlock. -workloads takes the keys:
+//
+//	uncontended  1 goroutine and 1 client on one lock name
+//	hold0        16 goroutines over 4 clients, one name, holding nothing
+//	hold5ms      the same, sleeping 5 ms while holding
+//	many         64 goroutines over 4 clients, 1,000 names, a random one each time
+//	waiters      10,000 goroutines over 4 clients, one name
+//	scale        fairlock alone, run after the others: see The scale part
+//
+// Each (workload, library) pair gets fresh go-redis clients, each a
+// *redis.Client with default options (a pool of 10 connections per CPU)
+// and one locker of the library over it; then a warm-up on lock names of
+// its own (-warmup, at most a sixth of the run, with at most 64
+// goroutines), then the measured part: -duration (3s), or
+// -waiters-duration (6s) for waiters. A context deadline ends it; a Lock
+// still waiting then returns and counts as nothing.
+//
+// # Columns
+//
+//   - grants/s: grants before the deadline, over the measured time.
+//   - × best peer: grants/s over the best peer's in the workload; in
+//     fairlock's row, the ratio of fairlock to the best peer.
+//   - Jain: Jain's fairness index of the goroutines' grant counts,
+//     (Σx)²/(n·Σx²): 1 when all got equally many, 1/n when one got all.
+//   - starved: goroutines never granted the lock in the run.
+//   - wait p50, p99, max: from the call of Lock to its grant, over the
+//     counted grants.
+//   - round trips/grant: commands and pipelines sent by the clients, counted
+//     by a go-redis hook (ProcessHook and ProcessPipelineHook) on every
+//     client, per grant. A message the server pushes on pub/sub is not a
+//     round trip; fairlock's SUBSCRIBE commands bypass the hooks and are
+//     not counted either.
+//   - dials: connections the clients opened during the measured part.
+//   - server µs/grant: growth of INFO's used_cpu_user + used_cpu_sys
+//     during the measured part, per grant; it includes the server's own
+//     housekeeping, small at these rates.
+//   - EVALSHA µs/call: from INFO commandstats, zeroed by CONFIG RESETSTAT
+//     before the measured part.
+//   - errors: Lock or Unlock calls that failed, not by the deadline; the
+//     first one is printed under the table.
+//   - violations: grants that found another holder inside the critical
+//     section, by an atomic count of holders per lock name. Any is a broken
+//     mutual exclusion.
+//
+// Round trips and server counters are read at the deadline, so the
+// clean-up of the waits it cut short is not counted.
+//
+// # Configuration of the libraries
+//
+// All three use a time to live of 30s (-ttl), fairlock's default lease,
+// so that no hold expires during a run.
+//
+// fairlock: fairlock.New(rdb, fairlock.WithLease(ttl)) per go-redis
+// client; Mutex(name).Lock, and Unlock with the context Lock returned.
+// The Clients are closed after each run. A waiter queues in Redis and is
+// woken by pub/sub.
+//
+// redsync: redsync.New(goredis.NewPool(rdb)) per go-redis client, a single
+// pool (no quorum over several servers); a NewMutex per lock, since a
+// Mutex keeps the value of its hold, with WithExpiry(ttl),
+// WithTries(1<<30) (a wait ends at the run's deadline, not after a count
+// of tries) and WithRetryDelay(10ms); LockContext and UnlockContext.
+//
+// redislock: redislock.New(rdb) per go-redis client; Obtain(ctx, name,
+// ttl, &redislock.Options{RetryStrategy: redislock.LinearBackoff(10ms)});
+// Release.
+//
+// Both peers poll: a waiter tries, and while the lock is taken sleeps the
+// retry delay and tries again. The delay is the one that gave the peers
+// their best throughput in hold0, trying 1 µs, 100 µs, 500 µs and 1, 2, 5,
+// 10, 20, 50 and 100 ms on a machine with 2 CPUs. Their grants/s rise
+// with the delay up to about 10 ms (redsync from about 8,300 at 1 ms to
+// 9,800 at 10 ms, redislock from 11,900 to 14,800), because a goroutine
+// that releases takes the lock again before the sleeping waiters wake, and
+// fewer tries compete with the holder's commands. Beyond 10 ms redsync
+// gains nothing and redislock little, while waiters start to starve: from
+// 20 ms some goroutines of hold5ms were never granted within 3s. In
+// hold5ms the hold bounds throughput at about 180 grants/s whatever the
+// delay, and a shorter delay shortens the peers' longest waits (redislock
+// about 0.5s at 1 ms against 1.5s at 10 ms, redsync 1.1s against 2.5s).
+// In waiters the peers manage a few
+// grants per second at any delay: a holder's release waits for a pool
+// connection and for the CPU among thousands of polling goroutines, some
+// 150 ms, and the lock stays taken until then. -redsync-delay and
+// -redislock-backoff run the peers with other delays. Left to its
+// defaults, redsync sleeps a random 50 to 250 ms between tries, and
+// redislock does not retry at all.
+//
+// The numbers depend on the machine: the server, the clients and, in
+// waiters, 10,000 goroutines share its CPUs.
+//
+// # The scale part
+//
+// It measures fairlock alone, in three steps, each on fresh go-redis
+// clients with default options and one fairlock Client over each, and
+// prints a table for each. -scale-waiters (10,000) and -scale-holds
+// (10,000) set its sizes. It is skipped when -libs leaves fairlock out.
+//
+// Hand-over: 16 goroutines over 4 Clients (4 each), for -duration, then
+// -scale-waiters goroutines over 4 Clients, for -waiters-duration, each
+// after a warm-up as above, on one lock and with the lease of -ttl. Every
+// goroutine loops Lock and Unlock, holding nothing; a context deadline
+// ends the run.
+//
+//   - hand-over p50, p99, max: from an Unlock's return to the next Lock's
+//     return. The time of the latest Unlock's return is kept in one atomic,
+//     and each grant reads it; the first grant, which follows no Unlock,
+//     has none. The releasing goroutine stores the time when it runs again
+//     after Unlock returned, so on a busy machine a grant may read the
+//     time of the Unlock before (a longer hand-over) or one stored late (a
+//     shorter one).
+//   - grants/s: grants before the deadline, over the measured time.
+//   - the ratio printed under the table: the p50 of the larger run over
+//     the p50 of the smaller; about 1 when a hand-over does not slow down
+//     with the length of the line.
+//
+// Holds: -scale-holds locks (scale:hold:0, scale:hold:1, ...) taken one
+// after another through one Client with fairlock.WithLease(3s), so a hold
+// is renewed every second, and all kept held. Before the first, one Lock
+// and Unlock of another name opens the connection and loads the scripts.
+//
+//   - goroutines: runtime.NumGoroutine before the Client exists, with a
+//     tenth of the holds taken and with all of them. The Client renews
+//     every hold from one goroutine, so the last two should be equal but
+//     for a renewal under way.
+//   - Go heap B/hold: growth of MemStats.HeapAlloc, each read after
+//     runtime.GC, from before the first hold to all held, over the holds;
+//     it includes the handle and context kept for each hold.
+//   - Redis B/hold: growth of INFO's used_memory over the same span, over
+//     the holds.
+//   - renewals/s, round trips/s: with every hold held, over -scale-window
+//     (3s), a go-redis hook counts script calls (EVALSHA or EVAL, alone or
+//     inside a pipeline) as renewals and every command or pipeline sent as
+//     a round trip. Renewals that fall due together go out in one
+//     pipeline, so round trips are far fewer than renewals.
+//
+// All the holds are then released and the Client closed.
+//
+// Waiters: a Client of its own holds the lock scale:wait throughout, so
+// nobody is granted; -scale-waiters goroutines over 4 Clients call Lock
+// on it. One waiter per Client is queued first and the footprint read
+// then, so that what each Client spends once (its pub/sub connection, the
+// subscription) is left out; the footprint is read again once the lock's
+// queue (the list fairlock:{scale:wait}:queue) holds every waiter. Per
+// waiter, over the waiters:
+//
+//   - Go heap B/waiter: growth of MemStats.HeapAlloc after runtime.GC.
+//   - goroutine stacks B/waiter: growth of MemStats.StackInuse.
+//   - heap + stacks B/waiter: the sum of the two.
+//   - Redis B/waiter: growth of INFO's used_memory.
+//   - goroutines/waiter: growth of runtime.NumGoroutine; 1 is the waiting
+//     goroutine itself.
+//
+// The figures include the connections the go-redis pools open for the
+// waiters' calls (at most 10 per CPU per Client), a cost that a larger
+// number of waiters spreads thinner. The waits are then cancelled, the
+// lock released and the Clients closed.
+package main

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/fairlock/fairlock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+)
+
+// A locker takes locks the way a user of one library would, through one
+// go-redis client.
+type locker interface {
+	// lock waits until the lock called name is granted or ctx ends, and
+	// returns the function that releases it.
+	lock(ctx context.Context, name string) (unlock func(context.Context) error, err error)
+}
+
+// libConfig is the part of each library's configuration that the command
+// line can change.
+type libConfig struct {
+	ttl              time.Duration // lease of fairlock, expiry of redsync, TTL of redislock
+	redsyncDelay     time.Duration // redsync's delay between two tries
+	redislockBackoff time.Duration // redislock's linear backoff between two tries
+}
+
+// A library makes one locker per go-redis client.
+type library struct {
+	name string
+	// open returns a locker over rdb and the function that releases what
+	// the locker started (not rdb itself).
+	open func(rdb *redis.Client) (locker, func() error, error)
+}
+
+// libraries returns the libraries under test, fairlock first.
+func libraries(cfg libConfig) []library {
+	return []library{
+		{name: "fairlock", open: func(rdb *redis.Client) (locker, func() error, error) {
+			c, err := fairlock.New(rdb, fairlock.WithLease(cfg.ttl))
+			if err != nil {
+				return nil, nil, err
+			}
+			return fairLocker{c}, c.Close, nil
+		}},
+		{name: "redsync", open: func(rdb *redis.Client) (locker, func() error, error) {
+			return redsyncLocker{
+				rs: redsync.New(goredis.NewPool(rdb)),
+				opts: []redsync.Option{
+					redsync.WithExpiry(cfg.ttl),
+					redsync.WithTries(1 << 30), // the run's deadline ends a wait, not a count
+					redsync.WithRetryDelay(cfg.redsyncDelay),
+				},
+			}, noClose, nil
+		}},
+		{name: "redislock", open: func(rdb *redis.Client) (locker, func() error, error) {
+			return redislockLocker{
+				c:    redislock.New(rdb),
+				ttl:  cfg.ttl,
+				opts: &redislock.Options{RetryStrategy: redislock.LinearBackoff(cfg.redislockBackoff)},
+			}, noClose, nil
+		}},
+	}
+}
+
+func noClose() error { return nil }
+
+// fairLocker takes fairlock mutexes of one Client.
+type fairLocker struct{ c *fairlock.Client }
+
+var _ locker = fairLocker{}
+
+func (f fairLocker) lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	m := f.c.Mutex(name)
+	held, err := m.Lock(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Unlock is bounded by the Client's call timeout, not by a context.
+	return func(context.Context) error { return m.Unlock(held) }, nil
+}
+
+// redsyncLocker takes redsync mutexes over one pool. A redsync.Mutex keeps
+// the value of its hold, so every lock makes a new one.
+type redsyncLocker struct {
+	rs   *redsync.Redsync
+	opts []redsync.Option
+}
+
+var _ locker = redsyncLocker{}
+
+// errNotReleased reports an unlock that found the lock no longer ours.
+var errNotReleased = errors.New("lock was not held at unlock")
+
+func (r redsyncLocker) lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	m := r.rs.NewMutex(name, r.opts...)
+	if err := m.LockContext(ctx); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		ok, err := m.UnlockContext(ctx)
+		if err == nil && !ok {
+			err = errNotReleased
+		}
+		return err
+	}, nil
+}
+
+// redislockLocker obtains bsm/redislock locks through one Client.
+type redislockLocker struct {
+	c    *redislock.Client
+	ttl  time.Duration
+	opts *redislock.Options
+}
+
+var _ locker = redislockLocker{}
+
+func (r redislockLocker) lock(ctx context.Context, name string) (func(context.Context) error, error) {
+	l, err := r.c.Obtain(ctx, name, r.ttl, r.opts)
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// options are the command line's settings.
+type options struct {
+	duration        time.Duration
+	waitersDuration time.Duration
+	warmup          time.Duration
+	jsonPath        string
+	workloads       string
+	libs            string
+	redisURL        string
+	lib             libConfig
+	scale           scaleConfig
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("peers", flag.ContinueOnError)
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "measured time of each (workload, library) run")
+	fs.DurationVar(&o.waitersDuration, "waiters-duration", 6*time.Second, "measured time of the 10,000 waiters workload")
+	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "warm-up before each run, at most a sixth of its measured time")
+	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
+	fs.StringVar(&o.workloads, "workloads", "", "comma-separated workloads to run: "+workloadKeys()+" (default all)")
+	fs.StringVar(&o.libs, "libs", "", "comma-separated libraries to run: fairlock, redsync, redislock (default all)")
+	fs.StringVar(&o.redisURL, "redis", "", "URL of an existing Redis to use (default: start a redis-server from PATH)")
+	fs.DurationVar(&o.lib.ttl, "ttl", 30*time.Second, "fairlock's lease, redsync's expiry and redislock's TTL")
+	fs.DurationVar(&o.lib.redsyncDelay, "redsync-delay", defaultRedsyncDelay, "redsync's retry delay")
+	fs.DurationVar(&o.lib.redislockBackoff, "redislock-backoff", defaultRedislockBackoff, "redislock's linear backoff")
+	fs.IntVar(&o.scale.waiters, "scale-waiters", 10000, "waiters of the scale part's large hand-over and of its waiters measurement")
+	fs.IntVar(&o.scale.holds, "scale-holds", 10000, "locks the scale part holds at once through one Client")
+	fs.DurationVar(&o.scale.window, "scale-window", 3*time.Second, "time over which the scale part counts the renewals of its holds")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if o.duration <= 0 || o.waitersDuration <= 0 || o.warmup < 0 || o.lib.ttl <= 0 || o.scale.window <= 0 {
+		return options{}, errors.New("durations must be positive")
+	}
+	if o.scale.waiters <= 0 || o.scale.holds <= 0 {
+		return options{}, errors.New("-scale-waiters and -scale-holds must be positive")
+	}
+	return o, nil
+}
+
+// The retry settings of the peers; doc.go says how they were chosen.
+const (
+	defaultRedsyncDelay     = 10 * time.Millisecond
+	defaultRedislockBackoff = 10 * time.Millisecond
+)
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, o, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "peers:", err)
+		os.Exit(1)
+	}
+}
+
+// run measures every selected (workload, library) pair, then the scale
+// part when selected, printing each table to out as soon as it is done and
+// progress to log.
+func run(ctx context.Context, o options, out, log io.Writer) error {
+	ws, scale, err := selectWorkloads(o.workloads)
+	if err != nil {
+		return err
+	}
+	libs, err := selectLibraries(libraries(o.lib), o.libs)
+	if err != nil {
+		return err
+	}
+	srv, err := openServer(ctx, o.redisURL)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+
+	r := &report{
+		Server:          srv.desc,
+		Go:              fmt.Sprintf("%s %s/%s", runtime.Version(), runtime.GOOS, runtime.GOARCH),
+		GOMAXPROCS:      runtime.GOMAXPROCS(0),
+		Duration:        o.duration.String(),
+		WaitersDuration: o.waitersDuration.String(),
+		Warmup:          o.warmup.String(),
+		TTL:             o.lib.ttl.String(),
+		RedsyncDelay:    o.lib.redsyncDelay.String(),
+		RedislockDelay:  o.lib.redislockBackoff.String(),
+		libs:            libs,
+	}
+	r.printHeader(out)
+	runID := rand.Text()[:8]
+	for _, w := range ws {
+		d := o.duration
+		if w.long {
+			d = o.waitersDuration
+		}
+		warm := min(o.warmup, (d / 6).Round(time.Millisecond))
+		var rows []result
+		for _, lib := range libs {
+			fmt.Fprintf(log, "peers: %s, %s: %v warm-up, %v measured\n", w.key, lib.name, warm, d)
+			res, err := measure(ctx, srv, w, lib, d, warm, runID)
+			if err != nil {
+				return fmt.Errorf("%s: %w", w.key, err)
+			}
+			rows = append(rows, res)
+		}
+		compareToPeers(rows)
+		printWorkload(out, w, rows)
+		r.Workloads = append(r.Workloads, w.key)
+		r.Results = append(r.Results, rows...)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if len(ws) > 0 {
+		r.printSummary(out)
+	}
+	switch {
+	case !scale:
+	case !slices.ContainsFunc(libs, func(l library) bool { return l.name == "fairlock" }):
+		fmt.Fprintln(log, "peers: scale: skipped, it measures fairlock, which -libs leaves out")
+	default:
+		s, err := runScale(ctx, srv, o, log)
+		if err != nil {
+			return fmt.Errorf("scale: %w", err)
+		}
+		printScale(out, s)
+		r.Workloads = append(r.Workloads, scaleKey)
+		r.Scale = &s
+	}
+	if o.jsonPath != "" {
+		return r.writeJSON(o.jsonPath)
+	}
+	return nil
+}
+
+// selectLibraries returns the libraries named in the comma-separated list,
+// in their usual order, or all of them when it is empty.
+func selectLibraries(all []library, list string) ([]library, error) {
+	if list == "" {
+		return all, nil
+	}
+	names := strings.Split(list, ",")
+	for i, n := range names {
+		names[i] = strings.TrimSpace(n)
+		if !slices.ContainsFunc(all, func(l library) bool { return l.name == names[i] }) {
+			return nil, fmt.Errorf("unknown library %q", n)
+		}
+	}
+	return slices.DeleteFunc(slices.Clone(all), func(l library) bool { return !slices.Contains(names, l.name) }), nil
+}

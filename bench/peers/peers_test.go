@@ -1,0 +1,78 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestEveryLibraryGrantsAndExcludesInEveryWorkload runs every workload
+// briefly with every library on a redis-server of its own and checks that
+// each library was granted the lock, never let two holders in at once, and
+// that the tables and the JSON report hold every row.
+func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not on PATH")
+	}
+	path := filepath.Join(t.TempDir(), "peers.json")
+	o, err := parseFlags([]string{
+		"-duration", "200ms", "-waiters-duration", "200ms", "-warmup", "30ms", "-json", path,
+		"-scale-waiters", "100", "-scale-holds", "100", "-scale-window", "200ms",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, log bytes.Buffer
+	if err := run(ctx, o, &out, &log); err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	libs := libraries(o.lib)
+	if got, want := len(r.Results), len(workloads)*len(libs); got != want {
+		t.Fatalf("%d results, want %d", got, want)
+	}
+	for _, res := range r.Results {
+		if res.Grants == 0 {
+			t.Errorf("%s, %s: no grant (first error: %s)", res.Workload, res.Library, res.FirstError)
+		}
+		if res.Violations != 0 {
+			t.Errorf("%s, %s: %d grants found another holder inside", res.Workload, res.Library, res.Violations)
+		}
+		if res.RoundTripsPerGrant < 1 {
+			t.Errorf("%s, %s: %.2f round trips per grant, want at least 1", res.Workload, res.Library, res.RoundTripsPerGrant)
+		}
+	}
+	for _, w := range workloads {
+		if !strings.Contains(out.String(), "## "+w.title) {
+			t.Errorf("no table for %s", w.key)
+		}
+	}
+	if !strings.Contains(out.String(), "## Summary") {
+		t.Errorf("no summary table")
+	}
+	if r.Scale == nil {
+		t.Errorf("no scale part, which runs by default")
+	}
+}

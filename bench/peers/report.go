@@ -1,0 +1,144 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// report is everything one invocation measured, as written to -json.
+type report struct {
+	Server          string       `json:"server"`
+	Go              string       `json:"go"`
+	GOMAXPROCS      int          `json:"gomaxprocs"`
+	Duration        string       `json:"duration"`
+	WaitersDuration string       `json:"waiters_duration"`
+	Warmup          string       `json:"warmup"`
+	TTL             string       `json:"ttl"`
+	RedsyncDelay    string       `json:"redsync_retry_delay"`
+	RedislockDelay  string       `json:"redislock_linear_backoff"`
+	Workloads       []string     `json:"workloads"`
+	Results         []result     `json:"results"`
+	Scale           *scaleResult `json:"scale,omitempty"` // fairlock alone; nil when it did not run
+	libs            []library    // the order of rows in the tables
+}
+
+// writeJSON writes r to the file at path.
+func (r *report) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// printHeader prints what the run is and how the libraries are set up.
+func (r *report) printHeader(w io.Writer) {
+	fmt.Fprintf(w, "# fairlock and its peers\n\n")
+	fmt.Fprintf(w, "%s; %s, GOMAXPROCS %d.\n", r.Server, r.Go, r.GOMAXPROCS)
+	fmt.Fprintf(w, "Each run: fresh clients, %s warm-up, then %s measured (10,000 waiters: %s).\n",
+		r.Warmup, r.Duration, r.WaitersDuration)
+	fmt.Fprintf(w, "Lease, expiry and TTL %s for all; redsync retries every %s, redislock backs off %s (linear).\n",
+		r.TTL, r.RedsyncDelay, r.RedislockDelay)
+}
+
+// printWorkload prints the table of one workload's results.
+func printWorkload(w io.Writer, wl workload, rows []result) {
+	fmt.Fprintf(w, "\n## %s (%s)\n\n", wl.title, wl.shape())
+	fmt.Fprintln(w, "| library | grants/s | × best peer | Jain | starved | wait p50 ms | wait p99 ms | wait max ms "+
+		"| round trips/grant | dials | server µs/grant | EVALSHA µs/call | errors | violations |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s | %s | %.3f | %d | %s | %s | %s | %s | %d | %s | %s | %d | %d |\n",
+			r.Library, group(round(r.GrantsPerSec)), ratio(r.VsBestPeer), r.Jain, r.Starved,
+			ifGranted(r, "%.2f", r.WaitP50ms), ifGranted(r, "%.2f", r.WaitP99ms), ifGranted(r, "%.1f", r.WaitMaxms),
+			ifGranted(r, "%.2f", r.RoundTripsPerGrant), r.Dials, ifGranted(r, "%.1f", r.ServerUsPerGrant),
+			evalsha(r), r.Errors, r.Violations)
+	}
+	for _, r := range rows {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "\n%s, first error: %s\n", r.Library, r.FirstError)
+		}
+	}
+}
+
+// printSummary prints the headline numbers of each library, one row each.
+func (r *report) printSummary(w io.Writer) {
+	fmt.Fprintf(w, "\n## Summary\n\n")
+	fmt.Fprintln(w, "| library | uncontended Lock+Unlock ops/s | contended hold 0 grants/s | contended hold 0 Jain / max wait "+
+		"| hold 5 ms Jain / max wait | round trips per grant contended | server µs per grant |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, lib := range r.libs {
+		cells := []string{lib.name}
+		cells = append(cells, r.cell("uncontended", lib.name, func(x result) string { return group(round(x.GrantsPerSec)) }))
+		cells = append(cells, r.cell("hold0", lib.name, func(x result) string {
+			if x.Library == "fairlock" && x.VsBestPeer > 0 {
+				return fmt.Sprintf("%s (%s best peer)", group(round(x.GrantsPerSec)), ratio(x.VsBestPeer))
+			}
+			return group(round(x.GrantsPerSec))
+		}))
+		cells = append(cells, r.cell("hold0", lib.name, jainAndMax))
+		cells = append(cells, r.cell("hold5ms", lib.name, jainAndMax))
+		cells = append(cells, r.cell("hold0", lib.name, func(x result) string { return ifGranted(x, "%.2f", x.RoundTripsPerGrant) }))
+		cells = append(cells, r.cell("hold0", lib.name, func(x result) string { return ifGranted(x, "%.1f", x.ServerUsPerGrant) }))
+		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+}
+
+// cell formats the result of library in workload, or a dash when it did
+// not run.
+func (r *report) cell(workload, library string, format func(result) string) string {
+	for _, x := range r.Results {
+		if x.Workload == workload && x.Library == library {
+			return format(x)
+		}
+	}
+	return "—"
+}
+
+func jainAndMax(x result) string {
+	return fmt.Sprintf("%.3f / %s ms", x.Jain, ifGranted(x, "%.1f", x.WaitMaxms))
+}
+
+// ifGranted formats v, a value per grant or over the grants, or a dash
+// when there was no grant to measure it on.
+func ifGranted(r result, format string, v float64) string {
+	if r.Grants == 0 {
+		return "—"
+	}
+	return fmt.Sprintf(format, v)
+}
+
+func ratio(v float64) string {
+	if v == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", v)
+}
+
+func evalsha(r result) string {
+	if r.EvalshaCalls == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", r.EvalshaUsPerCall)
+}
+
+// group formats n, which is not negative, with a comma between groups of
+// three digits.
+func group(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func round(v float64) int64 { return int64(math.Round(v)) }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// result is what one library did in one workload.
+type result struct {
+	Workload     string  `json:"workload"`
+	Library      string  `json:"library"`
+	Goroutines   int     `json:"goroutines"`
+	Seconds      float64 `json:"seconds"`
+	Grants       int64   `json:"grants"`
+	GrantsPerSec float64 `json:"grants_per_sec"`
+	// VsBestPeer is GrantsPerSec over the best peer's in the same
+	// workload (fairlock's row holds the ratio of fairlock to the best
+	// peer); 0 when no peer ran or none was granted anything.
+	VsBestPeer         float64 `json:"vs_best_peer"`
+	Jain               float64 `json:"jain"`
+	Starved            int     `json:"starved"` // goroutines never granted
+	WaitP50ms          float64 `json:"wait_p50_ms"`
+	WaitP99ms          float64 `json:"wait_p99_ms"`
+	WaitMaxms          float64 `json:"wait_max_ms"`
+	RoundTripsPerGrant float64 `json:"round_trips_per_grant"`
+	Dials              int64   `json:"dials"`
+	ServerUsPerGrant   float64 `json:"server_cpu_us_per_grant"`
+	EvalshaCalls       int64   `json:"evalsha_calls"`
+	EvalshaUsPerCall   float64 `json:"evalsha_usec_per_call"`
+	Errors             int64   `json:"errors"`
+	Violations         int64   `json:"violations"`
+	FirstError         string  `json:"first_error,omitempty"`
+}
+
+// warmGoroutines caps the goroutines of a warm-up, which only has to open
+// the connections and load the scripts.
+const warmGoroutines = 64
+
+// reading is what the counters said when the measured part of a run ended.
+type reading struct {
+	at     time.Time
+	calls  count
+	server serverStats
+	err    error
+}
+
+// measure runs w with lib on srv: fresh clients, a warm-up of warm on
+// locks of their own, then d measured. Round trips and server statistics
+// are read at the deadline, so that the waits the deadline cut short
+// (and leaving their queue) are not counted. runID keeps the lock names
+// of one invocation apart from any other's.
+func measure(ctx context.Context, srv *server, w workload, lib library, d, warm time.Duration, runID string) (res result, err error) {
+	set, err := openClients(lib, srv.opts, w.clients)
+	if err != nil {
+		return result{}, fmt.Errorf("%s: open clients: %w", lib.name, err)
+	}
+	defer func() {
+		if cerr := set.close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("%s: close: %w", lib.name, cerr))
+		}
+	}()
+	prefix := fmt.Sprintf("peers:%s:%s:%s", runID, w.key, lib.name)
+	if warm > 0 {
+		wctx, cancel := context.WithTimeout(ctx, warm)
+		drive(wctx, w, set.lockers, prefix+":warm", min(w.goroutines, warmGoroutines))
+		cancel()
+	}
+
+	if err := srv.resetStats(ctx); err != nil {
+		return result{}, err
+	}
+	before, err := srv.stats(ctx)
+	if err != nil {
+		return result{}, err
+	}
+	calls := set.hook.read()
+	rctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	end := make(chan reading, 1)
+	start := time.Now()
+	go func() {
+		<-rctx.Done()
+		r := reading{at: time.Now(), calls: set.hook.read().minus(calls)}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
+		defer cancel()
+		r.server, r.err = srv.stats(sctx)
+		end <- r
+	}()
+	t := drive(rctx, w, set.lockers, prefix, w.goroutines)
+	r := <-end
+	if r.err != nil {
+		return result{}, r.err
+	}
+	return summarize(w, lib, t, r.at.Sub(start), r, before), nil
+}
+
+// summarize turns a run's tally and counters into its result.
+func summarize(w workload, lib library, t *tally, elapsed time.Duration, end reading, before serverStats) result {
+	grants := t.grants()
+	waits := summarizeWaits(t.waits)
+	perGrant := func(x float64) float64 {
+		if grants == 0 {
+			return 0
+		}
+		return x / float64(grants)
+	}
+	res := result{
+		Workload:           w.key,
+		Library:            lib.name,
+		Goroutines:         w.goroutines,
+		Seconds:            elapsed.Seconds(),
+		Grants:             grants,
+		GrantsPerSec:       float64(grants) / elapsed.Seconds(),
+		Jain:               jain(t.counts),
+		Starved:            t.starved(),
+		WaitP50ms:          ms(waits.P50),
+		WaitP99ms:          ms(waits.P99),
+		WaitMaxms:          ms(waits.Max),
+		RoundTripsPerGrant: perGrant(float64(end.calls.calls)),
+		Dials:              end.calls.dials,
+		ServerUsPerGrant:   perGrant(float64((end.server.cpu - before.cpu).Microseconds())),
+		EvalshaCalls:       end.server.evalshaCalls,
+		Errors:             t.errors.Load(),
+		Violations:         t.violations.Load(),
+	}
+	if end.server.evalshaCalls > 0 {
+		res.EvalshaUsPerCall = float64(end.server.evalshaUsec) / float64(end.server.evalshaCalls)
+	}
+	if err := t.firstError(); err != nil {
+		res.FirstError = err.Error()
+	}
+	return res
+}
+
+// compareToPeers sets VsBestPeer in the results of one workload.
+func compareToPeers(rows []result) {
+	var best float64
+	for _, r := range rows {
+		if r.Library != "fairlock" {
+			best = max(best, r.GrantsPerSec)
+		}
+	}
+	for i := range rows {
+		if best > 0 {
+			rows[i].VsBestPeer = rows[i].GrantsPerSec / best
+		}
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"io"
+)
+
+// scaleResult is what the scale part measured, fairlock alone.
+type scaleResult struct {
+	// Handover holds the hand-over with scaleSmallWaiters waiters, then
+	// with -scale-waiters.
+	Handover []handoverResult `json:"handover"`
+	// HandoverP50Ratio is the second hand-over's p50 over the first's; 0
+	// when the first has none.
+	HandoverP50Ratio float64       `json:"handover_p50_ratio"`
+	Holds            holdsResult   `json:"holds"`
+	Waiters          waitersResult `json:"waiters"`
+}
+
+// handoverResult is one run of goroutines looping Lock and Unlock on one
+// lock: the time from an Unlock's return to the next grant.
+type handoverResult struct {
+	Waiters      int     `json:"waiters"` // goroutines
+	Clients      int     `json:"clients"`
+	Seconds      float64 `json:"seconds"`
+	Grants       int64   `json:"grants"`
+	GrantsPerSec float64 `json:"grants_per_sec"`
+	P50ms        float64 `json:"handover_p50_ms"`
+	P99ms        float64 `json:"handover_p99_ms"`
+	Maxms        float64 `json:"handover_max_ms"`
+	Errors       int64   `json:"errors"`
+	FirstError   string  `json:"first_error,omitempty"`
+}
+
+// holdsResult is many locks held at once through one Client.
+type holdsResult struct {
+	Holds            int `json:"holds"`
+	GoroutinesBefore int `json:"goroutines_before_client"`
+	// GoroutinesTenth is runtime.NumGoroutine with TenthHolds held; 0 when
+	// TenthHolds is 0.
+	TenthHolds        int     `json:"tenth_holds"`
+	GoroutinesTenth   int     `json:"goroutines_tenth_held"`
+	GoroutinesAll     int     `json:"goroutines_all_held"`
+	HeapBytesPerHold  float64 `json:"go_heap_bytes_per_hold"`
+	RedisBytesPerHold float64 `json:"redis_used_memory_bytes_per_hold"`
+	Lease             string  `json:"lease"`
+	WindowSeconds     float64 `json:"renewal_window_seconds"`
+	Renewals          int64   `json:"renewals"`    // scripts sent, alone or in pipelines
+	RoundTrips        int64   `json:"round_trips"` // commands and pipelines sent
+	RenewalsPerSec    float64 `json:"renewals_per_sec"`
+	RoundTripsPerSec  float64 `json:"round_trips_per_sec"`
+}
+
+// waitersResult is many waiters queued behind a holder, per waiter.
+type waitersResult struct {
+	Waiters             int     `json:"waiters"`
+	Clients             int     `json:"clients"`
+	HeapBytesPerWaiter  float64 `json:"go_heap_bytes_per_waiter"`  // MemStats.HeapAlloc
+	StackBytesPerWaiter float64 `json:"go_stack_bytes_per_waiter"` // MemStats.StackInuse
+	RedisBytesPerWaiter float64 `json:"redis_used_memory_bytes_per_waiter"`
+	GoroutinesPerWaiter float64 `json:"goroutines_per_waiter"`
+}
+
+// printScale prints the tables of the scale part.
+func printScale(w io.Writer, s scaleResult) {
+	fmt.Fprintf(w, "\n## scale: hand-over (fairlock, 1 lock, holding nothing)\n\n")
+	fmt.Fprintln(w, "| waiters | clients | measured s | grants/s | hand-over p50 ms | p99 ms | max ms | errors |")
+	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, h := range s.Handover {
+		dash := func(v float64, format string) string {
+			if h.Grants < 2 {
+				return "—"
+			}
+			return fmt.Sprintf(format, v)
+		}
+		fmt.Fprintf(w, "| %s | %d | %.1f | %s | %s | %s | %s | %d |\n",
+			group(int64(h.Waiters)), h.Clients, h.Seconds, group(round(h.GrantsPerSec)),
+			dash(h.P50ms, "%.3f"), dash(h.P99ms, "%.3f"), dash(h.Maxms, "%.1f"), h.Errors)
+	}
+	if len(s.Handover) == 2 {
+		fmt.Fprintf(w, "\np50 with %s waiters over p50 with %s: %s\n",
+			group(int64(s.Handover[1].Waiters)), group(int64(s.Handover[0].Waiters)), ratio(s.HandoverP50Ratio))
+	}
+	for _, h := range s.Handover {
+		if h.FirstError != "" {
+			fmt.Fprintf(w, "\n%s waiters, first error: %s\n", group(int64(h.Waiters)), h.FirstError)
+		}
+	}
+
+	hd := s.Holds
+	fmt.Fprintf(w, "\n## scale: %s holds in one Client (lease %s, renewed every %v)\n\n",
+		group(int64(hd.Holds)), hd.Lease, scaleLease/3)
+	fmt.Fprintf(w, "| goroutines before Client | with %s held | with %s held | Go heap B/hold | Redis B/hold "+
+		"| renewals/s | round trips/s | renewals/round trip |\n", group(int64(hd.TenthHolds)), group(int64(hd.Holds)))
+	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	tenth := "—"
+	if hd.TenthHolds > 0 {
+		tenth = group(int64(hd.GoroutinesTenth))
+	}
+	perTrip := "—"
+	if hd.RoundTrips > 0 {
+		perTrip = fmt.Sprintf("%.1f", float64(hd.Renewals)/float64(hd.RoundTrips))
+	}
+	fmt.Fprintf(w, "| %d | %s | %s | %s | %s | %s | %s | %s |\n",
+		hd.GoroutinesBefore, tenth, group(int64(hd.GoroutinesAll)), byteCount(hd.HeapBytesPerHold),
+		byteCount(hd.RedisBytesPerHold), group(round(hd.RenewalsPerSec)), group(round(hd.RoundTripsPerSec)), perTrip)
+	fmt.Fprintf(w, "\nRenewals and round trips counted over %.1f s with every hold held.\n", hd.WindowSeconds)
+
+	wt := s.Waiters
+	fmt.Fprintf(w, "\n## scale: %s waiters on one held lock, over %d clients\n\n", group(int64(wt.Waiters)), wt.Clients)
+	fmt.Fprintln(w, "| Go heap B/waiter | goroutine stacks B/waiter | heap + stacks B/waiter | Redis B/waiter | goroutines/waiter |")
+	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f |\n",
+		byteCount(wt.HeapBytesPerWaiter), byteCount(wt.StackBytesPerWaiter),
+		byteCount(wt.HeapBytesPerWaiter+wt.StackBytesPerWaiter), byteCount(wt.RedisBytesPerWaiter), wt.GoroutinesPerWaiter)
+}
+
+// byteCount formats a number of bytes, which may be negative when the garbage
+// collector freed more than was added, rounded to a whole byte.
+func byteCount(v float64) string {
+	if n := round(v); n < 0 {
+		return "−" + group(-n)
+	}
+	return group(round(v))
+}

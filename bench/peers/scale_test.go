@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters runs the scale
+// part alone, small, on a redis-server of its own, and checks that every
+// figure is in the JSON report and plausible: both hand-overs granted the
+// lock, holds add neither goroutines nor one round trip per renewal, and
+// waiters cost memory and about one goroutine each.
+func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server is not on PATH")
+	}
+	const n = 100
+	path := filepath.Join(t.TempDir(), "scale.json")
+	o, err := parseFlags([]string{
+		"-workloads", "scale", "-duration", "200ms", "-waiters-duration", "200ms", "-warmup", "30ms",
+		// The first renewals fall due a second after the holds are taken.
+		"-scale-waiters", strconv.Itoa(n), "-scale-holds", strconv.Itoa(n), "-scale-window", "1500ms", "-json", path,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out, log bytes.Buffer
+	if err := run(ctx, o, &out, &log); err != nil {
+		t.Fatalf("run: %v\n%s", err, log.String())
+	}
+
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Results) != 0 {
+		t.Errorf("%d peer results, want none: only the scale part was selected", len(r.Results))
+	}
+	if r.Scale == nil {
+		t.Fatal("no scale part in the JSON report")
+	}
+	s := r.Scale
+
+	if len(s.Handover) != 2 {
+		t.Fatalf("%d hand-over runs, want 2", len(s.Handover))
+	}
+	for i, want := range []int{scaleSmallWaiters, n} {
+		h := s.Handover[i]
+		if h.Waiters != want || h.Clients != scaleClients {
+			t.Errorf("hand-over %d: %d waiters over %d clients, want %d over %d", i, h.Waiters, h.Clients, want, scaleClients)
+		}
+		if h.Grants < 2 || h.GrantsPerSec <= 0 {
+			t.Errorf("hand-over with %d waiters: %d grants, %.0f/s", h.Waiters, h.Grants, h.GrantsPerSec)
+		}
+		if h.P50ms <= 0 || h.P50ms > h.P99ms || h.P99ms > h.Maxms {
+			t.Errorf("hand-over with %d waiters: p50 %.3f, p99 %.3f, max %.3f ms, want 0 < p50 <= p99 <= max",
+				h.Waiters, h.P50ms, h.P99ms, h.Maxms)
+		}
+		if h.Errors != 0 {
+			t.Errorf("hand-over with %d waiters: %d errors, first: %s", h.Waiters, h.Errors, h.FirstError)
+		}
+	}
+	if s.HandoverP50Ratio <= 0 {
+		t.Errorf("hand-over p50 ratio %v, want > 0", s.HandoverP50Ratio)
+	}
+
+	hd := s.Holds
+	if hd.Holds != n || hd.TenthHolds != n/10 {
+		t.Errorf("%d holds, a tenth %d; want %d and %d", hd.Holds, hd.TenthHolds, n, n/10)
+	}
+	if hd.GoroutinesBefore <= 0 || hd.GoroutinesTenth <= 0 || hd.GoroutinesAll <= 0 {
+		t.Errorf("goroutines not measured: %d before, %d, %d", hd.GoroutinesBefore, hd.GoroutinesTenth, hd.GoroutinesAll)
+	}
+	// Ninety more holds may meet a renewal under way, not ninety goroutines.
+	if grown := hd.GoroutinesAll - hd.GoroutinesTenth; grown > 5 {
+		t.Errorf("goroutines grew by %d from %d to %d holds", grown, hd.TenthHolds, hd.Holds)
+	}
+	if hd.HeapBytesPerHold <= 0 || hd.RedisBytesPerHold <= 0 {
+		t.Errorf("per hold: Go heap %.0f B, Redis %.0f B, want both > 0", hd.HeapBytesPerHold, hd.RedisBytesPerHold)
+	}
+	if hd.Renewals == 0 || hd.RoundTrips == 0 || hd.RoundTrips >= hd.Renewals {
+		t.Errorf("%d renewals in %d round trips, want some renewals, pipelined", hd.Renewals, hd.RoundTrips)
+	}
+
+	w := s.Waiters
+	if w.Waiters != n || w.Clients != scaleClients {
+		t.Errorf("%d waiters over %d clients, want %d over %d", w.Waiters, w.Clients, n, scaleClients)
+	}
+	if w.HeapBytesPerWaiter <= 0 || w.RedisBytesPerWaiter <= 0 {
+		t.Errorf("per waiter: Go heap %.0f B, Redis %.0f B, want both > 0", w.HeapBytesPerWaiter, w.RedisBytesPerWaiter)
+	}
+	if w.GoroutinesPerWaiter < 0.9 || w.GoroutinesPerWaiter > 2 {
+		t.Errorf("%.2f goroutines per waiter, want about 1", w.GoroutinesPerWaiter)
+	}
+
+	for _, title := range []string{"## scale: hand-over", "## scale: " + group(n) + " holds", "## scale: " + group(n) + " waiters"} {
+		if !strings.Contains(out.String(), title) {
+			t.Errorf("no table %q", title)
+		}
+	}
+	if strings.Contains(out.String(), "## Summary") {
+		t.Errorf("a summary of the peers, which did not run")
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// server is the Redis server every library runs on.
+type server struct {
+	opts    *redis.Options // how the benchmark's clients reach it
+	admin   *redis.Client  // INFO and CONFIG RESETSTAT, outside the counted hooks
+	started *redistest.Server
+	desc    string // address and version, for the report
+}
+
+// openServer connects to the server at url, or when url is empty starts a
+// redis-server without persistence on a free loopback port.
+func openServer(ctx context.Context, url string) (*server, error) {
+	s := &server{}
+	if url == "" {
+		rs, err := redistest.Start()
+		if err != nil {
+			return nil, err
+		}
+		s.started = rs
+		s.opts = &redis.Options{Addr: rs.Addr}
+	} else {
+		opts, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		s.opts = opts
+	}
+	s.admin = redis.NewClient(s.opts)
+	info, err := s.info(ctx, "server")
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("redis at %s: %w", s.opts.Addr, err)
+	}
+	s.desc = fmt.Sprintf("Redis %s at %s", info["redis_version"], s.opts.Addr)
+	if s.started != nil {
+		s.desc += " (started for this run)"
+	}
+	return s, nil
+}
+
+func (s *server) close() {
+	_ = s.admin.Close()
+	if s.started != nil {
+		s.started.Stop()
+	}
+}
+
+// serverStats is a reading of the server's counters.
+type serverStats struct {
+	cpu          time.Duration // used_cpu_user + used_cpu_sys since start
+	evalshaCalls int64         // EVALSHA calls since the last CONFIG RESETSTAT
+	evalshaUsec  int64         // time spent in them, in µs
+}
+
+// resetStats zeroes the server's command statistics.
+func (s *server) resetStats(ctx context.Context) error {
+	return s.admin.ConfigResetStat(ctx).Err()
+}
+
+// stats reads the server's CPU time and EVALSHA statistics.
+func (s *server) stats(ctx context.Context) (serverStats, error) {
+	info, err := s.info(ctx, "cpu", "commandstats")
+	if err != nil {
+		return serverStats{}, err
+	}
+	var st serverStats
+	for _, field := range []string{"used_cpu_user", "used_cpu_sys"} {
+		sec, err := strconv.ParseFloat(info[field], 64)
+		if err != nil {
+			return serverStats{}, fmt.Errorf("INFO %s: %w", field, err)
+		}
+		st.cpu += time.Duration(sec * float64(time.Second))
+	}
+	// cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,...
+	for _, kv := range strings.Split(info["cmdstat_evalsha"], ",") {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "calls":
+			st.evalshaCalls, _ = strconv.ParseInt(v, 10, 64)
+		case "usec":
+			st.evalshaUsec, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return st, nil
+}
+
+// info returns the fields of the given INFO sections.
+func (s *server) info(ctx context.Context, sections ...string) (map[string]string, error) {
+	text, err := s.admin.Info(ctx, sections...).Result()
+	if err != nil {
+		return nil, err
+	}
+	return parseInfo(text), nil
+}
+
+// parseInfo splits INFO's "field:value" lines, skipping section headers.
+func parseInfo(text string) map[string]string {
+	fields := map[string]string{}
+	for line := range strings.Lines(text) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			fields[k] = v
+		}
+	}
+	return fields
+}
+
+// usedMemory returns INFO's used_memory, the bytes Redis has allocated.
+func (s *server) usedMemory(ctx context.Context) (int64, error) {
+	info, err := s.info(ctx, "memory")
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseInt(info["used_memory"], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("INFO used_memory: %w", err)
+	}
+	return n, nil
+}

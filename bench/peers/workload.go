@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A workload is a shape of load: how many goroutines, over how many
+// clients, take which locks and hold them how long.
+type workload struct {
+	key        string // selects it on the command line
+	title      string
+	goroutines int
+	clients    int
+	names      int           // lock names; each grant picks one at random
+	hold       time.Duration // time in the critical section
+	long       bool          // measured for -waiters-duration instead of -duration
+}
+
+// workloads are every workload, in the order they run.
+var workloads = []workload{
+	{key: "uncontended", title: "uncontended Lock+Unlock", goroutines: 1, clients: 1, names: 1},
+	{key: "hold0", title: "contended, hold 0", goroutines: 16, clients: 4, names: 1},
+	{key: "hold5ms", title: "contended, hold 5 ms", goroutines: 16, clients: 4, names: 1, hold: 5 * time.Millisecond},
+	{key: "many", title: "many locks", goroutines: 64, clients: 4, names: 1000},
+	{key: "waiters", title: "10,000 waiters on one lock", goroutines: 10000, clients: 4, names: 1, long: true},
+}
+
+// shape describes w in a few words for the report.
+func (w workload) shape() string {
+	s := fmt.Sprintf("%s goroutines over %d clients", group(int64(w.goroutines)), w.clients)
+	if w.goroutines == 1 {
+		s = "1 goroutine, 1 client"
+	}
+	if w.names == 1 {
+		s += ", 1 lock"
+	} else {
+		s += fmt.Sprintf(", %s locks", group(int64(w.names)))
+	}
+	if w.hold > 0 {
+		s += fmt.Sprintf(", holding %v", w.hold)
+	}
+	return s
+}
+
+// scaleKey selects the scale part (scale.go): fairlock alone, run after
+// the workloads.
+const scaleKey = "scale"
+
+// selectWorkloads returns the workloads named in the comma-separated list,
+// and whether it names the scale part; all of them and the scale part when
+// it is empty.
+func selectWorkloads(list string) (ws []workload, scale bool, err error) {
+	if list == "" {
+		return workloads, true, nil
+	}
+	for _, key := range strings.Split(list, ",") {
+		if strings.TrimSpace(key) == scaleKey {
+			scale = true
+			continue
+		}
+		i := slices.IndexFunc(workloads, func(w workload) bool { return w.key == strings.TrimSpace(key) })
+		if i < 0 {
+			return nil, false, fmt.Errorf("unknown workload %q (known: %s)", key, workloadKeys())
+		}
+		ws = append(ws, workloads[i])
+	}
+	return ws, scale, nil
+}
+
+func workloadKeys() string {
+	keys := make([]string, 0, len(workloads)+1)
+	for _, w := range workloads {
+		keys = append(keys, w.key)
+	}
+	return strings.Join(append(keys, scaleKey), ", ")
+}
+
+// unlockTimeout bounds an unlock, which runs after the run's deadline too.
+const unlockTimeout = 5 * time.Second
+
+// drive runs goroutines goroutines of w, spread round-robin over lockers,
+// on locks named prefix:0, prefix:1, ..., until ctx ends; ctx must have a
+// deadline. Each loops: lock, enter the critical section, hold, leave,
+// unlock. A grant counts when it came before the deadline; a Lock that
+// the deadline ended counts as nothing. drive returns once every
+// goroutine has unlocked and stopped.
+func drive(ctx context.Context, w workload, lockers []locker, prefix string, goroutines int) *tally {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		panic("drive needs a context with a deadline")
+	}
+	names := make([]string, w.names)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s:%d", prefix, i)
+	}
+	// inside[i] counts the holders in lock i's critical section: one at
+	// most, or a library broke mutual exclusion.
+	inside := make([]atomic.Int32, w.names)
+	t := newTally(goroutines)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		lk := lockers[g%len(lockers)]
+		rng := rand.New(rand.NewPCG(uint64(g), uint64(deadline.UnixNano())))
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := rng.IntN(len(names))
+				start := time.Now()
+				unlock, err := lk.lock(ctx, names[i])
+				granted := time.Now()
+				if err != nil {
+					if ctx.Err() == nil {
+						t.fail(err)
+					}
+					continue
+				}
+				if inside[i].Add(1) != 1 {
+					t.violations.Add(1)
+				}
+				if w.hold > 0 {
+					time.Sleep(w.hold)
+				}
+				inside[i].Add(-1)
+				if granted.Before(deadline) {
+					t.grant(g, granted.Sub(start))
+				}
+				uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+				if err := unlock(uctx); err != nil {
+					t.fail(fmt.Errorf("unlock: %w", err))
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return t
+}

@@ -18,19 +18,16 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// TestEveryLibraryGrantsAndExcludesInEveryWorkload runs every workload
-// briefly with every library on a redis-server of its own and checks that
-// each library was granted the lock, never let two holders in at once, and
-// that the tables and the JSON report hold every row.
-func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
+// runReport runs the command with args (and -json) on a redis-server of
+// its own, skipping the test when there is none on PATH, and returns the
+// options, the JSON report and what it printed.
+func runReport(t *testing.T, args ...string) (options, report, string) {
+	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Skip("redis-server is not on PATH")
 	}
-	path := filepath.Join(t.TempDir(), "peers.json")
-	o, err := parseFlags([]string{
-		"-duration", "200ms", "-waiters-duration", "200ms", "-warmup", "30ms", "-json", path,
-		"-scale-waiters", "100", "-scale-holds", "100", "-scale-window", "200ms",
-	})
+	path := filepath.Join(t.TempDir(), "report.json")
+	o, err := parseFlags(append(args, "-json", path))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +37,6 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 	if err := run(ctx, o, &out, &log); err != nil {
 		t.Fatalf("run: %v\n%s", err, log.String())
 	}
-
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +45,16 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
+	return o, r, out.String()
+}
+
+// TestEveryLibraryGrantsAndExcludesInEveryWorkload runs every workload
+// briefly with every library on a redis-server of its own and checks that
+// each library was granted the lock, never let two holders in at once, and
+// that the tables and the JSON report hold every row.
+func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
+	o, r, out := runReport(t, "-duration", "200ms", "-waiters-duration", "200ms", "-warmup", "30ms",
+		"-scale-waiters", "100", "-scale-holds", "100", "-scale-window", "200ms")
 	libs := libraries(o.lib)
 	if got, want := len(r.Results), len(workloads)*len(libs); got != want {
 		t.Fatalf("%d results, want %d", got, want)
@@ -65,11 +71,11 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 		}
 	}
 	for _, w := range workloads {
-		if !strings.Contains(out.String(), "## "+w.title) {
+		if !strings.Contains(out, "## "+w.title) {
 			t.Errorf("no table for %s", w.key)
 		}
 	}
-	if !strings.Contains(out.String(), "## Summary") {
+	if !strings.Contains(out, "## Summary") {
 		t.Errorf("no summary table")
 	}
 	if r.Scale == nil {

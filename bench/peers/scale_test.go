@@ -1,16 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters runs the scale
@@ -19,34 +12,10 @@ import (
 // lock, holds add neither goroutines nor one round trip per renewal, and
 // waiters cost memory and about one goroutine each.
 func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server is not on PATH")
-	}
 	const n = 100
-	path := filepath.Join(t.TempDir(), "scale.json")
-	o, err := parseFlags([]string{
-		"-workloads", "scale", "-duration", "200ms", "-waiters-duration", "200ms", "-warmup", "30ms",
-		// The first renewals fall due a second after the holds are taken.
-		"-scale-waiters", strconv.Itoa(n), "-scale-holds", strconv.Itoa(n), "-scale-window", "1500ms", "-json", path,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, log bytes.Buffer
-	if err := run(ctx, o, &out, &log); err != nil {
-		t.Fatalf("run: %v\n%s", err, log.String())
-	}
-
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r report
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
+	// The first renewals fall due a second after the holds are taken.
+	_, r, out := runReport(t, "-workloads", "scale", "-duration", "200ms", "-waiters-duration", "200ms", "-warmup", "30ms",
+		"-scale-waiters", strconv.Itoa(n), "-scale-holds", strconv.Itoa(n), "-scale-window", "1500ms")
 	if len(r.Results) != 0 {
 		t.Errorf("%d peer results, want none: only the scale part was selected", len(r.Results))
 	}
@@ -108,11 +77,11 @@ func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
 	}
 
 	for _, title := range []string{"## scale: hand-over", "## scale: " + group(n) + " holds", "## scale: " + group(n) + " waiters"} {
-		if !strings.Contains(out.String(), title) {
+		if !strings.Contains(out, title) {
 			t.Errorf("no table %q", title)
 		}
 	}
-	if strings.Contains(out.String(), "## Summary") {
+	if strings.Contains(out, "## Summary") {
 		t.Errorf("a summary of the peers, which did not run")
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock"
-	"github.com/fairlock/fairlock/queue"
 )
 
 // config is one run's configuration, from the command line. A worker
@@ -46,7 +45,6 @@ type config struct {
 	JSON    bool   `json:"-"`
 	SVG     string `json:"-"`
 	History string `json:"-"`
-	Inspect string `json:"-"`
 
 	// Worker process only: its index (naming its workers "p<Proc>/..."),
 	// and the numbers of the clients it runs.
@@ -54,8 +52,8 @@ type config struct {
 	ClientIDs []int `json:"client_ids,omitempty"`
 }
 
-// usageError is a command-line error: exit status 2. A nil err was
-// reported by the flag package already.
+// usageError is a command-line error: exit status 2 (exitCannotRun). A
+// nil err was reported by the flag package already.
 type usageError struct{ err error }
 
 func (e usageError) Error() string {
@@ -83,12 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"Without -redis, -cluster or -sentinel it runs against an embedded Redis.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&c.RedisURL, "redis", "", "Redis `URL`, redis://host:port/db (default: an embedded Redis); -redis, -cluster\nand -sentinel exclude each other")
-	fs.StringVar(&cluster, "cluster", "", "Redis Cluster seed `addresses`, host:port,host:port")
-	fs.StringVar(&sentinel, "sentinel", "", "Redis Sentinel `addresses`, host:port,host:port: run against the primary they\nmonitor as -master, through a failover client")
-	fs.StringVar(&c.Master, "master", "", "with -sentinel: the `NAME` the sentinels monitor the primary under")
-	fs.StringVar(&c.Inspect, "inspect", "", "print the state of the lock `NAME` under -prefix and exit")
-	fs.StringVar(&c.Prefix, "prefix", "fairlock", "key prefix for -inspect (a run always uses a random prefix of its own)")
+	c.targetFlags(fs, &cluster, &sentinel, "(default: an embedded Redis)")
 	fs.IntVar(&c.Locks, "locks", 3, "number of lock names")
 	fs.IntVar(&c.Clients, "clients", 4, "number of fairlock clients, each with its own connections")
 	fs.IntVar(&c.Goroutines, "goroutines", 4, "goroutines per client")
@@ -118,11 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
-	var err error
-	if c.Cluster, err = addrList("-cluster", cluster); err != nil {
-		return c, usageError{err}
-	}
-	if c.Sentinel, err = addrList("-sentinel", sentinel); err != nil {
+	if err := c.setAddrs(cluster, sentinel); err != nil {
 		return c, usageError{err}
 	}
 	if c.Seed == 0 {
@@ -163,8 +152,28 @@ func addrList(name, v string) ([]string, error) {
 	return addrs, nil
 }
 
-// targetFlags names the flags that chose a deployment.
-func (c *config) targetFlags() []string {
+// targetFlags defines on fs the flags that choose a deployment: -redis
+// and -master into c, -cluster and -sentinel into the lists to be split
+// by setAddrs. dflt says what no choice means.
+func (c *config) targetFlags(fs *flag.FlagSet, cluster, sentinel *string, dflt string) {
+	fs.StringVar(&c.RedisURL, "redis", "", "Redis `URL`, redis://host:port/db "+dflt+"; -redis, -cluster\nand -sentinel exclude each other")
+	fs.StringVar(cluster, "cluster", "", "Redis Cluster seed `addresses`, host:port,host:port")
+	fs.StringVar(sentinel, "sentinel", "", "Redis Sentinel `addresses`, host:port,host:port: the primary they monitor\nas -master, through a failover client")
+	fs.StringVar(&c.Master, "master", "", "with -sentinel: the `NAME` the sentinels monitor the primary under")
+}
+
+// setAddrs splits the values of -cluster and -sentinel into c.
+func (c *config) setAddrs(cluster, sentinel string) error {
+	var err error
+	if c.Cluster, err = addrList("-cluster", cluster); err != nil {
+		return err
+	}
+	c.Sentinel, err = addrList("-sentinel", sentinel)
+	return err
+}
+
+// chosenTargets names the flags that chose a deployment.
+func (c *config) chosenTargets() []string {
 	var fs []string
 	if c.RedisURL != "" {
 		fs = append(fs, "-redis")
@@ -178,14 +187,29 @@ func (c *config) targetFlags() []string {
 	return fs
 }
 
-func (c *config) validate() error {
-	switch fs := c.targetFlags(); {
+// validateTarget checks the flags that choose a deployment.
+func (c *config) validateTarget() error {
+	switch fs := c.chosenTargets(); {
 	case len(fs) > 1:
 		return fmt.Errorf("%s and %s exclude each other: give one", strings.Join(fs[:len(fs)-1], ", "), fs[len(fs)-1])
 	case len(c.Sentinel) > 0 && c.Master == "":
 		return errors.New("-sentinel needs -master NAME, the name the sentinels monitor the primary under")
 	case len(c.Sentinel) == 0 && c.Master != "":
 		return errors.New("-master needs -sentinel, the addresses of the sentinels")
+	}
+	if c.RedisURL != "" {
+		if _, err := redis.ParseURL(c.RedisURL); err != nil {
+			return fmt.Errorf("-redis %q: %v", c.RedisURL, err)
+		}
+	}
+	return nil
+}
+
+func (c *config) validate() error {
+	if err := c.validateTarget(); err != nil {
+		return err
+	}
+	switch {
 	case c.Locks < 1 || c.Locks > maxLocks:
 		return fmt.Errorf("-locks %d: want 1 to %d", c.Locks, maxLocks)
 	case c.Clients < 1 || c.Goroutines < 1:
@@ -214,19 +238,6 @@ func (c *config) validate() error {
 		return fmt.Errorf("-waiter-ttl %v: want at least %v", c.WaiterTTL, fairlock.MinDuration)
 	case c.Grace <= 0:
 		return fmt.Errorf("-grace %v: want a positive duration", c.Grace)
-	}
-	if c.RedisURL != "" {
-		if _, err := redis.ParseURL(c.RedisURL); err != nil {
-			return fmt.Errorf("-redis %q: %v", c.RedisURL, err)
-		}
-	}
-	if c.Inspect != "" {
-		if len(c.targetFlags()) == 0 {
-			return errors.New("-inspect needs -redis, -cluster or -sentinel: the embedded Redis exists only during a run")
-		}
-		if _, err := queue.For(c.Prefix, c.Inspect); err != nil {
-			return fmt.Errorf("-inspect %q -prefix %q: %v", c.Inspect, c.Prefix, err)
-		}
 	}
 	return nil
 }

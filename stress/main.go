@@ -13,7 +13,8 @@
 //	                                                  # a primary watched by sentinels
 //	go run ./stress -procs 3 -svg timeline.svg        # workers in 3 processes
 //	go run ./stress -json -history attempts.jsonl     # for machines
-//	go run ./stress -redis redis://host:6379/0 -prefix P -inspect NAME
+//	go run ./stress inspect -redis redis://host:6379/0 -prefix P NAME
+//	                                                  # one lock's state, and exit
 //
 // A run uses keys under a random prefix of its own ("fairlock-stress-..."),
 // never touches others, and deletes its keys at the end.
@@ -29,8 +30,9 @@
 // again is counted in the report, not judged. The
 // report gives outcomes, throughput, wait and hand-over latencies,
 // fairness across workers, Redis commands per grant, and the violations;
-// the exit status is 1 when there is any, 2 for bad flags, 130 for a clean
-// run cut short by an interrupt.
+// the exit status is 1 when there is any, 2 when the check could not be
+// made (bad flags, Redis unreachable, a report that could not be
+// written), 130 for a clean run cut short by an interrupt.
 //
 // Redis commands per grant are counted from the INFO commandstats of the
 // deployment's primaries, read every half second while the run goes on
@@ -82,14 +84,18 @@ func main() {
 // Exit statuses.
 const (
 	exitOK          = 0
-	exitViolations  = 1 // or the run could not be made
-	exitBadFlags    = 2
+	exitViolations  = 1 // the check found violations
+	exitCannotRun   = 2 // bad flags, Redis unreachable, a report not written: nothing was checked
 	exitInterrupted = 130
 )
 
 // run is the command: it parses args, runs the stress test, writes the
-// report to stdout, and returns the exit status.
+// report to stdout, and returns the exit status. "inspect" as the first
+// argument runs the inspect command instead (inspectcmd.go).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "inspect" {
+		return inspectMain(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := parseFlags(args, stderr)
 	var ue usageError
 	switch {
@@ -99,19 +105,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if ue.err != nil {
 			fmt.Fprintf(stderr, "stress: %v\nRun 'stress -h' for usage.\n", ue.err)
 		}
-		return exitBadFlags
+		return exitCannotRun
 	case err != nil:
 		fmt.Fprintf(stderr, "stress: %v\n", err)
-		return exitBadFlags
-	}
-	if cfg.Inspect != "" {
-		return inspectMain(ctx, cfg, stdout, stderr)
+		return exitCannotRun
 	}
 
 	tgt, err := openTarget(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "stress: %v\n", err)
-		return exitViolations
+		return exitCannotRun
 	}
 	defer tgt.close()
 	cfg.Prefix = "fairlock-stress-" + randomHex(6)
@@ -119,11 +122,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer admin.Close()
 	if err := admin.Ping(ctx).Err(); err != nil {
 		fmt.Fprintf(stderr, "stress: cannot reach %s: %v\n", tgt, err)
-		return exitViolations
+		return exitCannotRun
 	}
 	fmt.Fprintf(stderr, "stress: %s, prefix %s, seed %d\n", tgt, cfg.Prefix, cfg.Seed)
 	if tgt.mini == nil {
-		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run stress with the same -redis, -cluster or -sentinel and -prefix %s -inspect lock-0\n", cfg.Prefix)
+		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run stress inspect with the same -redis, -cluster or -sentinel and -prefix %s lock-0\n", cfg.Prefix)
 	}
 
 	smp, statsErr := startSampler(ctx, tgt, sampleEvery)
@@ -160,23 +163,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rep.Interrupted = interrupted
 	if err := rep.write(stdout, cfg.JSON); err != nil {
 		fmt.Fprintf(stderr, "stress: writing the report: %v\n", err)
-		return exitViolations
+		return exitCannotRun
 	}
+	written := true
 	if cfg.History != "" {
 		if err := writeHistoryFile(cfg.History, attempts); err != nil {
 			fmt.Fprintf(stderr, "stress: %v\n", err)
-			return exitViolations
+			written = false
 		}
 	}
 	if cfg.SVG != "" {
 		if err := writeSVGFile(cfg.SVG, attempts, lockNames(cfg.Locks), violations); err != nil {
 			fmt.Fprintf(stderr, "stress: %v\n", err)
-			return exitViolations
+			written = false
 		}
 	}
 	switch {
-	case len(violations) > 0:
+	case len(violations) > 0: // the report says so, whatever else failed
 		return exitViolations
+	case !written:
+		return exitCannotRun
 	case interrupted:
 		return exitInterrupted
 	}
@@ -221,23 +227,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b) // never fails
 	return hex.EncodeToString(b)
-}
-
-// inspectMain prints the snapshot of the lock cfg.Inspect under cfg.Prefix.
-func inspectMain(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
-	tgt, err := openTarget(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "stress: %v\n", err)
-		return exitViolations
-	}
-	defer tgt.close()
-	rdb := tgt.client()
-	defer rdb.Close()
-	s, err := inspect(ctx, rdb, cfg.Prefix, cfg.Inspect)
-	if err != nil {
-		fmt.Fprintf(stderr, "stress: %v\n", err)
-		return exitViolations
-	}
-	fmt.Fprint(stdout, s.String())
-	return exitOK
 }

@@ -175,10 +175,78 @@ func TestInspectPrintsTheSnapshotOfOneLock(t *testing.T) {
 	m.HSet("app:{orders}", "owner", "o1", "count", "2", "token", "9", "entry", "")
 	require.NoError(t, m.Set("app:{orders}:token", "9"))
 
-	code, out, errs := runCmd(t, "-redis", "redis://"+m.Addr()+"/0", "-prefix", "app", "-inspect", "orders")
+	code, out, errs := runCmd(t, "inspect", "-redis", "redis://"+m.Addr()+"/0", "-prefix", "app", "orders")
 	require.Equal(t, exitOK, code, errs)
 	assert.Contains(t, out, `lock "orders"`)
 	assert.Contains(t, out, "held by o1: 2 level(s), token 9")
+}
+
+// Exit status 2 means nothing was checked: bad flags (below), or a Redis
+// that cannot be reached, for a run as for inspect.
+func TestUnreachableRedisExitsWithStatus2(t *testing.T) {
+	m := miniredis.NewMiniRedis()
+	require.NoError(t, m.Start())
+	addr := m.Addr()
+	m.Close() // nothing listens there now
+	for _, args := range [][]string{
+		{"-redis", "redis://" + addr + "/0", "-duration", "200ms"},
+		{"inspect", "-redis", "redis://" + addr + "/0", "lock-0"},
+	} {
+		code, out, errs := runCmd(t, args...)
+		assert.Equal(t, exitCannotRun, code, "%q: stderr %s", args, errs)
+		assert.Empty(t, out, "%q", args)
+	}
+}
+
+// Exit status 1 means the check found violations: here holds deleted
+// behind the lock's back, so that two holders overlap.
+func TestViolationsExitWithStatus1(t *testing.T) {
+	m := miniredis.NewMiniRedis()
+	require.NoError(t, m.Start())
+	defer m.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			for _, k := range m.Keys() {
+				if strings.HasPrefix(k, "fairlock-stress-") && strings.HasSuffix(k, "}") {
+					m.Del(k) // a hold
+				}
+			}
+		}
+	}()
+	code, out, errs := runCmd(t, "-redis", "redis://"+m.Addr()+"/0", "-duration", "1s", "-locks", "1",
+		"-clients", "2", "-goroutines", "2", "-hold", "2ms-5ms", "-giveup", "0", "-try", "0", "-json")
+	require.Equal(t, exitViolations, code, "stderr: %s", errs)
+	assert.Positive(t, decodeReport(t, out).ViolationSums.Total)
+}
+
+func TestInspectBadArgumentsExitWithStatus2(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // in stderr
+	}{
+		{[]string{"x"}, "needs -redis, -cluster or -sentinel"},
+		{[]string{"-redis", "redis://a:1"}, "want one lock NAME, got 0"},
+		{[]string{"-redis", "redis://a:1", "a", "b"}, "want one lock NAME, got 2"},
+		{[]string{"-redis", "redis://a:1", "a}b"}, "invalid lock name"},
+		{[]string{"-redis", "redis://a:1", "-cluster", "b:2", "x"}, "exclude each other"},
+		{[]string{"-locks", "3", "x"}, "flag provided but not defined"},
+	}
+	for _, tt := range tests {
+		code, out, errs := runCmd(t, append([]string{"inspect"}, tt.args...)...)
+		assert.Equal(t, exitCannotRun, code, "%q", tt.args)
+		assert.Contains(t, errs, tt.want, "%q", tt.args)
+		assert.Empty(t, out, "%q", tt.args)
+	}
+	code, _, errs := runCmd(t, "inspect", "-h")
+	assert.Equal(t, exitOK, code)
+	assert.Contains(t, errs, "Usage: stress inspect")
 }
 
 func TestBadFlagsExitWithStatus2(t *testing.T) {
@@ -208,14 +276,14 @@ func TestBadFlagsExitWithStatus2(t *testing.T) {
 		{[]string{"-sentinel", "a:1,nohost", "-master", "m"}, `-sentinel "nohost"`},
 		{[]string{"-sentinel", " , ", "-master", "m"}, "no address"},
 		{[]string{"-cluster", "a:1,b"}, `-cluster "b"`},
-		{[]string{"-inspect", "x"}, "-inspect needs -redis, -cluster or -sentinel"},
-		{[]string{"-redis", "redis://a:1", "-inspect", "a}b"}, "invalid lock name"},
+		{[]string{"-inspect", "x"}, "flag provided but not defined: -inspect"},
+		{[]string{"-prefix", "x"}, "flag provided but not defined: -prefix"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined"},
 		{[]string{"extra"}, "unexpected argument"},
 	}
 	for _, tt := range tests {
 		code, out, errs := runCmd(t, tt.args...)
-		assert.Equal(t, exitBadFlags, code, "%q", tt.args)
+		assert.Equal(t, exitCannotRun, code, "%q", tt.args)
 		assert.Contains(t, errs, tt.want, "%q", tt.args)
 		assert.Empty(t, out, "%q", tt.args)
 	}
@@ -228,7 +296,7 @@ func TestBadFlagsExitWithStatus2(t *testing.T) {
 
 func TestWorkerRejectsABadSpec(t *testing.T) {
 	var out, errb bytes.Buffer
-	assert.Equal(t, exitBadFlags, workerMain("{not json", &out, &errb))
+	assert.Equal(t, exitCannotRun, workerMain("{not json", &out, &errb))
 	assert.True(t, strings.Contains(errb.String(), workerEnv), errb.String())
 }
 

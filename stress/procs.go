@@ -119,7 +119,7 @@ func workerMain(spec string, stdout, stderr io.Writer) int {
 	var cfg config
 	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
 		fmt.Fprintf(stderr, "stress worker: bad %s: %v\n", workerEnv, err)
-		return exitBadFlags
+		return exitCannotRun
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

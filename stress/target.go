@@ -36,7 +36,7 @@ const tick = 10 * time.Millisecond
 // every command instead, miniredis's ClockTTL, costs a scan of every key
 // with a TTL per command, and call receipts make those many.)
 func openTarget(c config) (*target, error) {
-	if len(c.targetFlags()) > 0 {
+	if len(c.chosenTargets()) > 0 {
 		return remoteTarget(c), nil
 	}
 	m := miniredis.NewMiniRedis()

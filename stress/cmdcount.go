@@ -283,7 +283,7 @@ const maxUnread = 0.5
 
 // commands returns the figure of the tally over grants, or why there is
 // none.
-func commands(t cmdTally, grants int) (*Commands, string) {
+func commands(t cmdTally, grants int) (*commandSums, string) {
 	gaps := make([]string, len(t.Unread))
 	for i, u := range t.Unread {
 		gaps[i] = u.String()
@@ -299,7 +299,7 @@ func commands(t cmdTally, grants int) (*Commands, string) {
 	case t.Total <= 0:
 		return nil, "no command counted"
 	}
-	c := &Commands{
+	c := &commandSums{
 		Detailed: t.Detailed, Total: t.Total, PerGrant: float64(t.Total) / float64(grants),
 		LowerBound: len(gaps) > 0, Unread: gaps,
 	}

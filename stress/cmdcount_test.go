@@ -250,7 +250,7 @@ func TestCommandFigureSaysWhatItIs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &Report{}
+			r := &report{}
 			r.Commands, r.CommandsNA = commands(tt.tally, tt.grants)
 			var b strings.Builder
 			require.NoError(t, r.write(&b, false))

@@ -13,49 +13,49 @@ import (
 	"time"
 )
 
-// Kind says which call an attempt made.
-type Kind string
+// attemptKind says which call an attempt made.
+type attemptKind string
 
 // Kinds of attempts.
 const (
-	KindLock Kind = "lock" // Lock: waits in line
-	KindTry  Kind = "try"  // TryLock: never waits
+	kindLock attemptKind = "lock" // Lock: waits in line
+	kindTry  attemptKind = "try"  // TryLock: never waits
 )
 
-// Outcome is how an attempt ended.
-type Outcome string
+// outcome is how an attempt ended.
+type outcome string
 
 // Outcomes of attempts.
 const (
-	Granted   Outcome = "granted"    // the lock was granted, held and unlocked
-	GaveUp    Outcome = "gave-up"    // the wait's context deadline passed first
-	TryFailed Outcome = "try-failed" // TryLock found the lock taken
-	Failed    Outcome = "error"      // Lock or TryLock failed otherwise
-	Pending   Outcome = "pending"    // still waiting, holding or unlocking when the run ended
+	outGranted   outcome = "granted"    // the lock was granted, held and unlocked
+	outGaveUp    outcome = "gave-up"    // the wait's context deadline passed first
+	outTryFailed outcome = "try-failed" // TryLock found the lock taken
+	outFailed    outcome = "error"      // Lock or TryLock failed otherwise
+	outPending   outcome = "pending"    // still waiting, holding or unlocking when the run ended
 )
 
-// Outcomes lists the outcomes in the order reports show them.
-var Outcomes = []Outcome{Granted, GaveUp, TryFailed, Failed, Pending}
+// outcomes lists the outcomes in the order reports show them.
+var outcomes = []outcome{outGranted, outGaveUp, outTryFailed, outFailed, outPending}
 
-// Join is one time a waiting Lock call appended its entry to the queue:
+// join is one time a waiting Lock call appended its entry to the queue:
 // the call was sent at Sent and answered at Answered, so the entry joined
 // the line in between.
-type Join struct {
+type join struct {
 	Sent     time.Time `json:"sent"`
 	Answered time.Time `json:"answered"`
 }
 
-// Attempt is the history of one outer Lock or TryLock call, from the call
+// attempt is the history of one outer Lock or TryLock call, from the call
 // to the end of its hold. Every time is the wall clock of the process that
 // made the call, read on the caller's side, so each one brackets the real
 // event: a grant happened before Granted, a release after UnlockStart.
-type Attempt struct {
-	Worker string `json:"worker"` // "p<process>/c<client>/g<goroutine>"
-	Lock   string `json:"lock"`
-	Kind   Kind   `json:"kind"`
+type attempt struct {
+	Worker string      `json:"worker"` // "p<process>/c<client>/g<goroutine>"
+	Lock   string      `json:"lock"`
+	Kind   attemptKind `json:"kind"`
 
 	Start       time.Time `json:"start"`                 // Lock or TryLock called
-	Joins       []Join    `json:"joins,omitempty"`       // appended to the queue; more than one: it lost its place
+	Joins       []join    `json:"joins,omitempty"`       // appended to the queue; more than one: it lost its place
 	Kept        time.Time `json:"kept,omitzero"`         // its place in line is certain until then (see keep)
 	Deadline    time.Time `json:"deadline,omitzero"`     // the wait's context deadline (waiters that may give up)
 	Granted     time.Time `json:"granted,omitzero"`      // Lock returned the hold
@@ -64,7 +64,7 @@ type Attempt struct {
 	UnlockStart time.Time `json:"unlock_start,omitzero"` // the outer Unlock called
 	UnlockEnd   time.Time `json:"unlock_end,omitzero"`   // the outer Unlock returned
 	Ended       time.Time `json:"ended,omitzero"`        // Lock returned an error (gave up, try failed, error)
-	Outcome     Outcome   `json:"outcome"`               // how it ended
+	Outcome     outcome   `json:"outcome"`               // how it ended
 	LeaseLost   bool      `json:"lease_lost,omitempty"`  // the hold's context ended with ErrLeaseLost
 	Err         string    `json:"err,omitempty"`         // an unexpected error on the way
 }
@@ -76,7 +76,7 @@ type Attempt struct {
 // that came later than that, the waiter may have been dropped in between
 // (and, finding the line empty, granted without joining again), so Kept
 // stops growing there.
-func (a *Attempt) keep(sent, answered time.Time, ttl time.Duration, broken *bool) {
+func (a *attempt) keep(sent, answered time.Time, ttl time.Duration, broken *bool) {
 	switch {
 	case *broken:
 	case a.Kept.IsZero() || answered.Before(a.Kept):
@@ -87,12 +87,12 @@ func (a *Attempt) keep(sent, answered time.Time, ttl time.Duration, broken *bool
 }
 
 // Held reports whether the attempt was granted the lock.
-func (a *Attempt) Held() bool { return !a.Granted.IsZero() }
+func (a *attempt) Held() bool { return !a.Granted.IsZero() }
 
 // Entered returns when the attempt took its place: the send time of its
 // last join, or its start when it never joined the queue (granted at once,
 // or a TryLock).
-func (a *Attempt) Entered() time.Time {
+func (a *attempt) Entered() time.Time {
 	if n := len(a.Joins); n > 0 {
 		return a.Joins[n-1].Sent
 	}
@@ -109,24 +109,24 @@ func firstSet(ts ...time.Time) time.Time {
 	return time.Time{}
 }
 
-// A Recorder receives finished attempts. Implementations are safe for
+// A recorder receives finished attempts. Implementations are safe for
 // concurrent use.
-type Recorder interface {
-	Record(Attempt)
+type recorder interface {
+	Record(attempt)
 }
 
-// History keeps attempts in memory and counts them by outcome. It is safe
+// history keeps attempts in memory and counts them by outcome. It is safe
 // for concurrent use.
-type History struct {
+type history struct {
 	mu       sync.Mutex
-	attempts []Attempt // guarded by mu
-	counts   sync.Map  // Outcome -> *atomic.Int64
+	attempts []attempt // guarded by mu
+	counts   sync.Map  // outcome -> *atomic.Int64
 }
 
-var _ Recorder = (*History)(nil)
+var _ recorder = (*history)(nil)
 
 // Record adds a to the history.
-func (h *History) Record(a Attempt) {
+func (h *history) Record(a attempt) {
 	h.mu.Lock()
 	h.attempts = append(h.attempts, a)
 	h.mu.Unlock()
@@ -135,14 +135,14 @@ func (h *History) Record(a Attempt) {
 }
 
 // Attempts returns a copy of the attempts recorded so far.
-func (h *History) Attempts() []Attempt {
+func (h *history) Attempts() []attempt {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.attempts)
 }
 
 // Count returns how many attempts ended with o so far.
-func (h *History) Count(o Outcome) int64 {
+func (h *history) Count(o outcome) int64 {
 	if c, ok := h.counts.Load(o); ok {
 		return c.(*atomic.Int64).Load()
 	}
@@ -151,7 +151,7 @@ func (h *History) Count(o Outcome) int64 {
 
 // line is one JSON line of a worker process's output.
 type line struct {
-	Attempt *Attempt `json:"attempt,omitempty"`
+	Attempt *attempt `json:"attempt,omitempty"`
 	Done    bool     `json:"done,omitempty"`  // last line of a worker process that finished its run
 	Error   string   `json:"error,omitempty"` // last line of a worker process that could not run
 }
@@ -164,12 +164,12 @@ type stream struct {
 	err error         // first write error; guarded by mu
 }
 
-var _ Recorder = (*stream)(nil)
+var _ recorder = (*stream)(nil)
 
 func newStream(w io.Writer) *stream { return &stream{enc: json.NewEncoder(w)} }
 
 // Record writes one attempt.
-func (s *stream) Record(a Attempt) { s.write(line{Attempt: &a}) }
+func (s *stream) Record(a attempt) { s.write(line{Attempt: &a}) }
 
 // finish writes the last line: done, or the error that stopped the worker
 // process. It returns the first write error.
@@ -195,7 +195,7 @@ func (s *stream) write(l line) {
 // readStream records the attempts a worker process wrote to r. It returns
 // when r ends, with done set when the process wrote its done line, and
 // the error the process reported or the stream's own.
-func readStream(r io.Reader, rec Recorder) (done bool, err error) {
+func readStream(r io.Reader, rec recorder) (done bool, err error) {
 	dec := json.NewDecoder(r)
 	for {
 		var l line
@@ -218,9 +218,9 @@ func readStream(r io.Reader, rec Recorder) (done bool, err error) {
 
 // writeHistoryFile writes the attempts to the file path as JSON lines,
 // sorted by start.
-func writeHistoryFile(path string, attempts []Attempt) error {
+func writeHistoryFile(path string, attempts []attempt) error {
 	sorted := slices.Clone(attempts)
-	slices.SortStableFunc(sorted, func(a, b Attempt) int { return a.Start.Compare(b.Start) })
+	slices.SortStableFunc(sorted, func(a, b attempt) int { return a.Start.Compare(b.Start) })
 	return writeFile(path, "history", func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		for i := range sorted {

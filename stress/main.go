@@ -130,14 +130,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 
 	smp, statsErr := startSampler(ctx, tgt, sampleEvery)
-	hist := &History{}
+	hist := &history{}
 	started := time.Now()
 	prog := startProgress(stderr, hist, cfg, started)
-	var failures []Violation
+	var failures []violation
 	if cfg.Procs > 0 {
 		failures = runProcs(ctx, cfg, tgt, hist, stderr)
 	} else if p, err := newPool(cfg, tgt, clientIDs(cfg.Clients), cfg.Ops, hist, stderr); err != nil {
-		failures = append(failures, Violation{Kind: Errored, Detail: "starting the clients: " + err.Error()})
+		failures = append(failures, violation{Kind: errored, Detail: "starting the clients: " + err.Error()})
 	} else {
 		p.run(ctx)
 	}
@@ -153,7 +153,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmds = smp.stop(pctx)
 	}
 	attempts := hist.Attempts()
-	violations := append(Check(attempts, cfg.WaiterTTL), failures...)
+	violations := append(check(attempts, cfg.WaiterTTL), failures...)
 	snaps := finalState(pctx, admin, cfg, &violations)
 	if _, err := cleanup(pctx, admin, cfg.Prefix); err != nil {
 		fmt.Fprintf(stderr, "stress: deleting the keys under %s: %v\n", cfg.Prefix, err)
@@ -192,14 +192,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // finalState inspects every lock after the run, adds what is left in Redis
 // to violations, and returns the snapshots of the locks involved in any
 // violation.
-func finalState(ctx context.Context, admin redis.UniversalClient, cfg config, violations *[]Violation) map[string]string {
+func finalState(ctx context.Context, admin redis.UniversalClient, cfg config, violations *[]violation) map[string]string {
 	snaps := map[string]string{}
 	all := map[string]string{}
 	settle(ctx, admin, cfg.Prefix, lockNames(cfg.Locks))
 	for _, name := range lockNames(cfg.Locks) {
 		s, err := inspectAfterRun(ctx, admin, cfg.Prefix, name)
 		if err != nil {
-			*violations = append(*violations, Violation{Kind: Errored, Lock: name, Detail: "inspecting after the run: " + err.Error()})
+			*violations = append(*violations, violation{Kind: errored, Lock: name, Detail: "inspecting after the run: " + err.Error()})
 			continue
 		}
 		*violations = append(*violations, residue(s)...)

@@ -42,9 +42,9 @@ var smallLoad = []string{
 	"-try", "0.2", "-seed", "7", "-json",
 }
 
-func decodeReport(t *testing.T, out string) Report {
+func decodeReport(t *testing.T, out string) report {
 	t.Helper()
-	var r Report
+	var r report
 	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
 	return r
 }
@@ -57,10 +57,10 @@ func TestRunOnEmbeddedRedisFindsNoViolation(t *testing.T) {
 
 	r := decodeReport(t, out)
 	assert.Zero(t, r.ViolationSums.Total, "%v", r.ViolationSums)
-	assert.Positive(t, r.Outcomes[Granted])
-	assert.Positive(t, r.Outcomes[GaveUp], "the workload should make waiters give up")
-	assert.Positive(t, r.Outcomes[TryFailed]+r.Outcomes[Granted])
-	assert.Zero(t, r.Outcomes[Pending])
+	assert.Positive(t, r.Outcomes[outGranted])
+	assert.Positive(t, r.Outcomes[outGaveUp], "the workload should make waiters give up")
+	assert.Positive(t, r.Outcomes[outTryFailed]+r.Outcomes[outGranted])
+	assert.Zero(t, r.Outcomes[outPending])
 	assert.Positive(t, r.Reentries)
 	assert.Equal(t, 9, r.Fairness.Workers)
 	assert.Greater(t, r.Fairness.Jain, 0.5)
@@ -79,15 +79,15 @@ func TestRunOnEmbeddedRedisFindsNoViolation(t *testing.T) {
 	checkerCatchesTampering(t, readHistory(t, history))
 }
 
-func readHistory(t *testing.T, path string) []Attempt {
+func readHistory(t *testing.T, path string) []attempt {
 	t.Helper()
 	f, err := os.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
-	var as []Attempt
+	var as []attempt
 	dec := json.NewDecoder(f)
 	for dec.More() {
-		var a Attempt
+		var a attempt
 		require.NoError(t, dec.Decode(&a))
 		as = append(as, a)
 	}
@@ -96,10 +96,10 @@ func readHistory(t *testing.T, path string) []Attempt {
 
 // checkerCatchesTampering shows that the checker can fail on a real
 // history: it passes as recorded, and each kind of tampering is caught.
-func checkerCatchesTampering(t *testing.T, as []Attempt) {
+func checkerCatchesTampering(t *testing.T, as []attempt) {
 	t.Helper()
 	const ttl = 5 * time.Second
-	require.Empty(t, Check(as, ttl))
+	require.Empty(t, check(as, ttl))
 
 	// Consecutive holds of one lock, the second granted to a waiter that
 	// joined while the first held the lock.
@@ -126,17 +126,17 @@ func checkerCatchesTampering(t *testing.T, as []Attempt) {
 		}
 	}
 	require.GreaterOrEqual(t, first, 0, "no hand-over in the history")
-	tamper := func(f func(h []Attempt)) []Violation {
+	tamper := func(f func(h []attempt)) []violation {
 		h := slices.Clone(as)
 		f(h)
-		return Check(h, ttl)
+		return check(h, ttl)
 	}
-	overlap := tamper(func(h []Attempt) { h[second].Granted = h[first].UnlockStart.Add(-time.Microsecond) })
-	assert.Contains(t, kinds(overlap), Overlap)
-	backwards := tamper(func(h []Attempt) { h[first].Token, h[second].Token = h[second].Token, h[first].Token })
-	assert.Contains(t, kinds(backwards), TokenOrder)
-	lost := tamper(func(h []Attempt) { h[second].Granted, h[second].Outcome = time.Time{}, Pending })
-	assert.Contains(t, kinds(lost), LeftBehind)
+	overlap := tamper(func(h []attempt) { h[second].Granted = h[first].UnlockStart.Add(-time.Microsecond) })
+	assert.Contains(t, kinds(overlap), overlapped)
+	backwards := tamper(func(h []attempt) { h[first].Token, h[second].Token = h[second].Token, h[first].Token })
+	assert.Contains(t, kinds(backwards), tokenOrder)
+	lost := tamper(func(h []attempt) { h[second].Granted, h[second].Outcome = time.Time{}, outPending })
+	assert.Contains(t, kinds(lost), leftBehind)
 }
 
 func TestRunInWorkerProcessesFindsNoViolation(t *testing.T) {
@@ -144,7 +144,7 @@ func TestRunInWorkerProcessesFindsNoViolation(t *testing.T) {
 	require.Equal(t, exitOK, code, "stderr: %s\nstdout: %s", errs, out)
 	r := decodeReport(t, out)
 	assert.Zero(t, r.ViolationSums.Total, "%v", r.ViolationSums)
-	assert.Positive(t, r.Outcomes[Granted])
+	assert.Positive(t, r.Outcomes[outGranted])
 	assert.Equal(t, 6, r.Fairness.Workers, "3 goroutines in each of 2 processes")
 }
 

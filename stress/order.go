@@ -13,12 +13,12 @@ import (
 // gave up at a known deadline, or were still waiting at the end count:
 // one that joined again had lost its place in between, and one that failed
 // tells nothing.
-func queuedSince(a *Attempt) (time.Time, bool) {
-	if a.Kind != KindLock || len(a.Joins) != 1 {
+func queuedSince(a *attempt) (time.Time, bool) {
+	if a.Kind != kindLock || len(a.Joins) != 1 {
 		return time.Time{}, false
 	}
 	switch {
-	case a.Held(), a.Outcome == Pending, a.Outcome == GaveUp && !a.Deadline.IsZero():
+	case a.Held(), a.Outcome == outPending, a.Outcome == outGaveUp && !a.Deadline.IsZero():
 		return a.Joins[0].Answered, true
 	}
 	return time.Time{}, false
@@ -30,7 +30,7 @@ func queuedSince(a *Attempt) (time.Time, bool) {
 // keptUntil(W): every answered poll set its deadline to the TTL after the
 // script ran, and only a waiter whose deadline passed is dropped. (A
 // waiter stalled for longer than the TTL may be dropped and, finding the
-// line empty, be granted without joining again: Attempt.keep stops the
+// line empty, be granted without joining again: attempt.keep stops the
 // certain window at such a stall.)
 //
 // W is ahead of a grant G when W's join was answered before G took its
@@ -44,7 +44,7 @@ func queuedSince(a *Attempt) (time.Time, bool) {
 // after joining, a FIFO violation.
 //
 // holds are sorted by grant. ttl 0 means waiters never lose their place.
-func (c *checker) order(as, holds []*Attempt, ttl time.Duration) {
+func (c *checker) order(as, holds []*attempt, ttl time.Duration) {
 	waiters := byTime(as, queuedSince)
 	since := make([]time.Time, len(waiters))
 	for i, w := range waiters {
@@ -79,9 +79,9 @@ func (c *checker) order(as, holds []*Attempt, ttl time.Duration) {
 }
 
 // keptUntil returns until when waiter w certainly kept its place: the
-// window its polls kept open (Attempt.Kept), or, when none was recorded,
+// window its polls kept open (attempt.Kept), or, when none was recorded,
 // the TTL after its join was sent.
-func keptUntil(w *Attempt, ttl time.Duration) time.Time {
+func keptUntil(w *attempt, ttl time.Duration) time.Time {
 	if !w.Kept.IsZero() {
 		return w.Kept
 	}
@@ -90,13 +90,13 @@ func keptUntil(w *Attempt, ttl time.Duration) time.Time {
 
 // passedBy says how grant g passed waiter w, which was certainly in line
 // ahead of it when it was granted, or returns "" if it did not.
-func passedBy(c *checker, w, g *Attempt) string {
+func passedBy(c *checker, w, g *attempt) string {
 	switch {
 	case w.Held():
 		if w.Token > g.Token {
 			return fmt.Sprintf("it was granted later (token %d > %d)", w.Token, g.Token)
 		}
-	case w.Outcome == Pending:
+	case w.Outcome == outPending:
 		return "it was never granted"
 	case g.Granted.Before(w.Deadline):
 		return fmt.Sprintf("it was still in line when the other was granted at %s (it gave up at its deadline %s)",
@@ -109,8 +109,8 @@ func passedBy(c *checker, w, g *Attempt) string {
 // when it never joined, the latest of its start and the certain ends of
 // the holds granted before it (unless it overlapped them: that is
 // reported already, and proves nothing about order).
-func places(holds []*Attempt) map[*Attempt]time.Time {
-	placed := make(map[*Attempt]time.Time, len(holds))
+func places(holds []*attempt) map[*attempt]time.Time {
+	placed := make(map[*attempt]time.Time, len(holds))
 	var before time.Time // latest certain end of the holds so far
 	for _, h := range holds {
 		p := h.Entered()
@@ -126,27 +126,27 @@ func places(holds []*Attempt) map[*Attempt]time.Time {
 }
 
 // passed reports that grant g, placed at place, passed waiter w.
-func (c *checker) passed(g *Attempt, place time.Time, w *Attempt, what string) {
+func (c *checker) passed(g *attempt, place time.Time, w *attempt, what string) {
 	since := w.Joins[0].Answered
 	if len(g.Joins) > 0 {
-		c.add(OutOfOrder, g.Lock, g.Granted, "%s joined the queue before %s (join answered %s, the other's sent %s), yet %s",
+		c.add(outOfOrder, g.Lock, g.Granted, "%s joined the queue before %s (join answered %s, the other's sent %s), yet %s",
 			w.Worker, g.Worker, c.t(since), c.t(g.Entered()), what)
 		return
 	}
 	call := "TryLock"
-	if g.Kind == KindLock {
+	if g.Kind == kindLock {
 		call = "Lock (without queueing)"
 	}
-	c.add(Barging, g.Lock, g.Granted, "%s by %s, called %s, was granted (token %d, not before %s) while %s was in line (joined %s), and %s",
+	c.add(barged, g.Lock, g.Granted, "%s by %s, called %s, was granted (token %d, not before %s) while %s was in line (joined %s), and %s",
 		call, g.Worker, c.t(g.Start), g.Token, c.t(place), w.Worker, c.t(since), what)
 }
 
 // residue reports what a lock keeps in Redis after every client is closed:
 // there must be no hold, no waiter and no stray deadline.
-func residue(s queue.Snapshot) []Violation {
-	var out []Violation
+func residue(s queue.Snapshot) []violation {
+	var out []violation
 	add := func(format string, args ...any) {
-		out = append(out, Violation{Kind: Residue, Lock: s.Name, At: s.Now, Detail: fmt.Sprintf(format, args...)})
+		out = append(out, violation{Kind: residual, Lock: s.Name, At: s.Now, Detail: fmt.Sprintf(format, args...)})
 	}
 	if s.Held {
 		add("still held after the run by %s (token %d, %d level(s), lease left %v)", s.Owner, s.Token, s.Count, s.TTL)

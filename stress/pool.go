@@ -30,7 +30,7 @@ func lockNames(n int) []string {
 // goroutines.
 type pool struct {
 	cfg     config
-	rec     Recorder
+	rec     recorder
 	rdbs    []redis.UniversalClient
 	clients []*fairlock.Client
 	workers []*worker
@@ -43,7 +43,7 @@ type pool struct {
 // newPool builds the clients numbered ids (of the whole run's cfg.Clients)
 // and cfg.Goroutines workers for each. ops is this process's share of
 // cfg.Ops.
-func newPool(cfg config, tgt *target, ids []int, ops int64, rec Recorder, stderr io.Writer) (*pool, error) {
+func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr io.Writer) (*pool, error) {
 	p := &pool{cfg: cfg, rec: rec, stopped: make(chan struct{})}
 	p.budget.Store(ops)
 	log := slog.New(slog.DiscardHandler)

@@ -17,10 +17,10 @@ import (
 // returns a violation for every process that failed: crashed, was killed,
 // or did not finish its history. The clients are dealt out round robin;
 // every process runs at least one.
-func runProcs(ctx context.Context, cfg config, tgt *target, rec Recorder, stderr io.Writer) []Violation {
+func runProcs(ctx context.Context, cfg config, tgt *target, rec recorder, stderr io.Writer) []violation {
 	exe, err := os.Executable()
 	if err != nil {
-		return []Violation{{Kind: WorkerDied, Detail: "finding this executable: " + err.Error()}}
+		return []violation{{Kind: workerDied, Detail: "finding this executable: " + err.Error()}}
 	}
 	stderr = &lockedWriter{w: stderr}
 	n := cfg.Procs
@@ -31,13 +31,13 @@ func runProcs(ctx context.Context, cfg config, tgt *target, rec Recorder, stderr
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
-		failures []Violation
+		failures []violation
 		cmds     []*exec.Cmd
 	)
 	fail := func(proc int, format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
-		failures = append(failures, Violation{Kind: WorkerDied, At: wall(time.Now()),
+		failures = append(failures, violation{Kind: workerDied, At: wall(time.Now()),
 			Detail: fmt.Sprintf("worker process p%d: ", proc) + fmt.Sprintf(format, args...)})
 	}
 	for i := range n {
@@ -107,7 +107,7 @@ func runProcs(ctx context.Context, cfg config, tgt *target, rec Recorder, stderr
 				_ = c.Process.Kill()
 			}
 			<-finished
-			return append(failures, Violation{Kind: WorkerDied, At: wall(time.Now()),
+			return append(failures, violation{Kind: workerDied, At: wall(time.Now()),
 				Detail: fmt.Sprintf("worker processes still running after %v: killed", limit)})
 		}
 	}

@@ -16,7 +16,7 @@ type progress struct {
 
 // startProgress starts the status line when stderr is a terminal; on
 // anything else it does nothing.
-func startProgress(stderr io.Writer, h *History, cfg config, started time.Time) *progress {
+func startProgress(stderr io.Writer, h *history, cfg config, started time.Time) *progress {
 	f, ok := stderr.(*os.File)
 	if !ok {
 		return nil
@@ -29,7 +29,7 @@ func startProgress(stderr io.Writer, h *History, cfg config, started time.Time) 
 	return p
 }
 
-func (p *progress) loop(h *History, cfg config, started time.Time) {
+func (p *progress) loop(h *history, cfg config, started time.Time) {
 	defer close(p.done)
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -45,19 +45,19 @@ func (p *progress) loop(h *History, cfg config, started time.Time) {
 }
 
 // statusLine describes the run so far.
-func statusLine(h *History, cfg config, elapsed time.Duration) string {
+func statusLine(h *history, cfg config, elapsed time.Duration) string {
 	goal := "/" + cfg.Duration.String()
 	if cfg.Ops > 0 {
 		goal = fmt.Sprintf(" (%d attempts to make)", cfg.Ops)
 	}
 	var total int64
-	for _, o := range Outcomes {
+	for _, o := range outcomes {
 		total += h.Count(o)
 	}
-	granted := h.Count(Granted)
+	granted := h.Count(outGranted)
 	return fmt.Sprintf("%5.1fs%s  %d attempts: %d granted (%.0f/s), %d gave up, %d try failed, %d errors",
 		elapsed.Seconds(), goal, total, granted, float64(granted)/max(elapsed.Seconds(), 1e-3),
-		h.Count(GaveUp), h.Count(TryFailed), h.Count(Failed))
+		h.Count(outGaveUp), h.Count(outTryFailed), h.Count(outFailed))
 }
 
 // stop clears the status line and waits for its goroutine. It does nothing

@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// Report is what a run found, for people (write) or machines (-json).
+// report is what a run found, for people (write) or machines (-json).
 // Latencies are in milliseconds.
-type Report struct {
+type report struct {
 	Redis       string  `json:"redis"`
 	Prefix      string  `json:"prefix"`
 	Seed        uint64  `json:"seed"`
@@ -23,30 +23,30 @@ type Report struct {
 	Interrupted bool    `json:"interrupted,omitempty"`
 
 	Attempts      int               `json:"attempts"`
-	Outcomes      map[Outcome]int   `json:"outcomes"`
+	Outcomes      map[outcome]int   `json:"outcomes"`
 	Reentries     int               `json:"reentries"` // nested Lock calls made with a held context
 	Rejoined      int               `json:"rejoined"`  // waiters that lost their place and joined again
 	GrantsPerSec  float64           `json:"grants_per_s"`
-	Wait          Latency           `json:"wait_ms"`     // Lock call to grant
-	Handover      Latency           `json:"handover_ms"` // previous holder's Unlock to the grant of a queued waiter
-	Fairness      Fairness          `json:"fairness"`
+	Wait          latencyStats      `json:"wait_ms"`     // Lock call to grant
+	Handover      latencyStats      `json:"handover_ms"` // previous holder's Unlock to the grant of a queued waiter
+	Fairness      fairness          `json:"fairness"`
 	Pause         float64           `json:"longest_pause_ms"`            // longest time in which no client saw anything happen
-	Commands      *Commands         `json:"redis_commands,omitempty"`    // nil: not known, see CommandsNA
+	Commands      *commandSums      `json:"redis_commands,omitempty"`    // nil: not known, see CommandsNA
 	CommandsNA    string            `json:"redis_commands_na,omitempty"` // why Commands is nil
-	ViolationSums Violations        `json:"violations"`
+	ViolationSums violationCounts   `json:"violations"`
 	Snapshots     map[string]string `json:"snapshots,omitempty"` // state after the run of the locks with violations
 }
 
-// Latency summarises a set of durations, in milliseconds.
-type Latency struct {
+// latencyStats summarises a set of durations, in milliseconds.
+type latencyStats struct {
 	N   int     `json:"n"`
 	P50 float64 `json:"p50"`
 	P99 float64 `json:"p99"`
 	Max float64 `json:"max"`
 }
 
-// Fairness describes how evenly the workers were served.
-type Fairness struct {
+// fairness describes how evenly the workers were served.
+type fairness struct {
 	Workers       int     `json:"workers"`
 	Jain          float64 `json:"jain_index"` // of grants per worker: 1 is perfectly even
 	MinGrants     int     `json:"min_grants"`
@@ -55,9 +55,9 @@ type Fairness struct {
 	LargestWaitBy string  `json:"largest_wait_by,omitempty"`
 }
 
-// Commands counts the Redis commands the run cost: those the primaries
+// commandSums counts the Redis commands the run cost: those the primaries
 // ran while it went on, from their INFO counters (see cmdcount.go).
-type Commands struct {
+type commandSums struct {
 	Detailed   bool               `json:"detailed"` // from INFO commandstats; otherwise the total of INFO stats
 	Total      int64              `json:"total"`
 	PerGrant   float64            `json:"per_grant"`
@@ -66,11 +66,11 @@ type Commands struct {
 	Unread     []string           `json:"unread,omitempty"`      // the stretches not counted, and why
 }
 
-// Violations counts violations by kind, with the first few of each.
-type Violations struct {
+// violationCounts counts violations by kind, with the first few of each.
+type violationCounts struct {
 	Total    int                        `json:"total"`
-	ByKind   map[ViolationKind]int      `json:"by_kind"`
-	Examples map[ViolationKind][]string `json:"examples,omitempty"`
+	ByKind   map[violationKind]int      `json:"by_kind"`
+	Examples map[violationKind][]string `json:"examples,omitempty"`
 }
 
 const examplesPerKind = 5
@@ -78,26 +78,26 @@ const examplesPerKind = 5
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // latency summarises ds.
-func latency(ds []time.Duration) Latency {
+func latency(ds []time.Duration) latencyStats {
 	if len(ds) == 0 {
-		return Latency{}
+		return latencyStats{}
 	}
 	slices.Sort(ds)
 	// Nearest rank: the smallest value at or above a fraction q of them.
 	at := func(q float64) float64 { return ms(ds[max(int(math.Ceil(q*float64(len(ds))))-1, 0)]) }
-	return Latency{N: len(ds), P50: at(0.5), P99: at(0.99), Max: ms(ds[len(ds)-1])}
+	return latencyStats{N: len(ds), P50: at(0.5), P99: at(0.99), Max: ms(ds[len(ds)-1])}
 }
 
 // buildReport computes the report of a run.
-func buildReport(cfg config, redis string, attempts []Attempt, vs []Violation, elapsed time.Duration, cmds cmdTally, snaps map[string]string) *Report {
-	r := &Report{
+func buildReport(cfg config, redis string, attempts []attempt, vs []violation, elapsed time.Duration, cmds cmdTally, snaps map[string]string) *report {
+	r := &report{
 		Redis: redis, Prefix: cfg.Prefix, Seed: cfg.Seed, Workload: workload(cfg),
-		Elapsed: elapsed.Seconds(), Attempts: len(attempts), Outcomes: map[Outcome]int{},
+		Elapsed: elapsed.Seconds(), Attempts: len(attempts), Outcomes: map[outcome]int{},
 		Snapshots: snaps,
 	}
 	grants := map[string]int{}
 	var waits []time.Duration
-	byLock := map[string][]*Attempt{}
+	byLock := map[string][]*attempt{}
 	for i := range attempts {
 		a := &attempts[i]
 		r.Outcomes[a.Outcome]++
@@ -113,7 +113,7 @@ func buildReport(cfg config, redis string, attempts []Attempt, vs []Violation, e
 		}
 		grants[a.Worker]++
 		byLock[a.Lock] = append(byLock[a.Lock], a)
-		if a.Kind == KindLock {
+		if a.Kind == kindLock {
 			w := a.Granted.Sub(a.Start)
 			waits = append(waits, w)
 			if ms(w) > r.Fairness.LargestWait {
@@ -141,7 +141,7 @@ func buildReport(cfg config, redis string, attempts []Attempt, vs []Violation, e
 // longestPause returns the longest time between two consecutive events
 // of the history, over all clients: a server or machine that stalled
 // shows here.
-func longestPause(attempts []Attempt) time.Duration {
+func longestPause(attempts []attempt) time.Duration {
 	var ts []time.Time
 	for i := range attempts {
 		a := &attempts[i]
@@ -165,10 +165,10 @@ func longestPause(attempts []Attempt) time.Duration {
 // handovers returns, for every grant to a waiter that was queued when the
 // previous holder started to unlock, the time from that Unlock to the
 // grant.
-func handovers(byLock map[string][]*Attempt) []time.Duration {
+func handovers(byLock map[string][]*attempt) []time.Duration {
 	var out []time.Duration
 	for _, holds := range byLock {
-		slices.SortFunc(holds, func(x, y *Attempt) int { return x.Granted.Compare(y.Granted) })
+		slices.SortFunc(holds, func(x, y *attempt) int { return x.Granted.Compare(y.Granted) })
 		for i := 1; i < len(holds); i++ {
 			prev, h := holds[i-1], holds[i]
 			if len(h.Joins) == 0 || prev.UnlockStart.IsZero() || !h.Joins[len(h.Joins)-1].Answered.Before(prev.UnlockStart) {
@@ -184,7 +184,7 @@ func handovers(byLock map[string][]*Attempt) []time.Duration {
 
 // fill computes Jain's index of the grants per worker:
 // (Σx)² / (n·Σx²), 1 when every worker got as many grants.
-func (f *Fairness) fill(grants map[string]int) {
+func (f *fairness) fill(grants map[string]int) {
 	f.Workers = len(grants)
 	var sum, sq float64
 	first := true
@@ -204,8 +204,8 @@ func (f *Fairness) fill(grants map[string]int) {
 	}
 }
 
-func summarise(vs []Violation) Violations {
-	s := Violations{Total: len(vs), ByKind: map[ViolationKind]int{}, Examples: map[ViolationKind][]string{}}
+func summarise(vs []violation) violationCounts {
+	s := violationCounts{Total: len(vs), ByKind: map[violationKind]int{}, Examples: map[violationKind][]string{}}
 	for _, v := range vs {
 		s.ByKind[v.Kind]++
 		if len(s.Examples[v.Kind]) < examplesPerKind {
@@ -232,7 +232,7 @@ func workload(c config) string {
 }
 
 // write writes the report as text, or as JSON.
-func (r *Report) write(w io.Writer, asJSON bool) error {
+func (r *report) write(w io.Writer, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -246,7 +246,7 @@ func (r *Report) write(w io.Writer, asJSON bool) error {
 		b.WriteString(" (interrupted)")
 	}
 	fmt.Fprintf(&b, "\noperations:  %d attempts:", r.Attempts)
-	for i, o := range Outcomes {
+	for i, o := range outcomes {
 		if i > 0 {
 			b.WriteByte(',')
 		}
@@ -282,14 +282,14 @@ func (r *Report) write(w io.Writer, asJSON bool) error {
 	return err
 }
 
-func (l Latency) String() string {
+func (l latencyStats) String() string {
 	if l.N == 0 {
 		return "n/a"
 	}
 	return fmt.Sprintf("p50 %.2fms  p99 %.2fms  max %.2fms  (n=%d)", l.P50, l.P99, l.Max, l.N)
 }
 
-func (c *Commands) String() string {
+func (c *commandSums) String() string {
 	var s string
 	if c.Detailed {
 		top := slices.SortedFunc(maps.Keys(c.Top), func(a, b string) int {

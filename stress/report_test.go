@@ -13,12 +13,12 @@ import (
 
 func TestReportSummarisesAHistory(t *testing.T) {
 	h := cleanHistory()
-	vs := Check(h, 0)
+	vs := check(h, 0)
 	r := buildReport(config{}, "test", h, vs, 2e9, cmdTally{Detailed: true, Total: 50, Calls: map[string]int64{"evalsha": 20, "get": 30}, Span: 2e9}, nil)
 	assert.Equal(t, len(h), r.Attempts)
-	assert.Equal(t, 5, r.Outcomes[Granted])
-	assert.Equal(t, 1, r.Outcomes[GaveUp])
-	assert.Equal(t, 1, r.Outcomes[TryFailed])
+	assert.Equal(t, 5, r.Outcomes[outGranted])
+	assert.Equal(t, 1, r.Outcomes[outGaveUp])
+	assert.Equal(t, 1, r.Outcomes[outTryFailed])
 	assert.InDelta(t, 2.5, r.GrantsPerSec, 1e-9)
 	assert.InDelta(t, 10.0, r.Commands.PerGrant, 1e-9)
 	assert.InDelta(t, 4.0, r.Commands.Top["evalsha"], 1e-9)
@@ -37,12 +37,12 @@ func TestReportSummarisesAHistory(t *testing.T) {
 }
 
 func TestReportShowsViolationsAndSnapshots(t *testing.T) {
-	h := []Attempt{hold("w1", 0, 1, 5, 1), queued("w2", 2, 2, 4, 6, 2)}
-	vs := Check(h, 0)
+	h := []attempt{hold("w1", 0, 1, 5, 1), queued("w2", 2, 2, 4, 6, 2)}
+	vs := check(h, 0)
 	require.NotEmpty(t, vs)
 	snaps := map[string]string{"a": "lock \"a\" at ... (server clock)\n  free\n"}
 	r := buildReport(config{}, "test", h, vs, time.Second, cmdTally{Err: errors.New("refused")}, snaps)
-	assert.Equal(t, 1, r.ViolationSums.ByKind[Overlap])
+	assert.Equal(t, 1, r.ViolationSums.ByKind[overlapped])
 
 	var text bytes.Buffer
 	require.NoError(t, r.write(&text, false))
@@ -52,7 +52,7 @@ func TestReportShowsViolationsAndSnapshots(t *testing.T) {
 
 	var js bytes.Buffer
 	require.NoError(t, r.write(&js, true))
-	var back Report
+	var back report
 	require.NoError(t, json.Unmarshal(js.Bytes(), &back))
 	assert.Equal(t, r.ViolationSums, back.ViolationSums)
 	assert.Equal(t, snaps, back.Snapshots)

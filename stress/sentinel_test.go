@@ -31,7 +31,7 @@ func TestRunAgainstSentinelsFindsNoViolation(t *testing.T) {
 			r := decodeReport(t, out)
 			assert.Zero(t, r.ViolationSums.Total, "%v", r.ViolationSums)
 			assert.Equal(t, "sentinel master "+set.name+" via "+via, r.Redis)
-			assert.Positive(t, r.Outcomes[Granted])
+			assert.Positive(t, r.Outcomes[outGranted])
 			assert.Equal(t, tt.workers, r.Fairness.Workers)
 			require.NotNil(t, r.Commands, r.CommandsNA)
 			assert.True(t, r.Commands.Detailed)
@@ -69,7 +69,7 @@ func TestCommandFigureSurvivesAFailover(t *testing.T) {
 // assertSane checks that a commands-per-grant figure is one a run of the
 // stress workload can have: a few script calls and the commands they run
 // per grant.
-func assertSane(t *testing.T, c *Commands) {
+func assertSane(t *testing.T, c *commandSums) {
 	t.Helper()
 	assert.Positive(t, c.Total)
 	assert.Greater(t, c.PerGrant, 5.0)

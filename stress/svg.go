@@ -25,7 +25,7 @@ const (
 )
 
 // writeSVGFile draws the timeline into the file path.
-func writeSVGFile(path string, attempts []Attempt, locks []string, vs []Violation) error {
+func writeSVGFile(path string, attempts []attempt, locks []string, vs []violation) error {
 	return writeFile(path, "svg", func(w io.Writer) error { return writeSVG(w, attempts, locks, vs) })
 }
 
@@ -33,7 +33,7 @@ func writeSVGFile(path string, attempts []Attempt, locks []string, vs []Violatio
 // (from grant to the end of Unlock) coloured by lock, a thin line per
 // wait, a dark tick where a waiter gave up, and a red line at each
 // violation. Hovering over a bar or line shows what it is.
-func writeSVG(out io.Writer, attempts []Attempt, locks []string, vs []Violation) error {
+func writeSVG(out io.Writer, attempts []attempt, locks []string, vs []violation) error {
 	var workers []string
 	row := map[string]int{}
 	var from, to time.Time
@@ -94,11 +94,11 @@ func writeSVG(out io.Writer, attempts []Attempt, locks []string, vs []Violation)
 		if waitEnd.IsZero() {
 			waitEnd = firstSet(a.Ended, to)
 		}
-		if a.Kind == KindLock && waitEnd.Sub(a.Start) > 0 && len(attempts) <= svgWaits {
+		if a.Kind == kindLock && waitEnd.Sub(a.Start) > 0 && len(attempts) <= svgWaits {
 			fmt.Fprintf(&b, `<line x1="%.2f" x2="%.2f" y1="%.1f" y2="%.1f" stroke="%s" stroke-opacity="0.45"><title>%s waits for %s</title></line>`+"\n",
 				x(a.Start), x(waitEnd), y+svgBar/2, y+svgBar/2, c, esc(a.Worker), esc(a.Lock))
 		}
-		if a.Outcome == GaveUp {
+		if a.Outcome == outGaveUp {
 			fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="1" height="%d" fill="#333"><title>%s gave up on %s</title></rect>`+"\n",
 				x(a.Ended), y+2, svgBar-4, esc(a.Worker), esc(a.Lock))
 		}

@@ -38,7 +38,7 @@ func countSVGElements(t *testing.T, r io.Reader) map[string]int {
 func TestTimelineIsWellFormedSVG(t *testing.T) {
 	h := cleanHistory()
 	h[0].Worker = `w<1>&"quoted"` // names are escaped
-	vs := []Violation{{Kind: Overlap, Lock: "a", At: at(3), Detail: "a <b> & c"}}
+	vs := []violation{{Kind: overlapped, Lock: "a", At: at(3), Detail: "a <b> & c"}}
 	var b bytes.Buffer
 	require.NoError(t, writeSVG(&b, h, []string{"a", "b"}, vs))
 	counts := countSVGElements(t, &b)

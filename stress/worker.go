@@ -21,7 +21,7 @@ type worker struct {
 	rng     *rand.Rand        // used by the worker's goroutine only
 
 	mu        sync.Mutex
-	cur       *Attempt // the attempt in progress; guarded by mu
+	cur       *attempt // the attempt in progress; guarded by mu
 	abandoned bool     // the run ended without the worker: results are dropped; guarded by mu
 }
 
@@ -30,7 +30,7 @@ type worker struct {
 func wall(t time.Time) time.Time { return t.Round(0) }
 
 // begin makes a the attempt in progress, unless the worker was abandoned.
-func (w *worker) begin(a *Attempt) bool {
+func (w *worker) begin(a *attempt) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.abandoned {
@@ -41,7 +41,7 @@ func (w *worker) begin(a *Attempt) bool {
 }
 
 // update changes the attempt in progress.
-func (w *worker) update(f func(a *Attempt)) {
+func (w *worker) update(f func(a *attempt)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.cur != nil {
@@ -52,7 +52,7 @@ func (w *worker) update(f func(a *Attempt)) {
 // fail notes an unexpected error in the attempt in progress.
 func (w *worker) fail(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	w.update(func(a *Attempt) {
+	w.update(func(a *attempt) {
 		if a.Err == "" {
 			a.Err = msg
 		} else {
@@ -63,7 +63,7 @@ func (w *worker) fail(format string, args ...any) {
 
 // finish records the attempt in progress, unless the worker was abandoned
 // (the attempt was recorded as pending then).
-func (w *worker) finish(rec Recorder) {
+func (w *worker) finish(rec recorder) {
 	w.mu.Lock()
 	a, dropped := w.cur, w.abandoned
 	w.cur = nil
@@ -75,44 +75,44 @@ func (w *worker) finish(rec Recorder) {
 
 // abandon stops the worker from recording anything more and returns a copy
 // of its attempt in progress, marked pending, if it has one.
-func (w *worker) abandon() (Attempt, bool) {
+func (w *worker) abandon() (attempt, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.abandoned = true
 	if w.cur == nil {
-		return Attempt{}, false
+		return attempt{}, false
 	}
 	a := *w.cur
 	a.Joins = slices.Clone(a.Joins)
-	a.Outcome = Pending
+	a.Outcome = outPending
 	return a, true
 }
 
 // attempt makes one attempt on a random lock: TryLock or Lock (maybe with
 // a short deadline), then, when granted, re-enters the hold, keeps it for
 // a while and unlocks every level.
-func (w *worker) attempt(cfg *config, rec Recorder) {
+func (w *worker) attempt(cfg *config, rec recorder) {
 	m := w.mutexes[w.rng.IntN(len(w.mutexes))]
-	kind := KindLock
+	kind := kindLock
 	if w.rng.Float64() < cfg.Try {
-		kind = KindTry
+		kind = kindTry
 	}
-	giveUp := kind == KindLock && w.rng.Float64() < cfg.GiveUp
+	giveUp := kind == kindLock && w.rng.Float64() < cfg.GiveUp
 	patience := cfg.Patience.draw(w.rng)
 	holdFor := cfg.Hold.draw(w.rng)
 	depth := w.rng.IntN(cfg.Reentry + 1)
 
-	if !w.begin(&Attempt{Worker: w.id, Lock: m.Name(), Kind: kind, Outcome: Pending}) {
+	if !w.begin(&attempt{Worker: w.id, Lock: m.Name(), Kind: kind, Outcome: outPending}) {
 		return
 	}
 	defer w.finish(rec)
 	broken := false // a poll came too late to be sure of the place; used under w.mu
 	ctx := fair.WithObserver(context.Background(), &fair.Observer{
 		Joined: func(sent, answered time.Time) {
-			w.update(func(a *Attempt) { a.Joins = append(a.Joins, Join{Sent: wall(sent), Answered: wall(answered)}) })
+			w.update(func(a *attempt) { a.Joins = append(a.Joins, join{Sent: wall(sent), Answered: wall(answered)}) })
 		},
 		Polled: func(sent, answered time.Time) {
-			w.update(func(a *Attempt) { a.keep(wall(sent), wall(answered), cfg.WaiterTTL, &broken) })
+			w.update(func(a *attempt) { a.keep(wall(sent), wall(answered), cfg.WaiterTTL, &broken) })
 		},
 	})
 	cancel := context.CancelFunc(func() {})
@@ -120,15 +120,15 @@ func (w *worker) attempt(cfg *config, rec Recorder) {
 	if giveUp {
 		deadline := start.Add(patience)
 		ctx, cancel = context.WithDeadline(ctx, deadline)
-		w.update(func(a *Attempt) { a.Deadline = wall(deadline) })
+		w.update(func(a *attempt) { a.Deadline = wall(deadline) })
 	}
-	w.update(func(a *Attempt) { a.Start = wall(start) })
+	w.update(func(a *attempt) { a.Start = wall(start) })
 
 	var (
 		held context.Context
 		err  error
 	)
-	if kind == KindTry {
+	if kind == kindTry {
 		held, err = m.TryLock(ctx)
 	} else {
 		held, err = m.Lock(ctx)
@@ -136,24 +136,24 @@ func (w *worker) attempt(cfg *config, rec Recorder) {
 	end := wall(time.Now())
 	cancel()
 	if err != nil {
-		w.update(func(a *Attempt) {
+		w.update(func(a *attempt) {
 			a.Ended = end
 			switch {
-			case kind == KindTry && errors.Is(err, fairlock.ErrLocked):
-				a.Outcome = TryFailed
+			case kind == kindTry && errors.Is(err, fairlock.ErrLocked):
+				a.Outcome = outTryFailed
 			case giveUp && errors.Is(err, context.DeadlineExceeded):
 				// If leaving the queue failed too, the entry is left in
 				// Redis: the final inspection reports it.
-				a.Outcome = GaveUp
+				a.Outcome = outGaveUp
 			default:
-				a.Outcome = Failed
+				a.Outcome = outFailed
 				a.Err = err.Error()
 			}
 		})
 		return
 	}
 	token, err := m.Token(held)
-	w.update(func(a *Attempt) { a.Granted, a.Token = end, token })
+	w.update(func(a *attempt) { a.Granted, a.Token = end, token })
 	if err != nil {
 		w.fail("token: %v", err)
 	}
@@ -166,7 +166,7 @@ func (w *worker) attempt(cfg *config, rec Recorder) {
 func (w *worker) hold(m *fairlock.Mutex, held context.Context, token int64, d time.Duration, depth int) {
 	lost := func(err error) bool {
 		if errors.Is(err, fairlock.ErrLeaseLost) {
-			w.update(func(a *Attempt) { a.LeaseLost = true })
+			w.update(func(a *attempt) { a.LeaseLost = true })
 			return true
 		}
 		return false
@@ -187,7 +187,7 @@ func (w *worker) hold(m *fairlock.Mutex, held context.Context, token int64, d ti
 		}
 		inner = append(inner, ictx)
 	}
-	w.update(func(a *Attempt) { a.Depth = len(inner) })
+	w.update(func(a *attempt) { a.Depth = len(inner) })
 
 	timer := time.NewTimer(d)
 	select {
@@ -201,11 +201,11 @@ func (w *worker) hold(m *fairlock.Mutex, held context.Context, token int64, d ti
 			w.fail("nested unlock: %v", err)
 		}
 	}
-	w.update(func(a *Attempt) { a.UnlockStart = wall(time.Now()) })
+	w.update(func(a *attempt) { a.UnlockStart = wall(time.Now()) })
 	err := m.Unlock(held)
-	w.update(func(a *Attempt) {
+	w.update(func(a *attempt) {
 		a.UnlockEnd = wall(time.Now())
-		a.Outcome = Granted
+		a.Outcome = outGranted
 	})
 	if err != nil && !lost(err) {
 		w.fail("unlock: %v", err)

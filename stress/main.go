@@ -20,14 +20,8 @@
 // never touches others, and deletes its keys at the end.
 //
 // Every attempt is recorded with client-side wall-clock times, each of
-// which brackets the real event it stands for: a grant happened before
-// Lock returned, a release after Unlock was called, a join between the
-// send and the answer of the call that appended to the queue (reported by
-// fair.Observer). The checker flags only what those brackets prove. A
-// waiter is only sure of its place for the waiter TTL after it joined (one
-// that stops polling that long is dropped, by design), so FIFO order is
-// judged within that window; a waiter that did lose its place and joined
-// again is counted in the report, not judged. The
+// which brackets the real event it stands for, and the checker flags only
+// what those brackets prove; docs/stress.md gives the theory. The
 // report gives outcomes, throughput, wait and hand-over latencies,
 // fairness across workers, Redis commands per grant, and the violations;
 // the exit status is 1 when there is any, 2 when the check could not be
@@ -35,12 +29,7 @@
 // written), 130 for a clean run cut short by an interrupt.
 //
 // Redis commands per grant are counted from the INFO commandstats of the
-// deployment's primaries, read every half second while the run goes on
-// and once after it, and followed per server process (INFO server run_id):
-// a server that dies, restarts or changes role during the run never makes
-// the count go wrong, only leaves a stretch uncounted, which the report
-// names, giving the figure as "at least"; when too much of the run went
-// uncounted, or INFO cannot be read, it says "n/a" and why (cmdcount.go).
+// deployment's primaries (cmdcount.go; docs/stress.md says how).
 //
 // The embedded Redis (miniredis) checks behaviour, not speed: it runs every
 // script in a fresh Lua interpreter, so its throughput is a fraction of a

@@ -39,9 +39,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	e := fair.NewEngine(rdb, fair.Config{
-		Prefix:      cfg.prefix,
-		Lease:       cfg.lease,
+	e, err := fair.NewEngine(rdb, fair.Config{
 		WaiterTTL:   cfg.waiterTTL,
 		CallTimeout: cfg.callTimeout,
 		Heartbeat:   cfg.heartbeat,
@@ -50,6 +48,11 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		Replicas:       cfg.replicas,
 		ReplicaTimeout: cfg.replicaWait,
 	})
+	if err != nil {
+		// The options were validated above: a Config the engine refuses
+		// is a bug of this package, reported rather than panicking.
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
 	return &Client{engine: e, cfg: cfg}, nil
 }
 

@@ -3,6 +3,7 @@ package fair
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -29,20 +30,39 @@ type Redis interface {
 var _ Redis = (redis.UniversalClient)(nil)
 
 // Config is the engine's configuration. The root package fills it from its
-// options and validates it; the engine trusts it.
+// options, which it validates for the user; NewEngine refuses a Config the
+// engine cannot run with. A lease is not here: each Request carries its
+// own.
 type Config struct {
-	Prefix      string        // key prefix
-	Lease       time.Duration // watchdog lease, renewed every Lease/3
-	WaiterTTL   time.Duration // how long a silent waiter keeps its place
-	CallTimeout time.Duration // bound of one state-changing call, run detached from the caller's context
-	Heartbeat   time.Duration // notify hub heartbeat
-	Logger      *slog.Logger
+	WaiterTTL   time.Duration // how long a silent waiter keeps its place; positive
+	CallTimeout time.Duration // bound of one state-changing call, run detached from the caller's context; positive
+	Heartbeat   time.Duration // notify hub heartbeat; 0 or less: the hub's default
+	Logger      *slog.Logger  // nil: discard
 	// Replicas, when above 0, is how many replicas must acknowledge every
 	// acquire and release script (WAIT, for at most ReplicaTimeout) for
 	// the call to count. The client must then be a *redis.Client,
 	// *redis.ClusterClient or *redis.Ring.
 	Replicas       int
-	ReplicaTimeout time.Duration
+	ReplicaTimeout time.Duration // positive when Replicas is
+}
+
+// errBadConfig is NewEngine's error for a Config it cannot run with.
+var errBadConfig = errors.New("fairlock: invalid engine configuration")
+
+// check returns errBadConfig, wrapped with the reason, for a Config the
+// engine cannot run with.
+func (c Config) check() error {
+	switch {
+	case c.WaiterTTL <= 0:
+		return fmt.Errorf("%w: WaiterTTL %v, want a positive duration", errBadConfig, c.WaiterTTL)
+	case c.CallTimeout <= 0:
+		return fmt.Errorf("%w: CallTimeout %v, want a positive duration", errBadConfig, c.CallTimeout)
+	case c.Replicas < 0:
+		return fmt.Errorf("%w: Replicas %d, want 0 or more", errBadConfig, c.Replicas)
+	case c.Replicas > 0 && c.ReplicaTimeout <= 0:
+		return fmt.Errorf("%w: ReplicaTimeout %v with %d replicas, want a positive duration", errBadConfig, c.ReplicaTimeout, c.Replicas)
+	}
+	return nil
 }
 
 // Engine runs the locks of one fairlock Client: the scripts, the notify
@@ -88,8 +108,18 @@ type Engine struct {
 const subscriptionLinger = time.Second
 
 // NewEngine returns an engine over rdb. It opens no connection: the hub
-// subscribes at the first wait.
-func NewEngine(rdb Redis, cfg Config) *Engine {
+// subscribes at the first wait. A nil rdb or a Config the engine cannot
+// run with (see Config) makes it fail.
+func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: nil redis client", errBadConfig)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	stopped, stop := context.WithCancel(context.Background())
 	e := &Engine{
 		stopped:  stopped,
@@ -116,7 +146,7 @@ func NewEngine(rdb Redis, cfg Config) *Engine {
 		Unclaimed: e.audit.unclaimed,
 		Linger:    subscriptionLinger,
 	})
-	return e
+	return e, nil
 }
 
 // Lock returns the lock with the given keys.

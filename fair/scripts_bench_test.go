@@ -39,9 +39,8 @@ func BenchmarkScriptCost(b *testing.B) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	b.Cleanup(func() { _ = rdb.Close() })
 	ctx := context.Background()
-	e := NewEngine(rdb, Config{Lease: time.Minute, WaiterTTL: time.Minute, CallTimeout: 5 * time.Second,
+	e := mustEngine(b, rdb, Config{WaiterTTL: time.Minute, CallTimeout: 5 * time.Second,
 		Heartbeat: time.Second, Logger: slog.New(slog.DiscardHandler)})
-	b.Cleanup(func() { _ = e.Close() })
 	keys, err := queue.For("bench", "lock")
 	require.NoError(b, err)
 	l := e.Lock(keys)

@@ -39,9 +39,8 @@ func newRig(t *testing.T) *rig {
 	mr.ClockTTL(true)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
-	e := NewEngine(rdb, Config{Prefix: "p", Lease: rigLease, WaiterTTL: rigTTL, CallTimeout: 5 * time.Second,
+	e := mustEngine(t, rdb, Config{WaiterTTL: rigTTL, CallTimeout: 5 * time.Second,
 		Heartbeat: time.Second, Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(func() { _ = e.Close() })
 	keys, err := queue.For("p", "lock")
 	require.NoError(t, err)
 	ps := rdb.Subscribe(context.Background(), keys.Wake)
@@ -342,9 +341,8 @@ func TestRefusedPublishReachesTheCallerAsNOPERM(t *testing.T) {
 	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "nopub", "on", ">pw", "~*", "resetchannels", "+@all").Err())
 	user := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "nopub", Password: "pw"})
 	t.Cleanup(func() { _ = user.Close() })
-	e := NewEngine(user, Config{Prefix: "p", Lease: rigLease, WaiterTTL: rigTTL, CallTimeout: 5 * time.Second,
+	e := mustEngine(t, user, Config{WaiterTTL: rigTTL, CallTimeout: 5 * time.Second,
 		Heartbeat: time.Second, Logger: slog.New(slog.DiscardHandler)})
-	t.Cleanup(func() { _ = e.Close() })
 	keys, err := queue.For(redistest.Prefix(t), "lock")
 	require.NoError(t, err)
 	l := e.Lock(keys)

@@ -3,8 +3,7 @@ package fairlock
 import (
 	"errors"
 
-	"github.com/fairlock/fairlock/fair"
-	"github.com/fairlock/fairlock/queue"
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // Errors returned by fairlock. Test for them with errors.Is: they are often
@@ -12,32 +11,32 @@ import (
 var (
 	// ErrLocked is returned by TryLock when another owner holds the lock or
 	// anyone is waiting for it.
-	ErrLocked = fair.ErrLocked
+	ErrLocked = errs.Locked
 
 	// ErrNotHeld is returned by Unlock and Token when the context carries
 	// no live hold of the lock: it never held it, was already unlocked as
 	// many times as it was locked, or the hold ended (then ErrLeaseLost or
 	// ErrClosed is wrapped too; after Close, ErrClosed always is).
-	ErrNotHeld = fair.ErrNotHeld
+	ErrNotHeld = errs.NotHeld
 
 	// ErrLeaseLost is the cause of a hold's context when its lease ran out
 	// or its key vanished before Unlock: another owner may hold the lock
 	// now. Unlock and re-entry report it when Redis no longer knows the
 	// hold, and so does Lock with a context whose hold was lost (a
 	// re-entry is never a fresh grant).
-	ErrLeaseLost = fair.ErrLeaseLost
+	ErrLeaseLost = errs.LeaseLost
 
 	// ErrClosed is returned by every method once the Client is closed, and
 	// to Lock calls that were waiting when it was closed. It is the cause
 	// of the contexts of holds that were live at Close.
-	ErrClosed = fair.ErrClosed
+	ErrClosed = errs.Closed
 
 	// ErrUnsafeServer is returned by Lock and TryLock when the Redis server
 	// cannot keep a lock safely: a version older than 5.0, or a
 	// maxmemory-policy other than noeviction with maxmemory set (it may
 	// evict lock keys). The Client checks once, at its first Lock, and logs
 	// what it cannot check.
-	ErrUnsafeServer = fair.ErrUnsafeServer
+	ErrUnsafeServer = errs.UnsafeServer
 
 	// ErrNoPermission is returned when the Redis user may not run a
 	// command, touch a key or use a channel fairlock needs: an ACL refused
@@ -48,7 +47,7 @@ var (
 	// refused, the state change itself was made (Unlock released the lock
 	// and handed it to the next waiter, who learns it at its next poll) and
 	// the error says so.
-	ErrNoPermission = fair.ErrNoPermission
+	ErrNoPermission = errs.NoPermission
 
 	// ErrNotReplicated is returned when a Client built WithReplicas made a
 	// change that fewer replicas than it waits for acknowledged in time,
@@ -59,20 +58,20 @@ var (
 	// had), or an Unlock (the lock was released on the primary, and the
 	// release is sent again in the background until the replicas
 	// acknowledge it, as the error says).
-	ErrNotReplicated = fair.ErrNotReplicated
+	ErrNotReplicated = errs.NotReplicated
 
 	// ErrInvalidName: the lock name is empty, longer than 1024 bytes, not
 	// valid UTF-8, or contains '}'.
-	ErrInvalidName = queue.ErrInvalidName
+	ErrInvalidName = errs.InvalidName
 
 	// ErrInvalidOwner: an owner id given with ContextWithOwner is empty,
 	// longer than 256 bytes, not valid UTF-8, or contains a space or a
 	// control character.
-	ErrInvalidOwner = queue.ErrInvalidOwner
+	ErrInvalidOwner = errs.InvalidOwner
 
 	// ErrInvalidOption: an option was given a value it does not accept
 	// (see each option), or New was given a nil client.
-	ErrInvalidOption = errors.New("fairlock: invalid option")
+	ErrInvalidOption = errs.InvalidOption
 )
 
 // Errors for nil arguments: programming errors, reported instead of a panic.

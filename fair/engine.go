@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -154,20 +155,20 @@ func (e *Engine) Lock(keys queue.Keys) *Lock {
 	return &Lock{e: e, keys: keys, scripted: keys.Scripted()}
 }
 
-// begin registers a call in flight, or fails with ErrClosed.
+// begin registers a call in flight, or fails with errs.Closed.
 func (e *Engine) begin() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return ErrClosed
+		return errs.Closed
 	}
 	e.ops.Add(1)
 	return nil
 }
 
-// Close stops the engine: waiting Lock calls return ErrClosed and take
+// Close stops the engine: waiting Lock calls return errs.Closed and take
 // themselves out of the queue, every hold's context is cancelled with
-// ErrClosed and its levels are released, the hub is closed, and Close
+// errs.Closed and its levels are released, the hub is closed, and Close
 // waits for every goroutine it started. All of that runs at once, and
 // every call to Redis still out one call timeout after Close started is
 // given up, so Close returns within about one call timeout even when Redis
@@ -187,14 +188,14 @@ func (e *Engine) Close() error {
 		defer e.stop()
 		close(e.closing)
 
-		// Calls in flight return ErrClosed at once (their cleanups go on
+		// Calls in flight return errs.Closed at once (their cleanups go on
 		// in the background); a re-entry that raced with the release of
 		// its hold gives its level back itself (see Hold.Enter).
 		var wg sync.WaitGroup
 		wg.Go(func() { _ = e.hub.Close() })
 		wg.Go(e.ops.Wait)
 		for _, h := range holds {
-			wg.Go(func() { h.abandon(ErrClosed) })
+			wg.Go(func() { h.abandon(errs.Closed) })
 		}
 		wg.Wait()
 		e.wg.Wait()

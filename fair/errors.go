@@ -4,31 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-)
 
-// Sentinel errors. The root package re-exports them under the same names.
-var (
-	// ErrLocked: TryLock found the lock held by another owner, or waiters
-	// in line for it.
-	ErrLocked = errors.New("fairlock: locked by another owner")
-	// ErrNotHeld: the caller's context carries no live hold of the lock.
-	ErrNotHeld = errors.New("fairlock: lock not held")
-	// ErrLeaseLost: the hold's lease ran out or its key vanished, so the
-	// lock may now belong to someone else. It is the cause of the hold's
-	// context.
-	ErrLeaseLost = errors.New("fairlock: lease lost")
-	// ErrClosed: the Client was closed.
-	ErrClosed = errors.New("fairlock: client closed")
-	// ErrNoPermission: the Redis user may not run a command, touch a key
-	// or use a channel fairlock needs (an ACL refused it with NOPERM). The
-	// error wraps the server's reply, which names what was refused.
-	ErrNoPermission = errors.New("fairlock: redis user lacks a permission")
-	// ErrNotReplicated: a call that granted, re-entered or released a hold
-	// was made on the primary, but fewer replicas than the engine waits
-	// for acknowledged it in time (or the WAIT that asked failed). The
-	// caller decides what the change means: a grant is claimed again or
-	// given back, a release is sent again.
-	ErrNotReplicated = errors.New("fairlock: not acknowledged by enough replicas")
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // serverReply returns the message of an error reply from the server, and
@@ -46,11 +23,11 @@ func serverReply(err error) (string, bool) {
 }
 
 // refusal wraps an error reply that refuses a command for lack of
-// permission (NOPERM) with ErrNoPermission; other errors are returned as
+// permission (NOPERM) with errs.NoPermission; other errors are returned as
 // they are.
 func refusal(err error) error {
-	if replyStarts(err, "NOPERM") && !errors.Is(err, ErrNoPermission) {
-		return fmt.Errorf("%w: %w", ErrNoPermission, err)
+	if replyStarts(err, "NOPERM") && !errors.Is(err, errs.NoPermission) {
+		return fmt.Errorf("%w: %w", errs.NoPermission, err)
 	}
 	return err
 }

@@ -3,6 +3,8 @@ package fair
 import (
 	"context"
 	"time"
+
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // cleanupGrace is how long a caller whose context has ended waits for the
@@ -23,7 +25,7 @@ type outcome struct {
 
 // callWithin runs one acquire detached from ctx (see call), but returns as
 // soon as ctx ends, with ctx's error, or as soon as the engine starts to
-// close, with ErrClosed. A call still in flight then is never abandoned:
+// close, with errs.Closed. A call still in flight then is never abandoned:
 // it goes on in the background, and orphan receives its outcome, to undo
 // what it did. Must run within an operation of the engine (begin), so
 // that Close waits for the orphan.
@@ -49,7 +51,7 @@ func (l *Lock) callWithin(ctx context.Context, req Request, entry, mode string, 
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-l.e.closing:
-		err = ErrClosed
+		err = errs.Closed
 	}
 	l.e.wg.Go(func() {
 		o := <-done

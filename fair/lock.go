@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/fairlock/fairlock/notify"
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -24,7 +24,7 @@ type Request struct {
 	Owner string        // owner id of the hold
 	Lease time.Duration // the hold's lease
 	Fixed bool          // the lease is fixed: no watchdog renews it
-	Wait  bool          // wait in line; false: fail with ErrLocked at once
+	Wait  bool          // wait in line; false: fail with errs.Locked at once
 	// Shared: the owner id may be used by other calls too, here or in
 	// other processes (fairlock.ContextWithOwner); false: it is this
 	// call's own.
@@ -32,7 +32,7 @@ type Request struct {
 }
 
 // Acquire takes the lock for req.Owner. Without req.Wait it makes one
-// attempt and fails with ErrLocked when the lock is held or anyone waits.
+// attempt and fails with errs.Locked when the lock is held or anyone waits.
 // With req.Wait it joins the queue and waits, in FIFO order, until the
 // lock is handed to it or ctx ends.
 //
@@ -56,7 +56,7 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 	// is claimed by the first poll, not counted again.
 	entry := queue.Entry(randomID(), req.Lease, req.Owner)
 	h, err := l.take(ctx, req, entry)
-	if err != nil && !errors.Is(err, ErrLocked) {
+	if err != nil && !errors.Is(err, errs.Locked) {
 		// Whatever the call left in Redis is a trace once it returns.
 		l.e.audit.ended(l, req, entry, nil, "")
 	}
@@ -81,7 +81,7 @@ func (l *Lock) take(ctx context.Context, req Request, entry string) (*Hold, erro
 		// shared by several callers) already had: a re-entry. Polling
 		// again would count another level, so it is given back instead.
 		return nil, l.dropUnacked(ctx, req, err)
-	case err != nil && req.Wait && retryable(err) && ctx.Err() == nil && !errors.Is(err, ErrClosed):
+	case err != nil && req.Wait && retryable(err) && ctx.Err() == nil && !errors.Is(err, errs.Closed):
 		// Redis unreachable, or failing over, or a grant that the
 		// replicas did not acknowledge: wait in line, which keeps trying
 		// (and claims such a grant without counting it again), bounded
@@ -105,7 +105,7 @@ func (l *Lock) take(ctx context.Context, req Request, entry string) (*Hold, erro
 	case rep.granted:
 		return l.claimTry(ctx, req, entry)
 	case !req.Wait:
-		return nil, ErrLocked
+		return nil, errs.Locked
 	}
 	return l.wait(ctx, req, entry, nil)
 }
@@ -144,14 +144,14 @@ func (l *Lock) claimTry(ctx context.Context, req Request, entry string) (*Hold, 
 		var err error
 		rep, err = l.callWithin(ctx, req, entry, modeTry, l.giveBackIfGranted(ctx, req))
 		switch {
-		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
+		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.Closed)):
 			return nil, err // the orphan gives a grant back
 		case unacked(err):
 			return nil, l.dropUnacked(ctx, req, err)
 		case err != nil:
 			return nil, errors.Join(err, l.soon(func() error { return l.giveBack(ctx, req) }))
 		case !rep.granted:
-			return nil, ErrLocked // the late grant expired meanwhile
+			return nil, errs.Locked // the late grant expired meanwhile
 		case !l.late(req, sent):
 			return l.hold(ctx, req, entry, rep.token, sent, req.Lease)
 		}
@@ -184,9 +184,7 @@ func (l *Lock) call(ctx context.Context, req Request, entry, mode string) (reply
 func (l *Lock) wait(ctx context.Context, req Request, entry string, pending error) (*Hold, error) {
 	w, err := l.e.hub.Watch(ctx, l.keys.Wake, entry)
 	if err != nil {
-		if errors.Is(err, notify.ErrClosed) {
-			err = ErrClosed
-		} else {
+		if !errors.Is(err, errs.Closed) {
 			err = refusal(err)
 		}
 		if pending != nil {
@@ -224,7 +222,7 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string, pending erro
 			polled = sent
 		}
 		switch {
-		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, ErrClosed)):
+		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.Closed)):
 			// The caller gave up, or the Client closed, during the poll;
 			// the poll's orphan leaves the queue once it is answered.
 			return nil, withUnacked(err)
@@ -281,7 +279,7 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string, pending erro
 		case <-ctx.Done():
 			return nil, errors.Join(withUnacked(ctx.Err()), l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
 		case <-l.e.closing:
-			return nil, errors.Join(withUnacked(ErrClosed), l.giveUp(ctx, req.Owner, entry))
+			return nil, errors.Join(withUnacked(errs.Closed), l.giveUp(ctx, req.Owner, entry))
 		}
 	}
 }
@@ -362,7 +360,7 @@ func (l *Lock) hold(ctx context.Context, req Request, entry string, token int64,
 	h := newHold(l, req, entry, token, from, span)
 	fail := ctx.Err()
 	if fail == nil && !l.e.addHold(h) {
-		fail = ErrClosed
+		fail = errs.Closed
 	}
 	if fail != nil {
 		h.end(fail)

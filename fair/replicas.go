@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // replication is what an engine built with Config.Replicas waits for after
@@ -132,7 +134,7 @@ func redirected(msg string) bool {
 
 // acknowledged returns nil when the script's change was acknowledged by
 // enough replicas (or none are waited for), and otherwise an error that
-// wraps ErrNotReplicated: the WAIT's short count, its error reply
+// wraps errs.NotReplicated: the WAIT's short count, its error reply
 // (wrapped too, so that a refusal is not retried), or the network error
 // that cut it off (retried like any other).
 func (l *Lock) acknowledged(w waited) error {
@@ -143,10 +145,10 @@ func (l *Lock) acknowledged(w waited) error {
 	got, err := w.wait.Result()
 	if err != nil {
 		l.e.topo.failed(err)
-		return fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, refusal(err))
+		return fmt.Errorf("%w: WAIT: %w", errs.NotReplicated, refusal(err))
 	}
 	if got < int64(r.n) {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", ErrNotReplicated, got, r.n, r.timeout)
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", errs.NotReplicated, got, r.n, r.timeout)
 	}
 	return nil
 }
@@ -155,5 +157,5 @@ func (l *Lock) acknowledged(w waited) error {
 // primary but was not acknowledged by enough replicas. The call's reply is
 // then valid: a grant was made, a level released.
 func unacked(err error) bool {
-	return errors.Is(err, ErrNotReplicated)
+	return errors.Is(err, errs.NotReplicated)
 }

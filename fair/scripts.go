@@ -78,7 +78,7 @@ func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (
 // releaseCall runs release.lua once under the given call id, whose receipt
 // is kept for receiptTTL ms. When the engine waits for replicas and the
 // release was made but not acknowledged, the count is valid and the error
-// wraps ErrNotReplicated.
+// wraps errs.NotReplicated.
 func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration, receiptTTL int64) (int, error) {
 	s, err := l.e.scripts(ctx)
 	if err != nil {

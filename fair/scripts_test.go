@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -358,7 +359,7 @@ func TestRefusedPublishReachesTheCallerAsNOPERM(t *testing.T) {
 	n, err := l.release(ctx, "h", rigLease)
 	var rerr redis.Error
 	require.True(t, errors.As(err, &rerr), "a server error reply, not %v", err)
-	require.ErrorIs(t, err, ErrNoPermission)
+	require.ErrorIs(t, err, errs.NoPermission)
 	require.True(t, publishRefused(err), "%q", err)
 	prefix := "NOPERM fairlock: state changed, but PUBLISH to " + keys.Wake + " was refused: "
 	require.True(t, strings.HasPrefix(rerr.Error(), prefix), "%q", rerr)

@@ -9,14 +9,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/notify"
 )
-
-// ErrUnsafeServer: the Redis server cannot keep a lock safely (a version
-// older than the scripts need, or an eviction policy that may evict lock
-// keys). The root package re-exports it.
-var ErrUnsafeServer = errors.New("fairlock: redis server cannot keep locks safely")
 
 // MinServerVersion is the oldest Redis the scripts run on: they read the
 // server's clock before they write, which Redis replicates correctly (as
@@ -29,7 +25,7 @@ const MinShardedVersion = "7.0.0"
 
 // checkServer checks the server once, at the first Lock of the Client: a
 // version too old for the scripts, or an eviction policy that may evict
-// lock keys, fails every Lock with ErrUnsafeServer (and is logged). A
+// lock keys, fails every Lock with errs.UnsafeServer (and is logged). A
 // server that refuses INFO or CONFIG (an error reply: a managed service, an
 // ACL user without them) is logged once and trusted; a check cut short by
 // a network error is logged and tried again at the next Lock, which goes
@@ -72,7 +68,7 @@ func (e *Engine) inspectServer(ctx context.Context) (error, bool) {
 	case version == "":
 		e.log.Warn("fairlock: the server does not report its version; going ahead")
 	case versionLess(version, MinServerVersion):
-		err := fmt.Errorf("%w: version %s, the scripts need %s or later", ErrUnsafeServer, version, MinServerVersion)
+		err := fmt.Errorf("%w: version %s, the scripts need %s or later", errs.UnsafeServer, version, MinServerVersion)
 		e.log.Error("fairlock: refusing to lock", "err", err)
 		return err, true
 	}
@@ -91,7 +87,7 @@ func (e *Engine) inspectServer(ctx context.Context) (error, bool) {
 			"maxmemory-policy", policy)
 	default:
 		err := fmt.Errorf("%w: maxmemory-policy %s with maxmemory %s may evict lock keys (use noeviction)",
-			ErrUnsafeServer, policy, maxmemory)
+			errs.UnsafeServer, policy, maxmemory)
 		e.log.Error("fairlock: refusing to lock", "err", err)
 		return err, true
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // fakeServer answers INFO and CONFIG GET as told; nothing else.
@@ -66,7 +68,7 @@ func TestServerCheckRefusesOnlyWhatCannotBeSafe(t *testing.T) {
 			err, definitive := e.inspectServer(context.Background())
 			assert.Equal(t, tt.definitive, definitive)
 			if tt.unsafe {
-				require.ErrorIs(t, err, ErrUnsafeServer)
+				require.ErrorIs(t, err, errs.UnsafeServer)
 			} else {
 				require.NoError(t, err)
 			}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/lua"
 )
 
@@ -258,7 +259,7 @@ func (w *watchdog) settle(h *Hold, sent time.Time, ok bool, err error) {
 		w.schedule(h, sent.Add(h.lease/3))
 	case err == nil:
 		h.l.e.log.Info("fairlock: lease lost: the lock is no longer ours", "lock", h.l.keys.Name)
-		h.end(ErrLeaseLost)
+		h.end(errs.LeaseLost)
 	case !time.Now().Before(h.giveUp()):
 		h.l.e.log.Warn("fairlock: lease lost: renewal failed until the lease nearly ran out",
 			"lock", h.l.keys.Name, "err", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
@@ -275,7 +276,7 @@ func TestShardedHubClosesCleanly(t *testing.T) {
 	require.NoError(t, h.Close())
 	require.Less(t, time.Since(start), 2*time.Second, "Close was not prompt")
 	_, err = h.Watch(context.Background(), byMaster[masters[1]][0], "late")
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, errs.Closed)
 	for _, w := range waiters {
 		w.Stop()
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // defaultHeartbeat is the heartbeat used when Options.Heartbeat is not
@@ -193,13 +195,13 @@ func New(rdb Subscriber, opts Options) *Hub {
 // channel, say), Watch returns at once an error that names the channel and
 // wraps the server's error reply, a redis.Error. If ctx ends first, Watch
 // unregisters the waiter and returns an error wrapping ctx.Err(). Once
-// Close has started it returns ErrClosed.
+// Close has started it returns errs.Closed.
 func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
-	if err := h.learnMode(ctx); errors.Is(err, ErrClosed) {
-		return nil, ErrClosed
+	if err := h.learnMode(ctx); errors.Is(err, errs.Closed) {
+		return nil, errs.Closed
 	} else if err != nil {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
@@ -208,8 +210,8 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
 	c, err := h.lockConn(key)
-	if errors.Is(err, ErrClosed) {
-		return nil, ErrClosed
+	if errors.Is(err, errs.Closed) {
+		return nil, errs.Closed
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
@@ -241,7 +243,7 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 			return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, ctx.Err())
 		case <-h.done:
 			w.Stop()
-			return nil, ErrClosed
+			return nil, errs.Closed
 		}
 		h.mu.Lock()
 		now := w.topic // a new topic when the channel moved to another shard
@@ -275,7 +277,7 @@ func (h *Hub) Done() <-chan struct{} {
 }
 
 // Close closes every connection, stops the hub's goroutines and waits for
-// them. Watch calls still waiting, and later ones, return ErrClosed at once;
+// them. Watch calls still waiting, and later ones, return errs.Closed at once;
 // waiters receive no further signals. Close is idempotent and always returns
 // nil. It returns promptly, except while go-redis is dialling: a connection
 // handshake cannot be interrupted, so Close may wait for it, at most for the
@@ -329,7 +331,7 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*redis.Client, erro
 }
 
 // lockConn locks h.mu and returns the connection for key, opening it if
-// there is none. On error, which is ErrClosed once Close has started or the
+// there is none. On error, which is errs.Closed once Close has started or the
 // error of opening the connection, h.mu is not held.
 //
 // Opening calls into go-redis, so it happens with h.mu released: whatever
@@ -343,7 +345,7 @@ func (h *Hub) lockConn(key *redis.Client) (*conn, error) {
 	for {
 		if h.closed {
 			h.mu.Unlock()
-			return nil, ErrClosed
+			return nil, errs.Closed
 		}
 		if c := h.conns[key]; c != nil {
 			return c, nil

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/internal/faultproxy"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
@@ -80,7 +81,7 @@ func TestWatchPendingAtCloseReturnsErrClosed(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "Close was not prompt")
 	select {
 	case err := <-result:
-		require.ErrorIs(t, err, ErrClosed)
+		require.ErrorIs(t, err, errs.Closed)
 	case <-time.After(patience):
 		t.Fatal("pending Watch did not return after Close")
 	}
@@ -114,7 +115,7 @@ func TestCloseIsPromptIdempotentAndStopsEveryGoroutine(t *testing.T) {
 	}
 
 	_, err := h.Watch(context.Background(), prefix+":0", "late")
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, errs.Closed)
 	for _, w := range waiters {
 		w.Stop() // after Close: allowed, and a no-op on the network
 		requireNoSignal(t, w, "Close sends no signal")
@@ -134,7 +135,7 @@ func TestUnusedHubOpensNothingAndClosesCleanly(t *testing.T) {
 	require.False(t, opened, "New opened a pub/sub connection")
 	require.NoError(t, h.Close())
 	_, err := h.Watch(context.Background(), redistest.Prefix(t), "w")
-	require.True(t, errors.Is(err, ErrClosed))
+	require.True(t, errors.Is(err, errs.Closed))
 	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -107,7 +108,7 @@ func TestHubOverARingClosesCleanly(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "Close was not prompt")
 	require.NoError(t, h.Close(), "second Close")
 	_, err := h.Watch(context.Background(), channels[1], "late")
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, errs.Closed)
 	for _, w := range waiters {
 		w.Stop()
 	}

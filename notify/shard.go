@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // Sharded mode: the scripts SPUBLISH a lock's wake message, which reaches
@@ -54,7 +56,7 @@ type regroup struct {
 }
 
 // learnMode makes sure the hub knows its mode, asking Options.Mode if it
-// does not yet (outside h.mu: it may call Redis). It returns ErrClosed once
+// does not yet (outside h.mu: it may call Redis). It returns errs.Closed once
 // Close has started, and an error wrapping ctx.Err() if ctx ends first.
 func (h *Hub) learnMode(ctx context.Context) error {
 	h.mu.Lock()
@@ -95,7 +97,7 @@ func (h *Hub) learnMode(ctx context.Context) error {
 			return errors.Join(ctx.Err(), err)
 		case <-h.done:
 			t.Stop()
-			return ErrClosed
+			return errs.Closed
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
@@ -273,7 +275,7 @@ func (h *Hub) resubscribe(channel string, key *redis.Client) {
 		return // no connection to open for it
 	}
 	dst, err := h.lockConn(key)
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, errs.Closed) {
 		return
 	}
 	if err != nil {

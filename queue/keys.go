@@ -1,12 +1,13 @@
 package queue
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // Limits on the strings that become part of Redis keys and messages.
@@ -15,13 +16,6 @@ const (
 	MaxPrefixLen = 256  // bytes in a key prefix
 	MaxOwnerLen  = 256  // bytes in an owner id
 	WaiterIDLen  = 16   // hex characters in a waiter id
-)
-
-// Sentinel errors for invalid input. The root package re-exports them.
-var (
-	ErrInvalidName   = errors.New("fairlock: invalid lock name")
-	ErrInvalidPrefix = errors.New("fairlock: invalid key prefix")
-	ErrInvalidOwner  = errors.New("fairlock: invalid owner id")
 )
 
 // Keys are the Redis keys and the pub/sub channel of one lock. Every key
@@ -38,7 +32,7 @@ type Keys struct {
 }
 
 // For returns the keys of the lock name under prefix, or an error wrapping
-// ErrInvalidName or ErrInvalidPrefix.
+// errs.InvalidName or errs.InvalidPrefix.
 func For(prefix, name string) (Keys, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return Keys{}, err
@@ -73,13 +67,13 @@ func (k Keys) Scripted() []string {
 func ValidateName(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: empty", ErrInvalidName)
+		return fmt.Errorf("%w: empty", errs.InvalidName)
 	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidName, len(name), MaxNameLen)
+		return fmt.Errorf("%w: %d bytes, more than %d", errs.InvalidName, len(name), MaxNameLen)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidName)
+		return fmt.Errorf("%w: not valid UTF-8", errs.InvalidName)
 	case strings.ContainsRune(name, '}'):
-		return fmt.Errorf("%w: %q contains '}'", ErrInvalidName, name)
+		return fmt.Errorf("%w: %q contains '}'", errs.InvalidName, name)
 	}
 	return nil
 }
@@ -90,13 +84,13 @@ func ValidateName(name string) error {
 func ValidatePrefix(prefix string) error {
 	switch {
 	case prefix == "":
-		return fmt.Errorf("%w: empty", ErrInvalidPrefix)
+		return fmt.Errorf("%w: empty", errs.InvalidPrefix)
 	case len(prefix) > MaxPrefixLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidPrefix, len(prefix), MaxPrefixLen)
+		return fmt.Errorf("%w: %d bytes, more than %d", errs.InvalidPrefix, len(prefix), MaxPrefixLen)
 	case !utf8.ValidString(prefix):
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidPrefix)
+		return fmt.Errorf("%w: not valid UTF-8", errs.InvalidPrefix)
 	case strings.ContainsAny(prefix, "{}"):
-		return fmt.Errorf("%w: %q contains a brace", ErrInvalidPrefix, prefix)
+		return fmt.Errorf("%w: %q contains a brace", errs.InvalidPrefix, prefix)
 	}
 	return nil
 }
@@ -107,15 +101,15 @@ func ValidatePrefix(prefix string) error {
 func ValidateOwner(owner string) error {
 	switch {
 	case owner == "":
-		return fmt.Errorf("%w: empty", ErrInvalidOwner)
+		return fmt.Errorf("%w: empty", errs.InvalidOwner)
 	case len(owner) > MaxOwnerLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidOwner, len(owner), MaxOwnerLen)
+		return fmt.Errorf("%w: %d bytes, more than %d", errs.InvalidOwner, len(owner), MaxOwnerLen)
 	case !utf8.ValidString(owner):
-		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidOwner)
+		return fmt.Errorf("%w: not valid UTF-8", errs.InvalidOwner)
 	}
 	for _, r := range owner {
 		if r <= ' ' || r == 0x7f {
-			return fmt.Errorf("%w: %q contains a space or control character", ErrInvalidOwner, owner)
+			return fmt.Errorf("%w: %q contains a space or control character", errs.InvalidOwner, owner)
 		}
 	}
 	return nil

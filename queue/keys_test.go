@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // clusterSlot computes the Redis Cluster slot of a key: CRC16 (XMODEM) of
@@ -59,7 +61,7 @@ func TestNamesAreValidatedSoAllKeysShareOneSlot(t *testing.T) {
 	for _, tt := range tests {
 		k, err := For("fairlock", tt.name)
 		if !tt.ok {
-			require.ErrorIs(t, err, ErrInvalidName, "%.40q", tt.name)
+			require.ErrorIs(t, err, errs.InvalidName, "%.40q", tt.name)
 			continue
 		}
 		require.NoError(t, err, "%.40q", tt.name)
@@ -73,7 +75,7 @@ func TestNamesAreValidatedSoAllKeysShareOneSlot(t *testing.T) {
 func TestPrefixesAreValidated(t *testing.T) {
 	for _, p := range []string{"", "a{", "b}", string([]byte{0xff}), strings.Repeat("p", MaxPrefixLen+1)} {
 		_, err := For(p, "name")
-		require.ErrorIs(t, err, ErrInvalidPrefix, "%q", p)
+		require.ErrorIs(t, err, errs.InvalidPrefix, "%q", p)
 	}
 	_, err := For("app:locks", "name")
 	require.NoError(t, err)
@@ -81,7 +83,7 @@ func TestPrefixesAreValidated(t *testing.T) {
 
 func TestOwnersAreValidated(t *testing.T) {
 	for _, o := range []string{"", "a b", "tab\t", "nl\n", string([]byte{0xff}), strings.Repeat("o", MaxOwnerLen+1)} {
-		require.ErrorIs(t, ValidateOwner(o), ErrInvalidOwner, "%q", o)
+		require.ErrorIs(t, ValidateOwner(o), errs.InvalidOwner, "%q", o)
 	}
 	require.NoError(t, ValidateOwner("job-42:attempt/3"))
 }

@@ -131,7 +131,7 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	case mc.err != nil:
 		m.err = mc.err
 	default:
-		m.lock = c.engine.Lock(keys)
+		m.lock = c.engine.Mutex(keys)
 		m.key = holdKey{lock: keys.Lock}
 	}
 	return m

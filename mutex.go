@@ -18,7 +18,7 @@ import (
 type Mutex struct {
 	c     *Client
 	name  string
-	lock  *fair.Lock // nil when err != nil
+	lock  *fair.Mutex // nil when err != nil
 	key   holdKey
 	lease time.Duration
 	fixed bool
@@ -112,7 +112,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error)
 	} else if err := queue.ValidateOwner(owner); err != nil {
 		return nil, err
 	}
-	h, err = m.lock.Acquire(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: explicit})
+	h, err = m.lock.Lock(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: explicit})
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	case h == nil:
 		return ErrNotHeld
 	}
-	return h.Release(ctx)
+	return h.Unlock(ctx)
 }
 
 // notHeld turns ErrClosed into ErrNotHeld with ErrClosed wrapped: after
@@ -193,7 +193,7 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	if !explicit {
 		return 0, nil
 	}
-	return m.lock.Count(ctx, owner)
+	return m.lock.HoldCount(ctx, owner)
 }
 
 // IsLocked reports whether anyone holds the lock.
@@ -201,7 +201,7 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	if err := m.usable(ctx); err != nil {
 		return false, err
 	}
-	return m.lock.Locked(ctx)
+	return m.lock.IsLocked(ctx)
 }
 
 // TTL returns the remaining lease of the current hold, 0 when the lock is

@@ -63,7 +63,7 @@ type endedCall struct {
 
 // watchedLock is a lock with recent ended calls, oldest first.
 type watchedLock struct {
-	l     *Lock
+	l     *Mutex
 	calls []endedCall
 }
 
@@ -94,7 +94,7 @@ func (a *audit) span() time.Duration {
 // ended records a Lock call of l that is over: h's hold ended (the last
 // release, if one was sent, under call), or, when h is nil, a call that
 // gave up waiting with entry.
-func (a *audit) ended(l *Lock, req Request, entry string, h *Hold, call string) {
+func (a *audit) ended(l *Mutex, req Request, entry string, h *Hold, call string) {
 	if a == nil || !a.enabled {
 		return
 	}

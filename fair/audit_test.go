@@ -20,7 +20,7 @@ func (r *rig) auditing() *audit {
 }
 
 // watched returns the audit's copy of what it watches on the rig's lock.
-func (a *audit) watched(l *Lock) watchedLock {
+func (a *audit) watched(l *Mutex) watchedLock {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	w := a.recent[l.keys.Lock]

@@ -6,7 +6,7 @@
 // public API (contexts as identities, options, validation) and the stress
 // command drives it. Applications use the root package.
 //
-// An Engine belongs to one fairlock Client. Acquire takes a lock: one
+// An Engine belongs to one fairlock Client. Mutex.Lock takes a lock: one
 // attempt first, then, when waiting, a subscription and a poll loop that
 // sleeps on the hub's push or the script's hint. A Hold is a grant in this
 // process; its context ends when the hold ends. Every goroutine the engine

@@ -105,7 +105,7 @@ type Engine struct {
 
 // subscriptionLinger is how long a lock's channel stays subscribed after
 // the last waiter of this engine stopped: a Lock meanwhile finds the lock
-// contended and queues with one call (see Lock.take).
+// contended and queues with one call (see Mutex.take).
 const subscriptionLinger = time.Second
 
 // NewEngine returns an engine over rdb. It opens no connection: the hub
@@ -150,9 +150,9 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Lock returns the lock with the given keys.
-func (e *Engine) Lock(keys queue.Keys) *Lock {
-	return &Lock{e: e, keys: keys, scripted: keys.Scripted()}
+// Mutex returns the lock with the given keys.
+func (e *Engine) Mutex(keys queue.Keys) *Mutex {
+	return &Mutex{e: e, keys: keys, scripted: keys.Scripted()}
 }
 
 // begin registers a call in flight, or fails with errs.Closed.

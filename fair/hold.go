@@ -15,7 +15,7 @@ import (
 // the hold. Unless its lease is fixed, the engine's watchdog renews the
 // lease every third of it until the hold ends.
 type Hold struct {
-	l      *Lock
+	l      *Mutex
 	owner  string
 	shared bool   // the owner id is shared (see Request.Shared)
 	entry  string // the waiter entry of the Lock call that took it
@@ -53,7 +53,7 @@ type Hold struct {
 
 // newHold returns the hold of a grant, known to last in Redis for span
 // from the time from.
-func newHold(l *Lock, req Request, entry string, token int64, from time.Time, span time.Duration) *Hold {
+func newHold(l *Mutex, req Request, entry string, token int64, from time.Time, span time.Duration) *Hold {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	return &Hold{
 		l:           l,
@@ -175,7 +175,7 @@ func (h *Hold) Enter(ctx context.Context) error {
 	return nil
 }
 
-// Release gives up one level. At the last level the hold ends: in Redis
+// Unlock gives up one level. At the last level the hold ends: in Redis
 // the lock goes to the next live waiter, and the hold's context is
 // cancelled. It fails with errs.NotHeld when the hold is already over (with
 // errs.LeaseLost or errs.Closed wrapped when that is why), and with
@@ -187,7 +187,7 @@ func (h *Hold) Enter(ctx context.Context) error {
 // the error returned says so. So is a release that fewer replicas than the
 // engine waits for acknowledged: it was made on the primary, and each
 // re-send waits for the replicas again, until they acknowledge it.
-func (h *Hold) Release(ctx context.Context) error {
+func (h *Hold) Unlock(ctx context.Context) error {
 	h.mu.Lock()
 	if h.ended || h.levels == 0 {
 		defer h.mu.Unlock()

@@ -35,7 +35,7 @@ type outcome struct {
 // caller's goroutine: a Close meanwhile is answered when the call is (a
 // grant then finds the engine closed and is given back; see hold), at the
 // latest at the bound of Close, which cuts every call short.
-func (l *Lock) callWithin(ctx context.Context, req Request, entry, mode string, orphan func(reply, error)) (reply, error) {
+func (l *Mutex) callWithin(ctx context.Context, req Request, entry, mode string, orphan func(reply, error)) (reply, error) {
 	if ctx.Done() == nil {
 		return l.call(ctx, req, entry, mode)
 	}
@@ -62,7 +62,7 @@ func (l *Lock) callWithin(ctx context.Context, req Request, entry, mode string, 
 
 // giveBackIfGranted is the orphan of a call that was not queued: a grant
 // it made is given back, acknowledged by the replicas or not.
-func (l *Lock) giveBackIfGranted(ctx context.Context, req Request) func(reply, error) {
+func (l *Mutex) giveBackIfGranted(ctx context.Context, req Request) func(reply, error) {
 	return func(rep reply, err error) {
 		if (err == nil || unacked(err)) && rep.granted {
 			_ = l.giveBack(ctx, req)
@@ -72,7 +72,7 @@ func (l *Lock) giveBackIfGranted(ctx context.Context, req Request) func(reply, e
 
 // leaveQueue is the orphan of a poll of a waiter that gave up: a grant the
 // poll made is given back, and the entry leaves the queue.
-func (l *Lock) leaveQueue(ctx context.Context, req Request, entry string) func(reply, error) {
+func (l *Mutex) leaveQueue(ctx context.Context, req Request, entry string) func(reply, error) {
 	return func(rep reply, err error) {
 		l.giveBackIfGranted(ctx, req)(rep, err)
 		_ = l.giveUp(ctx, req.Owner, entry)
@@ -111,7 +111,7 @@ func (e *Engine) sendAgain(until time.Time, send func(ctx context.Context) (done
 // cleanupGrace. It returns cleanup's error, or nil when it is still
 // running (its failure is logged by cleanup itself). Must run within an
 // operation of the engine (begin).
-func (l *Lock) soon(cleanup func() error) error {
+func (l *Mutex) soon(cleanup func() error) error {
 	done := make(chan error, 1)
 	l.e.wg.Go(func() { done <- cleanup() })
 	t := time.NewTimer(cleanupGrace)

@@ -11,9 +11,9 @@ import (
 	"github.com/fairlock/fairlock/queue"
 )
 
-// Lock is one named lock of an engine. It is a cheap handle, safe for
+// Mutex is one named lock of an engine. It is a cheap handle, safe for
 // concurrent use.
-type Lock struct {
+type Mutex struct {
 	e        *Engine
 	keys     queue.Keys
 	scripted []string // keys.Scripted(), built once
@@ -31,15 +31,15 @@ type Request struct {
 	Shared bool
 }
 
-// Acquire takes the lock for req.Owner. Without req.Wait it makes one
+// Lock takes the lock for req.Owner. Without req.Wait it makes one
 // attempt and fails with errs.Locked when the lock is held or anyone waits.
 // With req.Wait it joins the queue and waits, in FIFO order, until the
 // lock is handed to it or ctx ends.
 //
-// When ctx ends first, Acquire takes its entry out of the queue (giving
+// When ctx ends first, Lock takes its entry out of the queue (giving
 // back a hand-over that raced with the cancellation) and returns ctx's
 // error: the caller then holds nothing and Redis keeps nothing of it.
-func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
+func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (l *Lock) Acquire(ctx context.Context, req Request) (*Hold, error) {
 }
 
 // take is Acquire once the engine's checks passed, under entry.
-func (l *Lock) take(ctx context.Context, req Request, entry string) (*Hold, error) {
+func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, error) {
 	if req.Wait && l.e.hub.Subscribed(l.keys.Wake) {
 		// Other waiters of this Client keep the lock's channel subscribed:
 		// the lock is contended. Joining them costs no round trip, and the
@@ -115,7 +115,7 @@ func (l *Lock) take(ctx context.Context, req Request, entry string) (*Hold, erro
 // ctx's error when it ended, and the give-back's failure if any. The
 // give-back is waited for at most cleanupGrace, like every clean-up of a
 // Lock. Must run within an operation of the engine (begin).
-func (l *Lock) dropUnacked(ctx context.Context, req Request, err error) error {
+func (l *Mutex) dropUnacked(ctx context.Context, req Request, err error) error {
 	return errors.Join(ctx.Err(), err, l.soon(func() error { return l.giveBack(ctx, req) }))
 }
 
@@ -131,12 +131,12 @@ const lateClaims = 3
 // it in time and would declare it lost at once. Such a grant is claimed
 // with one more call under the same entry, which sets the full lease from
 // a send time that is known and counts no level twice.
-func (l *Lock) late(req Request, sent time.Time) bool {
+func (l *Mutex) late(req Request, sent time.Time) bool {
 	return !time.Now().Before(sent.Add(req.Lease - req.Lease/3))
 }
 
 // claimTry claims a late grant of a TryLock (see late).
-func (l *Lock) claimTry(ctx context.Context, req Request, entry string) (*Hold, error) {
+func (l *Mutex) claimTry(ctx context.Context, req Request, entry string) (*Hold, error) {
 	var rep reply
 	var sent time.Time
 	for range lateClaims {
@@ -166,7 +166,7 @@ func retryable(err error) bool {
 }
 
 // call runs one acquire on a context detached from ctx.
-func (l *Lock) call(ctx context.Context, req Request, entry, mode string) (reply, error) {
+func (l *Mutex) call(ctx context.Context, req Request, entry, mode string) (reply, error) {
 	if entry == "" {
 		entry = queue.Entry(randomID(), req.Lease, req.Owner)
 	}
@@ -181,7 +181,7 @@ func (l *Lock) call(ctx context.Context, req Request, entry, mode string) (reply
 // pending is the error of the fast path's attempt when it granted the lock
 // to entry but the replicas did not acknowledge it: the first poll claims
 // that grant (the count stays) and waits for the replicas again.
-func (l *Lock) wait(ctx context.Context, req Request, entry string, pending error) (*Hold, error) {
+func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending error) (*Hold, error) {
 	w, err := l.e.hub.Watch(ctx, l.keys.Wake, entry)
 	if err != nil {
 		if !errors.Is(err, errs.Closed) {
@@ -301,7 +301,7 @@ func (l *Lock) wait(ctx context.Context, req Request, entry string, pending erro
 // With replicas to wait for, a push is never taken as it is either: the
 // hand-over was made by another caller's script, and the waiter's grant
 // counts only once a poll of its own has been acknowledged.
-func (l *Lock) pushedSpan(req Request, polled time.Time) (time.Duration, bool) {
+func (l *Mutex) pushedSpan(req Request, polled time.Time) (time.Duration, bool) {
 	if req.Fixed || l.e.repl != nil {
 		return 0, false
 	}
@@ -317,7 +317,7 @@ const (
 // giveUp takes a waiter that stops waiting out of the queue; if the lock
 // was handed to it meanwhile, the cancel script passes it on. The error is
 // nil when Redis keeps nothing of the waiter.
-func (l *Lock) giveUp(ctx context.Context, owner, entry string) error {
+func (l *Mutex) giveUp(ctx context.Context, owner, entry string) error {
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
 	_, err := l.cancel(cctx, owner, entry)
@@ -339,7 +339,7 @@ func (l *Lock) giveUp(ctx context.Context, owner, entry string) error {
 // answers it, until the waiter TTL has passed (the entry has expired by
 // then: its last poll was before this give-up) or until the engine
 // closes. A cancel may run twice: the second finds nothing to do.
-func (l *Lock) leaveLater(owner, entry string) {
+func (l *Mutex) leaveLater(owner, entry string) {
 	done, closed := l.e.sendAgain(time.Now().Add(l.e.cfg.WaiterTTL), func(ctx context.Context) bool {
 		_, err := l.cancel(ctx, owner, entry)
 		return err == nil || !retryable(err)
@@ -356,7 +356,7 @@ func (l *Lock) leaveLater(owner, entry string) {
 // The grant is known to last span from the send time of the call that
 // made it (from): the lease, or for a hand-over no more than the waiter
 // deadline. The watchdog renews it from that (see watchdog).
-func (l *Lock) hold(ctx context.Context, req Request, entry string, token int64, from time.Time, span time.Duration) (*Hold, error) {
+func (l *Mutex) hold(ctx context.Context, req Request, entry string, token int64, from time.Time, span time.Duration) (*Hold, error) {
 	h := newHold(l, req, entry, token, from, span)
 	fail := ctx.Err()
 	if fail == nil && !l.e.addHold(h) {
@@ -372,7 +372,7 @@ func (l *Lock) hold(ctx context.Context, req Request, entry string, token int64,
 
 // giveBack releases one level that was granted to a caller who no longer
 // wants it.
-func (l *Lock) giveBack(ctx context.Context, req Request) error {
+func (l *Mutex) giveBack(ctx context.Context, req Request) error {
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
 	_, err := l.release(cctx, req.Owner, 0)
@@ -387,8 +387,8 @@ func (l *Lock) giveBack(ctx context.Context, req Request) error {
 	return nil
 }
 
-// Count returns the levels owner holds, 0 when it holds none.
-func (l *Lock) Count(ctx context.Context, owner string) (int, error) {
+// HoldCount returns the levels owner holds, 0 when it holds none.
+func (l *Mutex) HoldCount(ctx context.Context, owner string) (int, error) {
 	v, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "count").Result()
 	if err != nil {
 		return 0, refusal(err)
@@ -406,14 +406,14 @@ func (l *Lock) Count(ctx context.Context, owner string) (int, error) {
 
 // Took reports whether h was taken through this lock's engine, which makes
 // it a hold of this lock when its keys are the same.
-func (l *Lock) Took(h *Hold) bool { return h.l.e == l.e }
+func (l *Mutex) Took(h *Hold) bool { return h.l.e == l.e }
 
 // Holds reports whether Redis, as l's engine reaches it, has h as the hold
 // of l: the same owner under the same fencing token. It tells a hold of
 // this lock taken through another engine (another Client of the same
 // deployment) from a hold of a lock that only has the same keys (the same
 // name and prefix on another deployment or DB).
-func (l *Lock) Holds(ctx context.Context, h *Hold) (bool, error) {
+func (l *Mutex) Holds(ctx context.Context, h *Hold) (bool, error) {
 	v, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "token").Result()
 	if err != nil {
 		return false, refusal(err)
@@ -423,14 +423,14 @@ func (l *Lock) Holds(ctx context.Context, h *Hold) (bool, error) {
 	return owner == h.owner && token == strconv.FormatInt(h.token, 10), nil
 }
 
-// Locked reports whether anyone holds the lock.
-func (l *Lock) Locked(ctx context.Context) (bool, error) {
+// IsLocked reports whether anyone holds the lock.
+func (l *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	n, err := l.e.rdb.Exists(ctx, l.keys.Lock).Result()
 	return n == 1, refusal(err)
 }
 
 // TTL returns the hold's remaining lease, 0 when the lock is free.
-func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+func (l *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	d, err := l.e.rdb.PTTL(ctx, l.keys.Lock).Result()
 	if err != nil {
 		return 0, refusal(err)
@@ -446,7 +446,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 
 // ForceUnlock removes the hold whoever owns it and hands the lock to the
 // next live waiter. It reports whether a hold was removed.
-func (l *Lock) ForceUnlock(ctx context.Context) (bool, error) {
+func (l *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}

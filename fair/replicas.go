@@ -78,7 +78,7 @@ type waited struct {
 // the lock, and again with EVAL in place of EVALSHA when the server lacked
 // the script (nothing ran then; a re-run is as safe as any re-sent call,
 // since the script is idempotent per call id).
-func (l *Lock) runScript(ctx context.Context, script *redis.Script, keys []string, receipt string, receiptTTL int64, args ...any) waited {
+func (l *Mutex) runScript(ctx context.Context, script *redis.Script, keys []string, receipt string, receiptTTL int64, args ...any) waited {
 	r := l.e.repl
 	if r == nil {
 		return waited{cmd: script.Run(ctx, l.e.rdb, keys, args...)}
@@ -137,7 +137,7 @@ func redirected(msg string) bool {
 // wraps errs.NotReplicated: the WAIT's short count, its error reply
 // (wrapped too, so that a refusal is not retried), or the network error
 // that cut it off (retried like any other).
-func (l *Lock) acknowledged(w waited) error {
+func (l *Mutex) acknowledged(w waited) error {
 	if w.wait == nil {
 		return nil
 	}

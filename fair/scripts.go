@@ -34,13 +34,13 @@ func randomID() string {
 func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // acquire runs acquire.lua once, under a fresh call id.
-func (l *Lock) acquire(ctx context.Context, owner, entry string, lease time.Duration, mode string) (reply, error) {
+func (l *Mutex) acquire(ctx context.Context, owner, entry string, lease time.Duration, mode string) (reply, error) {
 	return l.acquireCall(ctx, randomID(), owner, entry, lease, mode)
 }
 
 // acquireCall runs acquire.lua once under the given call id: the same id
 // stands for the same call, re-sent.
-func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease time.Duration, mode string) (reply, error) {
+func (l *Mutex) acquireCall(ctx context.Context, call, owner, entry string, lease time.Duration, mode string) (reply, error) {
 	s, err := l.e.scripts(ctx)
 	if err != nil {
 		return reply{}, err
@@ -71,7 +71,7 @@ func (l *Lock) acquireCall(ctx context.Context, call, owner, entry string, lease
 
 // release runs release.lua once, under a fresh call id, and returns the
 // owner's remaining levels, or -1 when the owner does not hold the lock.
-func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (int, error) {
+func (l *Mutex) release(ctx context.Context, owner string, lease time.Duration) (int, error) {
 	return l.releaseCall(ctx, randomID(), owner, lease, l.e.receiptTTL())
 }
 
@@ -79,7 +79,7 @@ func (l *Lock) release(ctx context.Context, owner string, lease time.Duration) (
 // is kept for receiptTTL ms. When the engine waits for replicas and the
 // release was made but not acknowledged, the count is valid and the error
 // wraps errs.NotReplicated.
-func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.Duration, receiptTTL int64) (int, error) {
+func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.Duration, receiptTTL int64) (int, error) {
 	s, err := l.e.scripts(ctx)
 	if err != nil {
 		return 0, err
@@ -100,7 +100,7 @@ func (l *Lock) releaseCall(ctx context.Context, call, owner string, lease time.D
 
 // renew runs renew.lua once: true when the owner still holds the lock. It
 // publishes nothing, so it is the same script in both sets.
-func (l *Lock) renew(ctx context.Context, owner string, lease time.Duration) (bool, error) {
+func (l *Mutex) renew(ctx context.Context, owner string, lease time.Duration) (bool, error) {
 	n, err := lua.RenewScript.Run(ctx, l.e.rdb, l.scripted[:1], owner, ms(lease)).Int64()
 	l.e.topo.failed(err)
 	return n == 1, refusal(err)
@@ -108,7 +108,7 @@ func (l *Lock) renew(ctx context.Context, owner string, lease time.Duration) (bo
 
 // cancel runs cancel.lua once: true when a level handed to entry was given
 // back.
-func (l *Lock) cancel(ctx context.Context, owner, entry string) (bool, error) {
+func (l *Mutex) cancel(ctx context.Context, owner, entry string) (bool, error) {
 	s, err := l.e.scripts(ctx)
 	if err != nil {
 		return false, err
@@ -120,7 +120,7 @@ func (l *Lock) cancel(ctx context.Context, owner, entry string) (bool, error) {
 
 // forceUnlock runs forceunlock.lua once and returns its reply (1: a hold
 // was removed), with the error as the server gave it.
-func (l *Lock) forceUnlock(ctx context.Context) (int64, error) {
+func (l *Mutex) forceUnlock(ctx context.Context) (int64, error) {
 	s, err := l.e.scripts(ctx)
 	if err != nil {
 		return 0, err

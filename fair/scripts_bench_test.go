@@ -43,7 +43,7 @@ func BenchmarkScriptCost(b *testing.B) {
 		Heartbeat: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	keys, err := queue.For("bench", "lock")
 	require.NoError(b, err)
-	l := e.Lock(keys)
+	l := e.Mutex(keys)
 	const lease = time.Minute
 	entry := func(owner string) string { return queue.Entry(randomID(), lease, owner) }
 	must := func(err error) {

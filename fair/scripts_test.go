@@ -23,7 +23,7 @@ type rig struct {
 	t   *testing.T
 	mr  *miniredis.Miniredis
 	rdb *redis.Client
-	l   *Lock
+	l   *Mutex
 	now time.Time
 	ps  *redis.PubSub
 }
@@ -48,7 +48,7 @@ func newRig(t *testing.T) *rig {
 	_, err = ps.Receive(context.Background())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ps.Close() })
-	return &rig{t: t, mr: mr, rdb: rdb, l: e.Lock(keys), now: now, ps: ps}
+	return &rig{t: t, mr: mr, rdb: rdb, l: e.Mutex(keys), now: now, ps: ps}
 }
 
 func (r *rig) advance(d time.Duration) {
@@ -346,7 +346,7 @@ func TestRefusedPublishReachesTheCallerAsNOPERM(t *testing.T) {
 		Heartbeat: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	keys, err := queue.For(redistest.Prefix(t), "lock")
 	require.NoError(t, err)
-	l := e.Lock(keys)
+	l := e.Mutex(keys)
 
 	rep, err := l.acquire(ctx, "h", entry("a", "h"), rigLease, modeTry)
 	require.NoError(t, err)

@@ -18,8 +18,8 @@ type Reader interface {
 
 var _ Reader = (redis.UniversalClient)(nil)
 
-// Waiter is one entry of a lock's queue.
-type Waiter struct {
+// WaiterState is one entry of a lock's queue.
+type WaiterState struct {
 	Entry     string        // the raw entry
 	ID        string        // waiter id of the Lock call
 	Owner     string        // owner id it waits for
@@ -38,7 +38,7 @@ type Snapshot struct {
 	Token     int64         // holder's fencing token
 	Entry     string        // waiter entry the hold was given to
 	TTL       time.Duration // remaining lease
-	Waiters   []Waiter      // the queue, oldest first
+	Waiters   []WaiterState      // the queue, oldest first
 	Orphans   []string      // deadline entries missing from the queue (should never happen)
 	LastToken int64         // the fencing counter: the token of the latest fresh grant
 }
@@ -82,7 +82,7 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 		deadline[z.Member.(string)] = z.Score
 	}
 	for _, e := range queue.Val() {
-		w := Waiter{Entry: e}
+		w := WaiterState{Entry: e}
 		w.ID, w.Lease, w.Owner, _ = ParseEntry(e)
 		if ms, ok := deadline[e]; ok {
 			w.Deadline = time.UnixMilli(int64(ms))

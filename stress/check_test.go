@@ -222,7 +222,7 @@ func TestResidueReportsLeftovers(t *testing.T) {
 	assert.Empty(t, residue(queue.Snapshot{Name: "a"}))
 	s := queue.Snapshot{
 		Name: "a", Held: true, Owner: "o", Token: 3, Count: 1,
-		Waiters: []queue.Waiter{{Entry: "0123456789abcdef:100:o2"}},
+		Waiters: []queue.WaiterState{{Entry: "0123456789abcdef:100:o2"}},
 		Orphans: []string{"x"},
 	}
 	vs := residue(s)

@@ -14,14 +14,14 @@ import (
 	"github.com/fairlock/fairlock/notify"
 )
 
-// MinServerVersion is the oldest Redis the scripts run on: they read the
+// minServerVersion is the oldest Redis the scripts run on: they read the
 // server's clock before they write, which Redis replicates correctly (as
 // effects) by default from 5.0 on.
-const MinServerVersion = "5.0.0"
+const minServerVersion = "5.0.0"
 
-// MinShardedVersion is the oldest Redis on which a cluster Client sends
+// minShardedVersion is the oldest Redis on which a cluster Client sends
 // wake messages by sharded pub/sub (SPUBLISH, SSUBSCRIBE).
-const MinShardedVersion = "7.0.0"
+const minShardedVersion = "7.0.0"
 
 // checkServer checks the server once, at the first Lock of the Client: a
 // version too old for the scripts, or an eviction policy that may evict
@@ -67,8 +67,8 @@ func (e *Engine) inspectServer(ctx context.Context) (error, bool) {
 	switch {
 	case version == "":
 		e.log.Warn("fairlock: the server does not report its version; going ahead")
-	case versionLess(version, MinServerVersion):
-		err := fmt.Errorf("%w: version %s, the scripts need %s or later", errs.UnsafeServer, version, MinServerVersion)
+	case versionLess(version, minServerVersion):
+		err := fmt.Errorf("%w: version %s, the scripts need %s or later", errs.UnsafeServer, version, minServerVersion)
 		e.log.Error("fairlock: refusing to lock", "err", err)
 		return err, true
 	}
@@ -176,7 +176,7 @@ func (e *Engine) wakeMode(ctx context.Context) (*wake, error) {
 		return nil, err
 	}
 	w := classicWake
-	if version != "" && !versionLess(version, MinShardedVersion) {
+	if version != "" && !versionLess(version, minShardedVersion) {
 		w = shardedWake
 	}
 	e.wake.Store(w)

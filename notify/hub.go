@@ -271,11 +271,6 @@ func (h *Hub) Subscribed(channel string) bool {
 	return !h.closed && t != nil && t.state == confirmed && !t.stale
 }
 
-// Done returns a channel that is closed when Close starts.
-func (h *Hub) Done() <-chan struct{} {
-	return h.done
-}
-
 // Close closes every connection, stops the hub's goroutines and waits for
 // them. Watch calls still waiting, and later ones, return errs.Closed at once;
 // waiters receive no further signals. Close is idempotent and always returns

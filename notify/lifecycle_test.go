@@ -100,7 +100,7 @@ func TestCloseIsPromptIdempotentAndStopsEveryGoroutine(t *testing.T) {
 	}
 
 	select {
-	case <-h.Done():
+	case <-h.done:
 		t.Fatal("Done closed before Close")
 	default:
 	}
@@ -109,7 +109,7 @@ func TestCloseIsPromptIdempotentAndStopsEveryGoroutine(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "Close was not prompt")
 	require.NoError(t, h.Close(), "second Close")
 	select {
-	case <-h.Done():
+	case <-h.done:
 	default:
 		t.Fatal("Done not closed after Close")
 	}

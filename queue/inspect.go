@@ -83,7 +83,7 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 	}
 	for _, e := range queue.Val() {
 		w := WaiterState{Entry: e}
-		w.ID, w.Lease, w.Owner, _ = ParseEntry(e)
+		w.ID, w.Lease, w.Owner, _ = splitEntry(e)
 		if ms, ok := deadline[e]; ok {
 			w.Deadline = time.UnixMilli(int64(ms))
 			w.Remaining = w.Deadline.Sub(s.Now)

@@ -124,9 +124,9 @@ func Entry(waiterID string, lease time.Duration, owner string) string {
 	return waiterID + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + owner
 }
 
-// ParseEntry splits a queue entry made by Entry; ok is false when entry is
+// splitEntry splits a queue entry made by Entry; ok is false when entry is
 // not of that form.
-func ParseEntry(entry string) (waiterID string, lease time.Duration, owner string, ok bool) {
+func splitEntry(entry string) (waiterID string, lease time.Duration, owner string, ok bool) {
 	id, rest, found := strings.Cut(entry, ":")
 	if !found || len(id) != WaiterIDLen {
 		return "", 0, "", false

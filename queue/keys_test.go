@@ -90,13 +90,13 @@ func TestOwnersAreValidated(t *testing.T) {
 
 func TestEntriesRoundTrip(t *testing.T) {
 	e := Entry("0123456789abcdef", 1500*time.Millisecond, "owner:with:colons")
-	id, lease, owner, ok := ParseEntry(e)
+	id, lease, owner, ok := splitEntry(e)
 	require.True(t, ok)
 	require.Equal(t, "0123456789abcdef", id)
 	require.Equal(t, 1500*time.Millisecond, lease)
 	require.Equal(t, "owner:with:colons", owner)
 	for _, bad := range []string{"", "short:1:o", "0123456789abcdef:x:o", "0123456789abcdef:1:", "0123456789abcdef"} {
-		_, _, _, ok := ParseEntry(bad)
+		_, _, _, ok := splitEntry(bad)
 		require.False(t, ok, "%q", bad)
 	}
 }

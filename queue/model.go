@@ -171,7 +171,7 @@ var luaEntry = regexp.MustCompile(`(?s)^[0-9A-Fa-f]+:([0-9]+):(.+)$`)
 
 // parseEntry returns the owner and lease of a waiter entry as lib.lua's
 // parse_entry reads it; ok is false for a malformed entry. It is more
-// lenient than ParseEntry: any run of hex digits is a waiter id.
+// lenient than parseEntry: any run of hex digits is a waiter id.
 func parseEntry(entry string) (owner string, lease int64, ok bool) {
 	sub := luaEntry.FindStringSubmatch(entry)
 	if sub == nil {

@@ -38,7 +38,7 @@ type Snapshot struct {
 	Token     int64         // holder's fencing token
 	Entry     string        // waiter entry the hold was given to
 	TTL       time.Duration // remaining lease
-	Waiters   []WaiterState      // the queue, oldest first
+	Waiters   []WaiterState // the queue, oldest first
 	Orphans   []string      // deadline entries missing from the queue (should never happen)
 	LastToken int64         // the fencing counter: the token of the latest fresh grant
 }

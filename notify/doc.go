@@ -6,7 +6,8 @@
 // One Hub serves one fairlock client. It shares one Redis pub/sub
 // connection between every waiter of every lock, reference-counts
 // subscriptions per channel (SUBSCRIBE for the first waiter of a channel,
-// UNSUBSCRIBE after the last one stops), and routes each message to the
+// UNSUBSCRIBE after the last one stops, or once it has lingered for
+// Options.Linger without a new one), and routes each message to the
 // waiter it names with a send that never blocks. Over a *redis.Ring it
 // keeps one such connection per shard that has waiters, and subscribes
 // each channel on the shard that owns it, the one the ring publishes to.

@@ -213,13 +213,55 @@ func (c *Cluster) WaitFailover(key, old string, within time.Duration) (string, e
 // the last reason it was not healthy. wantReplicas >= 0 also requires that
 // many replicas per master.
 func (c *Cluster) waitHealthy(ctx context.Context, wantReplicas int) error {
+	var balanced time.Time // when the replicas were last moved
 	for {
 		err := c.health(ctx, wantReplicas)
 		if err == nil {
 			return nil
 		}
+		if errors.Is(err, errUnbalanced) && time.Since(balanced) > 2*time.Second {
+			// redis-cli --cluster create may give one master two replicas
+			// and another none; move one over, and look again.
+			c.balance(ctx, wantReplicas)
+			balanced = time.Now()
+		}
 		if !sleepCtx(ctx, 50*time.Millisecond) {
 			return err
+		}
+	}
+}
+
+// errUnbalanced: a master has more or fewer replicas than wanted.
+var errUnbalanced = errors.New("replicas unbalanced")
+
+// balance moves one replica of a master with more than want replicas to a
+// master with fewer, as the first live node sees them. Best effort: the
+// caller looks at the cluster's health again.
+func (c *Cluster) balance(ctx context.Context, want int) {
+	nodes, _, err := c.liveView(ctx)
+	if err != nil {
+		return
+	}
+	replicas := map[string][]clusterNode{} // master id -> its replicas
+	var masters []clusterNode
+	for _, n := range nodes {
+		if n.isMaster() && len(n.slots) > 0 {
+			masters = append(masters, n)
+		} else if n.master != "" && !n.failing() {
+			replicas[n.master] = append(replicas[n.master], n)
+		}
+	}
+	for _, short := range masters {
+		if len(replicas[short.id]) >= want {
+			continue
+		}
+		for _, long := range masters {
+			if extra := replicas[long.id]; len(extra) > want {
+				if a := c.admin[extra[0].addr]; a != nil {
+					_ = a.Do(ctx, "CLUSTER", "REPLICATE", short.id).Err()
+				}
+				return
+			}
 		}
 	}
 }
@@ -288,7 +330,7 @@ func (c *Cluster) health(ctx context.Context, wantReplicas int) error {
 					}
 				}
 				if got != wantReplicas {
-					return fmt.Errorf("%s sees %d replicas of %s, want %d", s.Addr, got, n.addr, wantReplicas)
+					return fmt.Errorf("%w: %s sees %d replicas of %s, want %d", errUnbalanced, s.Addr, got, n.addr, wantReplicas)
 				}
 			}
 		}

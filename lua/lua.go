@@ -43,11 +43,11 @@ const (
 	shardedPublish = "local publish_command = 'SPUBLISH'\n"
 )
 
-// Source returns the full source of the named operation script in the
+// source returns the full source of the named operation script in the
 // classic set: lib.lua followed by <name>.lua. It panics on an unknown
 // name, which is a programming error inside fairlock, never a runtime
 // condition.
-func Source(name string) string {
+func source(name string) string {
 	op, err := files.ReadFile(name + ".lua")
 	if err != nil {
 		panic("lua: unknown script " + name)
@@ -64,11 +64,11 @@ func Source(name string) string {
 	return string(lib) + "\n" + string(op)
 }
 
-// ShardedSource returns the source of the named operation script in the
-// sharded set: Source(name) with wake messages sent by SPUBLISH. Scripts
+// shardedSource returns the source of the named operation script in the
+// sharded set: source(name) with wake messages sent by SPUBLISH. Scripts
 // that publish nothing are the same in both sets.
-func ShardedSource(name string) string {
-	src := Source(name)
+func shardedSource(name string) string {
+	src := source(name)
 	if !strings.Contains(src, "redis.pcall(publish_command") {
 		return src
 	}
@@ -110,7 +110,7 @@ func newScripts(command string, source func(string) string) *Scripts {
 // Client of one deployment must run the same set.
 var (
 	Classic = newScripts("PUBLISH", Source)
-	Sharded = newScripts("SPUBLISH", ShardedSource)
+	Sharded = newScripts("SPUBLISH", shardedSource)
 )
 
 // The classic set's scripts, by name, and the version probe.
@@ -120,5 +120,5 @@ var (
 	RenewScript       = Classic.Renew
 	CancelScript      = Classic.Cancel
 	ForceUnlockScript = Classic.ForceUnlock
-	VersionScript     = redis.NewScript(Source(Version))
+	VersionScript     = redis.NewScript(source(Version))
 )

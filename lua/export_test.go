@@ -1,0 +1,7 @@
+package lua
+
+// The sources of the scripts, for the tests of package lua_test.
+var (
+	Source        = source
+	ShardedSource = shardedSource
+)

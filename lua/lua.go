@@ -109,7 +109,7 @@ func newScripts(command string, source func(string) string) *Scripts {
 // the nodes that serve the channel's slot (SSUBSCRIBE). Every fairlock
 // Client of one deployment must run the same set.
 var (
-	Classic = newScripts("PUBLISH", Source)
+	Classic = newScripts("PUBLISH", source)
 	Sharded = newScripts("SPUBLISH", shardedSource)
 )
 

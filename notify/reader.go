@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/pause"
 )
 
 // Back-off between attempts while Redis cannot be reached.
@@ -62,7 +64,7 @@ func (h *Hub) read(c *conn, ps *redis.PubSub) {
 					"error", err, "backoff", backoff)
 			}
 			failing = true
-			if !sleep(c.ctx, backoff) {
+			if !pause.For(c.ctx, backoff) {
 				return
 			}
 			backoff = min(2*backoff, maxBackoff)
@@ -101,18 +103,6 @@ func isTimeout(err error) bool {
 func isReply(err error) bool {
 	var re redis.Error
 	return errors.As(err, &re)
-}
-
-// sleep waits for d and reports false if ctx ended first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // dispatch handles one thing received on c.

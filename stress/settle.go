@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fairlock/fairlock/internal/pause"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -43,7 +44,7 @@ func settle(ctx context.Context, rdb redis.UniversalClient, prefix string, names
 		}
 		for cc.Exists(ctx, k.Lock).Err() != nil {
 			cc.ReloadState(ctx)
-			if !pause(ctx, settlePoll) {
+			if !pause.For(ctx, settlePoll) {
 				return
 			}
 		}
@@ -61,7 +62,7 @@ func inspectAfterRun(ctx context.Context, rdb redis.UniversalClient, prefix, nam
 		if cc, ok := rdb.(*redis.ClusterClient); ok {
 			cc.ReloadState(ctx)
 		}
-		if !pause(ctx, settlePoll<<i) {
+		if !pause.For(ctx, settlePoll<<i) {
 			return s, err
 		}
 	}
@@ -76,16 +77,4 @@ func connectionError(err error) bool {
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, redis.ErrClosed)
-}
-
-// pause waits for d and reports false if ctx ended first.
-func pause(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/internal/pause"
 )
 
 // worker is one goroutine making attempts, one after the other, on the
@@ -189,12 +190,7 @@ func (w *worker) hold(m *fairlock.Mutex, held context.Context, token int64, d ti
 	}
 	w.update(func(a *attempt) { a.Depth = len(inner) })
 
-	timer := time.NewTimer(d)
-	select {
-	case <-timer.C:
-	case <-held.Done():
-		timer.Stop()
-	}
+	pause.For(held, d) // the hold time, cut short if the hold is lost
 	lost(context.Cause(held))
 	for i := len(inner) - 1; i >= 0; i-- {
 		if err := m.Unlock(inner[i]); err != nil && !lost(err) {

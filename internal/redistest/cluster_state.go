@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fairlock/fairlock/internal/pause"
 )
 
 // clusterSlots is the number of hash slots of a Redis Cluster.
@@ -203,7 +205,7 @@ func (c *Cluster) WaitFailover(key, old string, within time.Duration) (string, e
 			}
 			continue
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !pause.For(ctx, 50*time.Millisecond) {
 			return "", fmt.Errorf("redistest: no new master of %q within %v: %w", key, within, last)
 		}
 	}
@@ -225,7 +227,7 @@ func (c *Cluster) waitHealthy(ctx context.Context, wantReplicas int) error {
 			c.balance(ctx, wantReplicas)
 			balanced = time.Now()
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !pause.For(ctx, 50*time.Millisecond) {
 			return err
 		}
 	}
@@ -358,16 +360,4 @@ func infoField(info, name string) string {
 		}
 	}
 	return ""
-}
-
-// sleepCtx sleeps for d, and reports false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

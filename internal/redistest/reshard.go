@@ -6,6 +6,8 @@ import (
 	"net"
 	"slices"
 	"time"
+
+	"github.com/fairlock/fairlock/internal/pause"
 )
 
 // SlotMove is a slot on its way from one master to another, as a
@@ -89,7 +91,7 @@ func (m *SlotMove) Finish(ctx context.Context) error {
 		}) {
 			return nil
 		}
-		if !sleepCtx(ctx, 20*time.Millisecond) {
+		if !pause.For(ctx, 20*time.Millisecond) {
 			return fmt.Errorf("redistest: slot %d not seen on %s: %w", m.slot, m.to, ctx.Err())
 		}
 	}

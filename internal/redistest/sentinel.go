@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/pause"
 )
 
 // Timings of the sentinels StartSentinel starts: a primary that has not
@@ -270,7 +272,7 @@ func (ss *SentinelSet) WaitFailover(old string, within time.Duration) (string, e
 		if err == nil {
 			return addr, nil
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !pause.For(ctx, 50*time.Millisecond) {
 			return "", fmt.Errorf("redistest: no new primary within %v: %w", within, err)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/fairlock/fairlock/internal/pause"
 )
 
 // waitReplicasInSync waits until the primary at addr has n replicas online
@@ -17,7 +19,7 @@ func (ss *SentinelSet) waitReplicasInSync(ctx context.Context, addr string, n in
 		if err == nil {
 			return nil
 		}
-		if !sleepCtx(ctx, 20*time.Millisecond) {
+		if !pause.For(ctx, 20*time.Millisecond) {
 			return err
 		}
 	}
@@ -60,7 +62,7 @@ func (ss *SentinelSet) waitKnown(ctx context.Context, addr string, replicas int)
 		if err == nil {
 			return nil
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !pause.For(ctx, 50*time.Millisecond) {
 			return err
 		}
 	}

@@ -15,9 +15,7 @@ import (
 
 func TestReleaseUndoneByAGracefulFailoverIsSentAgain(t *testing.T) {
 	t.Parallel()
-	set, err := redistest.StartSentinel(1, 3)
-	require.NoError(t, err)
-	t.Cleanup(set.Stop)
+	set := redistest.SentinelFor(t, 1, 3)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	logs := &logRecorder{}
@@ -81,9 +79,7 @@ func TestReleaseUndoneByAGracefulFailoverIsSentAgain(t *testing.T) {
 // so a newcomer is granted the lock within seconds of the switch.
 func TestWhatAGracefulFailoverBringsBackIsReleasedInTurn(t *testing.T) {
 	t.Parallel()
-	set, err := redistest.StartSentinel(1, 3)
-	require.NoError(t, err)
-	t.Cleanup(set.Stop)
+	set := redistest.SentinelFor(t, 1, 3)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	newClient := func(logs *logRecorder) *fairlock.Client {

@@ -27,9 +27,7 @@ const clusterACLRules = "ACL SETUSER locker on >secret resetkeys ~fairlock:* res
 // cluster of 3 masters with a replica each.
 func TestClusterShardedWakeUps(t *testing.T) {
 	t.Parallel()
-	cluster, err := redistest.StartCluster(3, 1)
-	require.NoError(t, err)
-	t.Cleanup(cluster.Stop)
+	cluster := redistest.ClusterFor(t, 3, 1)
 	masters, err := cluster.Masters(t.Context())
 	require.NoError(t, err)
 	require.Len(t, masters, 3)

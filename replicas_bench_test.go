@@ -17,9 +17,7 @@ import (
 // and with WithReplicas(1, 1s), where each of the two calls also waits
 // for the replica's acknowledgement in the same pipeline.
 func BenchmarkReplicasUncontendedLockUnlock(b *testing.B) {
-	set, err := redistest.StartSentinel(1, 1)
-	require.NoError(b, err)
-	b.Cleanup(set.Stop)
+	set := redistest.SentinelFor(b, 1, 1)
 	cases := []struct {
 		name string
 		opts []fairlock.Option

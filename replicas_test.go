@@ -86,9 +86,7 @@ type replicaSet struct {
 
 func startReplicaSet(t *testing.T) *replicaSet {
 	t.Helper()
-	set, err := redistest.StartSentinel(1, 1)
-	require.NoError(t, err)
-	t.Cleanup(set.Stop)
+	set := redistest.SentinelFor(t, 1, 1)
 	addrs := set.Addrs() // the primary first, then the replica
 	require.Len(t, addrs, 2)
 	rs := &replicaSet{set: set, replicaAddr: addrs[1]}
@@ -376,9 +374,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 
 func TestReplicatedGrantsOnEveryClusterMaster(t *testing.T) {
 	t.Parallel()
-	cluster, err := redistest.StartCluster(3, 1)
-	require.NoError(t, err)
-	t.Cleanup(cluster.Stop)
+	cluster := redistest.ClusterFor(t, 3, 1)
 	ctx := context.Background()
 	masters, err := cluster.Masters(ctx)
 	require.NoError(t, err)

@@ -23,9 +23,7 @@ import (
 // caller. TryLock, which makes one attempt, returns it.
 func TestWaiterKeepsItsPlaceWhileItsSlotMoves(t *testing.T) {
 	t.Parallel()
-	c, err := redistest.StartCluster(3, 0)
-	require.NoError(t, err)
-	t.Cleanup(c.Stop)
+	c := redistest.ClusterFor(t, 3, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	prefix := redistest.Prefix(t)

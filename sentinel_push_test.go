@@ -40,9 +40,7 @@ func lockInBackground(ctx context.Context, m *fairlock.Mutex) *waitingFor {
 // TTL 30s), so a pushed hand-over is one granted within a second.
 func TestSentinelGracefulFailoverKeepsHandOversPushed(t *testing.T) {
 	t.Parallel()
-	set, err := redistest.StartSentinel(1, 3)
-	require.NoError(t, err)
-	t.Cleanup(set.Stop)
+	set := redistest.SentinelFor(t, 1, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	prefix := redistest.Prefix(t)

@@ -132,9 +132,7 @@ func pushedAfter(t *testing.T, rdb func() redis.UniversalClient, prefix, name st
 
 func TestClusterMasterKilledDuringContention(t *testing.T) {
 	t.Parallel()
-	cluster, err := redistest.StartCluster(3, 1)
-	require.NoError(t, err)
-	t.Cleanup(cluster.Stop)
+	cluster := redistest.ClusterFor(t, 3, 1)
 	ctx := context.Background()
 	prefix := redistest.Prefix(t)
 	const name = "killed-master"
@@ -173,9 +171,7 @@ func TestSentinelFailoverDuringContention(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			set, err := redistest.StartSentinel(1, 3)
-			require.NoError(t, err)
-			t.Cleanup(set.Stop)
+			set := redistest.SentinelFor(t, 1, 3)
 			ctx := context.Background()
 			prefix := redistest.Prefix(t)
 			name := "failover"

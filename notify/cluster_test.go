@@ -18,15 +18,6 @@ import (
 
 // Sharded mode on a real Redis Cluster of 3 masters with a replica each.
 
-// startCluster starts a cluster of the test's own, stopped when t ends.
-func startCluster(t *testing.T) *redistest.Cluster {
-	t.Helper()
-	c, err := redistest.StartCluster(3, 1)
-	require.NoError(t, err)
-	t.Cleanup(c.Stop)
-	return c
-}
-
 // shardedHub returns a hub in Sharded mode over rdb, closed when t ends.
 func shardedHub(t *testing.T, rdb *redis.ClusterClient, opts Options) *Hub {
 	t.Helper()
@@ -125,7 +116,7 @@ func watchAll(t *testing.T, h *Hub, byMaster map[string][]string) map[string]*Wa
 }
 
 func TestShardedHubSubscribesEachChannelOnItsMasterOnly(t *testing.T) {
-	c := startCluster(t)
+	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{})
 	byMaster := channelsByMaster(t, c, 3)
@@ -153,7 +144,7 @@ func TestShardedHubSubscribesEachChannelOnItsMasterOnly(t *testing.T) {
 }
 
 func TestShardedHubRegroupsAChannelWhoseSlotMoved(t *testing.T) {
-	c := startCluster(t)
+	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{})
 	byMaster := channelsByMaster(t, c, 2)
@@ -184,7 +175,7 @@ func TestShardedHubRegroupsAChannelWhoseSlotMoved(t *testing.T) {
 }
 
 func TestShardedHubFollowsAFailover(t *testing.T) {
-	c := startCluster(t)
+	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{Heartbeat: 200 * time.Millisecond})
 	byMaster := channelsByMaster(t, c, 2)
@@ -231,7 +222,7 @@ func moveSlot(t *testing.T, c *redistest.Cluster, key, from, to string) {
 // subscribes on the master that used to serve the slot, is answered MOVED,
 // and is regrouped onto the master that serves it now before it returns.
 func TestShardedWatchWithAStaleSlotMapIsRegrouped(t *testing.T) {
-	c := startCluster(t)
+	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{})
 	byMaster := channelsByMaster(t, c, 2)
@@ -253,7 +244,7 @@ func TestShardedWatchWithAStaleSlotMapIsRegrouped(t *testing.T) {
 }
 
 func TestShardedHubClosesCleanly(t *testing.T) {
-	c := startCluster(t)
+	c := redistest.ClusterFor(t, 3, 1)
 	before := goleak.IgnoreCurrent()
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
 	h := New(rdb, Options{Logger: testLogger(t), Mode: func(context.Context) (Mode, error) { return Sharded, nil }})
@@ -289,7 +280,7 @@ func TestShardedHubClosesCleanly(t *testing.T) {
 // regrouped on the new master, and the connection to the replica it has
 // become is closed.
 func TestShardedHubFollowsAGracefulFailover(t *testing.T) {
-	c := startCluster(t)
+	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{})
 	byMaster := channelsByMaster(t, c, 2)

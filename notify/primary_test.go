@@ -32,9 +32,7 @@ func moves(t *testing.T, h *Hub) int {
 // nothing.
 func TestHubOfAFailoverClientMovesToTheNewPrimaryAtTheClientsFirstDialThere(t *testing.T) {
 	t.Parallel()
-	set, err := redistest.StartSentinel(1, 3)
-	require.NoError(t, err)
-	t.Cleanup(set.Stop)
+	set := redistest.SentinelFor(t, 1, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -100,9 +98,7 @@ func TestHubOfAFailoverClientMovesToTheNewPrimaryAtTheClientsFirstDialThere(t *t
 // the primary where it was, rebuilding the connection moves nothing.
 func TestHubOfAFailoverClientDoesNotMoveOnItsOwnRedials(t *testing.T) {
 	t.Parallel()
-	set, err := redistest.StartSentinel(0, 1)
-	require.NoError(t, err)
-	t.Cleanup(set.Stop)
+	set := redistest.SentinelFor(t, 0, 1)
 	rdb := set.Client(t)
 	var told atomic.Int32
 	h := newHub(t, rdb, Options{Moved: func() { told.Add(1) }})

@@ -39,6 +39,18 @@ type Cluster struct {
 	stopOnce sync.Once
 }
 
+// ClusterFor is StartCluster for one test: the test fails if the cluster
+// does not form, and the cluster is stopped when the test ends.
+func ClusterFor(t testing.TB, masters, replicasPerMaster int, extra ...string) *Cluster {
+	t.Helper()
+	c, err := StartCluster(masters, replicasPerMaster, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
 // StartCluster starts masters*(1+replicasPerMaster) redis-servers in
 // cluster mode without persistence (cluster-node-timeout
 // ClusterNodeTimeout, replicas that may always fail over), joins them with

@@ -47,6 +47,18 @@ type SentinelSet struct {
 	stopOnce sync.Once
 }
 
+// SentinelFor is StartSentinel for one test: the test fails if the set
+// does not come up, and the set is stopped when the test ends.
+func SentinelFor(t testing.TB, replicas, sentinels int) *SentinelSet {
+	t.Helper()
+	set, err := StartSentinel(replicas, sentinels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Stop)
+	return set
+}
+
 // StartSentinel starts a primary without persistence, replicas of it,
 // and sentinels that monitor it as SentinelMasterName with a majority
 // quorum, and waits until every sentinel knows the primary, every replica

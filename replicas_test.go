@@ -185,9 +185,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 
 	// The subtests run one after another: some stop the replica.
 	t.Run("GrantsReEntriesAndReleasesReachTheReplica", func(t *testing.T) {
-		prefix := redistest.Prefix(t)
-		k, err := queue.For(prefix, "lock")
-		require.NoError(t, err)
+		prefix, k := freshLock(t)
 		m := rs.client(t, prefix, fairlock.WithReplicas(1, time.Second)).Mutex("lock")
 
 		hctx, err := m.Lock(bg)
@@ -222,16 +220,14 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 	})
 
 	t.Run("UnacknowledgedLockGivesBackAndLeavesNothing", func(t *testing.T) {
-		prefix := redistest.Prefix(t)
-		k, err := queue.For(prefix, "lock")
-		require.NoError(t, err)
+		prefix, k := freshLock(t)
 		// Two replicas asked for, one there: no grant is ever acknowledged.
 		m := rs.client(t, prefix, fairlock.WithReplicas(2, 100*time.Millisecond)).Mutex("lock")
 
 		ctx, cancel := context.WithTimeout(bg, time.Second)
 		defer cancel()
 		start := time.Now()
-		_, err = m.Lock(ctx)
+		_, err := m.Lock(ctx)
 		require.ErrorIs(t, err, fairlock.ErrNotReplicated)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		require.Less(t, time.Since(start), 5*time.Second, "Lock honours its deadline")
@@ -270,9 +266,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 	})
 
 	t.Run("UnacknowledgedReEntryGivesItsLevelBack", func(t *testing.T) {
-		prefix := redistest.Prefix(t)
-		k, err := queue.For(prefix, "lock")
-		require.NoError(t, err)
+		prefix, k := freshLock(t)
 		m := rs.client(t, prefix, fairlock.WithReplicas(1, 100*time.Millisecond)).Mutex("lock")
 		hctx, err := m.Lock(bg)
 		require.NoError(t, err)
@@ -297,9 +291,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 	})
 
 	t.Run("UnacknowledgedUnlockIsSentAgainUntilAcknowledged", func(t *testing.T) {
-		prefix := redistest.Prefix(t)
-		k, err := queue.For(prefix, "lock")
-		require.NoError(t, err)
+		prefix, k := freshLock(t)
 		m := rs.client(t, prefix, fairlock.WithReplicas(1, 100*time.Millisecond)).Mutex("lock")
 		hctx, err := m.Lock(bg)
 		require.NoError(t, err)
@@ -344,9 +336,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 	// replica that never saw the grant. The refresh of the receipt in the
 	// same pipeline is the write that makes it wait on every server.
 	t.Run("AResentGrantCountsOnlyWhenTheReplicasHaveIt", func(t *testing.T) {
-		prefix := redistest.Prefix(t)
-		k, err := queue.For(prefix, "lock")
-		require.NoError(t, err)
+		prefix, k := freshLock(t)
 		p := faultproxy.New(t, rs.set.Addrs()[0])
 		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 300 * time.Millisecond})
 		t.Cleanup(func() { _ = rdb.Close() })
@@ -460,4 +450,14 @@ func TestReplicatedGrantsOnEveryClusterMaster(t *testing.T) {
 		token, _ := holdOn(t, replica, k)
 		require.Zero(t, token, "%s: the replica of %s has the release", name, master)
 	}
+}
+
+// freshLock returns a key prefix of the test's own and the keys of the
+// lock "lock" under it.
+func freshLock(t *testing.T) (string, queue.Keys) {
+	t.Helper()
+	prefix := redistest.Prefix(t)
+	k, err := queue.For(prefix, "lock")
+	require.NoError(t, err)
+	return prefix, k
 }

@@ -384,3 +384,45 @@ func TestRefusedPublishReachesTheCallerAsNOPERM(t *testing.T) {
 	require.True(t, rep.granted)
 	require.Equal(t, hold["token"], itoa(rep.token))
 }
+
+// The scripts read the server's clock only when a step needs it (a fresh
+// token, a waiter's deadline, a queue head to prune): an uncontended grant
+// reads it once, for its token, and its release, with nobody in line, not
+// at all.
+func TestScriptsReadTheClockOnlyWhenAStepNeedsIt(t *testing.T) {
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	e := mustEngine(t, rdb, Config{WaiterTTL: rigTTL, CallTimeout: 5 * time.Second})
+	keys, err := queue.For("p", "lock")
+	require.NoError(t, err)
+	l := e.Mutex(keys)
+	ctx := context.Background()
+	timeCalls := func() int {
+		stats, err := rdb.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		for line := range strings.Lines(stats) {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_time:calls="); ok {
+				n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				require.NoError(t, err)
+				return n
+			}
+		}
+		return 0
+	}
+	require.NoError(t, rdb.ConfigResetStat(ctx).Err())
+
+	rep, err := l.acquire(ctx, "h", entry("1", "h"), rigLease, modeTry)
+	require.NoError(t, err)
+	require.True(t, rep.granted)
+	require.Equal(t, 1, timeCalls(), "a fresh grant reads the clock for its token")
+	_, err = l.acquire(ctx, "o", entry("2", "o"), rigLease, modeTry)
+	require.NoError(t, err)
+	require.Equal(t, 1, timeCalls(), "a try on a held lock needs no clock")
+	n, err := l.release(ctx, "h", rigLease)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, 1, timeCalls(), "a release with nobody in line needs no clock")
+}

@@ -11,32 +11,32 @@ import (
 var (
 	// ErrLocked is returned by TryLock when another owner holds the lock or
 	// anyone is waiting for it.
-	ErrLocked = errs.Locked
+	ErrLocked = errs.ErrLocked
 
 	// ErrNotHeld is returned by Unlock and Token when the context carries
 	// no live hold of the lock: it never held it, was already unlocked as
 	// many times as it was locked, or the hold ended (then ErrLeaseLost or
 	// ErrClosed is wrapped too; after Close, ErrClosed always is).
-	ErrNotHeld = errs.NotHeld
+	ErrNotHeld = errs.ErrNotHeld
 
 	// ErrLeaseLost is the cause of a hold's context when its lease ran out
 	// or its key vanished before Unlock: another owner may hold the lock
 	// now. Unlock and re-entry report it when Redis no longer knows the
 	// hold, and so does Lock with a context whose hold was lost (a
 	// re-entry is never a fresh grant).
-	ErrLeaseLost = errs.LeaseLost
+	ErrLeaseLost = errs.ErrLeaseLost
 
 	// ErrClosed is returned by every method once the Client is closed, and
 	// to Lock calls that were waiting when it was closed. It is the cause
 	// of the contexts of holds that were live at Close.
-	ErrClosed = errs.Closed
+	ErrClosed = errs.ErrClosed
 
 	// ErrUnsafeServer is returned by Lock and TryLock when the Redis server
 	// cannot keep a lock safely: a version older than 5.0, or a
 	// maxmemory-policy other than noeviction with maxmemory set (it may
 	// evict lock keys). The Client checks once, at its first Lock, and logs
 	// what it cannot check.
-	ErrUnsafeServer = errs.UnsafeServer
+	ErrUnsafeServer = errs.ErrUnsafeServer
 
 	// ErrNoPermission is returned when the Redis user may not run a
 	// command, touch a key or use a channel fairlock needs: an ACL refused
@@ -47,7 +47,7 @@ var (
 	// refused, the state change itself was made (Unlock released the lock
 	// and handed it to the next waiter, who learns it at its next poll) and
 	// the error says so.
-	ErrNoPermission = errs.NoPermission
+	ErrNoPermission = errs.ErrNoPermission
 
 	// ErrNotReplicated is returned when a Client built WithReplicas made a
 	// change that fewer replicas than it waits for acknowledged in time,
@@ -58,20 +58,20 @@ var (
 	// had), or an Unlock (the lock was released on the primary, and the
 	// release is sent again in the background until the replicas
 	// acknowledge it, as the error says).
-	ErrNotReplicated = errs.NotReplicated
+	ErrNotReplicated = errs.ErrNotReplicated
 
 	// ErrInvalidName: the lock name is empty, longer than 1024 bytes, not
 	// valid UTF-8, or contains '}'.
-	ErrInvalidName = errs.InvalidName
+	ErrInvalidName = errs.ErrInvalidName
 
 	// ErrInvalidOwner: an owner id given with ContextWithOwner is empty,
 	// longer than 256 bytes, not valid UTF-8, or contains a space or a
 	// control character.
-	ErrInvalidOwner = errs.InvalidOwner
+	ErrInvalidOwner = errs.ErrInvalidOwner
 
 	// ErrInvalidOption: an option was given a value it does not accept
 	// (see each option), or New was given a nil client.
-	ErrInvalidOption = errs.InvalidOption
+	ErrInvalidOption = errs.ErrInvalidOption
 )
 
 // Errors for nil arguments: programming errors, reported instead of a panic.

@@ -26,7 +26,7 @@ func FuzzMutexName(f *testing.F) {
 		defer cancel()
 		m := c.Mutex(name)
 		lctx, err := m.TryLock(ctx)
-		if queue.ValidateName(name) != nil {
+		if _, err := queue.For("p", name); err != nil {
 			if !errors.Is(err, fairlock.ErrInvalidName) {
 				t.Fatalf("name %q: want ErrInvalidName, got %v", name, err)
 			}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/queue"
 )
 
 // auditing turns the rig's audit on, as for a client that can fail over,
@@ -38,11 +40,11 @@ func TestAuditReleasesTracesOfItsOwnOwnersAlongTheLine(t *testing.T) {
 	r := newRig(t)
 	a := r.auditing()
 	eA, eB, eC := entry("a", "A"), entry("b", "B"), entry("c", "C")
-	require.True(t, r.acquire("A", eA, modeTry).granted)
-	r.acquire("A", "", modeReenter)
-	r.acquire("A", "", modeReenter) // A holds 3 levels, as a failover may bring back
-	require.False(t, r.acquire("B", eB, modeWait).granted)
-	require.False(t, r.acquire("C", eC, modeWait).granted)
+	require.True(t, r.acquire("A", eA, queue.ModeTry).Granted)
+	r.acquire("A", "", queue.ModeReenter)
+	r.acquire("A", "", queue.ModeReenter) // A holds 3 levels, as a failover may bring back
+	require.False(t, r.acquire("B", eB, queue.ModeWait).Granted)
+	require.False(t, r.acquire("C", eC, queue.ModeWait).Granted)
 
 	a.ended(r.l, Request{Owner: "A"}, eA, nil, "")
 	a.ended(r.l, Request{Owner: "B"}, eB, nil, "") // a waiter whose end was lost
@@ -60,10 +62,10 @@ func TestAuditLeavesOtherHoldsOfASharedOwnerAlone(t *testing.T) {
 	r := newRig(t)
 	a := r.auditing()
 	eA, eA2 := entry("a", "S"), entry("a2", "S")
-	rep := r.acquire("S", eA, modeTry)
-	require.True(t, rep.granted)
+	rep := r.acquire("S", eA, queue.ModeTry)
+	require.True(t, rep.Granted)
 	// Another call shares the owner id and holds a level of the same hold.
-	r.acquire("S", eA2, modeTry)
+	r.acquire("S", eA2, queue.ModeTry)
 
 	// An ended call of S under another token and entry: no trace.
 	a.ended(r.l, Request{Owner: "S", Shared: true}, entry("old", "S"), nil, "")
@@ -74,7 +76,7 @@ func TestAuditLeavesOtherHoldsOfASharedOwnerAlone(t *testing.T) {
 
 	// The ended hold itself, under its token, with its last release: sent
 	// again once, whatever the number of checks.
-	h := &Hold{l: r.l, owner: "S", shared: true, entry: eA, token: rep.token, lease: rigLease}
+	h := &Hold{l: r.l, owner: "S", shared: true, entry: eA, token: rep.Token, lease: rigLease}
 	a.ended(r.l, Request{Owner: "S", Shared: true}, eA, h, "call-1")
 	a.check(a.watched(r.l))
 	a.check(a.watched(r.l))

@@ -152,23 +152,23 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 
 // Mutex returns the lock with the given keys.
 func (e *Engine) Mutex(keys queue.Keys) *Mutex {
-	return &Mutex{e: e, keys: keys, scripted: keys.Scripted()}
+	return &Mutex{e: e, keys: keys}
 }
 
-// begin registers a call in flight, or fails with errs.Closed.
+// begin registers a call in flight, or fails with errs.ErrClosed.
 func (e *Engine) begin() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
-		return errs.Closed
+		return errs.ErrClosed
 	}
 	e.ops.Add(1)
 	return nil
 }
 
-// Close stops the engine: waiting Lock calls return errs.Closed and take
+// Close stops the engine: waiting Lock calls return errs.ErrClosed and take
 // themselves out of the queue, every hold's context is cancelled with
-// errs.Closed and its levels are released, the hub is closed, and Close
+// errs.ErrClosed and its levels are released, the hub is closed, and Close
 // waits for every goroutine it started. All of that runs at once, and
 // every call to Redis still out one call timeout after Close started is
 // given up, so Close returns within about one call timeout even when Redis
@@ -188,14 +188,14 @@ func (e *Engine) Close() error {
 		defer e.stop()
 		close(e.closing)
 
-		// Calls in flight return errs.Closed at once (their cleanups go on
+		// Calls in flight return errs.ErrClosed at once (their cleanups go on
 		// in the background); a re-entry that raced with the release of
 		// its hold gives its level back itself (see Hold.Enter).
 		var wg sync.WaitGroup
 		wg.Go(func() { _ = e.hub.Close() })
 		wg.Go(e.ops.Wait)
 		for _, h := range holds {
-			wg.Go(func() { h.abandon(errs.Closed) })
+			wg.Go(func() { h.abandon(errs.ErrClosed) })
 		}
 		wg.Wait()
 		e.wg.Wait()
@@ -259,8 +259,6 @@ func (e *Engine) dropHold(h *Hold) {
 	delete(e.holds, h)
 	e.mu.Unlock()
 }
-
-var errUnexpectedReply = errors.New("fairlock: unexpected script reply")
 
 // Closed reports whether Close has been called.
 func (e *Engine) Closed() bool {

@@ -23,11 +23,11 @@ func serverReply(err error) (string, bool) {
 }
 
 // refusal wraps an error reply that refuses a command for lack of
-// permission (NOPERM) with errs.NoPermission; other errors are returned as
+// permission (NOPERM) with errs.ErrNoPermission; other errors are returned as
 // they are.
 func refusal(err error) error {
-	if replyStarts(err, "NOPERM") && !errors.Is(err, errs.NoPermission) {
-		return fmt.Errorf("%w: %w", errs.NoPermission, err)
+	if replyStarts(err, "NOPERM") && !errors.Is(err, errs.ErrNoPermission) {
+		return fmt.Errorf("%w: %w", errs.ErrNoPermission, err)
 	}
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // Hold is one owner's hold of a lock in this process: the levels this
@@ -79,7 +80,7 @@ func (h *Hold) start() {
 }
 
 // Context returns a context that is cancelled when the hold ends: with
-// cause errs.LeaseLost when the lease was lost, errs.Closed when the Client was
+// cause errs.ErrLeaseLost when the lease was lost, errs.ErrClosed when the Client was
 // closed, and context.Canceled after the last Release.
 func (h *Hold) Context() context.Context { return h.ctx }
 
@@ -87,7 +88,7 @@ func (h *Hold) Context() context.Context { return h.ctx }
 func (h *Hold) Owner() string { return h.owner }
 
 // Token returns the fencing token of the hold, or an error wrapping
-// errs.NotHeld when the hold has ended.
+// errs.ErrNotHeld when the hold has ended.
 func (h *Hold) Token() (int64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -100,15 +101,15 @@ func (h *Hold) Token() (int64, error) {
 // endedErr says why the hold is over. Requires mu.
 func (h *Hold) endedErr() error {
 	if h.cause == nil {
-		return errs.NotHeld
+		return errs.ErrNotHeld
 	}
-	return fmt.Errorf("%w: %w", errs.NotHeld, h.cause)
+	return fmt.Errorf("%w: %w", errs.ErrNotHeld, h.cause)
 }
 
 // Enter takes one more level of the hold (re-entry): one round trip that
-// raises the owner's count in Redis. It fails with errs.LeaseLost (or
-// errs.Closed) when the hold ended that way, or when Redis no longer knows
-// it, and with errs.NotHeld when the hold was unlocked (or its last Release
+// raises the owner's count in Redis. It fails with errs.ErrLeaseLost (or
+// errs.ErrClosed) when the hold ended that way, or when Redis no longer knows
+// it, and with errs.ErrNotHeld when the hold was unlocked (or its last Release
 // is under way).
 func (h *Hold) Enter(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -124,7 +125,7 @@ func (h *Hold) Enter(ctx context.Context) error {
 		if h.cause != nil {
 			return h.cause
 		}
-		return errs.NotHeld
+		return errs.ErrNotHeld
 	}
 	h.mu.Unlock()
 
@@ -133,20 +134,20 @@ func (h *Hold) Enter(ctx context.Context) error {
 		lease = 0 // re-entry never extends a fixed lease
 	}
 	req := Request{Owner: h.owner, Lease: lease}
-	rep, err := h.l.callWithin(ctx, req, "", modeReenter, h.l.giveBackIfGranted(ctx, req))
+	rep, err := h.l.callWithin(ctx, req, "", queue.ModeReenter, h.l.giveBackIfGranted(ctx, req))
 	if err != nil && !unacked(err) {
 		return err
 	}
-	if !rep.granted {
-		h.end(errs.LeaseLost)
-		return errs.LeaseLost
+	if !rep.Granted {
+		h.end(errs.ErrLeaseLost)
+		return errs.ErrLeaseLost
 	}
-	if rep.token != h.token {
+	if rep.Token != h.token {
 		// The owner holds the lock again, under a newer token: our hold was
 		// lost in between (another process sharing the owner id took it
 		// anew). Give the level back and report the loss.
-		h.end(errs.LeaseLost)
-		return errors.Join(errs.LeaseLost, h.l.giveBack(ctx, Request{Owner: h.owner}))
+		h.end(errs.ErrLeaseLost)
+		return errors.Join(errs.ErrLeaseLost, h.l.giveBack(ctx, Request{Owner: h.owner}))
 	}
 	if unacked(err) {
 		// Counted on the primary, but the replicas did not acknowledge
@@ -167,7 +168,7 @@ func (h *Hold) Enter(ctx context.Context) error {
 	case ended && cause != nil:
 		return errors.Join(cause, h.l.giveBack(ctx, req))
 	case ended:
-		return errors.Join(errs.NotHeld, h.l.giveBack(ctx, req))
+		return errors.Join(errs.ErrNotHeld, h.l.giveBack(ctx, req))
 	case ctx.Err() != nil:
 		// Granted, but the caller's context ended meanwhile.
 		return errors.Join(ctx.Err(), h.l.soon(func() error { return h.l.giveBack(ctx, req) }))
@@ -177,9 +178,9 @@ func (h *Hold) Enter(ctx context.Context) error {
 
 // Unlock gives up one level. At the last level the hold ends: in Redis
 // the lock goes to the next live waiter, and the hold's context is
-// cancelled. It fails with errs.NotHeld when the hold is already over (with
-// errs.LeaseLost or errs.Closed wrapped when that is why), and with
-// errs.LeaseLost when Redis no longer knows the hold.
+// cancelled. It fails with errs.ErrNotHeld when the hold is already over (with
+// errs.ErrLeaseLost or errs.ErrClosed wrapped when that is why), and with
+// errs.ErrLeaseLost when Redis no longer knows the hold.
 //
 // A release that Redis did not answer (a network error, a failover) is
 // sent again in the background, under the same call id so that it counts
@@ -195,7 +196,7 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	}
 	h.levels--
 	last := h.levels == 0
-	call := randomID()
+	call := queue.NewID()
 	if last {
 		h.call = call
 	}
@@ -235,8 +236,8 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		}
 		return fmt.Errorf("fairlock: unlock: %w", err)
 	case n < 0 || (n == 0 && !last):
-		h.end(errs.LeaseLost)
-		return errs.LeaseLost
+		h.end(errs.ErrLeaseLost)
+		return errs.ErrLeaseLost
 	case last:
 		h.end(nil)
 	}
@@ -342,12 +343,12 @@ func (h *Hold) audited(call string) {
 }
 
 // lose ends a hold whose renewals failed until its lease nearly ran out,
-// with errs.LeaseLost, and then releases its levels in the background: if
+// with errs.ErrLeaseLost, and then releases its levels in the background: if
 // Redis was only slow and the hold is still there, the next waiter gets
 // the lock now instead of when the lease runs out. (The release script
 // only touches a hold this owner still has.)
 func (h *Hold) lose() {
-	levels, ok := h.end(errs.LeaseLost)
+	levels, ok := h.end(errs.ErrLeaseLost)
 	if ok && levels > 0 {
 		h.l.e.wg.Go(func() { h.releaseLevels(levels) })
 	}

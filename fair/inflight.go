@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // cleanupGrace is how long a caller whose context has ended waits for the
@@ -19,13 +20,13 @@ const cleanupGrace = 250 * time.Millisecond
 
 // outcome is the result of one acquire call.
 type outcome struct {
-	rep reply
+	rep queue.Reply
 	err error
 }
 
 // callWithin runs one acquire detached from ctx (see call), but returns as
 // soon as ctx ends, with ctx's error, or as soon as the engine starts to
-// close, with errs.Closed. A call still in flight then is never abandoned:
+// close, with errs.ErrClosed. A call still in flight then is never abandoned:
 // it goes on in the background, and orphan receives its outcome, to undo
 // what it did. Must run within an operation of the engine (begin), so
 // that Close waits for the orphan.
@@ -35,7 +36,7 @@ type outcome struct {
 // caller's goroutine: a Close meanwhile is answered when the call is (a
 // grant then finds the engine closed and is given back; see hold), at the
 // latest at the bound of Close, which cuts every call short.
-func (l *Mutex) callWithin(ctx context.Context, req Request, entry, mode string, orphan func(reply, error)) (reply, error) {
+func (l *Mutex) callWithin(ctx context.Context, req Request, entry, mode string, orphan func(queue.Reply, error)) (queue.Reply, error) {
 	if ctx.Done() == nil {
 		return l.call(ctx, req, entry, mode)
 	}
@@ -51,20 +52,20 @@ func (l *Mutex) callWithin(ctx context.Context, req Request, entry, mode string,
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-l.e.closing:
-		err = errs.Closed
+		err = errs.ErrClosed
 	}
 	l.e.wg.Go(func() {
 		o := <-done
 		orphan(o.rep, o.err)
 	})
-	return reply{}, err
+	return queue.Reply{}, err
 }
 
 // giveBackIfGranted is the orphan of a call that was not queued: a grant
 // it made is given back, acknowledged by the replicas or not.
-func (l *Mutex) giveBackIfGranted(ctx context.Context, req Request) func(reply, error) {
-	return func(rep reply, err error) {
-		if (err == nil || unacked(err)) && rep.granted {
+func (l *Mutex) giveBackIfGranted(ctx context.Context, req Request) func(queue.Reply, error) {
+	return func(rep queue.Reply, err error) {
+		if (err == nil || unacked(err)) && rep.Granted {
 			_ = l.giveBack(ctx, req)
 		}
 	}
@@ -72,8 +73,8 @@ func (l *Mutex) giveBackIfGranted(ctx context.Context, req Request) func(reply, 
 
 // leaveQueue is the orphan of a poll of a waiter that gave up: a grant the
 // poll made is given back, and the entry leaves the queue.
-func (l *Mutex) leaveQueue(ctx context.Context, req Request, entry string) func(reply, error) {
-	return func(rep reply, err error) {
+func (l *Mutex) leaveQueue(ctx context.Context, req Request, entry string) func(queue.Reply, error) {
+	return func(rep queue.Reply, err error) {
 		l.giveBackIfGranted(ctx, req)(rep, err)
 		_ = l.giveUp(ctx, req.Owner, entry)
 	}

@@ -14,9 +14,8 @@ import (
 // Mutex is one named lock of an engine. It is a cheap handle, safe for
 // concurrent use.
 type Mutex struct {
-	e        *Engine
-	keys     queue.Keys
-	scripted []string // keys.Scripted(), built once
+	e    *Engine
+	keys queue.Keys
 }
 
 // Request is one attempt to take a lock.
@@ -24,7 +23,7 @@ type Request struct {
 	Owner string        // owner id of the hold
 	Lease time.Duration // the hold's lease
 	Fixed bool          // the lease is fixed: no watchdog renews it
-	Wait  bool          // wait in line; false: fail with errs.Locked at once
+	Wait  bool          // wait in line; false: fail with errs.ErrLocked at once
 	// Shared: the owner id may be used by other calls too, here or in
 	// other processes (fairlock.ContextWithOwner); false: it is this
 	// call's own.
@@ -32,7 +31,7 @@ type Request struct {
 }
 
 // Lock takes the lock for req.Owner. Without req.Wait it makes one
-// attempt and fails with errs.Locked when the lock is held or anyone waits.
+// attempt and fails with errs.ErrLocked when the lock is held or anyone waits.
 // With req.Wait it joins the queue and waits, in FIFO order, until the
 // lock is handed to it or ctx ends.
 //
@@ -54,16 +53,16 @@ func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 	// Fast path: one attempt, no subscription. Its entry is the one the
 	// caller waits under if it must, so that a grant whose reply was lost
 	// is claimed by the first poll, not counted again.
-	entry := queue.Entry(randomID(), req.Lease, req.Owner)
+	entry := queue.Entry(queue.NewID(), req.Lease, req.Owner)
 	h, err := l.take(ctx, req, entry)
-	if err != nil && !errors.Is(err, errs.Locked) {
+	if err != nil && !errors.Is(err, errs.ErrLocked) {
 		// Whatever the call left in Redis is a trace once it returns.
 		l.e.audit.ended(l, req, entry, nil, "")
 	}
 	return h, err
 }
 
-// take is Acquire once the engine's checks passed, under entry.
+// take is Lock once the engine's checks passed, under entry.
 func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, error) {
 	if req.Wait && l.e.hub.Subscribed(l.keys.Wake) {
 		// Other waiters of this Client keep the lock's channel subscribed:
@@ -74,14 +73,14 @@ func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, err
 		return l.wait(ctx, req, entry, nil)
 	}
 	sent := time.Now()
-	rep, err := l.callWithin(ctx, req, entry, modeTry, l.giveBackIfGranted(ctx, req))
+	rep, err := l.callWithin(ctx, req, entry, queue.ModeTry, l.giveBackIfGranted(ctx, req))
 	switch {
-	case unacked(err) && rep.count > 1:
+	case unacked(err) && rep.Count > 1:
 		// Granted, but as one more level of a hold that the owner (an id
 		// shared by several callers) already had: a re-entry. Polling
 		// again would count another level, so it is given back instead.
 		return nil, l.dropUnacked(ctx, req, err)
-	case err != nil && req.Wait && retryable(err) && ctx.Err() == nil && !errors.Is(err, errs.Closed):
+	case err != nil && req.Wait && retryable(err) && ctx.Err() == nil && !errors.Is(err, errs.ErrClosed):
 		// Redis unreachable, or failing over, or a grant that the
 		// replicas did not acknowledge: wait in line, which keeps trying
 		// (and claims such a grant without counting it again), bounded
@@ -98,14 +97,14 @@ func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, err
 		return nil, l.dropUnacked(ctx, req, err)
 	case err != nil:
 		return nil, err
-	case rep.granted && !l.late(req, sent):
-		return l.hold(ctx, req, entry, rep.token, sent, req.Lease)
-	case rep.granted && req.Wait:
+	case rep.Granted && !l.late(req, sent):
+		return l.hold(ctx, req, entry, rep.Token, sent, req.Lease)
+	case rep.Granted && req.Wait:
 		return l.wait(ctx, req, entry, nil) // its first poll claims the grant
-	case rep.granted:
+	case rep.Granted:
 		return l.claimTry(ctx, req, entry)
 	case !req.Wait:
-		return nil, errs.Locked
+		return nil, errs.ErrLocked
 	}
 	return l.wait(ctx, req, entry, nil)
 }
@@ -137,26 +136,26 @@ func (l *Mutex) late(req Request, sent time.Time) bool {
 
 // claimTry claims a late grant of a TryLock (see late).
 func (l *Mutex) claimTry(ctx context.Context, req Request, entry string) (*Hold, error) {
-	var rep reply
+	var rep queue.Reply
 	var sent time.Time
 	for range lateClaims {
 		sent = time.Now()
 		var err error
-		rep, err = l.callWithin(ctx, req, entry, modeTry, l.giveBackIfGranted(ctx, req))
+		rep, err = l.callWithin(ctx, req, entry, queue.ModeTry, l.giveBackIfGranted(ctx, req))
 		switch {
-		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.Closed)):
+		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.ErrClosed)):
 			return nil, err // the orphan gives a grant back
 		case unacked(err):
 			return nil, l.dropUnacked(ctx, req, err)
 		case err != nil:
 			return nil, errors.Join(err, l.soon(func() error { return l.giveBack(ctx, req) }))
-		case !rep.granted:
-			return nil, errs.Locked // the late grant expired meanwhile
+		case !rep.Granted:
+			return nil, errs.ErrLocked // the late grant expired meanwhile
 		case !l.late(req, sent):
-			return l.hold(ctx, req, entry, rep.token, sent, req.Lease)
+			return l.hold(ctx, req, entry, rep.Token, sent, req.Lease)
 		}
 	}
-	return l.hold(ctx, req, entry, rep.token, sent, req.Lease)
+	return l.hold(ctx, req, entry, rep.Token, sent, req.Lease)
 }
 
 // retryable reports whether a call that failed with err may succeed when
@@ -166,16 +165,16 @@ func retryable(err error) bool {
 }
 
 // call runs one acquire on a context detached from ctx.
-func (l *Mutex) call(ctx context.Context, req Request, entry, mode string) (reply, error) {
+func (l *Mutex) call(ctx context.Context, req Request, entry, mode string) (queue.Reply, error) {
 	if entry == "" {
-		entry = queue.Entry(randomID(), req.Lease, req.Owner)
+		entry = queue.Entry(queue.NewID(), req.Lease, req.Owner)
 	}
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
 	return l.acquire(cctx, req.Owner, entry, req.Lease, mode)
 }
 
-// wait is the slow path of Acquire: subscribe, then poll in wait mode until
+// wait is the slow path of Lock: subscribe, then poll in wait mode until
 // granted, sleeping on the hub's signal or the script's hint in between.
 //
 // pending is the error of the fast path's attempt when it granted the lock
@@ -184,7 +183,7 @@ func (l *Mutex) call(ctx context.Context, req Request, entry, mode string) (repl
 func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending error) (*Hold, error) {
 	w, err := l.e.hub.Watch(ctx, l.keys.Wake, entry)
 	if err != nil {
-		if !errors.Is(err, errs.Closed) {
+		if !errors.Is(err, errs.ErrClosed) {
 			err = refusal(err)
 		}
 		if pending != nil {
@@ -214,37 +213,37 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 	}
 	for {
 		sent := time.Now()
-		rep, err := l.callWithin(ctx, req, entry, modeWait, l.leaveQueue(ctx, req, entry))
-		if err == nil && rep.granted && !polled.IsZero() {
+		rep, err := l.callWithin(ctx, req, entry, queue.ModeWait, l.leaveQueue(ctx, req, entry))
+		if err == nil && rep.Granted && !polled.IsZero() {
 			w.Missed() // a hand-over since an answered poll: was it pushed?
 		}
 		if err == nil {
 			polled = sent
 		}
 		switch {
-		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.Closed)):
+		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.ErrClosed)):
 			// The caller gave up, or the Client closed, during the poll;
 			// the poll's orphan leaves the queue once it is answered.
 			return nil, withUnacked(err)
-		case unacked(err) && rep.count > 1:
-			// A re-entry of a hold the owner id already had (see Acquire),
+		case unacked(err) && rep.Count > 1:
+			// A re-entry of a hold the owner id already had (see Lock),
 			// not a claim of entry's own grant: give it back. The poll
 			// took entry out of the queue.
 			return nil, l.dropUnacked(ctx, req, err)
-		case err == nil && rep.granted && (!l.late(req, sent) || claims >= lateClaims):
-			return l.hold(ctx, req, entry, rep.token, sent, req.Lease)
-		case err == nil && rep.granted:
+		case err == nil && rep.Granted && (!l.late(req, sent) || claims >= lateClaims):
+			return l.hold(ctx, req, entry, rep.Token, sent, req.Lease)
+		case err == nil && rep.Granted:
 			// Answered late (see late): claim it with one more poll now.
 			claims++
 			timer.Reset(0)
 		case err == nil:
 			answered := time.Now()
-			if rep.joined {
+			if rep.Joined {
 				observe(ctx).joined(sent, answered)
 			}
 			observe(ctx).polled(sent, answered)
 			retry = retryMin
-			timer.Reset(rep.hint)
+			timer.Reset(time.Duration(rep.Hint) * time.Millisecond)
 		case !retryable(err):
 			// The server refused the script (wrong key type, ...), or the
 			// WAIT after a grant: waiting longer will not help. Leaving
@@ -279,7 +278,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 		case <-ctx.Done():
 			return nil, errors.Join(withUnacked(ctx.Err()), l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
 		case <-l.e.closing:
-			return nil, errors.Join(withUnacked(errs.Closed), l.giveUp(ctx, req.Owner, entry))
+			return nil, errors.Join(withUnacked(errs.ErrClosed), l.giveUp(ctx, req.Owner, entry))
 		}
 	}
 }
@@ -360,7 +359,7 @@ func (l *Mutex) hold(ctx context.Context, req Request, entry string, token int64
 	h := newHold(l, req, entry, token, from, span)
 	fail := ctx.Err()
 	if fail == nil && !l.e.addHold(h) {
-		fail = errs.Closed
+		fail = errs.ErrClosed
 	}
 	if fail != nil {
 		h.end(fail)
@@ -399,7 +398,7 @@ func (l *Mutex) HoldCount(ctx context.Context, owner string) (int, error) {
 	c, _ := v[1].(string)
 	n, err := strconv.Atoi(c)
 	if err != nil {
-		return 0, fmt.Errorf("%w: count %q", errUnexpectedReply, c)
+		return 0, fmt.Errorf("%w: count %q", errs.ErrUnexpectedReply, c)
 	}
 	return n, nil
 }
@@ -439,7 +438,7 @@ func (l *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	case d == -2:
 		return 0, nil // no such key: go-redis keeps PTTL's -2 as is
 	case d < 0:
-		return 0, fmt.Errorf("%w: lock key %q has no expiry", errUnexpectedReply, l.keys.Lock)
+		return 0, fmt.Errorf("%w: lock key %q has no expiry", errs.ErrUnexpectedReply, l.keys.Lock)
 	}
 	return d, nil
 }
@@ -452,9 +451,9 @@ func (l *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
-	n, err := l.forceUnlock(cctx)
+	removed, err := l.forceUnlock(cctx)
 	if publishRefused(err) {
 		return false, fmt.Errorf("fairlock: force-unlock done and the lock handed on, but %w", refusal(err))
 	}
-	return n == 1, refusal(err)
+	return removed, refusal(err)
 }

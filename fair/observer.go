@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Observer watches the steps of the Acquire calls made with a context from
+// Observer watches the steps of the Lock calls made with a context from
 // WithObserver. It exists for the tests and for the stress command, which
 // check the order of grants against the order of joins. Its functions are
 // called on the waiting goroutine and must not block.
@@ -24,7 +24,7 @@ type Observer struct {
 
 type observerKey struct{}
 
-// WithObserver returns a copy of ctx whose Acquire calls report to o.
+// WithObserver returns a copy of ctx whose Lock calls report to o.
 func WithObserver(ctx context.Context, o *Observer) context.Context {
 	return context.WithValue(ctx, observerKey{}, o)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/lua"
 )
 
 // replication is what an engine built with Config.Replicas waits for after
@@ -71,19 +72,19 @@ type waited struct {
 	wait *redis.IntCmd // nil: the engine waits for no replicas, or the script was not sent
 }
 
-// runScript runs script once. Without replicas it is script.Run on the
+// runScript runs call once. Without replicas it is script.Run on the
 // engine's client, as it always was: EVALSHA, then EVAL when the server
 // lacks the script. With replicas it sends EVALSHA, PEXPIRE of the call's
 // receipt (to receiptTTL ms) and WAIT in one pipeline on the primary of
 // the lock, and again with EVAL in place of EVALSHA when the server lacked
 // the script (nothing ran then; a re-run is as safe as any re-sent call,
 // since the script is idempotent per call id).
-func (l *Mutex) runScript(ctx context.Context, script *redis.Script, keys []string, receipt string, receiptTTL int64, args ...any) waited {
+func (l *Mutex) runScript(ctx context.Context, call lua.Call, receipt string, receiptTTL int64) waited {
 	r := l.e.repl
 	if r == nil {
-		return waited{cmd: script.Run(ctx, l.e.rdb, keys, args...)}
+		return waited{cmd: call.Run(ctx, l.e.rdb)}
 	}
-	node, err := l.e.primaryFor(ctx, keys[0])
+	node, err := l.e.primaryFor(ctx, call.Keys[0])
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -93,9 +94,9 @@ func (l *Mutex) runScript(ctx context.Context, script *redis.Script, keys []stri
 		pipe := node.Pipeline()
 		var cmd *redis.Cmd
 		if eval {
-			cmd = script.Eval(ctx, pipe, keys, args...)
+			cmd = call.Eval(ctx, pipe)
 		} else {
-			cmd = script.EvalSha(ctx, pipe, keys, args...)
+			cmd = call.EvalSha(ctx, pipe)
 		}
 		pipe.PExpire(ctx, receipt, time.Duration(receiptTTL)*time.Millisecond)
 		wait := redis.NewIntCmd(ctx, "wait", r.n, r.timeout.Milliseconds())
@@ -134,7 +135,7 @@ func redirected(msg string) bool {
 
 // acknowledged returns nil when the script's change was acknowledged by
 // enough replicas (or none are waited for), and otherwise an error that
-// wraps errs.NotReplicated: the WAIT's short count, its error reply
+// wraps errs.ErrNotReplicated: the WAIT's short count, its error reply
 // (wrapped too, so that a refusal is not retried), or the network error
 // that cut it off (retried like any other).
 func (l *Mutex) acknowledged(w waited) error {
@@ -145,10 +146,10 @@ func (l *Mutex) acknowledged(w waited) error {
 	got, err := w.wait.Result()
 	if err != nil {
 		l.e.topo.failed(err)
-		return fmt.Errorf("%w: WAIT: %w", errs.NotReplicated, refusal(err))
+		return fmt.Errorf("%w: WAIT: %w", errs.ErrNotReplicated, refusal(err))
 	}
 	if got < int64(r.n) {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", errs.NotReplicated, got, r.n, r.timeout)
+		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", errs.ErrNotReplicated, got, r.n, r.timeout)
 	}
 	return nil
 }
@@ -157,5 +158,5 @@ func (l *Mutex) acknowledged(w waited) error {
 // primary but was not acknowledged by enough replicas. The call's reply is
 // then valid: a grant was made, a level released.
 func unacked(err error) bool {
-	return errors.Is(err, errs.NotReplicated)
+	return errors.Is(err, errs.ErrNotReplicated)
 }

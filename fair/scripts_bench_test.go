@@ -45,7 +45,7 @@ func BenchmarkScriptCost(b *testing.B) {
 	require.NoError(b, err)
 	l := e.Mutex(keys)
 	const lease = time.Minute
-	entry := func(owner string) string { return queue.Entry(randomID(), lease, owner) }
+	entry := func(owner string) string { return queue.Entry(queue.NewID(), lease, owner) }
 	must := func(err error) {
 		if err != nil {
 			b.Fatal(err)
@@ -56,29 +56,29 @@ func BenchmarkScriptCost(b *testing.B) {
 		run  func()
 	}{
 		{"uncontended", func() {
-			_, err := l.acquire(ctx, "h", entry("h"), lease, modeTry)
+			_, err := l.acquire(ctx, "h", entry("h"), lease, queue.ModeTry)
 			must(err)
 			_, err = l.release(ctx, "h", lease)
 			must(err)
 		}},
 		{"reentry", func() {
-			_, err := l.acquire(ctx, "h", entry("h"), lease, modeReenter)
+			_, err := l.acquire(ctx, "h", entry("h"), lease, queue.ModeReenter)
 			must(err)
 			_, err = l.release(ctx, "h", lease)
 			must(err)
 		}},
 		{"handover", func() {
-			_, err := l.acquire(ctx, "w", entry("w"), lease, modeWait)
+			_, err := l.acquire(ctx, "w", entry("w"), lease, queue.ModeWait)
 			must(err)
 			_, err = l.release(ctx, "h", lease)
 			must(err)
 			_, err = l.release(ctx, "w", lease)
 			must(err)
-			_, err = l.acquire(ctx, "h", entry("h"), lease, modeTry)
+			_, err = l.acquire(ctx, "h", entry("h"), lease, queue.ModeTry)
 			must(err)
 		}},
 		{"renew", func() {
-			_, err := l.renew(ctx, "h", lease)
+			_, err := lua.ReadFlag(lua.Renew(keys, "h", ms(lease)).Run(ctx, rdb))
 			must(err)
 		}},
 	}
@@ -86,7 +86,7 @@ func BenchmarkScriptCost(b *testing.B) {
 		b.Run(p.name, func(b *testing.B) {
 			must(rdb.FlushAll(ctx).Err())
 			if p.name != "uncontended" {
-				_, err := l.acquire(ctx, "h", entry("h"), lease, modeTry)
+				_, err := l.acquire(ctx, "h", entry("h"), lease, queue.ModeTry)
 				must(err)
 			}
 			p.run() // loads the scripts
@@ -108,14 +108,14 @@ func BenchmarkScriptCost(b *testing.B) {
 func scriptTimes(b *testing.B, rdb *redis.Client) map[string]float64 {
 	ctx := context.Background()
 	names := map[string]string{}
-	for _, s := range []struct {
-		name   string
-		script *redis.Script
-	}{
-		{lua.Acquire, lua.AcquireScript}, {lua.Release, lua.ReleaseScript},
-		{lua.Renew, lua.RenewScript}, {lua.Cancel, lua.CancelScript},
+	var k queue.Keys
+	for name, call := range map[string]lua.Call{
+		"acquire": lua.Classic.Acquire(k, "", "", "", 0, 0, "", 0),
+		"release": lua.Classic.Release(k, "", "", 0, 0),
+		"renew":   lua.Renew(k, "", 0),
+		"cancel":  lua.Classic.Cancel(k, "", ""),
 	} {
-		names[s.script.Hash()] = s.name
+		names[call.Script.Hash()] = name
 	}
 	logs, err := rdb.Do(ctx, "SLOWLOG", "GET", -1).Slice()
 	require.NoError(b, err)
@@ -134,7 +134,7 @@ func scriptTimes(b *testing.B, rdb *redis.Client) map[string]float64 {
 		if !ok {
 			continue
 		}
-		if name == lua.Acquire && len(args) > 12 {
+		if name == "acquire" && len(args) > 12 {
 			name += ":" + toString(args[3+5+4]) // after the sha, numkeys, 5 keys and 4 args: the mode
 		}
 		sum[name] += float64(us)

@@ -2,12 +2,9 @@ package fair
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/lua"
@@ -25,7 +22,7 @@ const minShardedVersion = "7.0.0"
 
 // checkServer checks the server once, at the first Lock of the Client: a
 // version too old for the scripts, or an eviction policy that may evict
-// lock keys, fails every Lock with errs.UnsafeServer (and is logged). A
+// lock keys, fails every Lock with errs.ErrUnsafeServer (and is logged). A
 // server that refuses INFO or CONFIG (an error reply: a managed service, an
 // ACL user without them) is logged once and trusted; a check cut short by
 // a network error is logged and tried again at the next Lock, which goes
@@ -68,7 +65,7 @@ func (e *Engine) inspectServer(ctx context.Context) (error, bool) {
 	case version == "":
 		e.log.Warn("fairlock: the server does not report its version; going ahead")
 	case versionLess(version, minServerVersion):
-		err := fmt.Errorf("%w: version %s, the scripts need %s or later", errs.UnsafeServer, version, minServerVersion)
+		err := fmt.Errorf("%w: version %s, the scripts need %s or later", errs.ErrUnsafeServer, version, minServerVersion)
 		e.log.Error("fairlock: refusing to lock", "err", err)
 		return err, true
 	}
@@ -87,7 +84,7 @@ func (e *Engine) inspectServer(ctx context.Context) (error, bool) {
 			"maxmemory-policy", policy)
 	default:
 		err := fmt.Errorf("%w: maxmemory-policy %s with maxmemory %s may evict lock keys (use noeviction)",
-			errs.UnsafeServer, policy, maxmemory)
+			errs.ErrUnsafeServer, policy, maxmemory)
 		e.log.Error("fairlock: refusing to lock", "err", err)
 		return err, true
 	}
@@ -147,7 +144,7 @@ var (
 //
 // The version is INFO's redis_version; when INFO is refused (an ACL user
 // without it, a managed service), it is the version the scripts see
-// (lua.VersionScript: redis.REDIS_VERSION, which servers before 7 lack), so
+// (lua.Version: redis.REDIS_VERSION, which servers before 7 lack), so
 // a user that may not run INFO decides as one that may. A server that
 // names no version either way gets classic, which every server supports.
 // A network error decides nothing: the call fails, and the next asks
@@ -213,12 +210,10 @@ func (e *Engine) serverVersion(ctx context.Context) (string, error) {
 	if v := infoField(info, "redis_version"); err == nil && v != "" {
 		return v, nil
 	}
-	v, err := lua.VersionScript.Run(ctx, e.rdb, nil).Text()
+	v, err := lua.ReadVersion(lua.Version().Run(ctx, e.rdb))
 	switch {
 	case err == nil:
-		return v, nil
-	case errors.Is(err, redis.Nil):
-		return "", nil // a server before Redis 7
+		return v, nil // "" from a server before Redis 7
 	case redisError(err):
 		e.log.Warn("fairlock: cannot read the server's version (INFO and scripts refused); wake messages use PUBLISH",
 			"err", err)

@@ -68,7 +68,7 @@ func TestServerCheckRefusesOnlyWhatCannotBeSafe(t *testing.T) {
 			err, definitive := e.inspectServer(context.Background())
 			assert.Equal(t, tt.definitive, definitive)
 			if tt.unsafe {
-				require.ErrorIs(t, err, errs.UnsafeServer)
+				require.ErrorIs(t, err, errs.ErrUnsafeServer)
 			} else {
 				require.NoError(t, err)
 			}

@@ -223,22 +223,23 @@ func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
 		cmds := make([]*redis.Cmd, len(pending))
 		for j, i := range pending {
 			h := holds[i]
+			call := lua.Renew(h.l.keys, h.owner, ms(h.lease))
 			if eval {
-				cmds[j] = lua.RenewScript.Eval(ctx, pipe, h.l.scripted[:1], h.owner, ms(h.lease))
+				cmds[j] = call.Eval(ctx, pipe)
 			} else {
-				cmds[j] = lua.RenewScript.EvalSha(ctx, pipe, h.l.scripted[:1], h.owner, ms(h.lease))
+				cmds[j] = call.EvalSha(ctx, pipe)
 			}
 		}
 		_, _ = pipe.Exec(ctx) // every command carries its own outcome
 		var again []int
 		for j, i := range pending {
-			n, err := cmds[j].Int64()
+			ok, err := lua.ReadFlag(cmds[j])
 			if !eval && noScript(err) {
 				again = append(again, i)
 				continue
 			}
 			w.e.topo.failed(err)
-			out.oks[i], out.errs[i] = n == 1, refusal(err)
+			out.oks[i], out.errs[i] = ok, refusal(err)
 		}
 		if len(again) == 0 {
 			break
@@ -259,7 +260,7 @@ func (w *watchdog) settle(h *Hold, sent time.Time, ok bool, err error) {
 		w.schedule(h, sent.Add(h.lease/3))
 	case err == nil:
 		h.l.e.log.Info("fairlock: lease lost: the lock is no longer ours", "lock", h.l.keys.Name)
-		h.end(errs.LeaseLost)
+		h.end(errs.ErrLeaseLost)
 	case !time.Now().Before(h.giveUp()):
 		h.l.e.log.Warn("fairlock: lease lost: renewal failed until the lease nearly ran out",
 			"lock", h.l.keys.Name, "err", err)

@@ -1,6 +1,12 @@
-// Package lua holds fairlock's Redis scripts, one file per operation, and
-// embeds them. Each operation's source is lib.lua (the helpers every script
-// shares) followed by the operation's own file, so that each script is one
+// Package lua is fairlock's script protocol: the Redis scripts, one file
+// per operation, embedded, and their Go bindings, which build each call's
+// KEYS and ARGV and read its reply. What each script does is written
+// once more in plain Go as the reference model of package queue, whose
+// types (Keys, Reply, the acquire modes) the bindings use; queue's tests
+// run these bindings against the model.
+//
+// Each operation's source is lib.lua (the helpers every script shares)
+// followed by the operation's own file, so that each script is one
 // self-contained EVAL body.
 //
 // The scripts come in two sets that differ only in the command that sends
@@ -15,6 +21,7 @@ package lua
 
 import (
 	"embed"
+	"errors"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -25,15 +32,15 @@ var files embed.FS
 
 // Script names, one per operation file.
 const (
-	Acquire     = "acquire"
-	Release     = "release"
-	Renew       = "renew"
-	Cancel      = "cancel"
-	ForceUnlock = "forceunlock"
-	// Version is no operation: it answers the server's version
+	acquireName     = "acquire"
+	releaseName     = "release"
+	renewName       = "renew"
+	cancelName      = "cancel"
+	forceUnlockName = "forceunlock"
+	// versionName is no operation: it answers the server's version
 	// (redis.REDIS_VERSION), or nil before Redis 7. It needs none of the
 	// helpers.
-	Version = "version"
+	versionName = "version"
 )
 
 // The line of lib.lua that names the publish command, as written and in
@@ -52,7 +59,7 @@ func source(name string) string {
 	if err != nil {
 		panic("lua: unknown script " + name)
 	}
-	if name == Renew || name == Version {
+	if name == renewName || name == versionName {
 		// renew touches only the hash and publishes nothing; version
 		// touches nothing. Neither needs the helpers.
 		return string(op)
@@ -78,28 +85,25 @@ func shardedSource(name string) string {
 	return strings.Replace(src, classicPublish, shardedPublish, 1)
 }
 
-// Scripts is one set of the operation scripts, ready to run: redis.Script
-// sends EVALSHA and falls back to EVAL when the server does not know the
-// script (first use, SCRIPT FLUSH, a restart).
+// Scripts is one set of the operation scripts; its methods build the
+// calls of the scripts that publish.
 type Scripts struct {
 	// Command is the command the set's scripts send wake messages with:
 	// "PUBLISH" or "SPUBLISH".
 	Command     string
-	Acquire     *redis.Script
-	Release     *redis.Script
-	Renew       *redis.Script
-	Cancel      *redis.Script
-	ForceUnlock *redis.Script
+	acquire     *redis.Script
+	release     *redis.Script
+	cancel      *redis.Script
+	forceUnlock *redis.Script
 }
 
 func newScripts(command string, source func(string) string) *Scripts {
 	return &Scripts{
 		Command:     command,
-		Acquire:     redis.NewScript(source(Acquire)),
-		Release:     redis.NewScript(source(Release)),
-		Renew:       redis.NewScript(source(Renew)),
-		Cancel:      redis.NewScript(source(Cancel)),
-		ForceUnlock: redis.NewScript(source(ForceUnlock)),
+		acquire:     redis.NewScript(source(acquireName)),
+		release:     redis.NewScript(source(releaseName)),
+		cancel:      redis.NewScript(source(cancelName)),
+		forceUnlock: redis.NewScript(source(forceUnlockName)),
 	}
 }
 
@@ -113,12 +117,22 @@ var (
 	Sharded = newScripts("SPUBLISH", shardedSource)
 )
 
-// The classic set's scripts, by name, and the version probe.
+// The scripts that are the same in both sets.
 var (
-	AcquireScript     = Classic.Acquire
-	ReleaseScript     = Classic.Release
-	RenewScript       = Classic.Renew
-	CancelScript      = Classic.Cancel
-	ForceUnlockScript = Classic.ForceUnlock
-	VersionScript     = redis.NewScript(source(Version))
+	renewScript   = redis.NewScript(source(renewName))
+	versionScript = redis.NewScript(source(versionName))
 )
+
+// Version is version.lua: it answers the server's version as the scripts
+// see it. Read its reply with ReadVersion.
+func Version() Call { return Call{Script: versionScript} }
+
+// ReadVersion reads the reply of a Version call: the version, or "" from
+// a server before Redis 7, which does not tell its scripts.
+func ReadVersion(cmd *redis.Cmd) (string, error) {
+	v, err := cmd.Text()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	return v, err
+}

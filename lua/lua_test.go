@@ -14,12 +14,12 @@ import (
 	"github.com/fairlock/fairlock/queue"
 )
 
-var operations = []string{lua.Acquire, lua.Release, lua.Renew, lua.Cancel, lua.ForceUnlock}
+var operations = []string{"acquire", "release", "renew", "cancel", "forceunlock"}
 
 func TestShardedScriptsDifferOnlyInThePublishCommand(t *testing.T) {
 	for _, name := range operations {
 		classic, sharded := lua.Source(name), lua.ShardedSource(name)
-		if name == lua.Renew {
+		if name == "renew" {
 			require.Equal(t, classic, sharded, "renew publishes nothing")
 			continue
 		}
@@ -35,9 +35,8 @@ func TestShardedScriptsDifferOnlyInThePublishCommand(t *testing.T) {
 	}
 	require.Equal(t, "PUBLISH", lua.Classic.Command)
 	require.Equal(t, "SPUBLISH", lua.Sharded.Command)
-	require.NotEqual(t, lua.Classic.Release.Hash(), lua.Sharded.Release.Hash())
-	require.Equal(t, lua.Classic.Renew.Hash(), lua.Sharded.Renew.Hash())
-	require.Same(t, lua.Classic.Acquire, lua.AcquireScript, "the classic set is the one the model is checked against")
+	var k queue.Keys
+	require.NotEqual(t, lua.Classic.Release(k, "", "", 0, 0).Script.Hash(), lua.Sharded.Release(k, "", "", 0, 0).Script.Hash())
 }
 
 // lock is one lock's keys and a waiter queued behind a holder.
@@ -56,14 +55,13 @@ func queued(t *testing.T, rdb *redis.Client) lock {
 	keys, err := queue.For(redistest.Prefix(t), "x")
 	require.NoError(t, err)
 	l := lock{keys: keys, holder: "h", entry: queue.Entry("00000000000000a1", time.Minute, "w")}
-	acquire := func(call, owner, entry, mode string) []any {
-		v, err := lua.AcquireScript.Run(ctx, rdb, append(keys.Scripted(), keys.Call(call)),
-			owner, entry, 60000, 30000, mode, keys.Wake, 20000).Slice()
+	acquire := func(call, owner, entry, mode string) queue.Reply {
+		rep, err := lua.ReadAcquire(lua.Classic.Acquire(keys, call, owner, entry, 60000, 30000, mode, 20000).Run(ctx, rdb))
 		require.NoError(t, err)
-		return v
+		return rep
 	}
-	require.EqualValues(t, 1, acquire("c1", "h", queue.Entry("00000000000000a0", time.Minute, "h"), "try")[0])
-	require.EqualValues(t, 0, acquire("c2", "w", l.entry, "wait")[0])
+	require.True(t, acquire("c1", "h", queue.Entry("00000000000000a0", time.Minute, "h"), queue.ModeTry).Granted)
+	require.True(t, acquire("c2", "w", l.entry, queue.ModeWait).Joined)
 	return l
 }
 
@@ -117,8 +115,7 @@ func TestEachSetWakesOnlyItsOwnKindOfSubscriber(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := queued(t, rdb)
 			classic, sharded := subscribed(t, rdb, l.keys.Wake)
-			n, err := tt.scripts.Release.Run(t.Context(), rdb, append(l.keys.Scripted(), l.keys.Call("c3")),
-				l.holder, 60000, l.keys.Wake, 20000).Int64()
+			n, err := lua.ReadRelease(tt.scripts.Release(l.keys, "c3", l.holder, 60000, 20000).Run(t.Context(), rdb))
 			require.NoError(t, err)
 			require.Zero(t, n, "the hold is over")
 
@@ -146,7 +143,7 @@ func TestRefusedSPublishSaysNOPERM(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 
 	l := queued(t, admin)
-	err := lua.Sharded.ForceUnlock.Run(ctx, rdb, l.keys.Scripted(), l.keys.Wake).Err()
+	_, err := lua.ReadFlag(lua.Sharded.ForceUnlock(l.keys).Run(ctx, rdb))
 	require.Error(t, err)
 	require.True(t, strings.HasPrefix(err.Error(), "NOPERM fairlock: state changed, but SPUBLISH to "+l.keys.Wake+" was refused: "), err.Error())
 	owner, err := admin.HGet(ctx, l.keys.Lock, "owner").Result()
@@ -157,8 +154,9 @@ func TestRefusedSPublishSaysNOPERM(t *testing.T) {
 // The version probe answers the server's version (Redis 7 and later).
 func TestVersionScriptAnswersTheServerVersion(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
-	v, err := lua.VersionScript.Run(t.Context(), rdb, nil).Text()
+	v, err := lua.ReadVersion(lua.Version().Run(t.Context(), rdb))
 	require.NoError(t, err)
+	require.NotEmpty(t, v)
 	info, err := rdb.Info(t.Context(), "server").Result()
 	require.NoError(t, err)
 	require.Contains(t, info, "redis_version:"+v+"\r\n")

@@ -254,7 +254,7 @@ func TestShardedHubClosesCleanly(t *testing.T) {
 	require.NoError(t, h.Close())
 	require.Less(t, time.Since(start), 2*time.Second, "Close was not prompt")
 	_, err = h.Watch(context.Background(), byMaster[masters[1]][0], "late")
-	require.ErrorIs(t, err, errs.Closed)
+	require.ErrorIs(t, err, errs.ErrClosed)
 	for _, w := range waiters {
 		w.Stop()
 	}

@@ -195,13 +195,13 @@ func New(rdb Subscriber, opts Options) *Hub {
 // channel, say), Watch returns at once an error that names the channel and
 // wraps the server's error reply, a redis.Error. If ctx ends first, Watch
 // unregisters the waiter and returns an error wrapping ctx.Err(). Once
-// Close has started it returns errs.Closed.
+// Close has started it returns errs.ErrClosed.
 func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
-	if err := h.learnMode(ctx); errors.Is(err, errs.Closed) {
-		return nil, errs.Closed
+	if err := h.learnMode(ctx); errors.Is(err, errs.ErrClosed) {
+		return nil, errs.ErrClosed
 	} else if err != nil {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
@@ -210,8 +210,8 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
 	c, err := h.lockConn(key)
-	if errors.Is(err, errs.Closed) {
-		return nil, errs.Closed
+	if errors.Is(err, errs.ErrClosed) {
+		return nil, errs.ErrClosed
 	}
 	if err != nil {
 		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
@@ -243,7 +243,7 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 			return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, ctx.Err())
 		case <-h.done:
 			w.Stop()
-			return nil, errs.Closed
+			return nil, errs.ErrClosed
 		}
 		h.mu.Lock()
 		now := w.topic // a new topic when the channel moved to another shard
@@ -272,7 +272,7 @@ func (h *Hub) Subscribed(channel string) bool {
 }
 
 // Close closes every connection, stops the hub's goroutines and waits for
-// them. Watch calls still waiting, and later ones, return errs.Closed at once;
+// them. Watch calls still waiting, and later ones, return errs.ErrClosed at once;
 // waiters receive no further signals. Close is idempotent and always returns
 // nil. It returns promptly, except while go-redis is dialling: a connection
 // handshake cannot be interrupted, so Close may wait for it, at most for the
@@ -326,7 +326,7 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*redis.Client, erro
 }
 
 // lockConn locks h.mu and returns the connection for key, opening it if
-// there is none. On error, which is errs.Closed once Close has started or the
+// there is none. On error, which is errs.ErrClosed once Close has started or the
 // error of opening the connection, h.mu is not held.
 //
 // Opening calls into go-redis, so it happens with h.mu released: whatever
@@ -340,7 +340,7 @@ func (h *Hub) lockConn(key *redis.Client) (*conn, error) {
 	for {
 		if h.closed {
 			h.mu.Unlock()
-			return nil, errs.Closed
+			return nil, errs.ErrClosed
 		}
 		if c := h.conns[key]; c != nil {
 			return c, nil
@@ -399,7 +399,7 @@ func openPubSub(ctx context.Context, sub Subscriber, sharded bool) (*redis.PubSu
 		return nil
 	})
 	if err == nil && ps == nil {
-		err = errors.New("Subscribe returned no pub/sub connection")
+		err = errors.New("subscribe returned no pub/sub connection")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening a pub/sub connection: %w", err)

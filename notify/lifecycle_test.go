@@ -81,7 +81,7 @@ func TestWatchPendingAtCloseReturnsErrClosed(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "Close was not prompt")
 	select {
 	case err := <-result:
-		require.ErrorIs(t, err, errs.Closed)
+		require.ErrorIs(t, err, errs.ErrClosed)
 	case <-time.After(patience):
 		t.Fatal("pending Watch did not return after Close")
 	}
@@ -115,7 +115,7 @@ func TestCloseIsPromptIdempotentAndStopsEveryGoroutine(t *testing.T) {
 	}
 
 	_, err := h.Watch(context.Background(), prefix+":0", "late")
-	require.ErrorIs(t, err, errs.Closed)
+	require.ErrorIs(t, err, errs.ErrClosed)
 	for _, w := range waiters {
 		w.Stop() // after Close: allowed, and a no-op on the network
 		requireNoSignal(t, w, "Close sends no signal")
@@ -135,7 +135,7 @@ func TestUnusedHubOpensNothingAndClosesCleanly(t *testing.T) {
 	require.False(t, opened, "New opened a pub/sub connection")
 	require.NoError(t, h.Close())
 	_, err := h.Watch(context.Background(), redistest.Prefix(t), "w")
-	require.True(t, errors.Is(err, errs.Closed))
+	require.True(t, errors.Is(err, errs.ErrClosed))
 	require.NoError(t, rdb.Close())
 	goleak.VerifyNone(t, before)
 }
@@ -180,4 +180,23 @@ func TestDuplicateIDOnAChannelIsRejected(t *testing.T) {
 	require.Error(t, err)
 	other := watch(t, h, channel+":other", "w")
 	require.NotNil(t, other, "ids need only be unique per channel")
+}
+
+// The zero Options are ready to use: no logger discards, no heartbeat is
+// one second, no Mode is Classic.
+func TestZeroOptionsMeanTheDocumentedDefaults(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := New(rdb, Options{})
+	t.Cleanup(func() { _ = h.Close() })
+	require.NotNil(t, h.log)
+	require.Equal(t, time.Second, h.heartbeat)
+	require.NoError(t, h.learnMode(t.Context()))
+	h.mu.Lock()
+	mode := h.mode
+	h.mu.Unlock()
+	require.Equal(t, Classic, mode)
+	h = New(rdb, Options{Heartbeat: -time.Minute})
+	t.Cleanup(func() { _ = h.Close() })
+	require.Equal(t, time.Second, h.heartbeat, "a negative heartbeat means the default too")
 }

@@ -108,7 +108,7 @@ func TestHubOverARingClosesCleanly(t *testing.T) {
 	require.Less(t, time.Since(start), 2*time.Second, "Close was not prompt")
 	require.NoError(t, h.Close(), "second Close")
 	_, err := h.Watch(context.Background(), channels[1], "late")
-	require.ErrorIs(t, err, errs.Closed)
+	require.ErrorIs(t, err, errs.ErrClosed)
 	for _, w := range waiters {
 		w.Stop()
 	}

@@ -56,7 +56,7 @@ type regroup struct {
 }
 
 // learnMode makes sure the hub knows its mode, asking Options.Mode if it
-// does not yet (outside h.mu: it may call Redis). It returns errs.Closed once
+// does not yet (outside h.mu: it may call Redis). It returns errs.ErrClosed once
 // Close has started, and an error wrapping ctx.Err() if ctx ends first.
 func (h *Hub) learnMode(ctx context.Context) error {
 	h.mu.Lock()
@@ -97,7 +97,7 @@ func (h *Hub) learnMode(ctx context.Context) error {
 			return errors.Join(ctx.Err(), err)
 		case <-h.done:
 			t.Stop()
-			return errs.Closed
+			return errs.ErrClosed
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
@@ -275,7 +275,7 @@ func (h *Hub) resubscribe(channel string, key *redis.Client) {
 		return // no connection to open for it
 	}
 	dst, err := h.lockConn(key)
-	if errors.Is(err, errs.Closed) {
+	if errors.Is(err, errs.ErrClosed) {
 		return
 	}
 	if err != nil {

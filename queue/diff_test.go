@@ -1,4 +1,4 @@
-package queue
+package queue_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/queue"
 )
 
 var (
@@ -62,7 +63,7 @@ func TestScriptsMatchModelOnMiniredis(t *testing.T) {
 			d := &differ{
 				t:     t,
 				ctx:   context.Background(),
-				model: NewModel(rigStart, receiptTTL),
+				model: queue.NewModel(rigStart, receiptTTL),
 				rig:   newMiniRig(t, receiptTTL),
 				world: &world{scale: 1},
 				about: reproduce("TestScriptsMatchModelOnMiniredis", seed),
@@ -89,7 +90,7 @@ func TestScriptsMatchModelOnRedisServer(t *testing.T) {
 			d := &differ{
 				t:      t,
 				ctx:    context.Background(),
-				model:  NewModel(now, receiptTTL*scale),
+				model:  queue.NewModel(now, receiptTTL*scale),
 				rig:    r,
 				world:  &world{scale: scale, timeless: true},
 				tol:    1000,
@@ -127,7 +128,7 @@ func FuzzScriptsMatchModel(f *testing.F) {
 		d := &differ{
 			t:     t,
 			ctx:   context.Background(),
-			model: NewModel(rigStart, receiptTTL),
+			model: queue.NewModel(rigStart, receiptTTL),
 			rig:   newMiniRig(t, receiptTTL),
 			world: &world{scale: 1},
 			about: "a fuzz input",

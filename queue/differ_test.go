@@ -1,4 +1,4 @@
-package queue
+package queue_test
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fairlock/fairlock/queue"
 )
 
 // differ applies each call to the model and to the real scripts and
@@ -19,21 +21,21 @@ import (
 // cannot match exactly there. The differ then pairs each token the
 // scripts issue with the model's token of the same grant (one grant per
 // step at most), checks that the two are within tol ms of clock
-// (tol * tokensPerMs) of each other, and compares the rest exactly after
+// (tol * queue.TokensPerMs) of each other, and compares the rest exactly after
 // putting the model's token in place of the scripts' one everywhere: the
 // reply, the hold, the counter, the receipts and the wake messages.
 type differ struct {
 	t      testing.TB
 	ctx    context.Context
-	model  *Model
+	model  *queue.Model
 	rig    *rig
 	world  *world
 	tol    int64           // ms of slack on times (a real server's clock moves)
 	tokens map[int64]int64 // when tol > 0: the scripts' token -> the model's
 	about  string          // how to reproduce the run, printed on failure
 	log    []string
-	prev   State // the scripts' state after the last step
-	prevM  State // the model's state after the last step
+	prev   queue.State // the scripts' state after the last step
+	prevM  queue.State // the model's state after the last step
 }
 
 // shownCalls is how many of the last calls a failure prints.
@@ -87,11 +89,11 @@ func (d *differ) apply(r *rig, c call) (want, got any, handsOver bool, err error
 		d.model.Advance(max(now-d.model.Now(), 0))
 	}
 	d.log = append(d.log, fmt.Sprintf("%4d  %v", len(d.log)+1, c))
-	_, hadReceipt := d.model.receipts[c.id]
+	_, hadReceipt := d.model.State().Receipts[c.id]
 	switch c.kind {
 	case opPoll, opTry, opReenter:
 		w := d.model.Acquire(c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
-		var g Reply
+		var g queue.Reply
 		g, err = r.acquire(d.ctx, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
 		if d.tol > 0 && !w.Granted && !g.Granted && abs(w.Hint-g.Hint) <= d.tol {
 			g.Hint = w.Hint
@@ -159,12 +161,12 @@ func (d *differ) compare(want, got any, handsOver, refused bool) {
 // made one: the model's m.LastToken stands for the scripts' s.LastToken.
 // A grant made by one side only is left unpaired, and the comparison of
 // the counters reports it.
-func (d *differ) pairTokens(m, s State) {
+func (d *differ) pairTokens(m, s queue.State) {
 	d.t.Helper()
 	if m.LastToken == d.prevM.LastToken || s.LastToken == d.prev.LastToken {
 		return
 	}
-	if abs(m.LastToken-s.LastToken) > d.tol*tokensPerMs {
+	if abs(m.LastToken-s.LastToken) > d.tol*queue.TokensPerMs {
 		d.fail("token: model %d, scripts %d: more than %d ms of clock apart", m.LastToken, s.LastToken, d.tol)
 	}
 	d.tokens[s.LastToken] = m.LastToken
@@ -173,7 +175,7 @@ func (d *differ) pairTokens(m, s State) {
 // translate returns the scripts' state, wake messages and reply with
 // every token replaced by the model's token of the same grant. A token
 // without a pair stays as it is, so the comparison shows it.
-func (d *differ) translate(s State, msgs []string, reply any) (State, []string, any) {
+func (d *differ) translate(s queue.State, msgs []string, reply any) (queue.State, []string, any) {
 	tok := func(t int64) int64 {
 		if mt, ok := d.tokens[t]; ok {
 			return mt
@@ -193,7 +195,7 @@ func (d *differ) translate(s State, msgs []string, reply any) (State, []string, 
 		h.Token = tok(h.Token)
 		s.Hold = &h
 	}
-	receipts := make(map[string]Receipt, len(s.Receipts))
+	receipts := make(map[string]queue.Receipt, len(s.Receipts))
 	for id, r := range s.Receipts {
 		if t, count, ok := strings.Cut(r.Answer, ":"); ok { // an acquire's "<token>:<count>"
 			r.Answer = text(t) + ":" + count
@@ -208,7 +210,7 @@ func (d *differ) translate(s State, msgs []string, reply any) (State, []string, 
 			out[i] = msg[:sp+1] + text(msg[sp+1:])
 		}
 	}
-	if r, ok := reply.(Reply); ok && r.Granted {
+	if r, ok := reply.(queue.Reply); ok && r.Granted {
 		r.Token = tok(r.Token)
 		reply = r
 	}
@@ -217,7 +219,7 @@ func (d *differ) translate(s State, msgs []string, reply any) (State, []string, 
 
 // diffState lists the differences between two states, with tol ms of
 // slack on every time; "" when they agree.
-func diffState(want, got State, tol int64) string {
+func diffState(want, got queue.State, tol int64) string {
 	var b strings.Builder
 	near := func(x, y int64) bool { return abs(x-y) <= tol }
 	if !near(want.Now, got.Now) {
@@ -242,7 +244,7 @@ func diffState(want, got State, tol int64) string {
 	if want.LastToken != got.LastToken {
 		fmt.Fprintf(&b, "token counter: %d vs %d\n", want.LastToken, got.LastToken)
 	}
-	if !maps.EqualFunc(want.Receipts, got.Receipts, func(x, y Receipt) bool {
+	if !maps.EqualFunc(want.Receipts, got.Receipts, func(x, y queue.Receipt) bool {
 		return x.Answer == y.Answer && near(x.ExpiresAt, y.ExpiresAt)
 	}) {
 		fmt.Fprintf(&b, "receipts: %v vs %v\n", want.Receipts, got.Receipts)
@@ -253,7 +255,7 @@ func diffState(want, got State, tol int64) string {
 // checkInvariants checks the invariants that hold after every script, in
 // s, against the state before the step. handsOver says the step ran a
 // script that hands a free lock to a live head.
-func checkInvariants(prev, s State, handsOver bool) error {
+func checkInvariants(prev, s queue.State, handsOver bool) error {
 	seen := map[string]bool{}
 	for _, e := range s.Queue {
 		if seen[e] {
@@ -280,7 +282,7 @@ func checkInvariants(prev, s State, handsOver bool) error {
 	}
 	if handsOver && s.Hold == nil && len(s.Queue) > 0 {
 		head := s.Queue[0]
-		if _, _, ok := parseEntry(head); ok && s.Deadlines[head] > s.Now {
+		if _, _, ok := queue.ParseEntry(head); ok && s.Deadlines[head] > s.Now {
 			return fmt.Errorf("the lock is free while %q (deadline %d) heads the queue", head, s.Deadlines[head])
 		}
 	}

@@ -1,10 +1,12 @@
-package queue
+package queue_test
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"time"
+
+	"github.com/fairlock/fairlock/queue"
 )
 
 // The generator turns bytes into realistic calls on one lock: a few owners
@@ -136,8 +138,8 @@ func (w *world) id() string {
 	return fmt.Sprintf("%016x", w.seq)
 }
 
-func (w *world) owner(m *Model, a byte) string {
-	if h := m.hold; h != nil && a%4 != 0 {
+func (w *world) owner(m *queue.Model, a byte) string {
+	if h := m.State().Hold; h != nil && a%4 != 0 {
 		return h.Owner // mostly the holder
 	}
 	return owners[int(a/4)%len(owners)]
@@ -145,7 +147,7 @@ func (w *world) owner(m *Model, a byte) string {
 
 // resolve turns an op into a call against the model's current state; ok
 // is false when the op does nothing here.
-func (w *world) resolve(m *Model, o op) (c call, ok bool) {
+func (w *world) resolve(m *queue.Model, o op) (c call, ok bool) {
 	c.kind = o.kind
 	switch o.kind {
 	case opPoll:
@@ -153,26 +155,26 @@ func (w *world) resolve(m *Model, o op) (c call, ok bool) {
 		if wt == nil || wt.dead {
 			wt = &waiter{owner: owners[int(o.b)%len(owners)], lease: leases[int(o.b/4)%len(leases)] * w.scale,
 				ttl: waiterTTLs[int(o.b/16)%len(waiterTTLs)] * w.scale}
-			wt.entry = Entry(w.id(), time.Duration(wt.lease)*time.Millisecond, wt.owner)
+			wt.entry = queue.Entry(w.id(), time.Duration(wt.lease)*time.Millisecond, wt.owner)
 			if o.b >= 250 {
 				wt.entry = "not-hex:" + wt.entry // malformed: pruned at the head
 			}
 			w.waiters[int(o.a)%slots] = wt
 		}
-		c.id, c.owner, c.entry, c.lease, c.ttl, c.mode = w.id(), wt.owner, wt.entry, wt.lease, wt.ttl, ModeWait
+		c.id, c.owner, c.entry, c.lease, c.ttl, c.mode = w.id(), wt.owner, wt.entry, wt.lease, wt.ttl, queue.ModeWait
 	case opTry, opReenter:
-		c.owner, c.lease, c.mode = owners[int(o.a)%len(owners)], leases[int(o.b)%len(leases)]*w.scale, ModeTry
+		c.owner, c.lease, c.mode = owners[int(o.a)%len(owners)], leases[int(o.b)%len(leases)]*w.scale, queue.ModeTry
 		if o.kind == opReenter {
 			c.owner = w.owner(m, o.a)
 			if o.b%2 == 0 {
 				c.lease = 0 // a fixed lease: re-entry keeps the expiry
 			}
 			if o.b%3 != 0 {
-				c.mode = ModeReenter
+				c.mode = queue.ModeReenter
 			}
 		}
 		c.id, c.ttl = w.id(), waiterTTLs[int(o.b/8)%len(waiterTTLs)]*w.scale
-		c.entry = Entry(w.id(), time.Duration(c.lease)*time.Millisecond, c.owner)
+		c.entry = queue.Entry(w.id(), time.Duration(c.lease)*time.Millisecond, c.owner)
 	case opRelease, opRenew:
 		c.id, c.owner, c.lease = w.id(), w.owner(m, o.a), leases[int(o.b)%len(leases)]*w.scale
 		if o.kind == opRelease && o.b%2 == 0 {
@@ -208,15 +210,16 @@ func (w *world) resolve(m *Model, o op) (c call, ok bool) {
 
 // advance picks how long time passes: a small step, or exactly to one of
 // the next instants at which something expires, or 1 ms either side.
-func (w *world) advance(m *Model, o op) int64 {
+func (w *world) advance(m *queue.Model, o op) int64 {
 	var at []int64
-	if m.hold != nil && m.hold.ExpiresAt != 0 {
-		at = append(at, m.hold.ExpiresAt)
+	s := m.State()
+	if s.Hold != nil && s.Hold.ExpiresAt != 0 {
+		at = append(at, s.Hold.ExpiresAt)
 	}
-	for _, d := range m.deadlines {
+	for _, d := range s.Deadlines {
 		at = append(at, d)
 	}
-	for _, r := range m.receipts {
+	for _, r := range s.Receipts {
 		at = append(at, r.ExpiresAt)
 	}
 	if o.a%2 == 0 || len(at) == 0 {
@@ -224,7 +227,7 @@ func (w *world) advance(m *Model, o op) int64 {
 	}
 	slices.Sort(at)
 	t := at[int(o.b)%len(at)] + int64(o.a/2%3) - 1
-	return max(t-m.now, 0)
+	return max(t-s.Now, 0)
 }
 
 // done records what a call's answer means for the pool: a waiter that was

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -32,12 +33,12 @@ type Keys struct {
 }
 
 // For returns the keys of the lock name under prefix, or an error wrapping
-// errs.InvalidName or errs.InvalidPrefix.
+// errs.ErrInvalidName or errs.ErrInvalidPrefix.
 func For(prefix, name string) (Keys, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return Keys{}, err
 	}
-	if err := ValidateName(name); err != nil {
+	if err := validateName(name); err != nil {
 		return Keys{}, err
 	}
 	base := prefix + ":{" + name + "}"
@@ -60,20 +61,20 @@ func (k Keys) Scripted() []string {
 	return []string{k.Lock, k.Queue, k.Deadline, k.Token}
 }
 
-// ValidateName reports whether name can name a lock. A name must be
+// validateName reports whether name can name a lock. A name must be
 // non-empty valid UTF-8 of at most MaxNameLen bytes without '}': a '}'
 // would end the hash tag {name} early and could leave it empty, which
 // would scatter the lock's keys over cluster slots.
-func ValidateName(name string) error {
+func validateName(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: empty", errs.InvalidName)
+		return fmt.Errorf("%w: empty", errs.ErrInvalidName)
 	case len(name) > MaxNameLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", errs.InvalidName, len(name), MaxNameLen)
+		return fmt.Errorf("%w: %d bytes, more than %d", errs.ErrInvalidName, len(name), MaxNameLen)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: not valid UTF-8", errs.InvalidName)
+		return fmt.Errorf("%w: not valid UTF-8", errs.ErrInvalidName)
 	case strings.ContainsRune(name, '}'):
-		return fmt.Errorf("%w: %q contains '}'", errs.InvalidName, name)
+		return fmt.Errorf("%w: %q contains '}'", errs.ErrInvalidName, name)
 	}
 	return nil
 }
@@ -84,13 +85,13 @@ func ValidateName(name string) error {
 func ValidatePrefix(prefix string) error {
 	switch {
 	case prefix == "":
-		return fmt.Errorf("%w: empty", errs.InvalidPrefix)
+		return fmt.Errorf("%w: empty", errs.ErrInvalidPrefix)
 	case len(prefix) > MaxPrefixLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", errs.InvalidPrefix, len(prefix), MaxPrefixLen)
+		return fmt.Errorf("%w: %d bytes, more than %d", errs.ErrInvalidPrefix, len(prefix), MaxPrefixLen)
 	case !utf8.ValidString(prefix):
-		return fmt.Errorf("%w: not valid UTF-8", errs.InvalidPrefix)
+		return fmt.Errorf("%w: not valid UTF-8", errs.ErrInvalidPrefix)
 	case strings.ContainsAny(prefix, "{}"):
-		return fmt.Errorf("%w: %q contains a brace", errs.InvalidPrefix, prefix)
+		return fmt.Errorf("%w: %q contains a brace", errs.ErrInvalidPrefix, prefix)
 	}
 	return nil
 }
@@ -101,15 +102,15 @@ func ValidatePrefix(prefix string) error {
 func ValidateOwner(owner string) error {
 	switch {
 	case owner == "":
-		return fmt.Errorf("%w: empty", errs.InvalidOwner)
+		return fmt.Errorf("%w: empty", errs.ErrInvalidOwner)
 	case len(owner) > MaxOwnerLen:
-		return fmt.Errorf("%w: %d bytes, more than %d", errs.InvalidOwner, len(owner), MaxOwnerLen)
+		return fmt.Errorf("%w: %d bytes, more than %d", errs.ErrInvalidOwner, len(owner), MaxOwnerLen)
 	case !utf8.ValidString(owner):
-		return fmt.Errorf("%w: not valid UTF-8", errs.InvalidOwner)
+		return fmt.Errorf("%w: not valid UTF-8", errs.ErrInvalidOwner)
 	}
 	for _, r := range owner {
 		if r <= ' ' || r == 0x7f {
-			return fmt.Errorf("%w: %q contains a space or control character", errs.InvalidOwner, owner)
+			return fmt.Errorf("%w: %q contains a space or control character", errs.ErrInvalidOwner, owner)
 		}
 	}
 	return nil
@@ -122,6 +123,17 @@ func ValidateOwner(owner string) error {
 // hold gets when the lock is handed to this waiter.
 func Entry(waiterID string, lease time.Duration, owner string) string {
 	return waiterID + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + owner
+}
+
+// NewID returns a random id of WaiterIDLen hex characters: the waiter id
+// of an Entry, or the id of a script call.
+func NewID() string {
+	const hex = "0123456789abcdef"
+	var b [WaiterIDLen]byte
+	for i, n := 0, rand.Uint64(); i < WaiterIDLen; i, n = i+1, n>>4 {
+		b[i] = hex[n&15]
+	}
+	return string(b[:])
 }
 
 // splitEntry splits a queue entry made by Entry; ok is false when entry is

@@ -61,7 +61,7 @@ func TestNamesAreValidatedSoAllKeysShareOneSlot(t *testing.T) {
 	for _, tt := range tests {
 		k, err := For("fairlock", tt.name)
 		if !tt.ok {
-			require.ErrorIs(t, err, errs.InvalidName, "%.40q", tt.name)
+			require.ErrorIs(t, err, errs.ErrInvalidName, "%.40q", tt.name)
 			continue
 		}
 		require.NoError(t, err, "%.40q", tt.name)
@@ -75,7 +75,7 @@ func TestNamesAreValidatedSoAllKeysShareOneSlot(t *testing.T) {
 func TestPrefixesAreValidated(t *testing.T) {
 	for _, p := range []string{"", "a{", "b}", string([]byte{0xff}), strings.Repeat("p", MaxPrefixLen+1)} {
 		_, err := For(p, "name")
-		require.ErrorIs(t, err, errs.InvalidPrefix, "%q", p)
+		require.ErrorIs(t, err, errs.ErrInvalidPrefix, "%q", p)
 	}
 	_, err := For("app:locks", "name")
 	require.NoError(t, err)
@@ -83,7 +83,7 @@ func TestPrefixesAreValidated(t *testing.T) {
 
 func TestOwnersAreValidated(t *testing.T) {
 	for _, o := range []string{"", "a b", "tab\t", "nl\n", string([]byte{0xff}), strings.Repeat("o", MaxOwnerLen+1)} {
-		require.ErrorIs(t, ValidateOwner(o), errs.InvalidOwner, "%q", o)
+		require.ErrorIs(t, ValidateOwner(o), errs.ErrInvalidOwner, "%q", o)
 	}
 	require.NoError(t, ValidateOwner("job-42:attempt/3"))
 }

@@ -1,5 +1,5 @@
 //go:build !race
 
-package queue
+package queue_test
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package queue
+package queue_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // Every script that hands the lock over, run by a Redis 7 ACL user who may
@@ -28,7 +29,7 @@ func TestRefusedPublishLeavesTheWholeStateChangeAndSaysNOPERM(t *testing.T) {
 
 	const lease, ttl = 60_000, 30_000
 	entry := func(id, owner string) string {
-		return Entry("00000000000000"+id, lease*time.Millisecond, owner)
+		return queue.Entry("00000000000000"+id, lease*time.Millisecond, owner)
 	}
 	acquire := func(id, owner, mode string) call {
 		return call{kind: opPoll, id: "call-" + id, owner: owner, entry: entry(id, owner), lease: lease, ttl: ttl, mode: mode}
@@ -40,7 +41,7 @@ func TestRefusedPublishLeavesTheWholeStateChangeAndSaysNOPERM(t *testing.T) {
 		return call{kind: opCancel, owner: owner, entry: entry(id, owner)}
 	}
 	// h holds the lock, a and b wait in line.
-	setup := []call{acquire("01", "h", ModeTry), acquire("0a", "a", ModeWait), acquire("0b", "b", ModeWait)}
+	setup := []call{acquire("01", "h", queue.ModeTry), acquire("0a", "a", queue.ModeWait), acquire("0b", "b", queue.ModeWait)}
 
 	for _, tt := range []struct {
 		name    string
@@ -53,9 +54,9 @@ func TestRefusedPublishLeavesTheWholeStateChangeAndSaysNOPERM(t *testing.T) {
 		{name: "forceunlock", refused: call{kind: opForce}, owner: "a"},
 		{name: "cancel of a racing hand-over", before: []call{release("02", "h")}, refused: cancel("0a", "a"), owner: "b"},
 		{name: "cancel with the lock free", expire: true, refused: cancel("0b", "b"), owner: "a"},
-		{name: "acquire in wait mode with the lock free", expire: true, refused: acquire("0c", "c", ModeWait), owner: "a"},
-		{name: "acquire in try mode with the lock free", expire: true, refused: acquire("0c", "c", ModeTry), owner: "a"},
-		{name: "re-entry with the lock free", expire: true, refused: acquire("0d", "h", ModeReenter), owner: "a"},
+		{name: "acquire in wait mode with the lock free", expire: true, refused: acquire("0c", "c", queue.ModeWait), owner: "a"},
+		{name: "acquire in try mode with the lock free", expire: true, refused: acquire("0c", "c", queue.ModeTry), owner: "a"},
+		{name: "re-entry with the lock free", expire: true, refused: acquire("0d", "h", queue.ModeReenter), owner: "a"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*1000)
@@ -64,7 +65,7 @@ func TestRefusedPublishLeavesTheWholeStateChangeAndSaysNOPERM(t *testing.T) {
 			d := &differ{
 				t:      t,
 				ctx:    ctx,
-				model:  NewModel(now, receiptTTL*1000),
+				model:  queue.NewModel(now, receiptTTL*1000),
 				rig:    r,
 				world:  &world{scale: 1000, timeless: true},
 				tol:    1000,
@@ -78,7 +79,7 @@ func TestRefusedPublishLeavesTheWholeStateChangeAndSaysNOPERM(t *testing.T) {
 				// The hold's lease ran out (expiry runs no script).
 				d.log = append(d.log, "the hold expires")
 				require.NoError(t, r.rdb.Del(ctx, r.keys.Lock).Err())
-				d.model.hold = nil
+				d.model.ExpireHold()
 			}
 
 			asUser := *r
@@ -91,7 +92,7 @@ func TestRefusedPublishLeavesTheWholeStateChangeAndSaysNOPERM(t *testing.T) {
 			require.Greater(t, len(err.Error()), len(prefix), "the server's message follows")
 			t.Logf("%s (in place of %+v)", err, want)
 			d.compare(want, nil, handsOver, true)
-			require.Equal(t, tt.owner, d.model.hold.Owner)
+			require.Equal(t, tt.owner, d.model.State().Hold.Owner)
 		})
 	}
 }

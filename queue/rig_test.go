@@ -1,4 +1,4 @@
-package queue
+package queue_test
 
 import (
 	"context"
@@ -14,17 +14,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // rigStart is the server time at which a miniredis rig starts.
 const rigStart = 1_700_000_000_000
 
-// rig runs the real scripts against one lock on a Redis server, with KEYS
-// and ARGV exactly as the fair package passes them, and reads the lock's
-// state back in the model's terms.
+// rig runs the scripts against one lock on a Redis server, through the
+// bindings of package lua that the fair package runs them with, and reads
+// the lock's state back in the model's terms.
 type rig struct {
 	rdb        *redis.Client
-	keys       Keys
+	keys       queue.Keys
 	ps         *redis.PubSub        // subscribed to keys.Wake
 	mr         *miniredis.Miniredis // nil on a real server
 	clock      time.Time            // miniredis's clock
@@ -49,7 +50,7 @@ func newRig(t testing.TB, addr, prefix string, receiptTTL int64) *rig {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	k, err := For(prefix, "lock")
+	k, err := queue.For(prefix, "lock")
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -68,42 +69,24 @@ func (r *rig) advance(d int64) {
 	r.mr.SetTime(r.clock)
 }
 
-func (r *rig) withCall(call string) []string {
-	return append(r.keys.Scripted(), r.keys.Call(call))
-}
-
-func (r *rig) acquire(ctx context.Context, call, owner, entry string, lease, waiterTTL int64, mode string) (Reply, error) {
-	v, err := lua.AcquireScript.Run(ctx, r.rdb, r.withCall(call),
-		owner, entry, lease, waiterTTL, mode, r.keys.Wake, r.receiptTTL).Int64Slice()
-	switch {
-	case err != nil:
-		return Reply{}, err
-	case len(v) == 3 && v[0] == 1:
-		return Reply{Granted: true, Token: v[1], Count: int(v[2])}, nil
-	case len(v) == 3 && v[0] == 0:
-		return Reply{Hint: v[1], Joined: v[2] == 1}, nil
-	}
-	return Reply{}, fmt.Errorf("acquire answered %v", v)
+func (r *rig) acquire(ctx context.Context, call, owner, entry string, lease, waiterTTL int64, mode string) (queue.Reply, error) {
+	return lua.ReadAcquire(lua.Classic.Acquire(r.keys, call, owner, entry, lease, waiterTTL, mode, r.receiptTTL).Run(ctx, r.rdb))
 }
 
 func (r *rig) release(ctx context.Context, call, owner string, lease int64) (int, error) {
-	n, err := lua.ReleaseScript.Run(ctx, r.rdb, r.withCall(call), owner, lease, r.keys.Wake, r.receiptTTL).Int64()
-	return int(n), err
+	return lua.ReadRelease(lua.Classic.Release(r.keys, call, owner, lease, r.receiptTTL).Run(ctx, r.rdb))
 }
 
 func (r *rig) renew(ctx context.Context, owner string, lease int64) (bool, error) {
-	n, err := lua.RenewScript.Run(ctx, r.rdb, r.keys.Scripted()[:1], owner, lease).Int64()
-	return n == 1, err
+	return lua.ReadFlag(lua.Renew(r.keys, owner, lease).Run(ctx, r.rdb))
 }
 
 func (r *rig) cancel(ctx context.Context, owner, entry string) (bool, error) {
-	n, err := lua.CancelScript.Run(ctx, r.rdb, r.keys.Scripted(), owner, entry, r.keys.Wake).Int64()
-	return n == 1, err
+	return lua.ReadFlag(lua.Classic.Cancel(r.keys, owner, entry).Run(ctx, r.rdb))
 }
 
 func (r *rig) forceUnlock(ctx context.Context) (bool, error) {
-	n, err := lua.ForceUnlockScript.Run(ctx, r.rdb, r.keys.Scripted(), r.keys.Wake).Int64()
-	return n == 1, err
+	return lua.ReadFlag(lua.Classic.ForceUnlock(r.keys).Run(ctx, r.rdb))
 }
 
 // now returns the server's clock in ms.
@@ -115,26 +98,26 @@ func (r *rig) now(ctx context.Context) (int64, error) {
 // state reads the lock's keys and receipts, and the messages the wake
 // channel carried since the last call: a barrier message published after
 // the reads arrives after every message published before it.
-func (r *rig) state(ctx context.Context) (State, []string, error) {
+func (r *rig) state(ctx context.Context) (queue.State, []string, error) {
 	r.barriers++
 	barrier := "barrier " + strconv.Itoa(r.barriers)
 	p := r.rdb.Pipeline()
 	tm := p.Time(ctx)
 	hold := p.HGetAll(ctx, r.keys.Lock)
 	pttl := p.PTTL(ctx, r.keys.Lock)
-	queue := p.LRange(ctx, r.keys.Queue, 0, -1)
+	line := p.LRange(ctx, r.keys.Queue, 0, -1)
 	dls := p.ZRangeWithScores(ctx, r.keys.Deadline, 0, -1)
 	token := p.Get(ctx, r.keys.Token)
-	calls := p.Keys(ctx, r.keys.call+"*")
+	calls := p.Keys(ctx, r.keys.Call("*"))
 	p.Publish(ctx, r.keys.Wake, barrier)
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return State{}, nil, err
+		return queue.State{}, nil, err
 	}
-	s := State{Now: tm.Val().UnixMilli(), Queue: queue.Val(), Deadlines: map[string]int64{}, Receipts: map[string]Receipt{}}
+	s := queue.State{Now: tm.Val().UnixMilli(), Queue: line.Val(), Deadlines: map[string]int64{}, Receipts: map[string]queue.Receipt{}}
 	if h := hold.Val(); len(h) > 0 {
 		hs, err := holdState(h)
 		if err != nil {
-			return State{}, nil, err
+			return queue.State{}, nil, err
 		}
 		if d := pttl.Val(); d >= 0 {
 			hs.ExpiresAt = s.Now + d.Milliseconds()
@@ -147,20 +130,20 @@ func (r *rig) state(ctx context.Context) (State, []string, error) {
 	if token.Err() == nil {
 		n, err := strconv.ParseInt(token.Val(), 10, 64)
 		if err != nil {
-			return State{}, nil, fmt.Errorf("token counter %q: %w", token.Val(), err)
+			return queue.State{}, nil, fmt.Errorf("token counter %q: %w", token.Val(), err)
 		}
 		s.LastToken = n
 	}
 	if err := r.receipts(ctx, s, calls.Val()); err != nil {
-		return State{}, nil, err
+		return queue.State{}, nil, err
 	}
 	msgs, err := r.messagesUntil(ctx, barrier)
 	return s, msgs, err
 }
 
 // holdState converts the fields of the hold's hash.
-func holdState(h map[string]string) (HoldState, error) {
-	var hs HoldState
+func holdState(h map[string]string) (queue.HoldState, error) {
+	var hs queue.HoldState
 	var err1, err2 error
 	for f, v := range h {
 		switch f {
@@ -183,7 +166,7 @@ func holdState(h map[string]string) (HoldState, error) {
 }
 
 // receipts reads the receipts named by keys into s.
-func (r *rig) receipts(ctx context.Context, s State, keys []string) error {
+func (r *rig) receipts(ctx context.Context, s queue.State, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -198,11 +181,11 @@ func (r *rig) receipts(ctx context.Context, s State, keys []string) error {
 		return err
 	}
 	for i, k := range keys {
-		rc := Receipt{Answer: vals[i].Val()}
+		rc := queue.Receipt{Answer: vals[i].Val()}
 		if d := ttls[i].Val(); d >= 0 {
 			rc.ExpiresAt = s.Now + d.Milliseconds()
 		}
-		s.Receipts[strings.TrimPrefix(k, r.keys.call)] = rc
+		s.Receipts[strings.TrimPrefix(k, r.keys.Call(""))] = rc
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package queue
+package queue_test
 
 import (
 	"context"
@@ -9,7 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/queue"
 )
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // backends runs f on a rig on miniredis (gopher-lua, whose numbers print
 // leniently) and on a rig on a real redis-server 7 (Lua 5.1, where
@@ -37,27 +40,27 @@ func TestTokensSurviveDigitForDigit(t *testing.T) {
 		// 1800000000000123 while the clock reads before 2027-01-15, and a
 		// value with the same low digits, ahead of the clock, afterwards.
 		want := int64(1_800_000_000_000_123)
-		for want <= (now+time.Hour.Milliseconds())*tokensPerMs {
+		for want <= (now+time.Hour.Milliseconds())*queue.TokensPerMs {
 			want += 100_000_000_000_000
 		}
 		require.NoError(t, r.rdb.Set(ctx, r.keys.Token, want-1, 0).Err())
 
 		const lease, ttl = 60_000, 30_000
-		h, w := Entry("000000000000000a", lease*time.Millisecond, "h"), Entry("000000000000000b", lease*time.Millisecond, "w")
-		rep, err := r.acquire(ctx, "grant", "h", h, lease, ttl, ModeTry)
+		h, w := queue.Entry("000000000000000a", lease*time.Millisecond, "h"), queue.Entry("000000000000000b", lease*time.Millisecond, "w")
+		rep, err := r.acquire(ctx, "grant", "h", h, lease, ttl, queue.ModeTry)
 		require.NoError(t, err)
-		require.Equal(t, Reply{Granted: true, Token: want, Count: 1}, rep, "the reply")
-		rep, err = r.acquire(ctx, "grant", "h", h, lease, ttl, ModeTry)
+		require.Equal(t, queue.Reply{Granted: true, Token: want, Count: 1}, rep, "the reply")
+		rep, err = r.acquire(ctx, "grant", "h", h, lease, ttl, queue.ModeTry)
 		require.NoError(t, err)
-		require.Equal(t, Reply{Granted: true, Token: want, Count: 1}, rep, "the reply of a re-sent call, read back from the hold")
-		again := Entry("000000000000000c", lease*time.Millisecond, "h")
-		rep, err = r.acquire(ctx, "again", "h", again, lease, ttl, ModeReenter)
+		require.Equal(t, queue.Reply{Granted: true, Token: want, Count: 1}, rep, "the reply of a re-sent call, read back from the hold")
+		again := queue.Entry("000000000000000c", lease*time.Millisecond, "h")
+		rep, err = r.acquire(ctx, "again", "h", again, lease, ttl, queue.ModeReenter)
 		require.NoError(t, err)
-		require.Equal(t, Reply{Granted: true, Token: want, Count: 2}, rep, "the reply of a re-entry")
-		rep, err = r.acquire(ctx, "again", "h", again, lease, ttl, ModeReenter)
+		require.Equal(t, queue.Reply{Granted: true, Token: want, Count: 2}, rep, "the reply of a re-entry")
+		rep, err = r.acquire(ctx, "again", "h", again, lease, ttl, queue.ModeReenter)
 		require.NoError(t, err)
-		require.Equal(t, Reply{Granted: true, Token: want, Count: 2}, rep, "the reply of a re-sent re-entry, read back from its receipt")
-		rep, err = r.acquire(ctx, "wait", "w", w, lease, ttl, ModeWait)
+		require.Equal(t, queue.Reply{Granted: true, Token: want, Count: 2}, rep, "the reply of a re-sent re-entry, read back from its receipt")
+		rep, err = r.acquire(ctx, "wait", "w", w, lease, ttl, queue.ModeWait)
 		require.NoError(t, err)
 		require.True(t, rep.Joined)
 		n, err := r.release(ctx, "inner", "h", lease)
@@ -66,9 +69,9 @@ func TestTokensSurviveDigitForDigit(t *testing.T) {
 		n, err = r.release(ctx, "release", "h", lease)
 		require.NoError(t, err)
 		require.Zero(t, n)
-		rep, err = r.acquire(ctx, "claim", "w", w, lease, ttl, ModeWait)
+		rep, err = r.acquire(ctx, "claim", "w", w, lease, ttl, queue.ModeWait)
 		require.NoError(t, err)
-		require.Equal(t, Reply{Granted: true, Token: want + 1, Count: 1}, rep, "the reply of a claim")
+		require.Equal(t, queue.Reply{Granted: true, Token: want + 1, Count: 1}, rep, "the reply of a claim")
 
 		require.Equal(t, itoa(want+1), r.rdb.HGet(ctx, r.keys.Lock, "token").Val(), "the hash field")
 		require.Equal(t, itoa(want+1), r.rdb.Get(ctx, r.keys.Token).Val(), "the counter")
@@ -83,15 +86,15 @@ func TestTokensFromTheClockSurviveDigitForDigit(t *testing.T) {
 	backends(t, func(t *testing.T, r *rig) {
 		ctx := context.Background()
 		const lease, ttl = 60_000, 30_000
-		h, w := Entry("000000000000000a", lease*time.Millisecond, "h"), Entry("000000000000000b", lease*time.Millisecond, "w")
+		h, w := queue.Entry("000000000000000a", lease*time.Millisecond, "h"), queue.Entry("000000000000000b", lease*time.Millisecond, "w")
 		before, err := r.now(ctx)
 		require.NoError(t, err)
-		rep, err := r.acquire(ctx, "grant", "h", h, lease, ttl, ModeTry)
+		rep, err := r.acquire(ctx, "grant", "h", h, lease, ttl, queue.ModeTry)
 		require.NoError(t, err)
-		again := Entry("000000000000000c", lease*time.Millisecond, "h")
-		_, err = r.acquire(ctx, "again", "h", again, lease, ttl, ModeReenter)
+		again := queue.Entry("000000000000000c", lease*time.Millisecond, "h")
+		_, err = r.acquire(ctx, "again", "h", again, lease, ttl, queue.ModeReenter)
 		require.NoError(t, err)
-		_, err = r.acquire(ctx, "wait", "w", w, lease, ttl, ModeWait)
+		_, err = r.acquire(ctx, "wait", "w", w, lease, ttl, queue.ModeWait)
 		require.NoError(t, err)
 		_, err = r.release(ctx, "inner", "h", lease)
 		require.NoError(t, err)
@@ -102,15 +105,15 @@ func TestTokensFromTheClockSurviveDigitForDigit(t *testing.T) {
 
 		// now * 1000 has 16 digits: tostring() would print it in 13 or 14.
 		require.True(t, rep.Granted)
-		require.GreaterOrEqual(t, rep.Token, before*tokensPerMs)
-		require.LessOrEqual(t, rep.Token, after*tokensPerMs)
+		require.GreaterOrEqual(t, rep.Token, before*queue.TokensPerMs)
+		require.LessOrEqual(t, rep.Token, after*queue.TokensPerMs)
 		require.Equal(t, itoa(rep.Token)+":2", r.rdb.Get(ctx, r.keys.Call("again")).Val(), "the receipt of a re-entry")
 		next := r.rdb.HGet(ctx, r.keys.Lock, "token").Val()
 		require.Equal(t, next, r.rdb.Get(ctx, r.keys.Token).Val(), "the hash field and the counter")
 		n, err := strconv.ParseInt(next, 10, 64)
 		require.NoError(t, err, "the hash field")
 		require.Greater(t, n, rep.Token)
-		require.LessOrEqual(t, n, max(after*tokensPerMs, rep.Token+1))
+		require.LessOrEqual(t, n, max(after*queue.TokensPerMs, rep.Token+1))
 		_, msgs, err := r.state(ctx)
 		require.NoError(t, err)
 		require.Equal(t, []string{w + " " + next}, msgs, "the wake message")
@@ -130,8 +133,8 @@ func TestTokensRiseAcrossARestart(t *testing.T) {
 	grant := func() int64 {
 		t.Helper()
 		id++
-		e := Entry(strconv.FormatInt(int64(id), 16), lease*time.Millisecond, "o")
-		rep, err := r.acquire(ctx, "grant"+itoa(int64(id)), "o", e, lease, ttl, ModeTry)
+		e := queue.Entry(strconv.FormatInt(int64(id), 16), lease*time.Millisecond, "o")
+		rep, err := r.acquire(ctx, "grant"+itoa(int64(id)), "o", e, lease, ttl, queue.ModeTry)
 		require.NoError(t, err)
 		require.True(t, rep.Granted)
 		n, err := r.release(ctx, "release"+itoa(int64(id)), "o", lease)
@@ -160,7 +163,7 @@ func TestTokensRiseAcrossARestart(t *testing.T) {
 	require.NoError(t, r.rdb.Set(ctx, r.keys.Token, tok, 0).Err())
 	require.Eventually(t, func() bool {
 		now, err := r.now(ctx)
-		return err == nil && now*tokensPerMs > last
+		return err == nil && now*queue.TokensPerMs > last
 	}, 5*time.Second, time.Millisecond)
 	require.Greater(t, grant(), last, "after a stale counter")
 }

@@ -1,22 +1,30 @@
 // Package errs defines fairlock's sentinel errors, once. Package fairlock
-// re-exports each as ErrX (errs.Locked is fairlock.ErrLocked) and
-// documents there what it means for a caller; the building blocks return
-// these very values, so errors.Is holds across the layers.
+// re-exports each of the first set under the same name (errs.ErrLocked is
+// fairlock.ErrLocked) and documents there what it means for a caller; the
+// building blocks return these very values, so errors.Is holds across the
+// layers.
 package errs
 
 import "errors"
 
-// The sentinel errors; see their ErrX names in package fairlock.
+// The sentinel errors; see their documentation in package fairlock.
 var (
-	Locked        = errors.New("fairlock: locked by another owner")
-	NotHeld       = errors.New("fairlock: lock not held")
-	LeaseLost     = errors.New("fairlock: lease lost")
-	Closed        = errors.New("fairlock: client closed")
-	UnsafeServer  = errors.New("fairlock: redis server cannot keep locks safely")
-	NoPermission  = errors.New("fairlock: redis user lacks a permission")
-	NotReplicated = errors.New("fairlock: not acknowledged by enough replicas")
-	InvalidName   = errors.New("fairlock: invalid lock name")
-	InvalidPrefix = errors.New("fairlock: invalid key prefix")
-	InvalidOwner  = errors.New("fairlock: invalid owner id")
-	InvalidOption = errors.New("fairlock: invalid option")
+	ErrLocked        = errors.New("fairlock: locked by another owner")
+	ErrNotHeld       = errors.New("fairlock: lock not held")
+	ErrLeaseLost     = errors.New("fairlock: lease lost")
+	ErrClosed        = errors.New("fairlock: client closed")
+	ErrUnsafeServer  = errors.New("fairlock: redis server cannot keep locks safely")
+	ErrNoPermission  = errors.New("fairlock: redis user lacks a permission")
+	ErrNotReplicated = errors.New("fairlock: not acknowledged by enough replicas")
+	ErrInvalidName   = errors.New("fairlock: invalid lock name")
+	ErrInvalidPrefix = errors.New("fairlock: invalid key prefix")
+	ErrInvalidOwner  = errors.New("fairlock: invalid owner id")
+	ErrInvalidOption = errors.New("fairlock: invalid option")
 )
+
+// ErrUnexpectedReply says Redis answered something fairlock does not read:
+// a lock's keys written by something else, a script of another version, or
+// a proxy that changed the reply. The errors that wrap it quote what was
+// read. Package fairlock does not re-export it: no caller can act on it
+// but by reporting it.
+var ErrUnexpectedReply = errors.New("fairlock: unexpected reply from redis")

@@ -1,0 +1,139 @@
+package lua
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// Call is one run of a script: the script with its KEYS and ARGV, as the
+// script's header describes them. The bindings below build each
+// operation's Call; the caller sends it (Run, or EVALSHA and EVAL on a
+// pipeline of its own) and reads the reply with the operation's reader.
+type Call struct {
+	Script *redis.Script
+	Keys   []string
+	Args   []any
+}
+
+// Run sends the call with EVALSHA, and again with EVAL when the server
+// lacks the script (first use, SCRIPT FLUSH, a restart).
+func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+	return c.Script.Run(ctx, rdb, c.Keys, c.Args...)
+}
+
+// EvalSha sends the call by the script's SHA1 alone: on a pipeline, whose
+// replies arrive only at Exec, the caller sends it again with Eval when
+// the server lacks the script.
+func (c Call) EvalSha(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+	return c.Script.EvalSha(ctx, rdb, c.Keys, c.Args...)
+}
+
+// Eval sends the call with the script's source.
+func (c Call) Eval(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+	return c.Script.Eval(ctx, rdb, c.Keys, c.Args...)
+}
+
+// withReceipt returns the four keys every script receives and the key of
+// the receipt of call, in script order.
+func withReceipt(k queue.Keys, call string) []string {
+	return []string{k.Lock, k.Queue, k.Deadline, k.Token, k.Call(call)}
+}
+
+// Acquire is acquire.lua, the binding of queue's Model.Acquire: owner's
+// Lock call with waiter entry entry takes the lock, re-enters it, or waits
+// in line for it, under call id call. Times are in ms; a re-entry's
+// receipt is kept for receiptTTL. Read its reply with ReadAcquire.
+func (s *Scripts) Acquire(k queue.Keys, call, owner, entry string, lease, waiterTTL int64, mode string, receiptTTL int64) Call {
+	return Call{Script: s.acquire, Keys: withReceipt(k, call),
+		Args: []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL}}
+}
+
+// Release is release.lua, the binding of Model.Release: owner gives up
+// one level of its hold under call id call, whose receipt is kept for
+// receiptTTL ms. Read its reply with ReadRelease.
+func (s *Scripts) Release(k queue.Keys, call, owner string, lease, receiptTTL int64) Call {
+	return Call{Script: s.release, Keys: withReceipt(k, call),
+		Args: []any{owner, lease, k.Wake, receiptTTL}}
+}
+
+// Cancel is cancel.lua, the binding of Model.Cancel: owner's Lock call
+// with waiter entry entry gives up. Read its reply with ReadFlag: true
+// when a level handed to entry was given back.
+func (s *Scripts) Cancel(k queue.Keys, owner, entry string) Call {
+	return Call{Script: s.cancel, Keys: k.Scripted(), Args: []any{owner, entry, k.Wake}}
+}
+
+// ForceUnlock is forceunlock.lua, the binding of Model.ForceUnlock. Read
+// its reply with ReadFlag: true when a hold was removed.
+func (s *Scripts) ForceUnlock(k queue.Keys) Call {
+	return Call{Script: s.forceUnlock, Keys: k.Scripted(), Args: []any{k.Wake}}
+}
+
+// Renew is renew.lua, the binding of Model.Renew: owner's hold lasts
+// lease ms more. It publishes nothing, so it is the same script in both
+// sets. Read its reply with ReadFlag: false when owner holds no more.
+func Renew(k queue.Keys, owner string, lease int64) Call {
+	return Call{Script: renewScript, Keys: []string{k.Lock}, Args: []any{owner, lease}}
+}
+
+// ReadAcquire reads the reply of an Acquire call: {1, token, count} is a
+// grant, {0, hint, joined} is none.
+func ReadAcquire(cmd *redis.Cmd) (queue.Reply, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return queue.Reply{}, err
+	}
+	n, err := ints(v)
+	switch {
+	case err != nil:
+		return queue.Reply{}, err
+	case len(n) == 3 && n[0] == 1:
+		return queue.Reply{Granted: true, Token: n[1], Count: int(n[2])}, nil
+	case len(n) == 3 && n[0] == 0:
+		return queue.Reply{Hint: n[1], Joined: n[2] == 1}, nil
+	}
+	return queue.Reply{}, fmt.Errorf("%w: acquire answered %v", errs.ErrUnexpectedReply, v)
+}
+
+// ReadRelease reads the reply of a Release call: the owner's remaining
+// levels, or -1 when it did not hold the lock (0 with an error).
+func ReadRelease(cmd *redis.Cmd) (int, error) {
+	n, err := cmd.Int64()
+	return int(n), err
+}
+
+// ReadFlag reads the reply of a Cancel, ForceUnlock or Renew call: 1 is
+// true, 0 false.
+func ReadFlag(cmd *redis.Cmd) (bool, error) {
+	n, err := cmd.Int64()
+	if err == nil && n != 0 && n != 1 {
+		return false, fmt.Errorf("%w: %d", errs.ErrUnexpectedReply, n)
+	}
+	return n == 1, err
+}
+
+// ints converts a script's flat array of integers.
+func ints(v []any) ([]int64, error) {
+	out := make([]int64, len(v))
+	for i, x := range v {
+		switch x := x.(type) {
+		case int64:
+			out[i] = x
+		case string:
+			n, err := strconv.ParseInt(x, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %q", errs.ErrUnexpectedReply, x)
+			}
+			out[i] = n
+		default:
+			return nil, fmt.Errorf("%w: %T", errs.ErrUnexpectedReply, x)
+		}
+	}
+	return out, nil
+}

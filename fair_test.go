@@ -68,21 +68,6 @@ func seq(n int) []int {
 	return s
 }
 
-func TestWaitersAreGrantedInJoinOrder(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	holder := e.client().Mutex("fifo")
-	hctx, err := holder.Lock(context.Background())
-	require.NoError(t, err)
-
-	order := grantOrder(t, e, "fifo", 8, 50*time.Millisecond, nil, nil, func(ctx context.Context, m *fairlock.Mutex) {
-		assert.NoError(t, m.Unlock(ctx))
-	})
-	require.NoError(t, holder.Unlock(hctx))
-	assert.Equal(t, seq(8), collect(t, order, 8, 10*time.Second))
-	e.requireClean("fifo")
-}
-
 func TestFIFOHoldsWhileHolderOutlivesWaiterTTL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -162,20 +147,6 @@ func TestCanceledWaiterLeavesNoTraceAndDoesNotDelayTheNext(t *testing.T) {
 	e.requireClean("cancel")
 }
 
-func TestWaiterDeadlineExceededIsReported(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	m := e.client().Mutex("deadline")
-	_, err := m.Lock(context.Background())
-	require.NoError(t, err)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	_, err = e.client().Mutex("deadline").Lock(ctx)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	e.requireClean("deadline")
-}
-
 func TestKilledWaiterIsDroppedAfterWaiterTTL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -199,87 +170,6 @@ func TestKilledWaiterIsDroppedAfterWaiterTTL(t *testing.T) {
 	t.Logf("live waiter granted %v after the dead one was killed (waiter TTL %v)", waited, ttl)
 	assert.Less(t, waited, ttl+time.Second)
 	e.requireClean("dead")
-}
-
-func TestConcurrentIncrementsLoseNoUpdate(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	const clients, goroutines, rounds = 4, 8, 15
-	counter := e.prefix + ":counter"
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var tokens []int64
-	for range clients {
-		c := e.client()
-		for range goroutines {
-			m := c.Mutex("counter")
-			wg.Go(func() {
-				for range rounds {
-					lctx, err := m.Lock(ctx)
-					if !assert.NoError(t, err) {
-						return
-					}
-					// A read-modify-write that loses updates without mutual exclusion.
-					v, _ := e.rdb.Get(lctx, counter).Int()
-					e.rdb.Set(lctx, counter, v+1, 0)
-					tok, err := m.Token(lctx)
-					assert.NoError(t, err)
-					mu.Lock()
-					tokens = append(tokens, tok)
-					mu.Unlock()
-					assert.NoError(t, m.Unlock(lctx))
-				}
-			})
-		}
-	}
-	wg.Wait()
-	v, err := e.rdb.Get(ctx, counter).Int()
-	require.NoError(t, err)
-	require.Equal(t, clients*goroutines*rounds, v)
-	for i := 1; i < len(tokens); i++ {
-		require.Greater(t, tokens[i], tokens[i-1], "tokens must increase in grant order")
-	}
-	e.requireClean("counter")
-}
-
-func TestReentryCountsLevels(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	m := e.client().Mutex("reentry")
-	ctx1, err := m.Lock(context.Background())
-	require.NoError(t, err)
-	tok1, err := m.Token(ctx1)
-	require.NoError(t, err)
-
-	ctx2, err := m.Lock(ctx1)
-	require.NoError(t, err)
-	ctx3, err := m.TryLock(ctx2)
-	require.NoError(t, err)
-	n, err := m.HoldCount(ctx3)
-	require.NoError(t, err)
-	require.Equal(t, 3, n)
-	tok3, err := m.Token(ctx3)
-	require.NoError(t, err)
-	require.Equal(t, tok1, tok3, "re-entry keeps the token")
-
-	require.NoError(t, m.Unlock(ctx3))
-	require.NoError(t, m.Unlock(ctx2))
-	n, _ = m.HoldCount(ctx1)
-	require.Equal(t, 1, n)
-	locked, _ := m.IsLocked(context.Background())
-	require.True(t, locked)
-	require.NoError(t, ctx1.Err(), "the hold goes on until the last Unlock")
-
-	require.NoError(t, m.Unlock(ctx1))
-	requireDone(t, ctx1, time.Second)
-	require.ErrorIs(t, context.Cause(ctx1), context.Canceled)
-	requireDone(t, ctx3, time.Second)
-	locked, _ = m.IsLocked(context.Background())
-	require.False(t, locked)
-	n, _ = m.HoldCount(ctx1)
-	require.Zero(t, n)
-	require.ErrorIs(t, m.Unlock(ctx1), fairlock.ErrNotHeld, "unlock once more than locked")
 }
 
 func TestUnlockWithoutTheHoldIsNotHeld(t *testing.T) {
@@ -339,98 +229,6 @@ func TestWatchdogKeepsHoldPastLease(t *testing.T) {
 	require.Zero(t, ttl)
 }
 
-func TestTokensIncreaseAcrossGrants(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	var last int64
-	for i := range 6 {
-		m := e.client().Mutex("tokens")
-		ctx, err := m.Lock(context.Background())
-		require.NoError(t, err)
-		tok, err := m.Token(ctx)
-		require.NoError(t, err)
-		require.Greater(t, tok, last, "grant %d", i)
-		last = tok
-		require.NoError(t, m.Unlock(ctx))
-	}
-	// Hand-overs count too.
-	holder := e.client().Mutex("tokens")
-	hctx, _ := holder.Lock(context.Background())
-	next := lockAsync(context.Background(), e.client().Mutex("tokens"))
-	e.waitQueued("tokens", 1)
-	require.NoError(t, holder.Unlock(hctx))
-	r := await(t, next, 5*time.Second)
-	require.NoError(t, r.err)
-	tok, err := e.client().Mutex("tokens").Token(r.ctx)
-	require.NoError(t, err)
-	require.Greater(t, tok, last, "a hand-over is a fresh grant")
-}
-
-func TestTryLockNeverEnqueuesAndFailsWhileOthersWait(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	c := e.client()
-	m := c.Mutex("try")
-	hctx, err := m.Lock(context.Background())
-	require.NoError(t, err)
-
-	_, err = e.client().Mutex("try").TryLock(context.Background())
-	require.ErrorIs(t, err, fairlock.ErrLocked)
-	require.Empty(t, e.queued("try"), "TryLock must not enqueue")
-
-	waiter := lockAsync(context.Background(), e.client().Mutex("try"))
-	e.waitQueued("try", 1)
-	require.NoError(t, m.Unlock(hctx))
-	r := await(t, waiter, 5*time.Second)
-	require.NoError(t, r.err)
-
-	// A free lock with someone in line (as after a holder's lease ran out
-	// before the head polled): plant a live waiter entry of another process.
-	require.NoError(t, e.client().Mutex("try").Unlock(r.ctx))
-	k := e.keys("try")
-	ctx := context.Background()
-	entry := "0123456789abcdef:60000:someone-else"
-	require.NoError(t, e.rdb.RPush(ctx, k.Queue, entry).Err())
-	require.NoError(t, e.rdb.ZAdd(ctx, k.Deadline, redisZ(entry, time.Now().Add(time.Minute))).Err())
-	_, err = e.client().Mutex("try").TryLock(context.Background())
-	require.ErrorIs(t, err, fairlock.ErrLocked, "TryLock must not jump the line")
-	owner, _ := e.rdb.HGet(ctx, k.Lock, "owner").Result()
-	require.Equal(t, "someone-else", owner, "the head of the line was given the lock")
-}
-
-func TestCloseReturnsErrClosedToWaiters(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	holder := e.client().Mutex("close")
-	hctx, err := holder.Lock(context.Background())
-	require.NoError(t, err)
-
-	c := e.client()
-	var waiters []<-chan result
-	for i := range 5 {
-		waiters = append(waiters, lockAsync(context.Background(), c.Mutex("close")))
-		e.waitQueued("close", i+1)
-	}
-	held, err := c.Mutex("close-held").Lock(context.Background())
-	require.NoError(t, err)
-
-	require.NoError(t, c.Close())
-	for _, w := range waiters {
-		r := await(t, w, 5*time.Second)
-		require.ErrorIs(t, r.err, fairlock.ErrClosed)
-	}
-	e.requireClean("close")
-	requireDone(t, held, time.Second)
-	require.ErrorIs(t, context.Cause(held), fairlock.ErrClosed)
-	locked, _ := e.client().Mutex("close-held").IsLocked(context.Background())
-	require.False(t, locked, "Close releases live holds")
-
-	require.NoError(t, c.Close(), "Close twice")
-	_, err = c.Mutex("close").Lock(context.Background())
-	require.ErrorIs(t, err, fairlock.ErrClosed)
-	require.NoError(t, holder.Unlock(hctx))
-}
-
 func TestLockContextOutlivesCallerButKeepsValues(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -450,24 +248,6 @@ func TestLockContextOutlivesCallerButKeepsValues(t *testing.T) {
 	defer stop()
 	require.NoError(t, m.Unlock(child))
 	requireDone(t, child, time.Second)
-}
-
-func TestForceUnlockHandsOverAndHolderLearnsLeaseLost(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	m := e.client(fairlock.WithLease(300 * time.Millisecond)).Mutex("force")
-	hctx, err := m.Lock(context.Background())
-	require.NoError(t, err)
-	next := lockAsync(context.Background(), e.client().Mutex("force"))
-	e.waitQueued("force", 1)
-
-	removed, err := e.client().Mutex("force").ForceUnlock(context.Background())
-	require.NoError(t, err)
-	require.True(t, removed)
-	r := await(t, next, 5*time.Second)
-	require.NoError(t, r.err)
-	requireDone(t, hctx, 3*time.Second)
-	require.ErrorIs(t, context.Cause(hctx), fairlock.ErrLeaseLost)
 }
 
 func TestOwnerSharedAcrossClients(t *testing.T) {
@@ -786,4 +566,323 @@ func TestAShortFixedLeaseEndsOnTimeAmongLongLeases(t *testing.T) {
 	require.ErrorIs(t, context.Cause(short), fairlock.ErrLeaseLost)
 	require.NoError(t, long.Err())
 	require.NoError(t, c.Mutex("long").Unlock(long))
+}
+
+// The core cases: end-to-end tests that also run on every production
+// topology (TestTopologies). Each runs on an env, on one lock name.
+
+// onServer runs a core case on the shared redis-server.
+func onServer(t *testing.T, name string, run func(t *testing.T, e *env, name string)) {
+	t.Parallel()
+	run(t, newEnv(t), name)
+}
+
+func TestUncontendedLockAndUnlock(t *testing.T) {
+	onServer(t, "uncontended", uncontendedLockAndUnlock)
+}
+
+func TestTryLockNeverEnqueuesAndFailsWhileOthersWait(t *testing.T) {
+	onServer(t, "try", tryLockNeverEnqueuesAndFailsWhileOthersWait)
+}
+
+func TestWaitersAreGrantedInJoinOrder(t *testing.T) {
+	onServer(t, "fifo", waitersAreGrantedInJoinOrder)
+}
+
+func TestConcurrentIncrementsLoseNoUpdate(t *testing.T) {
+	onServer(t, "counter", concurrentIncrementsLoseNoUpdate)
+}
+
+func TestReentryCountsLevels(t *testing.T) {
+	onServer(t, "reentry", reentryCountsLevels)
+}
+
+func TestTokensIncreaseAcrossGrants(t *testing.T) {
+	onServer(t, "tokens", tokensIncreaseAcrossGrants)
+}
+
+func TestForceUnlockHandsOverAndHolderLearnsLeaseLost(t *testing.T) {
+	onServer(t, "force", forceUnlockHandsOverAndHolderLearnsLeaseLost)
+}
+
+func TestWaiterDeadlineExceededIsReportedAndLeavesNoTrace(t *testing.T) {
+	onServer(t, "deadline", waiterDeadlineExceededIsReportedAndLeavesNoTrace)
+}
+
+func TestCloseReturnsErrClosedToWaitersAndReleasesHolds(t *testing.T) {
+	onServer(t, "close", closeReturnsErrClosedToWaitersAndReleasesHolds)
+}
+
+func uncontendedLockAndUnlock(t *testing.T, e *env, name string) {
+	bg := context.Background()
+	m := e.client().Mutex(name)
+	hctx, err := m.Lock(bg)
+	require.NoError(t, err)
+	locked, err := m.IsLocked(bg)
+	require.NoError(t, err)
+	require.True(t, locked)
+	n, err := m.HoldCount(hctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	tok, err := m.Token(hctx)
+	require.NoError(t, err)
+	require.Positive(t, tok)
+
+	require.NoError(t, m.Unlock(hctx))
+	requireDone(t, hctx, time.Second)
+	locked, err = m.IsLocked(bg)
+	require.NoError(t, err)
+	require.False(t, locked)
+	e.requireClean(name)
+}
+
+func tryLockNeverEnqueuesAndFailsWhileOthersWait(t *testing.T, e *env, name string) {
+	bg := context.Background()
+	holder := e.client().Mutex(name)
+	hctx, err := holder.Lock(bg)
+	require.NoError(t, err)
+	_, err = e.client().Mutex(name).TryLock(bg)
+	require.ErrorIs(t, err, fairlock.ErrLocked, "held")
+	require.Empty(t, e.queued(name), "TryLock must not enqueue")
+
+	w := e.client().Mutex(name)
+	waiter := lockAsync(bg, w)
+	e.waitQueued(name, 1)
+	_, err = e.client().Mutex(name).TryLock(bg)
+	require.ErrorIs(t, err, fairlock.ErrLocked, "held and awaited")
+	require.Len(t, e.queued(name), 1, "TryLock must not enqueue")
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, waiter, 10*time.Second)
+	require.NoError(t, r.err)
+	require.NoError(t, w.Unlock(r.ctx))
+
+	// A free lock with someone in line (as after a holder's lease ran out
+	// before the head polled): plant a live waiter entry of another process.
+	k := e.keys(name)
+	entry := "0123456789abcdef:60000:someone-else"
+	require.NoError(t, e.rdb.RPush(bg, k.Queue, entry).Err())
+	require.NoError(t, e.rdb.ZAdd(bg, k.Deadline, redisZ(entry, time.Now().Add(time.Minute))).Err())
+	_, err = e.client().Mutex(name).TryLock(bg)
+	require.ErrorIs(t, err, fairlock.ErrLocked, "free and awaited: TryLock must not jump the line")
+	owner, err := e.rdb.HGet(bg, k.Lock, "owner").Result()
+	require.NoError(t, err)
+	require.Equal(t, "someone-else", owner, "the head of the line was given the lock")
+}
+
+func waitersAreGrantedInJoinOrder(t *testing.T, e *env, name string) {
+	const n = 8
+	holder := e.client().Mutex(name)
+	hctx, err := holder.Lock(context.Background())
+	require.NoError(t, err)
+
+	order := grantOrder(t, e, name, n, 50*time.Millisecond, nil, nil, func(ctx context.Context, m *fairlock.Mutex) {
+		assert.NoError(t, m.Unlock(ctx))
+	})
+	released := time.Now()
+	require.NoError(t, holder.Unlock(hctx))
+	assert.Equal(t, seq(n), collect(t, order, n, 10*time.Second))
+	took := time.Since(released)
+	t.Logf("%d hand-overs in %v (%v each)", n, took, took/n)
+	e.requireClean(name)
+}
+
+func concurrentIncrementsLoseNoUpdate(t *testing.T, e *env, name string) {
+	const clients, goroutines, rounds = 4, 8, 15
+	bg := context.Background()
+	counter := e.prefix + ":{" + name + "}:counter" // in the lock's cluster slot
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		busy   bool
+		tokens []int64 // in grant order; guarded by mu
+	)
+	for range clients {
+		c := e.client()
+		for range goroutines {
+			m := c.Mutex(name)
+			wg.Go(func() {
+				for range rounds {
+					lctx, err := m.Lock(bg)
+					if !assert.NoError(t, err) {
+						return
+					}
+					tok, err := m.Token(lctx)
+					assert.NoError(t, err)
+					mu.Lock()
+					assert.False(t, busy, "two holders at once")
+					busy = true
+					tokens = append(tokens, tok)
+					mu.Unlock()
+					// A read-modify-write that loses updates without mutual exclusion.
+					v, _ := e.rdb.Get(lctx, counter).Int()
+					assert.NoError(t, e.rdb.Set(lctx, counter, v+1, 0).Err())
+					mu.Lock()
+					busy = false
+					mu.Unlock()
+					assert.NoError(t, m.Unlock(lctx))
+				}
+			})
+		}
+	}
+	wg.Wait()
+	v, err := e.rdb.Get(bg, counter).Int()
+	require.NoError(t, err)
+	require.Equal(t, clients*goroutines*rounds, v)
+	for i := 1; i < len(tokens); i++ {
+		require.Greater(t, tokens[i], tokens[i-1], "tokens must increase in grant order")
+	}
+	e.requireClean(name)
+}
+
+func reentryCountsLevels(t *testing.T, e *env, name string) {
+	bg := context.Background()
+	m := e.client().Mutex(name)
+	ctx1, err := m.Lock(bg)
+	require.NoError(t, err)
+	tok1, err := m.Token(ctx1)
+	require.NoError(t, err)
+
+	ctx2, err := m.Lock(ctx1)
+	require.NoError(t, err)
+	ctx3, err := m.TryLock(ctx2)
+	require.NoError(t, err)
+	n, err := m.HoldCount(ctx3)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	tok3, err := m.Token(ctx3)
+	require.NoError(t, err)
+	require.Equal(t, tok1, tok3, "re-entry keeps the token")
+	_, err = e.client().Mutex(name).TryLock(bg)
+	require.ErrorIs(t, err, fairlock.ErrLocked, "another owner")
+
+	require.NoError(t, m.Unlock(ctx3))
+	require.NoError(t, m.Unlock(ctx2))
+	n, err = m.HoldCount(ctx1)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	locked, err := m.IsLocked(bg)
+	require.NoError(t, err)
+	require.True(t, locked)
+	require.NoError(t, ctx1.Err(), "the hold goes on until the last Unlock")
+
+	require.NoError(t, m.Unlock(ctx1))
+	requireDone(t, ctx1, time.Second)
+	require.ErrorIs(t, context.Cause(ctx1), context.Canceled)
+	requireDone(t, ctx3, time.Second)
+	locked, err = m.IsLocked(bg)
+	require.NoError(t, err)
+	require.False(t, locked)
+	n, err = m.HoldCount(ctx1)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.ErrorIs(t, m.Unlock(ctx1), fairlock.ErrNotHeld, "unlock once more than locked")
+}
+
+func tokensIncreaseAcrossGrants(t *testing.T, e *env, name string) {
+	bg := context.Background()
+	var last int64
+	for i := range 6 {
+		m := e.client().Mutex(name)
+		ctx, err := m.Lock(bg)
+		require.NoError(t, err)
+		tok, err := m.Token(ctx)
+		require.NoError(t, err)
+		require.Greater(t, tok, last, "grant %d", i)
+		last = tok
+		require.NoError(t, m.Unlock(ctx))
+	}
+	// Hand-overs count too.
+	holder := e.client().Mutex(name)
+	hctx, err := holder.Lock(bg)
+	require.NoError(t, err)
+	tok, err := holder.Token(hctx)
+	require.NoError(t, err)
+	require.Greater(t, tok, last)
+	last = tok
+	w := e.client().Mutex(name)
+	next := lockAsync(bg, w)
+	e.waitQueued(name, 1)
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, next, 10*time.Second)
+	require.NoError(t, r.err)
+	tok, err = w.Token(r.ctx)
+	require.NoError(t, err)
+	require.Greater(t, tok, last, "a hand-over is a fresh grant")
+	require.NoError(t, w.Unlock(r.ctx))
+}
+
+func forceUnlockHandsOverAndHolderLearnsLeaseLost(t *testing.T, e *env, name string) {
+	bg := context.Background()
+	m := e.client(fairlock.WithLease(300 * time.Millisecond)).Mutex(name)
+	hctx, err := m.Lock(bg)
+	require.NoError(t, err)
+	w := e.client().Mutex(name)
+	next := lockAsync(bg, w)
+	e.waitQueued(name, 1)
+
+	removed, err := e.client().Mutex(name).ForceUnlock(bg)
+	require.NoError(t, err)
+	require.True(t, removed)
+	r := await(t, next, 10*time.Second)
+	require.NoError(t, r.err)
+	requireDone(t, hctx, 5*time.Second)
+	require.ErrorIs(t, context.Cause(hctx), fairlock.ErrLeaseLost)
+	n, err := w.HoldCount(r.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.NoError(t, w.Unlock(r.ctx))
+	e.requireClean(name)
+}
+
+func waiterDeadlineExceededIsReportedAndLeavesNoTrace(t *testing.T, e *env, name string) {
+	bg := context.Background()
+	m := e.client().Mutex(name)
+	hctx, err := m.Lock(bg)
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+	defer cancel()
+	lctx, err := e.client().Mutex(name).Lock(ctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Nil(t, lctx)
+	e.requireClean(name)
+
+	require.NoError(t, m.Unlock(hctx))
+	locked, err := m.IsLocked(bg)
+	require.NoError(t, err)
+	require.False(t, locked, "nothing was handed to the waiter that left")
+	e.requireClean(name)
+}
+
+func closeReturnsErrClosedToWaitersAndReleasesHolds(t *testing.T, e *env, name string) {
+	bg := context.Background()
+	holder := e.client().Mutex(name)
+	hctx, err := holder.Lock(bg)
+	require.NoError(t, err)
+
+	c := e.client()
+	var waiters []<-chan result
+	for i := range 5 {
+		waiters = append(waiters, lockAsync(bg, c.Mutex(name)))
+		e.waitQueued(name, i+1)
+	}
+	other := name + "-held" // on a cluster, likely in another slot, on another master
+	held, err := c.Mutex(other).Lock(bg)
+	require.NoError(t, err)
+
+	require.NoError(t, c.Close())
+	for _, w := range waiters {
+		require.ErrorIs(t, await(t, w, 10*time.Second).err, fairlock.ErrClosed)
+	}
+	e.requireClean(name)
+	requireDone(t, held, time.Second)
+	require.ErrorIs(t, context.Cause(held), fairlock.ErrClosed)
+	locked, err := e.client().Mutex(other).IsLocked(bg)
+	require.NoError(t, err)
+	require.False(t, locked, "Close releases live holds")
+
+	require.NoError(t, c.Close(), "Close twice")
+	_, err = c.Mutex(name).Lock(bg)
+	require.ErrorIs(t, err, fairlock.ErrClosed)
+	require.NoError(t, holder.Unlock(hctx))
 }

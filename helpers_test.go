@@ -29,14 +29,21 @@ func TestMain(m *testing.M) {
 // key prefix, and Clients that are closed when the test ends.
 type env struct {
 	t      testing.TB
-	srv    *redistest.Server
-	rdb    *redis.Client
+	srv    *redistest.Server // nil on a topology
+	rdb    redis.UniversalClient
 	prefix string
+	// dial returns a new redis client of the deployment, closed when t
+	// ends.
+	dial func(t testing.TB) redis.UniversalClient
 }
 
 func newEnv(t testing.TB) *env {
-	srv := redistest.Shared(t)
-	return &env{t: t, srv: srv, rdb: srv.Client(t), prefix: redistest.Prefix(t)}
+	return serverEnv(t, redistest.Shared(t))
+}
+
+func serverEnv(t testing.TB, srv *redistest.Server) *env {
+	dial := func(t testing.TB) redis.UniversalClient { return srv.Client(t) }
+	return &env{t: t, srv: srv, rdb: srv.Client(t), prefix: redistest.Prefix(t), dial: dial}
 }
 
 // newPrivateEnv is newEnv on a redis-server of the test's own, for tests
@@ -45,14 +52,14 @@ func newPrivateEnv(t testing.TB) *env {
 	srv, err := redistest.Start()
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
-	return &env{t: t, srv: srv, rdb: srv.Client(t), prefix: redistest.Prefix(t)}
+	return serverEnv(t, srv)
 }
 
 // client returns a new Client with its own redis connections, as a
 // separate process would have.
 func (e *env) client(opts ...fairlock.Option) *fairlock.Client {
 	e.t.Helper()
-	c, err := fairlock.New(e.srv.Client(e.t), append([]fairlock.Option{fairlock.WithPrefix(e.prefix)}, opts...)...)
+	c, err := fairlock.New(e.dial(e.t), append([]fairlock.Option{fairlock.WithPrefix(e.prefix)}, opts...)...)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -75,7 +82,7 @@ func (e *env) queued(name string) []string {
 func (e *env) waitQueued(name string, n int) {
 	e.t.Helper()
 	require.Eventually(e.t, func() bool { return len(e.queued(name)) == n },
-		5*time.Second, 2*time.Millisecond, "waiting for %d queued waiters", n)
+		10*time.Second, 2*time.Millisecond, "waiting for %d queued waiters of %s", n, name)
 }
 
 // requireClean asserts that no waiter of the lock is left in Redis.

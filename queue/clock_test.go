@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -18,10 +17,7 @@ import (
 // reads it once, for its token, and its release, with nobody in line, not
 // at all.
 func TestScriptsReadTheClockOnlyWhenAStepNeedsIt(t *testing.T) {
-	srv, err := redistest.Start()
-	require.NoError(t, err)
-	t.Cleanup(srv.Stop)
-	r := newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*1000)
+	_, r := newServerRig(t, receiptTTL*1000)
 	ctx := context.Background()
 	timeCalls := func() int {
 		stats, err := r.rdb.Info(ctx, "commandstats").Result()

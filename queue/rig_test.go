@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -42,6 +43,16 @@ func newMiniRig(t testing.TB, receiptTTL int64) *rig {
 	r := newRig(t, mr.Addr(), "m", receiptTTL)
 	r.mr, r.clock = mr, time.UnixMilli(rigStart)
 	return r
+}
+
+// newServerRig returns a rig on a redis-server of the test's own, which
+// stops when the test ends, and the server.
+func newServerRig(t testing.TB, receiptTTL int64) (*redistest.Server, *rig) {
+	t.Helper()
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	return srv, newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL)
 }
 
 // newRig returns a rig on the server at addr, with its wake channel

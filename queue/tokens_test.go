@@ -8,7 +8,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -24,10 +23,8 @@ func backends(t *testing.T, f func(t *testing.T, r *rig)) {
 	})
 	t.Run("redis-server", func(t *testing.T) {
 		t.Parallel()
-		srv, err := redistest.Start()
-		require.NoError(t, err)
-		t.Cleanup(srv.Stop)
-		f(t, newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*1000))
+		_, r := newServerRig(t, receiptTTL*1000)
+		f(t, r)
 	})
 }
 
@@ -123,10 +120,7 @@ func TestTokensFromTheClockSurviveDigitForDigit(t *testing.T) {
 // A restart without persistence loses the counter; the tokens after it
 // still rise, because the new grants read a later clock.
 func TestTokensRiseAcrossARestart(t *testing.T) {
-	srv, err := redistest.Start()
-	require.NoError(t, err)
-	t.Cleanup(srv.Stop)
-	r := newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*1000)
+	srv, r := newServerRig(t, receiptTTL*1000)
 	ctx := context.Background()
 	const lease, ttl = 60_000, 30_000
 	id := 0

@@ -12,9 +12,10 @@ import (
 )
 
 // Call is one run of a script: the script with its KEYS and ARGV, as the
-// script's header describes them. The bindings below build each
-// operation's Call; the caller sends it (Run, or EVALSHA and EVAL on a
-// pipeline of its own) and reads the reply with the operation's reader.
+// script's header describes them. The bindings (the methods of Scripts,
+// Renew and Version) build each operation's Call; the caller sends it
+// (Run, or EvalSha and Eval on a pipeline of its own) and reads the reply
+// with the operation's reader.
 type Call struct {
 	Script *redis.Script
 	Keys   []string

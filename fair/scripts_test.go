@@ -18,17 +18,13 @@ import (
 	"github.com/fairlock/fairlock/queue"
 )
 
-// rig runs one lock's scripts through an engine against miniredis, with a
-// clock the test moves. What the scripts do is checked against the
-// reference model in package queue; the tests here check what the engine
-// makes of it.
+// rig runs one lock's scripts through an engine against miniredis. What
+// the scripts do is checked against the reference model in package queue;
+// the tests here check what the engine makes of it.
 type rig struct {
 	t   *testing.T
-	mr  *miniredis.Miniredis
 	rdb *redis.Client
 	l   *Mutex
-	now time.Time
-	ps  *redis.PubSub
 }
 
 const (
@@ -38,20 +34,13 @@ const (
 
 func newRig(t *testing.T) *rig {
 	mr := miniredis.RunT(t)
-	now := time.UnixMilli(1_700_000_000_000)
-	mr.SetTime(now)
-	mr.ClockTTL(true)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	e := mustEngine(t, rdb, Config{WaiterTTL: rigTTL, CallTimeout: 5 * time.Second,
 		Heartbeat: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	keys, err := queue.For("p", "lock")
 	require.NoError(t, err)
-	ps := rdb.Subscribe(context.Background(), keys.Wake)
-	_, err = ps.Receive(context.Background())
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ps.Close() })
-	return &rig{t: t, mr: mr, rdb: rdb, l: e.Mutex(keys), now: now, ps: ps}
+	return &rig{t: t, rdb: rdb, l: e.Mutex(keys)}
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -369,6 +369,57 @@ func TestHandOverIsPushedNotPolled(t *testing.T) {
 	require.NoError(t, holder.Unlock(hctx))
 }
 
+// Each Client's waiters of a lock hear their hand-overs on a channel of
+// the Client's own: a grant is delivered to the one Client whose waiter
+// was handed the lock, not to every Client that waits for the lock.
+func TestAHandOverIsDeliveredOnlyToTheWaitersClient(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	opts := []fairlock.Option{fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
+	holder := e.client(opts...).Mutex("own")
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	observer := e.rdb.PSubscribe(ctx, e.keys("own").Wake+"*")
+	t.Cleanup(func() { _ = observer.Close() })
+	_, err = observer.Receive(ctx) // the subscription's confirmation
+	require.NoError(t, err)
+
+	var (
+		mutexes []*fairlock.Mutex
+		waiters []<-chan result
+	)
+	for i := range 3 {
+		m := e.client(opts...).Mutex("own")
+		mutexes, waiters = append(mutexes, m), append(waiters, lockAsync(ctx, m))
+		e.waitQueued("own", i+1)
+	}
+	channels, err := e.rdb.PubSubChannels(ctx, e.keys("own").Wake+"*").Result()
+	require.NoError(t, err)
+	require.Len(t, channels, 3, "one channel per waiting Client")
+	counts, err := e.rdb.PubSubNumSub(ctx, channels...).Result()
+	require.NoError(t, err)
+	for ch, n := range counts {
+		require.EqualValues(t, 1, n, "%s has its Client's hub alone", ch)
+	}
+
+	seen := map[string]bool{}
+	for i, w := range waiters {
+		require.NoError(t, holder.Unlock(hctx))
+		msg, err := observer.ReceiveMessage(ctx)
+		require.NoError(t, err)
+		entry, _, _ := strings.Cut(msg.Payload, " ")
+		require.Equal(t, e.keys("own").WakeOf(entry), msg.Channel, "grant %d", i)
+		require.NotEqual(t, e.keys("own").Wake, msg.Channel, "grant %d went out on the shared channel", i)
+		require.False(t, seen[msg.Channel], "grant %d went to a channel that had one already", i)
+		seen[msg.Channel] = true
+		r := await(t, w, 5*time.Second)
+		require.NoError(t, r.err)
+		holder, hctx = mutexes[i], r.ctx
+	}
+	require.NoError(t, holder.Unlock(hctx))
+}
+
 func TestReentryOfALostHoldIsLeaseLostNotAFreshGrant(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -15,7 +15,8 @@ import (
 )
 
 // pubsub returns the ids of the server's connections in pub/sub mode, and
-// the number of subscribers of the wake channel of the lock name.
+// the number of subscriptions to the wake channels of the lock name (the
+// shared one and every Client's).
 func (e *env) pubsub(name string) (ids []string, subscribers int64, err error) {
 	ctx := context.Background()
 	list, err := e.rdb.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
@@ -31,9 +32,15 @@ func (e *env) pubsub(name string) (ids []string, subscribers int64, err error) {
 			ids = append(ids, id)
 		}
 	}
-	wake := e.keys(name).Wake
-	n, err := e.rdb.PubSubNumSub(ctx, wake).Result()
-	return ids, n[wake], err
+	channels, err := e.rdb.PubSubChannels(ctx, e.keys(name).Wake+"*").Result()
+	if err != nil || len(channels) == 0 {
+		return ids, 0, err
+	}
+	counts, err := e.rdb.PubSubNumSub(ctx, channels...).Result()
+	for _, n := range counts {
+		subscribers += n
+	}
+	return ids, subscribers, err
 }
 
 func TestWaitersAreWokenPromptlyAfterTheNotifyConnectionIsCut(t *testing.T) {

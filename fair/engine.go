@@ -70,10 +70,15 @@ func (c Config) check() error {
 // hub, and the goroutines that keep holds alive. Its methods are safe for
 // concurrent use.
 type Engine struct {
-	rdb     Redis
-	cfg     Config
-	log     *slog.Logger
-	hub     *notify.Hub
+	rdb Redis
+	cfg Config
+	log *slog.Logger
+	hub *notify.Hub
+	// tag ends the waiter id of every entry of this engine's waiters, so
+	// that hand-overs to them are published on the engine's own wake
+	// channel of each lock (queue.Keys.ClientWake) and reach no other
+	// Client.
+	tag     string
 	topo    *topology     // asks a cluster client for a fresh slot map after failures
 	audit   *audit        // sends again the releases a failover undid
 	dog     *watchdog     // renews the leases of every hold
@@ -133,6 +138,7 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 		holds:    make(map[*Hold]struct{}),
 		checking: make(chan struct{}, 1),
 		deciding: make(chan struct{}, 1),
+		tag:      queue.NewTag(),
 	}
 	if cfg.Replicas > 0 {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
@@ -152,7 +158,7 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 
 // Mutex returns the lock with the given keys.
 func (e *Engine) Mutex(keys queue.Keys) *Mutex {
-	return &Mutex{e: e, keys: keys}
+	return &Mutex{e: e, keys: keys, wake: keys.ClientWake(e.tag)}
 }
 
 // begin registers a call in flight, or fails with errs.ErrClosed.

@@ -16,6 +16,7 @@ import (
 type Mutex struct {
 	e    *Engine
 	keys queue.Keys
+	wake string // the engine's wake channel of the lock: keys.ClientWake(e.tag)
 }
 
 // Request is one attempt to take a lock.
@@ -53,7 +54,7 @@ func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 	// Fast path: one attempt, no subscription. Its entry is the one the
 	// caller waits under if it must, so that a grant whose reply was lost
 	// is claimed by the first poll, not counted again.
-	entry := queue.Entry(queue.NewID(), req.Lease, req.Owner)
+	entry := l.entry(req)
 	h, err := l.take(ctx, req, entry)
 	if err != nil && !errors.Is(err, errs.ErrLocked) {
 		// Whatever the call left in Redis is a trace once it returns.
@@ -62,9 +63,15 @@ func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 	return h, err
 }
 
+// entry returns the queue entry of one Lock call: a fresh waiter id that
+// ends with the engine's tag.
+func (l *Mutex) entry(req Request) string {
+	return queue.Entry(queue.NewID()+l.e.tag, req.Lease, req.Owner)
+}
+
 // take is Lock once the engine's checks passed, under entry.
 func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, error) {
-	if req.Wait && l.e.hub.Subscribed(l.keys.Wake) {
+	if req.Wait && l.e.hub.Subscribed(l.wake) {
 		// Other waiters of this Client keep the lock's channel subscribed:
 		// the lock is contended. Joining them costs no round trip, and the
 		// first wait-mode poll grants a free lock as a try would, or else
@@ -167,7 +174,7 @@ func retryable(err error) bool {
 // call runs one acquire on a context detached from ctx.
 func (l *Mutex) call(ctx context.Context, req Request, entry, mode string) (queue.Reply, error) {
 	if entry == "" {
-		entry = queue.Entry(queue.NewID(), req.Lease, req.Owner)
+		entry = l.entry(req)
 	}
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
@@ -181,7 +188,7 @@ func (l *Mutex) call(ctx context.Context, req Request, entry, mode string) (queu
 // to entry but the replicas did not acknowledge it: the first poll claims
 // that grant (the count stays) and waits for the replicas again.
 func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending error) (*Hold, error) {
-	w, err := l.e.hub.Watch(ctx, l.keys.Wake, entry)
+	w, err := l.e.hub.Watch(ctx, l.wake, entry)
 	if err != nil {
 		if !errors.Is(err, errs.ErrClosed) {
 			err = refusal(err)

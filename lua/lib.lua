@@ -12,8 +12,10 @@
 --   KEYS[4]  P:{N}:token     fencing counter: the latest token (see take)
 --
 -- A waiter entry is "<waiter id>:<lease ms>:<owner id>": the waiter id is
--- 16 hex characters unique to one waiting Lock call, the lease is the one
--- its hold will have, and the owner id is the rest (it may contain ':').
+-- 16 hex characters unique to one waiting Lock call, followed by the
+-- 8 hex characters of the waiting Client's tag (see wake_channel); the
+-- lease is the one its hold will have, and the owner id is the rest (it
+-- may contain ':').
 --
 -- Time is the server's clock (TIME) only. Scripts that read TIME and then
 -- write must be replicated as effects; Redis 5 and later do so by default,
@@ -132,6 +134,19 @@ local function finish(reply)
   return reply
 end
 
+-- wake_channel returns the channel a hand-over to entry is published on:
+-- the lock's wake channel followed by ':<tag>' when the entry's waiter id
+-- ends with the tag of the Client that waits (16 + 8 hex characters), so
+-- that only that Client receives the message; the wake channel itself for
+-- a waiter id without a tag (a client from before tags).
+local function wake_channel(channel, entry)
+  local tag = string.match(entry, '^' .. string.rep('%x', 16) .. '(' .. string.rep('%x', 8) .. '):')
+  if tag then
+    return channel .. ':' .. tag
+  end
+  return channel
+end
+
 -- hand_over gives the free lock to the live head of the queue, if any: the
 -- head becomes the holder on the spot (so nobody can barge in between two
 -- holders) and is told through pub/sub with "<entry> <token>". The hold
@@ -149,6 +164,6 @@ local function hand_over(now, channel)
   redis.call('ZREM', KEYS[3], head)
   local owner, lease = parse_entry(head)
   local token = take(owner, head, math.min(lease, deadline - now), now)
-  publish(channel, head .. ' ' .. token)
+  publish(wake_channel(channel, head), head .. ' ' .. token)
   return head
 end

@@ -95,8 +95,9 @@ type Options struct {
 	// failover client move (see primary.go). It must not block.
 	Moved func()
 	// Unclaimed, if set, is called with a grant message that names no
-	// waiter of this hub: most are for other clients' waiters. It is
-	// called on the connection's reader and must not block.
+	// waiter of this hub (on a channel of its Client's own, a grant to a
+	// waiter that stopped). It is called on the connection's reader and
+	// must not block.
 	Unclaimed func(channel, id string)
 	// Linger is how long a channel stays subscribed after its last
 	// waiter stops, so that a Watch of a channel in steady use finds its

@@ -133,8 +133,16 @@ type world struct {
 	lastCancel call
 }
 
+// id returns a fresh waiter id: untagged, or tagged with one of a few
+// Client tags in lower or upper case (the scripts read hex either way).
 func (w *world) id() string {
 	w.seq++
+	switch w.seq % 4 {
+	case 1:
+		return fmt.Sprintf("%016x%08x", w.seq, w.seq%3)
+	case 3:
+		return fmt.Sprintf("%016x%08X", w.seq, 10+w.seq%3)
+	}
 	return fmt.Sprintf("%016x", w.seq)
 }
 

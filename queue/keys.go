@@ -16,7 +16,8 @@ const (
 	MaxNameLen   = 1024 // bytes in a lock name
 	MaxPrefixLen = 256  // bytes in a key prefix
 	MaxOwnerLen  = 256  // bytes in an owner id
-	WaiterIDLen  = 16   // hex characters in a waiter id
+	WaiterIDLen  = 16   // hex characters in a waiter id, before a Client's tag
+	TagLen       = 8    // hex characters in a Client's tag
 )
 
 // Keys are the Redis keys and the pub/sub channel of one lock. Every key
@@ -51,6 +52,32 @@ func For(prefix, name string) (Keys, error) {
 		Wake:     base + ":wake",
 		call:     base + ":call:",
 	}, nil
+}
+
+// ClientWake returns the wake channel of the Client with tag: the lock's
+// Wake channel followed by ":" and the tag. A hand-over to a waiter whose
+// entry carries the tag is published there, so that only that Client
+// receives it.
+func (k Keys) ClientWake(tag string) string { return k.Wake + ":" + tag }
+
+// WakeOf returns the channel a hand-over to entry is published on (the
+// rule of wake_channel in lua/lib.lua): ClientWake of the tag that ends
+// the entry's waiter id, or Wake for a waiter id without a tag.
+func (k Keys) WakeOf(entry string) string {
+	id, _, found := strings.Cut(entry, ":")
+	if found && len(id) == WaiterIDLen+TagLen && isHex(id) {
+		return k.ClientWake(id[WaiterIDLen:])
+	}
+	return k.Wake
+}
+
+func isHex(s string) bool {
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // Call returns the key of the receipt of one script call.
@@ -117,30 +144,37 @@ func ValidateOwner(owner string) error {
 }
 
 // Entry returns the queue entry of one waiting Lock call:
-// "<waiter id>:<lease ms>:<owner>". The waiter id (WaiterIDLen hex
-// characters) makes entries unique per call, so two calls that share an
-// owner id still wait, and are woken, one by one; the lease is the one the
-// hold gets when the lock is handed to this waiter.
+// "<waiter id>:<lease ms>:<owner>". The waiter id (NewID, followed by the
+// waiting Client's tag) makes entries unique per call, so two calls that
+// share an owner id still wait, and are woken, one by one; the tag names
+// the channel the hand-over is published on (WakeOf). The lease is the
+// one the hold gets when the lock is handed to this waiter.
 func Entry(waiterID string, lease time.Duration, owner string) string {
 	return waiterID + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + owner
 }
 
-// NewID returns a random id of WaiterIDLen hex characters: the waiter id
-// of an Entry, or the id of a script call.
-func NewID() string {
+// NewID returns a random id of WaiterIDLen hex characters: the first part
+// of the waiter id of an Entry, or the id of a script call.
+func NewID() string { return randomHex(WaiterIDLen) }
+
+// NewTag returns a random Client tag of TagLen hex characters.
+func NewTag() string { return randomHex(TagLen) }
+
+// randomHex returns n (at most 16) random hex characters.
+func randomHex(n int) string {
 	const hex = "0123456789abcdef"
-	var b [WaiterIDLen]byte
-	for i, n := 0, rand.Uint64(); i < WaiterIDLen; i, n = i+1, n>>4 {
-		b[i] = hex[n&15]
+	var b [16]byte
+	for i, r := 0, rand.Uint64(); i < n; i, r = i+1, r>>4 {
+		b[i] = hex[r&15]
 	}
-	return string(b[:])
+	return string(b[:n])
 }
 
 // splitEntry splits a queue entry made by Entry; ok is false when entry is
 // not of that form.
 func splitEntry(entry string) (waiterID string, lease time.Duration, owner string, ok bool) {
 	id, rest, found := strings.Cut(entry, ":")
-	if !found || len(id) != WaiterIDLen {
+	if !found || len(id) != WaiterIDLen && len(id) != WaiterIDLen+TagLen {
 		return "", 0, "", false
 	}
 	ms, owner, found := strings.Cut(rest, ":")

@@ -100,3 +100,29 @@ func TestEntriesRoundTrip(t *testing.T) {
 		require.False(t, ok, "%q", bad)
 	}
 }
+
+func TestTaggedEntriesRoundTripAndNameTheirClientsChannel(t *testing.T) {
+	k, err := For("p", "n")
+	require.NoError(t, err)
+	tag := NewTag()
+	require.Len(t, tag, TagLen)
+	id := NewID() + tag
+	e := Entry(id, time.Second, "o")
+	got, lease, owner, ok := splitEntry(e)
+	require.True(t, ok)
+	require.Equal(t, id, got)
+	require.Equal(t, time.Second, lease)
+	require.Equal(t, "o", owner)
+
+	require.Equal(t, "p:{n}:wake:"+tag, k.ClientWake(tag))
+	for entry, want := range map[string]string{
+		e:                                  k.ClientWake(tag),
+		"0123456789abcdef0A1b2C3d:1000:o":  k.ClientWake("0A1b2C3d"), // hex in either case
+		"0123456789abcdef:1000:o":          k.Wake,                   // no tag: a client from before tags
+		"0123456789abcdef0a1b2c3d4:1000:o": k.Wake,                   // too long for a tag
+		"0123456789abcdef0a1b2c3g:1000:o":  k.Wake,                   // not hex
+		"0123456789abcdef0a1b2c3d":         k.Wake,                   // no lease or owner
+	} {
+		require.Equal(t, want, k.WakeOf(entry), "%q", entry)
+	}
+}

@@ -55,8 +55,9 @@ func newServerRig(t testing.TB, receiptTTL int64) (*redistest.Server, *rig) {
 	return srv, newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL)
 }
 
-// newRig returns a rig on the server at addr, with its wake channel
-// subscribed and the subscription confirmed.
+// newRig returns a rig on the server at addr, with the lock's wake
+// channels (the shared one and every Client's) subscribed by pattern and
+// the subscription confirmed.
 func newRig(t testing.TB, addr, prefix string, receiptTTL int64) *rig {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -65,7 +66,7 @@ func newRig(t testing.TB, addr, prefix string, receiptTTL int64) *rig {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ps := rdb.Subscribe(ctx, k.Wake)
+	ps := rdb.PSubscribe(ctx, k.Wake+"*")
 	t.Cleanup(func() { _ = ps.Close() })
 	// The first reply on the subscription is the server's confirmation.
 	msg, err := ps.Receive(ctx)
@@ -213,6 +214,12 @@ func (r *rig) messagesUntil(ctx context.Context, barrier string) ([]string, erro
 		}
 		if m.Payload == barrier {
 			return msgs, nil
+		}
+		// A message names the entry the lock was handed to, and must go
+		// out on that entry's channel.
+		entry, _, _ := strings.Cut(m.Payload, " ")
+		if want := r.keys.WakeOf(entry); m.Channel != want {
+			return msgs, fmt.Errorf("wake message %q published on %s, not %s", m.Payload, m.Channel, want)
 		}
 		msgs = append(msgs, m.Payload)
 	}

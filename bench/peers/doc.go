@@ -114,7 +114,7 @@
 //
 // # The scale part
 //
-// It measures fairlock alone, in three steps, each on fresh go-redis
+// It measures fairlock alone, in four steps, each on fresh go-redis
 // clients with default options and one fairlock Client over each, and
 // prints a table for each. -scale-waiters (10,000) and -scale-holds
 // (10,000) set its sizes. It is skipped when -libs leaves fairlock out.
@@ -136,6 +136,16 @@
 //   - the ratio printed under the table: the p50 of the larger run over
 //     the p50 of the smaller; about 1 when a hand-over does not slow down
 //     with the length of the line.
+//
+// Spread: the hand-over with 16 goroutines again, for -duration each,
+// over 1 Client (16 goroutines in it), 4 Clients (4 each) and 16 Clients
+// (1 each): many processes of one worker each is the common shape of a
+// deployment. Each waiting Client hears only the grants to its own
+// waiters, so the figures should not move with the number of Clients.
+//
+//   - grants/s and hand-over p50 as above;
+//   - server µs/grant: the server's CPU time (used_cpu_user plus
+//     used_cpu_sys from INFO) over the measured time, per grant.
 //
 // Holds: -scale-holds locks (scale:hold:0, scale:hold:1, ...) taken one
 // after another through one Client with fairlock.WithLease(3s), so a hold

@@ -28,6 +28,11 @@ const (
 	scaleBound        = 2 * time.Minute // bounds a part's Locks and the wait for a full queue
 )
 
+// spreadClients are the numbers of Clients the small hand-over's waiters
+// are spread over in turn: each waiting Client hears only its own
+// waiters' grants, so the cost per grant should not grow with them.
+var spreadClients = []int{1, 4, 16}
+
 // runScale measures fairlock alone at scale: the hand-over with few and
 // with many waiters, many holds in one Client, and many waiters queued
 // behind a holder. It logs each step to log.
@@ -37,7 +42,7 @@ func runScale(ctx context.Context, srv *server, o options, log io.Writer) (scale
 		d := []time.Duration{o.duration, o.waitersDuration}[i]
 		warm := min(o.warmup, (d / 6).Round(time.Millisecond))
 		fmt.Fprintf(log, "peers: scale, hand-over with %d waiters: %v warm-up, %v measured\n", n, warm, d)
-		r, err := measureHandover(ctx, srv, n, d, warm, o.lib.ttl)
+		r, err := measureHandover(ctx, srv, n, scaleClients, d, warm, o.lib.ttl)
 		if err != nil {
 			return scaleResult{}, fmt.Errorf("hand-over with %d waiters: %w", n, err)
 		}
@@ -45,6 +50,17 @@ func runScale(ctx context.Context, srv *server, o options, log io.Writer) (scale
 	}
 	if a, b := res.Handover[0], res.Handover[1]; a.P50ms > 0 {
 		res.HandoverP50Ratio = b.P50ms / a.P50ms
+	}
+
+	warm := min(o.warmup, (o.duration / 6).Round(time.Millisecond))
+	for _, clients := range spreadClients {
+		fmt.Fprintf(log, "peers: scale, hand-over with %d waiters over %d Clients: %v warm-up, %v measured\n",
+			scaleSmallWaiters, clients, warm, o.duration)
+		r, err := measureHandover(ctx, srv, scaleSmallWaiters, clients, o.duration, warm, o.lib.ttl)
+		if err != nil {
+			return scaleResult{}, fmt.Errorf("hand-over over %d Clients: %w", clients, err)
+		}
+		res.Spread = append(res.Spread, r)
 	}
 
 	fmt.Fprintf(log, "peers: scale, %d holds in one Client, renewals counted over %v\n", o.scale.holds, o.scale.window)
@@ -63,15 +79,15 @@ func runScale(ctx context.Context, srv *server, o options, log io.Writer) (scale
 	return res, nil
 }
 
-// measureHandover runs goroutines goroutines over scaleClients fresh
-// Clients, each looping Lock and Unlock on the lock scale:handover:N with
+// measureHandover runs goroutines goroutines over clients fresh Clients, each looping Lock and Unlock on the lock scale:handover:N with
 // nothing held in between, for d after a warm-up of warm on a lock of its
 // own. A hand-over is the time from an Unlock's return, kept in a shared
 // atomic, to the next grant; the first grant follows no Unlock and has
-// none. Grants after the deadline count as nothing.
-func measureHandover(ctx context.Context, srv *server, goroutines int, d, warm, lease time.Duration) (res handoverResult, err error) {
-	name := fmt.Sprintf("scale:handover:%d", goroutines)
-	fc, err := openFairClients(srv.opts, scaleClients, lease)
+// none. Grants after the deadline count as nothing. The server's CPU time
+// over the measured span is divided among its grants.
+func measureHandover(ctx context.Context, srv *server, goroutines, clients int, d, warm, lease time.Duration) (res handoverResult, err error) {
+	name := fmt.Sprintf("scale:handover:%d:%d", goroutines, clients)
+	fc, err := openFairClients(srv.opts, clients, lease)
 	if err != nil {
 		return handoverResult{}, err
 	}
@@ -86,6 +102,10 @@ func measureHandover(ctx context.Context, srv *server, goroutines int, d, warm, 
 		cancel()
 	}
 
+	before, err := srv.stats(ctx)
+	if err != nil {
+		return handoverResult{}, err
+	}
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	deadline, _ := rctx.Deadline()
@@ -121,6 +141,10 @@ func measureHandover(ctx context.Context, srv *server, goroutines int, d, warm, 
 		})
 	}
 	wg.Wait()
+	after, err := srv.stats(ctx)
+	if err != nil {
+		return handoverResult{}, err
+	}
 
 	elapsed := deadline.Sub(base)
 	q := summarizeWaits(gaps)
@@ -134,6 +158,9 @@ func measureHandover(ctx context.Context, srv *server, goroutines int, d, warm, 
 		P99ms:        ms(q.P99),
 		Maxms:        ms(q.Max),
 		Errors:       t.errors.Load(),
+	}
+	if g := t.grants(); g > 0 {
+		res.ServerUsPerGrant = float64((after.cpu - before.cpu).Microseconds()) / float64(g)
 	}
 	if err := t.firstError(); err != nil {
 		res.FirstError = err.Error()

@@ -12,9 +12,12 @@ type scaleResult struct {
 	Handover []handoverResult `json:"handover"`
 	// HandoverP50Ratio is the second hand-over's p50 over the first's; 0
 	// when the first has none.
-	HandoverP50Ratio float64       `json:"handover_p50_ratio"`
-	Holds            holdsResult   `json:"holds"`
-	Waiters          waitersResult `json:"waiters"`
+	HandoverP50Ratio float64 `json:"handover_p50_ratio"`
+	// Spread holds the hand-over with scaleSmallWaiters waiters over each
+	// number of Clients of spreadClients.
+	Spread  []handoverResult `json:"spread"`
+	Holds   holdsResult      `json:"holds"`
+	Waiters waitersResult    `json:"waiters"`
 }
 
 // handoverResult is one run of goroutines looping Lock and Unlock on one
@@ -30,6 +33,9 @@ type handoverResult struct {
 	Maxms        float64 `json:"handover_max_ms"`
 	Errors       int64   `json:"errors"`
 	FirstError   string  `json:"first_error,omitempty"`
+	// ServerUsPerGrant is the server's CPU time (user and system) over
+	// the measured span per grant, in µs.
+	ServerUsPerGrant float64 `json:"server_us_per_grant"`
 }
 
 // holdsResult is many locks held at once through one Client.
@@ -84,6 +90,19 @@ func printScale(w io.Writer, s scaleResult) {
 	for _, h := range s.Handover {
 		if h.FirstError != "" {
 			fmt.Fprintf(w, "\n%s waiters, first error: %s\n", group(int64(h.Waiters)), h.FirstError)
+		}
+	}
+
+	fmt.Fprintf(w, "\n## scale: %d waiters spread over Clients (fairlock, 1 lock, holding nothing)\n\n", scaleSmallWaiters)
+	fmt.Fprintln(w, "| clients | waiters per client | grants/s | server µs/grant | hand-over p50 ms | errors |")
+	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, h := range s.Spread {
+		fmt.Fprintf(w, "| %d | %d | %s | %.1f | %.3f | %d |\n", h.Clients, h.Waiters/max(h.Clients, 1),
+			group(round(h.GrantsPerSec)), h.ServerUsPerGrant, h.P50ms, h.Errors)
+	}
+	for _, h := range s.Spread {
+		if h.FirstError != "" {
+			fmt.Fprintf(w, "\n%d Clients, first error: %s\n", h.Clients, h.FirstError)
 		}
 	}
 

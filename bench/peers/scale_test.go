@@ -43,6 +43,18 @@ func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
 			t.Errorf("hand-over with %d waiters: %d errors, first: %s", h.Waiters, h.Errors, h.FirstError)
 		}
 	}
+	if len(s.Spread) != len(spreadClients) {
+		t.Fatalf("%d spread runs, want %d", len(s.Spread), len(spreadClients))
+	}
+	for i, h := range s.Spread {
+		if h.Clients != spreadClients[i] || h.Waiters != scaleSmallWaiters {
+			t.Errorf("spread %d: %d waiters over %d Clients, want %d over %d", i, h.Waiters, h.Clients, scaleSmallWaiters, spreadClients[i])
+		}
+		if h.Grants < 2 || h.ServerUsPerGrant <= 0 || h.Errors != 0 {
+			t.Errorf("spread over %d Clients: %d grants, %.1f server µs/grant, %d errors (%s)",
+				h.Clients, h.Grants, h.ServerUsPerGrant, h.Errors, h.FirstError)
+		}
+	}
 	if s.HandoverP50Ratio <= 0 {
 		t.Errorf("hand-over p50 ratio %v, want > 0", s.HandoverP50Ratio)
 	}
@@ -76,7 +88,7 @@ func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
 		t.Errorf("%.2f goroutines per waiter, want about 1", w.GoroutinesPerWaiter)
 	}
 
-	for _, title := range []string{"## scale: hand-over", "## scale: " + group(n) + " holds", "## scale: " + group(n) + " waiters"} {
+	for _, title := range []string{"## scale: hand-over", "## scale: 16 waiters spread over Clients", "## scale: " + group(n) + " holds", "## scale: " + group(n) + " waiters"} {
 		if !strings.Contains(out, title) {
 			t.Errorf("no table %q", title)
 		}

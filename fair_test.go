@@ -369,6 +369,50 @@ func TestHandOverIsPushedNotPolled(t *testing.T) {
 	require.NoError(t, holder.Unlock(hctx))
 }
 
+// A client from before wake channels per Client publishes every
+// hand-over on the lock's shared channel, whoever the waiter. During a
+// rolling upgrade such a client's release still wakes a waiter of a newer
+// Client by push: the waiter listens on the shared channel too.
+func TestAHandOverOnTheSharedChannelReachesAWaiterByPush(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	k := e.keys("shared")
+	// The hold of an older client, which nothing renews.
+	require.NoError(t, e.rdb.HSet(ctx, k.Lock, "owner", "older", "count", 1, "token", 7, "entry", "00000000000000aa:60000:older").Err())
+	require.NoError(t, e.rdb.PExpire(ctx, k.Lock, time.Minute).Err())
+	require.NoError(t, e.rdb.Set(ctx, k.Token, 7, 0).Err())
+	// With these settings the waiter polls every 20 s: a grant within
+	// seconds can only come from a push.
+	m := e.client(fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)).Mutex("shared")
+	next := lockAsync(ctx, m)
+	e.waitQueued("shared", 1)
+	entry := e.queued("shared")[0]
+	require.NotEqual(t, k.Wake, k.WakeOf(entry), "the waiter's entry names its Client's channel")
+
+	// The older client's release, as its scripts do it: the head becomes
+	// the holder, and the grant goes out on the shared channel.
+	released := time.Now()
+	p := e.rdb.TxPipeline()
+	p.Del(ctx, k.Lock)
+	p.LPop(ctx, k.Queue)
+	p.ZRem(ctx, k.Deadline, entry)
+	p.HSet(ctx, k.Lock, "owner", strings.Split(entry, ":")[2], "count", 1, "token", 8, "entry", entry)
+	p.PExpire(ctx, k.Lock, time.Minute)
+	p.Set(ctx, k.Token, 8, 0)
+	p.Publish(ctx, k.Wake, entry+" 8")
+	_, err := p.Exec(ctx)
+	require.NoError(t, err)
+
+	r := await(t, next, 5*time.Second)
+	require.NoError(t, r.err)
+	require.Less(t, time.Since(released), 5*time.Second)
+	tok, err := m.Token(r.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 8, tok)
+	require.NoError(t, m.Unlock(r.ctx))
+}
+
 // Each Client's waiters of a lock hear their hand-overs on a channel of
 // the Client's own: a grant is delivered to the one Client whose waiter
 // was handed the lock, not to every Client that waits for the lock.
@@ -394,7 +438,7 @@ func TestAHandOverIsDeliveredOnlyToTheWaitersClient(t *testing.T) {
 		mutexes, waiters = append(mutexes, m), append(waiters, lockAsync(ctx, m))
 		e.waitQueued("own", i+1)
 	}
-	channels, err := e.rdb.PubSubChannels(ctx, e.keys("own").Wake+"*").Result()
+	channels, err := e.rdb.PubSubChannels(ctx, e.keys("own").Wake+":*").Result()
 	require.NoError(t, err)
 	require.Len(t, channels, 3, "one channel per waiting Client")
 	counts, err := e.rdb.PubSubNumSub(ctx, channels...).Result()
@@ -402,6 +446,9 @@ func TestAHandOverIsDeliveredOnlyToTheWaitersClient(t *testing.T) {
 	for ch, n := range counts {
 		require.EqualValues(t, 1, n, "%s has its Client's hub alone", ch)
 	}
+	// The shared channel, which only clients from before tags publish on,
+	// is watched by every waiting Client, and carries none of the grants
+	// below.
 
 	seen := map[string]bool{}
 	for i, w := range waiters {

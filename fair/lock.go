@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -201,6 +202,12 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 		return nil, err
 	}
 	defer w.Stop()
+	shared := l.watchShared(ctx, entry)
+	var sharedC <-chan struct{} // nil when not watched: never ready
+	if shared != nil {
+		defer shared.Stop()
+		sharedC = shared.C()
+	}
 
 	timer := time.NewTimer(time.Hour)
 	timer.Stop() // armed by each poll's answer; no stale tick can follow (Go 1.23 timers)
@@ -221,7 +228,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 	for {
 		sent := time.Now()
 		rep, err := l.callWithin(ctx, req, entry, queue.ModeWait, l.leaveQueue(ctx, req, entry))
-		if err == nil && rep.Granted && !polled.IsZero() {
+		if err == nil && rep.Granted && !polled.IsZero() && !pushedTo(shared) {
 			w.Missed() // a hand-over since an answered poll: was it pushed?
 		}
 		if err == nil {
@@ -271,23 +278,53 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			retry = min(2*retry, retryMax)
 		}
 
+		var signalled *notify.Waiter
 		select {
 		case <-w.C():
-			timer.Stop() // no stale tick can follow (Go 1.23 timers)
-			if token, ok := w.Grant(); ok {
-				if span, trusted := l.pushedSpan(req, polled); trusted {
-					return l.hold(ctx, req, entry, token, polled, span)
-				}
-				// Claim the hold with one more poll, which answers
-				// granted and sets the full lease from now.
-			}
+			signalled = w
+		case <-sharedC:
+			signalled = shared
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, errors.Join(withUnacked(ctx.Err()), l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
 		case <-l.e.closing:
 			return nil, errors.Join(withUnacked(errs.ErrClosed), l.giveUp(ctx, req.Owner, entry))
 		}
+		if signalled != nil {
+			timer.Stop() // no stale tick can follow (Go 1.23 timers)
+			if token, ok := signalled.Grant(); ok {
+				if span, trusted := l.pushedSpan(req, polled); trusted {
+					return l.hold(ctx, req, entry, token, polled, span)
+				}
+				// Claim the hold with one more poll, which answers
+				// granted and sets the full lease from now.
+			}
+		}
 	}
+}
+
+// watchShared registers entry on the lock's shared wake channel too, on
+// which clients from before tags publish every hand-over (their scripts
+// know no tags), so that during a rolling upgrade a hand-over from such
+// a client's release still reaches this waiter by push. It returns nil
+// when the hub cannot watch the channel: the waiter then learns of such
+// a hand-over at its next poll, as it would of any unheard one.
+func (l *Mutex) watchShared(ctx context.Context, entry string) *notify.Waiter {
+	w, err := l.e.hub.Watch(ctx, l.keys.Wake, entry)
+	if err != nil {
+		l.e.log.Debug("fairlock: not watching the shared wake channel", "lock", l.keys.Name, "err", err)
+		return nil
+	}
+	return w
+}
+
+// pushedTo reports whether a grant reached w (nil: not watched).
+func pushedTo(w *notify.Waiter) bool {
+	if w == nil {
+		return false
+	}
+	_, ok := w.Grant()
+	return ok
 }
 
 // pushedSpan decides whether a grant that came by push can be taken as it

@@ -73,11 +73,11 @@ func (l *Mutex) entry(req Request) string {
 // take is Lock once the engine's checks passed, under entry.
 func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, error) {
 	if req.Wait && l.e.hub.Subscribed(l.wake) {
-		// Other waiters of this Client keep the lock's channel subscribed:
-		// the lock is contended. Joining them costs no round trip, and the
-		// first wait-mode poll grants a free lock as a try would, or else
-		// takes a place in line: one round trip where a try first would
-		// make two.
+		// Other waiters of this Client keep its wake channel of the lock
+		// subscribed: the lock is contended. Joining them costs no round
+		// trip, and the first wait-mode poll grants a free lock as a try
+		// would, or else takes a place in line: one round trip where a try
+		// first would make two.
 		return l.wait(ctx, req, entry, nil)
 	}
 	sent := time.Now()

@@ -1,5 +1,5 @@
 // Package notify is fairlock's notify hub: it wakes waiters of a lock when
-// the Lua scripts publish on the lock's channel. It is a building block of
+// the Lua scripts publish on a wake channel of the lock. It is a building block of
 // fairlock, exported only for fairlock's own packages; it is not meant for
 // direct use.
 //

@@ -139,7 +139,9 @@
 //
 // Spread: the hand-over with 16 goroutines again, for -duration each,
 // over 1 Client (16 goroutines in it), 4 Clients (4 each) and 16 Clients
-// (1 each): many processes of one worker each is the common shape of a
+// (1 each), run between the two hand-overs above (the large one's waiters
+// leave the line with a script each after it ends, which would weigh on
+// the server's time per grant): many processes of one worker each is the common shape of a
 // deployment. Each waiting Client hears only the grants to its own
 // waiters, so the figures should not move with the number of Clients.
 //

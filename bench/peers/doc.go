@@ -143,7 +143,8 @@
 // leave the line with a script each after it ends, which would weigh on
 // the server's time per grant): many processes of one worker each is the common shape of a
 // deployment. Each waiting Client hears only the grants to its own
-// waiters, so the figures should not move with the number of Clients.
+// waiters, so the server writes each grant to one subscriber whatever
+// the number of Clients.
 //
 //   - grants/s and hand-over p50 as above;
 //   - server µs/grant: the server's CPU time (used_cpu_user plus

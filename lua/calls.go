@@ -40,10 +40,15 @@ func (c Call) Eval(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 	return c.Script.Eval(ctx, rdb, c.Keys, c.Args...)
 }
 
-// withReceipt returns the four keys every script receives and the key of
-// the receipt of call, in script order.
+// lockKeys returns the four keys every script but renew receives, in
+// script order (see lib.lua), with room for one more.
+func lockKeys(k queue.Keys) []string {
+	return append(make([]string, 0, 5), k.Lock, k.Queue, k.Deadline, k.Token)
+}
+
+// withReceipt returns lockKeys and the key of the receipt of call.
 func withReceipt(k queue.Keys, call string) []string {
-	return []string{k.Lock, k.Queue, k.Deadline, k.Token, k.Call(call)}
+	return append(lockKeys(k), k.Call(call))
 }
 
 // Acquire is acquire.lua, the binding of queue's Model.Acquire: owner's
@@ -67,13 +72,13 @@ func (s *Scripts) Release(k queue.Keys, call, owner string, lease, receiptTTL in
 // with waiter entry entry gives up. Read its reply with ReadFlag: true
 // when a level handed to entry was given back.
 func (s *Scripts) Cancel(k queue.Keys, owner, entry string) Call {
-	return Call{Script: s.cancel, Keys: k.Scripted(), Args: []any{owner, entry, k.Wake}}
+	return Call{Script: s.cancel, Keys: lockKeys(k), Args: []any{owner, entry, k.Wake}}
 }
 
 // ForceUnlock is forceunlock.lua, the binding of Model.ForceUnlock. Read
 // its reply with ReadFlag: true when a hold was removed.
 func (s *Scripts) ForceUnlock(k queue.Keys) Call {
-	return Call{Script: s.forceUnlock, Keys: k.Scripted(), Args: []any{k.Wake}}
+	return Call{Script: s.forceUnlock, Keys: lockKeys(k), Args: []any{k.Wake}}
 }
 
 // Renew is renew.lua, the binding of Model.Renew: owner's hold lasts

@@ -83,11 +83,6 @@ func isHex(s string) bool {
 // Call returns the key of the receipt of one script call.
 func (k Keys) Call(id string) string { return k.call + id }
 
-// Scripted returns the four keys every script receives, in script order.
-func (k Keys) Scripted() []string {
-	return []string{k.Lock, k.Queue, k.Deadline, k.Token}
-}
-
 // validateName reports whether name can name a lock. A name must be
 // non-empty valid UTF-8 of at most MaxNameLen bytes without '}': a '}'
 // would end the hash tag {name} early and could leave it empty, which

@@ -32,11 +32,7 @@ func (e *env) pubsub(name string) (ids []string, subscribers int64, err error) {
 			ids = append(ids, id)
 		}
 	}
-	channels, err := e.rdb.PubSubChannels(ctx, e.keys(name).Wake+"*").Result()
-	if err != nil || len(channels) == 0 {
-		return ids, 0, err
-	}
-	counts, err := e.rdb.PubSubNumSub(ctx, channels...).Result()
+	counts, err := e.wakeSubscriptions(name)
 	for _, n := range counts {
 		subscribers += n
 	}

@@ -85,6 +85,18 @@ func (e *env) waitQueued(name string, n int) {
 		10*time.Second, 2*time.Millisecond, "waiting for %d queued waiters of %s", n, name)
 }
 
+// wakeSubscriptions returns the number of subscriptions of each wake
+// channel of the lock name that has any: the shared one and each waiting
+// Client's.
+func (e *env) wakeSubscriptions(name string) (map[string]int64, error) {
+	ctx := context.Background()
+	channels, err := e.rdb.PubSubChannels(ctx, e.keys(name).Wake+"*").Result()
+	if err != nil || len(channels) == 0 {
+		return map[string]int64{}, err
+	}
+	return e.rdb.PubSubNumSub(ctx, channels...).Result()
+}
+
 // requireClean asserts that no waiter of the lock is left in Redis.
 func (e *env) requireClean(name string) {
 	e.t.Helper()

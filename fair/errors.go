@@ -65,12 +65,15 @@ func redisError(err error) bool {
 
 // transient reports whether err is an error reply that a retry may get
 // past: the server is loading its data set, busy with a script, in the
-// middle of a failover or of a slot migration, no longer the primary, or
-// no longer the master of the key's slot (a MOVED or ASK that the client
+// middle of a failover or of a slot migration, no longer the primary, no
+// longer the master of the key's slot (a MOVED or ASK that the client
 // library stopped following after its redirect limit: the script did not
-// run, and the next call goes where the reloaded slot map says). A
-// waiting Lock keeps its place through these, as through network errors.
+// run, and the next call goes where the reloaded slot map says), or full
+// (OOM: at its maxmemory, it refuses what would add to a lock, a fresh
+// grant or a waiter joining the line, until memory is freed; see
+// lua/lib.lua). A waiting Lock keeps its place through these, as through
+// network errors.
 func transient(err error) bool {
 	return replyStarts(err, "LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY", "NOREPLICAS",
-		"MOVED", "ASK")
+		"MOVED", "ASK", "OOM")
 }

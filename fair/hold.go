@@ -182,12 +182,19 @@ func (h *Hold) Enter(ctx context.Context) error {
 // errs.ErrLeaseLost or errs.ErrClosed wrapped when that is why), and with
 // errs.ErrLeaseLost when Redis no longer knows the hold.
 //
-// A release that Redis did not answer (a network error, a failover) is
-// sent again in the background, under the same call id so that it counts
-// once, until Redis answers, the lease has run out or the Client closes;
-// the error returned says so. So is a release that fewer replicas than the
-// engine waits for acknowledged: it was made on the primary, and each
-// re-send waits for the replicas again, until they acknowledge it.
+// The levels counted here move only on what Redis answered. A release
+// that Redis refused (an error reply: NOPERM after an ACL change,
+// WRONGTYPE, ...) changed nothing there: a level above the last stays
+// held, and Unlock may be called again. A release of the last level that
+// Redis refused or did not answer (a network error, a failover) ends the
+// hold here (the watchdog stops renewing it) and is sent again in the
+// background, under the same call id so that it counts once, until Redis
+// answers it, the lease has run out or the Client closes; the error
+// returned says so. A release of a level above the last that Redis did
+// not answer is sent again in the same way, and the level counts as gone.
+// So is a release that fewer replicas than the engine waits for
+// acknowledged: it was made on the primary, and each re-send waits for
+// the replicas again, until they acknowledge it.
 func (h *Hold) Unlock(ctx context.Context) error {
 	h.mu.Lock()
 	if h.ended || h.levels == 0 {
@@ -219,25 +226,36 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		notAcked, err = err, nil
 	}
 	switch {
-	case err != nil && retryable(err):
+	case err != nil && !last && !retryable(err):
+		// Refused: Redis still counts the level, and so does the hold.
+		if h.restore() {
+			return fmt.Errorf("fairlock: unlock: %w (the level is still held)", err)
+		}
+		return fmt.Errorf("fairlock: unlock: %w", err)
+	case err != nil:
 		// No answer, or a server in a failover (CLUSTERDOWN, READONLY,
-		// NOREPLICAS, ...): the same release is sent again until it counts.
+		// NOREPLICAS, ...), or a refusal of the last level: the same
+		// release is sent again until it counts.
 		if last {
 			h.end(nil)
 		}
 		if !h.l.e.goUnlessClosed(func() { h.resendRelease(call, lease) }) {
 			return fmt.Errorf("fairlock: unlock: %w (the Client is closed; the lock expires after its lease)", err)
 		}
-		return fmt.Errorf("fairlock: unlock: %w (sent again in the background until Redis answers or the lease runs out)", err)
-	case err != nil:
-		if last {
-			h.end(nil)
-			return fmt.Errorf("fairlock: unlock: %w (the lock expires after its lease)", err)
-		}
-		return fmt.Errorf("fairlock: unlock: %w", err)
+		return fmt.Errorf("fairlock: unlock: %w (sent again in the background until Redis takes it or the lease runs out)", err)
 	case n < 0 || (n == 0 && !last):
 		h.end(errs.ErrLeaseLost)
 		return errs.ErrLeaseLost
+	case last && n > 0 && !h.shared:
+		// Redis counts levels that this process no longer does: releases
+		// of inner levels still being sent again in the background. The
+		// owner id is this hold's alone, so every level Redis counts is
+		// ours to end: release them now rather than leave the lock to
+		// expire unrenewed.
+		h.end(nil)
+		if err := h.releaseLevels(n); err != nil {
+			return fmt.Errorf("fairlock: unlock: %w (the lock expires after its lease)", err)
+		}
 	case last:
 		h.end(nil)
 	}
@@ -254,6 +272,19 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		return fmt.Errorf("fairlock: unlock: the lock was handed to the next waiter, who learns it at its next poll, because %w", refused)
 	}
 	return nil
+}
+
+// restore counts again a level whose release Redis refused, unless the
+// hold ended meanwhile (its levels were released, or it was lost). It
+// reports whether the level counts.
+func (h *Hold) restore() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return false
+	}
+	h.levels++
+	return true
 }
 
 // releaseReceiptTTL is how long a release's receipt is kept: long enough
@@ -280,13 +311,12 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 			h.l.e.log.Warn("fairlock: released on the primary, but the replicas' acknowledgement could not be asked for",
 				"lock", h.l.keys.Name, "err", err)
 			return true
-		case err == nil || (redisError(err) && !transient(err)):
-			if err != nil && !publishRefused(err) {
-				h.l.e.log.Warn("fairlock: could not release the lock; it expires after its lease",
-					"lock", h.l.keys.Name, "err", err)
-			}
+		case err == nil || publishRefused(err):
 			return true
 		}
+		// No answer, or refused (a full server before it lets releases
+		// through, an ACL change that an operator may undo): nothing
+		// changed, so it is sent again.
 		return false
 	})
 	switch {
@@ -299,7 +329,7 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 			"lock", h.l.keys.Name, "err", last)
 	default:
 		h.l.e.log.Warn("fairlock: could not release the lock; it expired after its lease",
-			"lock", h.l.keys.Name)
+			"lock", h.l.keys.Name, "err", last)
 	}
 }
 
@@ -350,7 +380,7 @@ func (h *Hold) audited(call string) {
 func (h *Hold) lose() {
 	levels, ok := h.end(errs.ErrLeaseLost)
 	if ok && levels > 0 {
-		h.l.e.wg.Go(func() { h.releaseLevels(levels) })
+		h.l.e.wg.Go(func() { _ = h.releaseLevels(levels) })
 	}
 }
 
@@ -360,13 +390,14 @@ func (h *Hold) lose() {
 func (h *Hold) abandon(cause error) {
 	levels, ok := h.end(cause)
 	if ok {
-		h.releaseLevels(levels)
+		_ = h.releaseLevels(levels)
 	}
 }
 
 // releaseLevels releases levels of the owner's hold, bounded by the call
-// timeout. Best effort: a failure leaves the lock to expire.
-func (h *Hold) releaseLevels(levels int) {
+// timeout. Best effort: a failure leaves the lock to expire, is logged,
+// and is returned.
+func (h *Hold) releaseLevels(levels int) error {
 	ctx, cancel := h.l.e.detached(context.Background())
 	defer cancel()
 	for range levels {
@@ -380,15 +411,16 @@ func (h *Hold) releaseLevels(levels int) {
 		if publishRefused(err) {
 			h.l.e.log.Warn("fairlock: released a hold that ended, but the wake message was refused",
 				"lock", h.l.keys.Name, "err", err)
-			return
+			return nil
 		}
 		if err != nil {
 			h.l.e.log.Warn("fairlock: could not release a hold that ended; it expires after its lease",
 				"lock", h.l.keys.Name, "err", err)
-			return
+			return err
 		}
 		if n <= 0 {
-			return
+			return nil
 		}
 	}
+	return nil
 }

@@ -36,6 +36,12 @@
 -- re-entry leaves a receipt under its own call id, and a re-sent
 -- re-entry that finds its receipt answers from it, so a level is never
 -- counted twice.
+--
+-- On a full server (maxmemory reached; see lib.lua) a re-entry, a claim,
+-- a hand-over to the head and a heartbeat of a waiter already in line go
+-- through; a fresh grant to a caller nobody waited before and a waiter
+-- joining the line are refused with the server's OOM error, having
+-- written nothing.
 
 local owner = ARGV[1]
 local entry = ARGV[2]
@@ -116,6 +122,11 @@ local joined = 0
 if not redis.call('ZSCORE', KEYS[3], entry) then
   redis.call('RPUSH', KEYS[2], entry)
   joined = 1
+else
+  -- A heartbeat grows nothing, and keeps the waiter's place on a full
+  -- server too: the ZREM, which cannot grow memory, goes first (see
+  -- lib.lua), and the ZADD puts the entry back with its new deadline.
+  redis.call('ZREM', KEYS[3], entry)
 end
 redis.call('ZADD', KEYS[3], now + waiter_ttl, entry)
 

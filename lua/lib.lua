@@ -45,6 +45,27 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- A full server is one at its maxmemory under the noeviction policy
+-- (the only policy fairlock runs on). Redis then refuses a script at its
+-- first write when that command may grow memory (SET, HSET, HINCRBY,
+-- RPUSH, ZADD, ...), and lets every later write through, so as never to
+-- stop a script half-way; a write that cannot grow memory (DEL, HDEL,
+-- LPOP, ZREM, LREM, PEXPIRE) is never refused. What each script does on a
+-- full server follows from the order of its writes, and is chosen: what
+-- ends or hands over a hold (release, cancel, forceunlock, a hand-over
+-- made by acquire), what keeps a hold (renew, a re-entry, a claim) and a
+-- waiter's heartbeat first write something that cannot grow memory, and
+-- go through; only what adds to the lock (a fresh grant to a caller
+-- nobody waited before, a waiter joining the line) is refused, with the
+-- server's OOM error, having written nothing.
+--
+-- allow_full writes nothing, but makes the script's first write one
+-- that cannot grow memory, so that a full server lets the rest through:
+-- a DEL of key, which the caller has just read and found absent.
+local function allow_full(absent)
+  redis.call('DEL', absent)
+end
+
 -- parse_entry returns the owner id and the lease (ms) of a waiter entry,
 -- or nil when the entry is malformed.
 local function parse_entry(entry)

@@ -19,6 +19,8 @@
 -- receipt says 0), and replies with an error that starts with "NOPERM "
 -- (see lib.lua) in place of its reply, which is then always 0: a release
 -- publishes only when the hold is over.
+--
+-- It works on a full server (maxmemory reached; see lib.lua).
 
 local receipt = redis.call('GET', KEYS[5])
 if receipt then
@@ -28,6 +30,10 @@ end
 if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
   return -1
 end
+
+-- A release goes through on a full server (see lib.lua): refused, it
+-- would leave the lock blocked until the hold's lease ran out.
+allow_full(KEYS[5])
 
 local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
 if count > 0 then

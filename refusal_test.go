@@ -1,0 +1,284 @@
+package fairlock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+// refusalWithin bounds every wait of the refusal tests: far below the
+// 30 s lease, so that a lock freed within it was not freed by its expiry.
+const refusalWithin = 5 * time.Second
+
+// scriptRefuser is a server whose user may, at the test's word, be
+// refused every script: Redis then answers NOPERM to each release, as it
+// does after an operator's ACL change.
+type scriptRefuser struct {
+	admin *redis.Client
+	user  *redis.Client
+}
+
+func newScriptRefuser(t *testing.T) *scriptRefuser {
+	t.Helper()
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	admin := srv.Client(t)
+	user := newACLUser(t, srv.Addr, admin, aclRules+" "+aclServerCheck)
+	t.Cleanup(func() { _ = user.Close() })
+	return &scriptRefuser{admin: admin, user: user}
+}
+
+// refuse takes EVAL and EVALSHA from the user (on) or gives them back.
+func (r *scriptRefuser) refuse(t *testing.T, on bool) {
+	t.Helper()
+	rule := []any{"+evalsha", "+eval"}
+	if on {
+		rule = []any{"-evalsha", "-eval"}
+	}
+	require.NoError(t, r.admin.Do(context.Background(), append([]any{"ACL", "SETUSER", "locker"}, rule...)...).Err())
+}
+
+func (r *scriptRefuser) client(t *testing.T) *fairlock.Client {
+	t.Helper()
+	c, err := fairlock.New(r.user)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// requireLive fails unless the hold's context is still live.
+func requireLive(t *testing.T, hctx context.Context) {
+	t.Helper()
+	require.NoError(t, hctx.Err(), "the hold's context ended: %v", context.Cause(hctx))
+}
+
+// TestARefusedUnlockOfAnInnerLevelLeavesTheLevelHeld takes two levels and
+// has Redis refuse the inner Unlock. Redis still counts both, and so must
+// the hold: whichever context the caller unlocks with next, that Unlock
+// gives up one level (the hold goes on, renewed), and the one after it
+// frees the lock.
+func TestARefusedUnlockOfAnInnerLevelLeavesTheLevelHeld(t *testing.T) {
+	t.Parallel()
+	for _, next := range []string{"the inner context again", "the outer context"} {
+		t.Run(next, func(t *testing.T) {
+			r := newScriptRefuser(t)
+			m := r.client(t).Mutex("inner-" + strings.ReplaceAll(next, " ", "-"))
+			ctx := context.Background()
+			outer, err := m.Lock(ctx)
+			require.NoError(t, err)
+			inner, err := m.Lock(outer)
+			require.NoError(t, err)
+
+			r.refuse(t, true)
+			err = m.Unlock(inner)
+			require.ErrorIs(t, err, fairlock.ErrNoPermission)
+			require.ErrorContains(t, err, "the level is still held")
+			r.refuse(t, false)
+
+			n, err := m.HoldCount(outer)
+			require.NoError(t, err)
+			require.Equal(t, 2, n, "Redis refused the release: both levels are held")
+
+			again := inner
+			if next == "the outer context" {
+				again = outer
+			}
+			require.NoError(t, m.Unlock(again))
+			requireLive(t, outer)
+			n, err = m.HoldCount(outer)
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
+			token, err := m.Token(outer)
+			require.NoError(t, err, "the hold goes on")
+			require.Positive(t, token)
+
+			require.NoError(t, m.Unlock(outer))
+			requireDone(t, outer, refusalWithin)
+			locked, err := m.IsLocked(ctx)
+			require.NoError(t, err)
+			require.False(t, locked, "every level was released")
+			require.ErrorIs(t, m.Unlock(outer), fairlock.ErrNotHeld)
+		})
+	}
+}
+
+// TestARefusedFinalUnlockIsSentAgainUntilRedisTakesIt has Redis refuse the
+// release of a hold's only level. The hold ends in the process (nobody
+// renews it), the error says the release goes on, and once Redis takes
+// releases again the lock is free: a lease before it would have expired.
+func TestARefusedFinalUnlockIsSentAgainUntilRedisTakesIt(t *testing.T) {
+	t.Parallel()
+	r := newScriptRefuser(t)
+	m := r.client(t).Mutex("final")
+	ctx := context.Background()
+	hctx, err := m.Lock(ctx)
+	require.NoError(t, err)
+
+	r.refuse(t, true)
+	err = m.Unlock(hctx)
+	require.ErrorIs(t, err, fairlock.ErrNoPermission)
+	require.ErrorContains(t, err, "sent again in the background")
+	requireDone(t, hctx, refusalWithin)
+	require.Equal(t, int64(1), r.admin.Exists(ctx, "fairlock:{final}").Val(), "refused: the hold is still in Redis")
+
+	r.refuse(t, false)
+	require.Eventually(t, func() bool { return r.admin.Exists(ctx, "fairlock:{final}").Val() == 0 },
+		refusalWithin, 10*time.Millisecond, "the release was sent again once Redis took it")
+}
+
+// fullServer is a redis-server whose memory the test fills (maxmemory far
+// below what it uses, under noeviction) and frees again.
+type fullServer struct {
+	*env
+}
+
+func newFullServer(t *testing.T) *fullServer {
+	t.Helper()
+	e := newPrivateEnv(t)
+	require.NoError(t, e.rdb.ConfigSet(context.Background(), "maxmemory-policy", "noeviction").Err())
+	return &fullServer{e}
+}
+
+// fill makes the server full: every command that may grow memory is
+// refused with OOM from now on.
+func (f *fullServer) fill(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	used := infoInt(t, f.rdb, "memory", "used_memory")
+	require.NoError(t, f.rdb.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used/2, 10)).Err())
+	err := f.rdb.Set(ctx, f.prefix+"probe", "x", 0).Err()
+	require.ErrorContains(t, err, "OOM", "the server is full")
+}
+
+// free lifts the memory limit.
+func (f *fullServer) free(t *testing.T) {
+	t.Helper()
+	require.NoError(t, f.rdb.ConfigSet(context.Background(), "maxmemory", "0").Err())
+}
+
+// infoInt reads one integer field of an INFO section.
+func infoInt(t *testing.T, rdb redis.UniversalClient, section, field string) int64 {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), section).Result()
+	require.NoError(t, err)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("INFO %s has no %s", section, field)
+	return 0
+}
+
+// TestAFullServerStillReleasesAndHandsOver fills the server's memory while
+// a lock is held and a waiter is in line. The Unlock goes through, and the
+// waiter is handed the lock by push, not a lease later.
+func TestAFullServerStillReleasesAndHandsOver(t *testing.T) {
+	t.Parallel()
+	f := newFullServer(t)
+	ctx := context.Background()
+	m1 := f.client().Mutex("full")
+	m2 := f.client().Mutex("full")
+	hctx, err := m1.Lock(ctx)
+	require.NoError(t, err)
+	inner, err := m1.Lock(hctx)
+	require.NoError(t, err)
+	waiter := lockAsync(ctx, m2)
+	f.waitQueued("full", 1)
+
+	f.fill(t)
+	require.NoError(t, m1.Unlock(inner), "an inner level is released on a full server")
+	requireLive(t, hctx)
+	require.NoError(t, m1.Unlock(hctx), "the last level is released on a full server")
+	r := await(t, waiter, refusalWithin)
+	require.NoError(t, r.err)
+	require.NoError(t, m2.Unlock(r.ctx), "and so is the hand-over's")
+	locked, err := m2.IsLocked(ctx)
+	require.NoError(t, err)
+	require.False(t, locked)
+}
+
+// TestWhatAFullServerAllows runs each call on a full server: what keeps or
+// ends a hold, and a waiter already in line, go on; what would add to a
+// lock is refused (TryLock) or waits until memory is freed (Lock).
+func TestWhatAFullServerAllows(t *testing.T) {
+	t.Parallel()
+	f := newFullServer(t)
+	ctx := context.Background()
+	short := fairlock.WithWaiterTTL(300 * time.Millisecond) // a heartbeat every 100 ms
+	c1 := f.client(fairlock.WithLease(600 * time.Millisecond))
+	c2 := f.client(short)
+	c3 := f.client(short)
+
+	held := c1.Mutex("held")
+	hctx, err := held.Lock(ctx)
+	require.NoError(t, err)
+	queued := lockAsync(ctx, c2.Mutex("held"))
+	f.waitQueued("held", 1)
+	gctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	gaveUp := lockAsync(gctx, c3.Mutex("held"))
+	f.waitQueued("held", 2)
+	forced := c1.Mutex("forced")
+	_, err = forced.Lock(ctx)
+	require.NoError(t, err)
+
+	f.fill(t)
+
+	// A hold is renewed: it outlives several leases.
+	require.Never(t, func() bool { return hctx.Err() != nil }, 2*time.Second, 20*time.Millisecond,
+		"the hold's renewals went through")
+	// A re-entry counts, and its release too.
+	inner, err := held.Lock(hctx)
+	require.NoError(t, err)
+	require.NoError(t, held.Unlock(inner))
+	// The waiters kept their places through their heartbeats.
+	require.Len(t, f.queued("held"), 2)
+
+	// A fresh grant is refused to TryLock, with the server's reply, and
+	// leaves nothing.
+	_, err = c3.Mutex("fresh").TryLock(ctx)
+	require.ErrorContains(t, err, "OOM")
+	require.Zero(t, f.rdb.Exists(ctx, f.keys("fresh").Lock).Val())
+
+	// Lock waits: it cannot join the line while memory is full.
+	wctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	_, err = c3.Mutex("fresh").Lock(wctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	f.requireClean("fresh")
+	later := lockAsync(ctx, c3.Mutex("joins"))
+	_, err = c1.Mutex("joins").TryLock(ctx)
+	require.ErrorContains(t, err, "OOM")
+
+	// A waiter that gives up leaves; ForceUnlock removes a hold.
+	giveUp()
+	require.ErrorIs(t, await(t, gaveUp, refusalWithin).err, context.Canceled)
+	require.Len(t, f.queued("held"), 1)
+	removed, err := c3.Mutex("forced").ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, removed)
+
+	// The release hands the lock to the waiter.
+	require.NoError(t, held.Unlock(hctx))
+	r := await(t, queued, refusalWithin)
+	require.NoError(t, r.err)
+	require.NoError(t, c2.Mutex("held").Unlock(r.ctx))
+
+	// Once memory is freed, the Lock that waited to join is granted.
+	f.free(t)
+	r = await(t, later, refusalWithin)
+	require.NoError(t, r.err)
+	require.NoError(t, c3.Mutex("joins").Unlock(r.ctx))
+}

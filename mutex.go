@@ -217,7 +217,9 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 // to the next waiter. It reports whether a hold was removed. The former
 // holder learns it at its next renewal (its context is cancelled with
 // ErrLeaseLost) or at its next Unlock. Use it to recover from an operator's
-// decision, not as part of a protocol.
+// decision, not as part of a protocol. When ctx ends before Redis answers,
+// ForceUnlock returns ctx's error at once, and the hold may still be
+// removed once Redis answers: look with IsLocked.
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.usable(ctx); err != nil {
 		return false, err

@@ -100,12 +100,12 @@ type Engine struct {
 	wg        sync.WaitGroup     // the watchdog, its renewals and background cleanups; Add only within an op or a hold
 	closeOnce sync.Once
 
-	checking chan struct{} // capacity 1: held while the server check runs
-	checked  atomic.Bool   // a definitive server check ran; set after checkErr
-	checkErr error         // its verdict; written while holding checking, before checked
+	checking shared[struct{}] // the server check, while it runs
+	checked  atomic.Bool      // a definitive server check ran; set after checkErr
+	checkErr error            // its verdict; written by the check that runs, before checked
 
 	wake     atomic.Pointer[wake] // how wake messages travel, once decided (see wakeMode); never changes after
-	deciding chan struct{}        // capacity 1: held while wakeMode asks the server
+	deciding shared[*wake]        // wakeMode's question to the server, while it runs
 }
 
 // subscriptionLinger is how long a lock's channel stays subscribed after
@@ -128,17 +128,15 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 	}
 	stopped, stop := context.WithCancel(context.Background())
 	e := &Engine{
-		stopped:  stopped,
-		stop:     stop,
-		rdb:      rdb,
-		cfg:      cfg,
-		log:      cfg.Logger,
-		topo:     newTopology(rdb),
-		closing:  make(chan struct{}),
-		holds:    make(map[*Hold]struct{}),
-		checking: make(chan struct{}, 1),
-		deciding: make(chan struct{}, 1),
-		tag:      queue.NewTag(),
+		stopped: stopped,
+		stop:    stop,
+		rdb:     rdb,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		topo:    newTopology(rdb),
+		closing: make(chan struct{}),
+		holds:   make(map[*Hold]struct{}),
+		tag:     queue.NewTag(),
 	}
 	if cfg.Replicas > 0 {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
@@ -217,11 +215,18 @@ func (e *Engine) Close() error {
 // deadline, not at its cancellation, so a call made during Close (the
 // clean-up of a call answered late) must not be given a later one.
 func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return e.bounded(context.WithoutCancel(ctx))
+}
+
+// bounded returns ctx bounded as detached bounds a call: by the call
+// timeout and by the bound of Close. It is the context of a read made on
+// behalf of ctx, which stops when ctx ends.
+func (e *Engine) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	deadline := time.Now().Add(e.cfg.CallTimeout)
 	if by := e.closeBy.Load(); by != 0 && by < deadline.UnixNano() {
 		deadline = time.Unix(0, by)
 	}
-	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	cctx, cancel := context.WithDeadline(ctx, deadline)
 	unhook := context.AfterFunc(e.stopped, cancel)
 	return cctx, func() {
 		unhook()

@@ -2,6 +2,7 @@ package fair
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
@@ -18,18 +19,127 @@ import (
 // waits for it.
 const cleanupGrace = 250 * time.Millisecond
 
-// outcome is the result of one acquire call.
-type outcome struct {
-	rep queue.Reply
-	err error
+// flight is one call to Redis made on a goroutine of the engine, which
+// Close waits for, on behalf of callers that may stop waiting for it.
+type flight[T any] struct {
+	done chan struct{} // closed once the call has returned and val, err are set
+
+	mu  sync.Mutex
+	val T     // guarded by mu; the call's result, once over
+	err error // guarded by mu
+	// orphan, guarded by mu, receives the result of a call that its only
+	// caller stopped waiting for before it returned.
+	orphan func(T, error)
+	over   bool // guarded by mu; the call has returned
+}
+
+// launch runs f on a goroutine that Close waits for, and returns its
+// flight; nil when Close has started, and then f does not run. It may be
+// called anywhere, within an operation of the engine or not.
+func launch[T any](e *Engine, f func() (T, error)) *flight[T] {
+	fl := &flight[T]{done: make(chan struct{})}
+	if !e.goUnlessClosed(func() {
+		v, err := f()
+		fl.mu.Lock()
+		fl.val, fl.err, fl.over = v, err, true
+		orphan := fl.orphan
+		fl.mu.Unlock()
+		close(fl.done)
+		if orphan != nil {
+			orphan(v, err)
+		}
+	}) {
+		return nil
+	}
+	return fl
+}
+
+// wait returns the call's result, or returns early: with ctx's error as
+// soon as ctx ends, or with errs.ErrClosed as soon as the engine starts to
+// close. On an early return, orphan (if not nil) receives the result once
+// the call returns; a call that has returned by then gives its result to
+// the caller instead, as if it had come first.
+func (fl *flight[T]) wait(ctx context.Context, closing <-chan struct{}, orphan func(T, error)) (T, error) {
+	var err error
+	select {
+	case <-fl.done:
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-closing:
+		err = errs.ErrClosed
+	}
+	fl.mu.Lock()
+	defer fl.mu.Unlock()
+	if !fl.over {
+		fl.orphan = orphan
+		var zero T
+		return zero, err
+	}
+	return fl.val, fl.err
+}
+
+// within runs f on a goroutine of the engine (see launch) and returns its
+// result, but returns as soon as ctx ends, with ctx's error, or as soon as
+// the engine starts to close, with errs.ErrClosed: f then goes on in the
+// background, Close waits for it, and orphan (if not nil) receives its
+// result, to undo what it did. Once Close has started, f does not run and
+// the error is errs.ErrClosed. So a caller's context bounds the call even
+// while Redis does not answer, whatever the redis client's timeouts.
+//
+// A ctx that can never end (its Done is nil, as for context.Background)
+// gives nothing to return early for but Close, so f runs on the caller's
+// goroutine.
+func within[T any](e *Engine, ctx context.Context, f func() (T, error), orphan func(T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return f()
+	}
+	fl := launch(e, f)
+	if fl == nil {
+		var zero T
+		return zero, errs.ErrClosed
+	}
+	return fl.wait(ctx, e.closing, orphan)
+}
+
+// shared is a call that callers share, such as the check of the server at
+// the first Lock of a Client: the first caller starts it on a goroutine of
+// the engine, callers that come while it runs join it, and each waits for
+// it or for its own context. A caller that stops waiting leaves the call
+// running for the others, and for the next caller to join.
+type shared[T any] struct {
+	mu sync.Mutex
+	fl *flight[T] // guarded by mu; the call running, nil when none
+}
+
+// do joins the call running, or starts f, and waits for it as
+// flight.wait does (with no orphan).
+func (s *shared[T]) do(e *Engine, ctx context.Context, f func() (T, error)) (T, error) {
+	s.mu.Lock()
+	fl := s.fl
+	if fl == nil {
+		fl = launch(e, func() (T, error) {
+			defer func() {
+				s.mu.Lock()
+				s.fl = nil
+				s.mu.Unlock()
+			}()
+			return f()
+		})
+		s.fl = fl
+	}
+	s.mu.Unlock()
+	if fl == nil {
+		var zero T
+		return zero, errs.ErrClosed
+	}
+	return fl.wait(ctx, e.closing, nil)
 }
 
 // callWithin runs one acquire detached from ctx (see call), but returns as
 // soon as ctx ends, with ctx's error, or as soon as the engine starts to
 // close, with errs.ErrClosed. A call still in flight then is never abandoned:
 // it goes on in the background, and orphan receives its outcome, to undo
-// what it did. Must run within an operation of the engine (begin), so
-// that Close waits for the orphan.
+// what it did; Close waits for both (see within).
 //
 // A ctx that can never end (its Done is nil, as for context.Background)
 // gives nothing to return early for but Close, so the call runs on the
@@ -37,28 +147,7 @@ type outcome struct {
 // grant then finds the engine closed and is given back; see hold), at the
 // latest at the bound of Close, which cuts every call short.
 func (l *Mutex) callWithin(ctx context.Context, req Request, entry, mode string, orphan func(queue.Reply, error)) (queue.Reply, error) {
-	if ctx.Done() == nil {
-		return l.call(ctx, req, entry, mode)
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		rep, err := l.call(ctx, req, entry, mode)
-		done <- outcome{rep, err}
-	}()
-	var err error
-	select {
-	case o := <-done:
-		return o.rep, o.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-l.e.closing:
-		err = errs.ErrClosed
-	}
-	l.e.wg.Go(func() {
-		o := <-done
-		orphan(o.rep, o.err)
-	})
-	return queue.Reply{}, err
+	return within(l.e, ctx, func() (queue.Reply, error) { return l.call(ctx, req, entry, mode) }, orphan)
 }
 
 // giveBackIfGranted is the orphan of a call that was not queued: a grant

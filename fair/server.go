@@ -28,27 +28,28 @@ const minShardedVersion = "7.0.0"
 // a network error is logged and tried again at the next Lock, which goes
 // ahead.
 //
-// The check honours ctx, and is bounded by the call timeout whatever ctx.
+// The check runs on a goroutine of the engine, detached from ctx and
+// bounded by the call timeout; Lock calls that come while it runs join it.
+// Each returns when the check is over or when its own ctx ends (with ctx's
+// error), so ctx bounds Lock even while the server does not answer; the
+// check then goes on, and its verdict counts for the Lock calls after it.
 func (e *Engine) checkServer(ctx context.Context) error {
 	if e.checked.Load() {
 		return e.checkErr
 	}
-	select {
-	case e.checking <- struct{}{}:
-		defer func() { <-e.checking }()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if e.checked.Load() {
-		return e.checkErr
-	}
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
-	defer cancel()
-	err, definitive := e.inspectServer(cctx)
-	if definitive {
-		e.checkErr = err
-		e.checked.Store(true)
-	}
+	_, err := e.checking.do(e, ctx, func() (struct{}, error) {
+		if e.checked.Load() {
+			return struct{}{}, e.checkErr
+		}
+		cctx, cancel := e.detached(ctx)
+		defer cancel()
+		err, definitive := e.inspectServer(cctx)
+		if definitive {
+			e.checkErr = err
+			e.checked.Store(true)
+		}
+		return struct{}{}, err
+	})
 	return err
 }
 
@@ -148,7 +149,13 @@ var (
 // a user that may not run INFO decides as one that may. A server that
 // names no version either way gets classic, which every server supports.
 // A network error decides nothing: the call fails, and the next asks
-// again. The decision is bounded by the call timeout whatever ctx.
+// again.
+//
+// The question runs on a goroutine of the engine, detached from ctx and
+// bounded by the call timeout; calls that come while it runs join it.
+// Each returns when it is answered or when its own ctx ends (with ctx's
+// error); the question then goes on, and its answer counts for the calls
+// after it.
 func (e *Engine) wakeMode(ctx context.Context) (*wake, error) {
 	if w := e.wake.Load(); w != nil {
 		return w, nil
@@ -157,28 +164,24 @@ func (e *Engine) wakeMode(ctx context.Context) (*wake, error) {
 		e.wake.CompareAndSwap(nil, classicWake)
 		return e.wake.Load(), nil
 	}
-	select {
-	case e.deciding <- struct{}{}:
-		defer func() { <-e.deciding }()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if w := e.wake.Load(); w != nil {
+	return e.deciding.do(e, ctx, func() (*wake, error) {
+		if w := e.wake.Load(); w != nil {
+			return w, nil
+		}
+		cctx, cancel := e.detached(ctx)
+		defer cancel()
+		version, err := e.serverVersion(cctx)
+		if err != nil {
+			return nil, err
+		}
+		w := classicWake
+		if version != "" && !versionLess(version, minShardedVersion) {
+			w = shardedWake
+		}
+		e.wake.Store(w)
+		e.log.Info("fairlock: wake messages use "+w.scripts.Command, "redis_version", version, "mode", w.mode)
 		return w, nil
-	}
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
-	defer cancel()
-	version, err := e.serverVersion(cctx)
-	if err != nil {
-		return nil, err
-	}
-	w := classicWake
-	if version != "" && !versionLess(version, minShardedVersion) {
-		w = shardedWake
-	}
-	e.wake.Store(w)
-	e.log.Info("fairlock: wake messages use "+w.scripts.Command, "redis_version", version, "mode", w.mode)
-	return w, nil
+	})
 }
 
 // hubMode tells the notify hub how the scripts publish.

@@ -64,7 +64,7 @@ func TestServerCheckRefusesOnlyWhatCannotBeSafe(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := &Engine{rdb: tt.server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: 1}, checking: make(chan struct{}, 1)}
+			e := &Engine{rdb: tt.server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: 1}}
 			err, definitive := e.inspectServer(context.Background())
 			assert.Equal(t, tt.definitive, definitive)
 			if tt.unsafe {

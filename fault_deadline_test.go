@@ -1,0 +1,207 @@
+package fairlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+// deadlineBound is how long after it was called a call with a 100ms
+// deadline may return on a hung server: the deadline, the clean-up grace
+// of a Lock (250ms) and room for a loaded machine. A call that waits for
+// the server instead returns after the hang (about 3s).
+const deadlineBound = time.Second
+
+// hangBySleep makes the server busy for 3s with DEBUG SLEEP, sent from a
+// connection of its own, and returns once the server has stopped
+// answering.
+func hangBySleep(t *testing.T, e *env) {
+	t.Helper()
+	sleeper := e.dial(t)
+	refused := make(chan error, 1)
+	go func() {
+		if err := sleeper.Do(context.Background(), "DEBUG", "SLEEP", 3).Err(); err != nil {
+			refused <- err
+		}
+	}()
+	requireHung(t, e, refused)
+}
+
+// requireHung waits until a PING on a fresh connection goes unanswered,
+// unless the hang fails (refused).
+func requireHung(t *testing.T, e *env, refused <-chan error) {
+	t.Helper()
+	probe := redis.NewClient(&redis.Options{Addr: e.srv.Addr, ReadTimeout: 50 * time.Millisecond, MaxRetries: -1})
+	defer probe.Close()
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-refused:
+			require.NoError(t, err, "hanging the server")
+		default:
+		}
+		err := probe.Ping(context.Background()).Err()
+		var timeout interface{ Timeout() bool }
+		return errors.As(err, &timeout) && timeout.Timeout()
+	}, 5*time.Second, time.Millisecond, "the server stops answering")
+}
+
+// hungClients are Clients that have made no call yet, each to make one
+// kind of call on a hung server.
+type hungClients struct {
+	lock, try, reenter, isLocked, ttl, holdCount, force *fairlock.Mutex
+}
+
+func newHungClients(e *env) hungClients {
+	fresh := func(name string) *fairlock.Mutex { return e.client().Mutex(name) }
+	return hungClients{
+		lock: fresh("hung"), try: fresh("hung"), reenter: fresh("hung"),
+		isLocked: fresh("hung"), ttl: fresh("hung"), holdCount: fresh("hung"),
+		force: fresh("forced"), // a free lock: its ForceUnlock, answered late, removes nothing
+	}
+}
+
+// calls returns each kind of call, by name; held is the context of a hold
+// of the lock taken through another Client.
+func (c hungClients) calls(held context.Context) map[string]func(ctx context.Context) error {
+	return map[string]func(ctx context.Context) error{
+		"Lock":    func(ctx context.Context) error { _, err := c.lock.Lock(ctx); return err },
+		"TryLock": func(ctx context.Context) error { _, err := c.try.TryLock(ctx); return err },
+		// A context that carries a hold taken through another Client:
+		// whether it is this lock's is asked of Redis first.
+		"Lock re-entering another Client's hold": func(ctx context.Context) error {
+			_, err := c.reenter.Lock(withValuesOf(ctx, held))
+			return err
+		},
+		"IsLocked": func(ctx context.Context) error { _, err := c.isLocked.IsLocked(ctx); return err },
+		"TTL":      func(ctx context.Context) error { _, err := c.ttl.TTL(ctx); return err },
+		"HoldCount": func(ctx context.Context) error {
+			_, err := c.holdCount.HoldCount(fairlock.ContextWithOwner(ctx, "someone"))
+			return err
+		},
+		"ForceUnlock": func(ctx context.Context) error { _, err := c.force.ForceUnlock(ctx); return err },
+	}
+}
+
+// withValuesOf returns ctx with the values of vals (the hold it carries)
+// and ctx's deadline.
+func withValuesOf(ctx, vals context.Context) context.Context {
+	return valuesOf{Context: ctx, vals: vals}
+}
+
+type valuesOf struct {
+	context.Context
+	vals context.Context
+}
+
+func (v valuesOf) Value(key any) any { return v.vals.Value(key) }
+
+// requireDeadlinesHonoured makes every call at once on the hung server,
+// each with a 100ms deadline, and asserts that each returns
+// context.DeadlineExceeded within deadlineBound.
+func requireDeadlinesHonoured(t *testing.T, calls map[string]func(ctx context.Context) error) {
+	t.Helper()
+	type outcome struct {
+		took time.Duration
+		err  error
+	}
+	var mu sync.Mutex
+	got := make(map[string]outcome)
+	var wg sync.WaitGroup
+	for name, call := range calls {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			err := call(ctx)
+			mu.Lock()
+			got[name] = outcome{time.Since(start), err}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for name, o := range got {
+		assert.ErrorIs(t, o.err, context.DeadlineExceeded, name)
+		assert.Less(t, o.took, deadlineBound, "%s returned %v after it was called", name, o.took)
+	}
+}
+
+// The first Lock of a Client checks the server (INFO, CONFIG GET); while
+// DEBUG SLEEP keeps the server busy, that check, like every other call,
+// ends at the caller's deadline. A check cut short is no verdict: once
+// the server answers, the Clients refuse its unsafe eviction policy.
+func TestFirstCallsHonourTheirDeadlineWhileRedisSleeps(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start("--enable-debug-command", "local")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	e := serverEnv(t, srv)
+	ctx := context.Background()
+	holder := e.client().Mutex("hung")
+	held, err := holder.Lock(ctx) // its Client checked the server before the policy changed
+	require.NoError(t, err)
+	require.NoError(t, e.rdb.ConfigSet(ctx, "maxmemory", "1gb").Err())
+	require.NoError(t, e.rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	c := newHungClients(e)
+
+	hangBySleep(t, e)
+	requireDeadlinesHonoured(t, c.calls(held))
+
+	// The server answers again once it has slept.
+	require.Eventually(t, func() bool {
+		_, err := c.isLocked.IsLocked(ctx)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the Client reads the lock once the server answers")
+	_, err = c.lock.Lock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrUnsafeServer)
+	_, err = c.try.TryLock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrUnsafeServer)
+	ttl, err := c.ttl.TTL(ctx)
+	require.NoError(t, err)
+	require.Positive(t, ttl)
+	n, err := c.holdCount.HoldCount(fairlock.ContextWithOwner(ctx, "someone"))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.NoError(t, holder.Unlock(held))
+}
+
+// The same while the server is stopped (SIGSTOP): every call ends at its
+// deadline, and once the server runs again the same Clients lock.
+func TestFirstCallsHonourTheirDeadlineWhileRedisIsStopped(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	holder := e.client().Mutex("hung")
+	held, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	c := newHungClients(e)
+
+	resume := pause(t, e.rdb.(*redis.Client))
+	requireHung(t, e, nil)
+	requireDeadlinesHonoured(t, c.calls(held))
+	resume()
+
+	locked, err := c.isLocked.IsLocked(ctx)
+	require.NoError(t, err)
+	require.True(t, locked)
+	_, err = c.try.TryLock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrLocked)
+	require.NoError(t, holder.Unlock(held))
+	for _, m := range []*fairlock.Mutex{c.lock, c.try, c.reenter} {
+		lctx, err := m.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, m.Unlock(lctx))
+	}
+	removed, err := c.force.ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.False(t, removed)
+	e.requireClean("hung")
+}

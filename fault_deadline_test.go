@@ -91,6 +91,27 @@ func (c hungClients) calls(held context.Context) map[string]func(ctx context.Con
 	}
 }
 
+// unlockOnHold returns an Unlock of a hold taken before the hang,
+// made with a context that carries the hold and the call's deadline, and
+// returns a check, for when the server answers again, that the release
+// went on in the background: the lock is freed, a lease before it would
+// have expired.
+func unlockOnHold(t *testing.T, e *env) (unlock func(ctx context.Context) error, freed func()) {
+	t.Helper()
+	m := e.client().Mutex("unlocked")
+	held, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	unlock = func(ctx context.Context) error { return m.Unlock(withValuesOf(ctx, held)) }
+	return unlock, func() {
+		t.Helper()
+		requireDone(t, held, deadlineBound)
+		require.Eventually(t, func() bool {
+			locked, err := m.IsLocked(context.Background())
+			return err == nil && !locked
+		}, 10*time.Second, 10*time.Millisecond, "the release sent before the deadline frees the lock once the server answers")
+	}
+}
+
 // withValuesOf returns ctx with the values of vals (the hold it carries)
 // and ctx's deadline.
 func withValuesOf(ctx, vals context.Context) context.Context {
@@ -148,12 +169,15 @@ func TestFirstCallsHonourTheirDeadlineWhileRedisSleeps(t *testing.T) {
 	holder := e.client().Mutex("hung")
 	held, err := holder.Lock(ctx) // its Client checked the server before the policy changed
 	require.NoError(t, err)
+	unlock, freed := unlockOnHold(t, e)
 	require.NoError(t, e.rdb.ConfigSet(ctx, "maxmemory", "1gb").Err())
 	require.NoError(t, e.rdb.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
 	c := newHungClients(e)
+	calls := c.calls(held)
+	calls["Unlock"] = unlock
 
 	hangBySleep(t, e)
-	requireDeadlinesHonoured(t, c.calls(held))
+	requireDeadlinesHonoured(t, calls)
 
 	// The server answers again once it has slept.
 	require.Eventually(t, func() bool {
@@ -171,6 +195,7 @@ func TestFirstCallsHonourTheirDeadlineWhileRedisSleeps(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.NoError(t, holder.Unlock(held))
+	freed()
 }
 
 // The same while the server is stopped (SIGSTOP): every call ends at its
@@ -183,11 +208,15 @@ func TestFirstCallsHonourTheirDeadlineWhileRedisIsStopped(t *testing.T) {
 	held, err := holder.Lock(ctx)
 	require.NoError(t, err)
 	c := newHungClients(e)
+	calls := c.calls(held)
+	unlock, freed := unlockOnHold(t, e)
+	calls["Unlock"] = unlock
 
 	resume := pause(t, e.rdb.(*redis.Client))
 	requireHung(t, e, nil)
-	requireDeadlinesHonoured(t, c.calls(held))
+	requireDeadlinesHonoured(t, calls)
 	resume()
+	freed()
 
 	locked, err := c.isLocked.IsLocked(ctx)
 	require.NoError(t, err)

@@ -213,9 +213,61 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	if h.fixed {
 		lease = 0
 	}
-	cctx, cancel := h.l.e.detached(ctx)
-	n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
-	cancel()
+	send := func() (released, error) {
+		cctx, cancel := h.l.e.detached(ctx)
+		defer cancel()
+		n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
+		return released{n, err}, nil
+	}
+	// The release runs on a goroutine of the engine when ctx can end, so
+	// that Unlock returns at ctx's end even while Redis does not answer;
+	// after Close has started, or for a ctx that never ends, it runs here.
+	var fl *flight[released]
+	if ctx.Done() != nil {
+		fl = launch(h.l.e, send)
+	}
+	if fl == nil {
+		out, _ := send()
+		return h.settle(out, last, call, lease)
+	}
+	out, early := fl.wait(ctx, nil, func(out released, _ error) {
+		if err := h.settle(out, last, call, lease); err != nil {
+			h.l.e.log.Warn("fairlock: an Unlock that returned at its caller's context got its answer", "lock", h.l.keys.Name, "err", err)
+		}
+	})
+	if early != nil {
+		// Redis has not answered yet: the release goes on, and its answer
+		// is settled as if it had come in time, but for the caller.
+		if last {
+			h.end(nil)
+		}
+		return fmt.Errorf("fairlock: unlock: %w (the release goes on in the background until Redis takes it or the lease runs out)", causeOf(ctx))
+	}
+	return h.settle(out, last, call, lease)
+}
+
+// released is what Redis answered to a release: the levels the owner
+// still holds, or the call's error.
+type released struct {
+	n   int
+	err error
+}
+
+// causeOf returns ctx's error, with its cause when that says more (the
+// hold's context ends with the reason the hold ended).
+func causeOf(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); err != nil && cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
+}
+
+// settle acts on Redis's answer to the release of one level (last: the
+// hold's last one in this process) sent under call id call, and returns
+// Unlock's error.
+func (h *Hold) settle(out released, last bool, call string, lease time.Duration) error {
+	n, err := out.n, out.err
 	var refused, notAcked error
 	if publishRefused(err) {
 		// Released and handed over; only the push was refused.

@@ -120,10 +120,13 @@ func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, err
 // dropUnacked gives back a level that a call granted but the replicas did
 // not acknowledge (err), and returns the error for the caller: err, with
 // ctx's error when it ended, and the give-back's failure if any. The
-// give-back is waited for at most cleanupGrace, like every clean-up of a
-// Lock. Must run within an operation of the engine (begin).
+// give-back waits for no replicas (see giveBackUnacked), and the caller
+// waits for it: when the call returns, the level has been given back on
+// the primary, unless the primary did not answer before ctx ended (then
+// at most cleanupGrace later, and the error says the give-back is still
+// under way). Must run within an operation of the engine (begin).
 func (l *Mutex) dropUnacked(ctx context.Context, req Request, err error) error {
-	return errors.Join(ctx.Err(), err, l.soon(func() error { return l.giveBack(ctx, req) }))
+	return errors.Join(ctx.Err(), err, l.settle(ctx, func() error { return l.giveBackUnacked(ctx, req) }))
 }
 
 // lateClaims bounds how often a grant that was answered late is claimed
@@ -167,8 +170,13 @@ func (l *Mutex) claimTry(ctx context.Context, req Request, entry string) (*Hold,
 }
 
 // retryable reports whether a call that failed with err may succeed when
-// sent again: a network error, or a reply of a server in a failover.
+// sent again: a network error, or a reply of a server in a failover. A
+// primary with fewer replicas connected than the engine waits for (see
+// acknowledged) is not waited for.
 func retryable(err error) bool {
+	if errors.Is(err, errTooFewReplicas) {
+		return false
+	}
 	return !redisError(err) || transient(err)
 }
 
@@ -286,7 +294,14 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			signalled = shared
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, errors.Join(withUnacked(ctx.Err()), l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
+			leave := func() error { return l.giveUp(ctx, req.Owner, entry) }
+			if unackedErr != nil {
+				// The error says ErrNotReplicated: the grant it names
+				// is given back (leaving the queue does it) when Lock
+				// returns, or the error says that is still under way.
+				return nil, errors.Join(withUnacked(ctx.Err()), l.settle(ctx, leave))
+			}
+			return nil, errors.Join(ctx.Err(), l.soon(leave))
 		case <-l.e.closing:
 			return nil, errors.Join(withUnacked(errs.ErrClosed), l.giveUp(ctx, req.Owner, entry))
 		}
@@ -424,6 +439,27 @@ func (l *Mutex) giveBack(ctx context.Context, req Request) error {
 		return fmt.Errorf("fairlock: gave back a grant and handed the lock on, but %w", err)
 	case unacked(err):
 		return fmt.Errorf("fairlock: gave back a grant on the primary, but %w", err)
+	case err != nil:
+		return fmt.Errorf("fairlock: giving back a grant: %w", err)
+	}
+	return nil
+}
+
+// giveBackUnacked releases one level that was granted, but not
+// acknowledged by the replicas, to a caller who no longer wants it. The
+// release waits for no replicas: the grant may be on no replica, so a
+// failover can bring it back whether or not the release reached them, and
+// waiting would only hold up the caller (a release acknowledged by the
+// replicas whose grant they never had is no safer). What a failover
+// brings back is a hold of an owner that is done with the lock: the
+// engine's audit (see audit.go) watches the ended call and releases it.
+func (l *Mutex) giveBackUnacked(ctx context.Context, req Request) error {
+	cctx, cancel := l.e.detached(ctx)
+	defer cancel()
+	_, err := l.releaseUnwaited(cctx, req.Owner)
+	switch {
+	case publishRefused(err):
+		return fmt.Errorf("fairlock: gave back a grant and handed the lock on, but %w", err)
 	case err != nil:
 		return fmt.Errorf("fairlock: giving back a grant: %w", err)
 	}

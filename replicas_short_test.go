@@ -14,6 +14,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // WithReplicas when the replicas cannot answer: a server that lost its
@@ -63,6 +64,21 @@ func connected(t *testing.T, rdb *redis.Client) int {
 	return 0
 }
 
+// waitsServed returns how many WAIT commands rdb's server has answered.
+func waitsServed(t *testing.T, rdb *redis.Client) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_wait:calls="); ok {
+			n, err := strconv.Atoi(v[:strings.IndexByte(v, ',')])
+			require.NoError(t, err)
+			return n
+		}
+	}
+	return 0
+}
+
 // clientOf returns a Client over a redis client of its own of rdb's server.
 func clientOf(t *testing.T, rdb *redis.Client, prefix string, opts ...fairlock.Option) *fairlock.Client {
 	t.Helper()
@@ -93,9 +109,11 @@ func TestUnacknowledgedTryLockOnAScriptlessServerTakesOneTimeoutAndLeavesNothing
 	resume := pause(t, p.replica)
 	require.NoError(t, p.primary.Set(bg, prefix+"moved", "1", 0).Err())
 
+	waits := waitsServed(t, p.primary)
 	start := time.Now()
 	_, err = m.TryLock(bg)
 	took := time.Since(start)
+	served := waitsServed(t, p.primary) - waits
 	t.Logf("TryLock took %v", took)
 	left := nothingLeft(p.primary, k)
 	require.ErrorIs(t, err, fairlock.ErrNotReplicated)
@@ -104,6 +122,10 @@ func TestUnacknowledgedTryLockOnAScriptlessServerTakesOneTimeoutAndLeavesNothing
 	other, err := clientOf(t, p.primary, prefix).Mutex("lock").TryLock(bg)
 	require.NoError(t, err, "another Client takes the lock right after")
 	require.Less(t, took, timeout+timeout/2, "one replica timeout, not one per script sent")
+	// On Redis 7.0 the WAIT behind the NOSCRIPT waits for the SET above
+	// and runs out: the script is sent again without a WAIT, and the
+	// grant given back without one.
+	require.Equal(t, 1, served, "WAITs the TryLock sent")
 
 	resume()
 	require.NoError(t, clientOf(t, p.primary, prefix).Mutex("lock").Unlock(other))
@@ -164,4 +186,36 @@ func TestUnlockReportsAPrimaryThatLostItsReplicas(t *testing.T) {
 	require.NotContains(t, err.Error(), "sent again", "no replica can acknowledge a re-send")
 	require.Empty(t, nothingLeft(p.primary, k))
 	requireDone(t, hctx, time.Second)
+}
+
+// A user that may not run INFO cannot learn how many replicas the primary
+// has: a short WAIT is then retried as before, until the context ends.
+func TestPrimaryWithoutReplicasIsWaitedForWithoutInfo(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	admin := srv.Client(t)
+	rdb := newACLUser(t, srv.Addr, admin, aclRules+" +wait")
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := fairlock.New(rdb, fairlock.WithReplicas(1, 100*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	m := c.Mutex("lock")
+	k, err := queue.For("fairlock", "lock")
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = m.Lock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrNotReplicated)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "retried until the context ended")
+	require.ErrorContains(t, err, "0 of 1 replicas acknowledged")
+	require.NotContains(t, err.Error(), "connected")
+	require.Empty(t, nothingLeft(admin, k), "the grant is given back and the line left when Lock returns")
+
+	_, err = m.TryLock(context.Background())
+	require.ErrorIs(t, err, fairlock.ErrNotReplicated)
+	require.ErrorContains(t, err, "0 of 1 replicas acknowledged")
+	require.Empty(t, nothingLeft(admin, k))
 }

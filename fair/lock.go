@@ -174,7 +174,7 @@ func (l *Mutex) claimTry(ctx context.Context, req Request, entry string) (*Hold,
 // primary with fewer replicas connected than the engine waits for (see
 // acknowledged) is not waited for.
 func retryable(err error) bool {
-	if errors.Is(err, errTooFewReplicas) {
+	if errors.As(err, new(tooFewReplicas)) {
 		return false
 	}
 	return !redisError(err) || transient(err)
@@ -235,7 +235,12 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 	}
 	for {
 		sent := time.Now()
-		rep, err := l.callWithin(ctx, req, entry, queue.ModeWait, l.leaveQueue(ctx, req, entry))
+		left := make(chan struct{}) // closed once the poll's orphan, if any, left the queue
+		leave := l.leaveQueue(ctx, req, entry)
+		rep, err := l.callWithin(ctx, req, entry, queue.ModeWait, func(rep queue.Reply, err error) {
+			leave(rep, err)
+			close(left)
+		})
 		if err == nil && rep.Granted && !polled.IsZero() && !pushedTo(shared) {
 			w.Missed() // a hand-over since an answered poll: was it pushed?
 		}
@@ -246,7 +251,21 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.ErrClosed)):
 			// The caller gave up, or the Client closed, during the poll;
 			// the poll's orphan leaves the queue once it is answered.
-			return nil, withUnacked(err)
+			if unackedErr == nil {
+				return nil, err
+			}
+			// The error says ErrNotReplicated: the grant it names is
+			// given back when Lock returns, or the error says that is
+			// still under way. The orphan leaves the queue (which gives
+			// the grant back); a poll that was answered has none.
+			orphaned := err == ctx.Err() || err == errs.ErrClosed
+			return nil, errors.Join(withUnacked(err), l.settle(ctx, func() error {
+				if !orphaned {
+					return l.giveUp(ctx, req.Owner, entry)
+				}
+				<-left
+				return nil
+			}))
 		case unacked(err) && rep.Count > 1:
 			// A re-entry of a hold the owner id already had (see Lock),
 			// not a claim of entry's own grant: give it back. The poll
@@ -451,8 +470,11 @@ func (l *Mutex) giveBack(ctx context.Context, req Request) error {
 // failover can bring it back whether or not the release reached them, and
 // waiting would only hold up the caller (a release acknowledged by the
 // replicas whose grant they never had is no safer). What a failover
-// brings back is a hold of an owner that is done with the lock: the
-// engine's audit (see audit.go) watches the ended call and releases it.
+// brings back is a hold of an owner that is done with the lock: under an
+// owner id of the call's own, the engine's audit (see audit.go) watches
+// the ended call (Lock records it; a re-entry's hold, once it ends) and
+// releases it; under a shared owner id it may stay until its lease runs
+// out, as an unacknowledged release may.
 func (l *Mutex) giveBackUnacked(ctx context.Context, req Request) error {
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()

@@ -174,7 +174,7 @@ func redirected(msg string) bool {
 // (INFO replication, on the node the WAIT went to): fewer than the engine
 // waits for (none at all, a replica detached or gone, a new primary that
 // no replica has found yet) and waiting could last for good, so the error
-// wraps errTooFewReplicas and says both numbers, and is not retried. When
+// wraps tooFewReplicas, which says both numbers, and is not retried. When
 // the node does not say (INFO refused, a network error), the short count
 // is all the error says, and it is retried as before.
 func (l *Mutex) acknowledged(ctx context.Context, w waited) error {
@@ -191,22 +191,23 @@ func (l *Mutex) acknowledged(ctx context.Context, w waited) error {
 		return nil
 	}
 	if n, ok := connectedReplicas(ctx, w.node); ok && n < r.n {
-		return fmt.Errorf("%w: %w: asked for %s, the primary has %d connected",
-			errs.ErrNotReplicated, errTooFewReplicas, replicas(r.n), n)
+		return fmt.Errorf("%w: %w", errs.ErrNotReplicated, tooFewReplicas{asked: r.n, connected: n})
 	}
 	return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", errs.ErrNotReplicated, got, r.n, r.timeout)
 }
 
-// errTooFewReplicas is wrapped by acknowledged's error when the primary has
+// tooFewReplicas is wrapped by acknowledged's error when the primary has
 // fewer replicas connected than the engine waits for: no retry.
-var errTooFewReplicas = errors.New("too few replicas")
+type tooFewReplicas struct {
+	asked, connected int
+}
 
-// replicas says "1 replica", "2 replicas".
-func replicas(n int) string {
-	if n == 1 {
-		return "1 replica"
+func (e tooFewReplicas) Error() string {
+	unit := "replicas"
+	if e.asked == 1 {
+		unit = "replica"
 	}
-	return fmt.Sprintf("%d replicas", n)
+	return fmt.Sprintf("asked for %d %s, the primary has %d connected", e.asked, unit, e.connected)
 }
 
 // connectedReplicas returns how many replicas node has connected, in any

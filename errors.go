@@ -57,7 +57,10 @@ var (
 	// (the level was given back; a re-entered hold keeps the levels it
 	// had), or an Unlock (the lock was released on the primary, and the
 	// release is sent again in the background until the replicas
-	// acknowledge it, as the error says).
+	// acknowledge it, as the error says). When the primary has fewer
+	// replicas connected than asked for, the error names both numbers and
+	// nothing waits for them: Lock fails at once, and Unlock does not send
+	// its release again.
 	ErrNotReplicated = errs.ErrNotReplicated
 
 	// ErrInvalidName: the lock name is empty, longer than 1024 bytes, not

@@ -129,7 +129,10 @@ func WithLogger(l *slog.Logger) Option {
 // back, and the error joins ErrNotReplicated with ctx's); TryLock and a
 // re-entry give the level back and fail; Unlock releases on the primary
 // and sends the same release again in the background until it is
-// acknowledged. docs/operations.md says what WAIT does not promise.
+// acknowledged. A primary with fewer than n replicas connected (INFO
+// replication, asked after a short WAIT) is not waited for: every call
+// fails at once with ErrNotReplicated naming both numbers, Lock
+// included. docs/operations.md says what WAIT does not promise.
 //
 // n below 1 makes New fail with ErrInvalidOption, and so does a timeout
 // shorter than MinDuration or longer than the most that leaves the rest of

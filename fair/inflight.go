@@ -2,6 +2,7 @@ package fair
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -151,11 +152,15 @@ func (l *Mutex) callWithin(ctx context.Context, req Request, entry, mode string,
 }
 
 // giveBackIfGranted is the orphan of a call that was not queued: a grant
-// it made is given back, acknowledged by the replicas or not.
+// it made is given back, acknowledged by the replicas or not (then
+// without waiting for them: see giveBackUnacked).
 func (l *Mutex) giveBackIfGranted(ctx context.Context, req Request) func(queue.Reply, error) {
 	return func(rep queue.Reply, err error) {
-		if (err == nil || unacked(err)) && rep.Granted {
+		switch {
+		case err == nil && rep.Granted:
 			_ = l.giveBack(ctx, req)
+		case unacked(err) && rep.Granted:
+			_ = l.giveBackUnacked(ctx, req)
 		}
 	}
 }
@@ -211,5 +216,31 @@ func (l *Mutex) soon(cleanup func() error) error {
 		return err
 	case <-t.C:
 		return nil
+	}
+}
+
+// errStillGivingBack is settle's error when its cleanup has not finished.
+var errStillGivingBack = errors.New("fairlock: the primary has not answered the give-back yet; it is still sent in the background")
+
+// settle runs cleanup in the background and waits for it until it is
+// done, or until cleanupGrace after ctx ended (at once when it already
+// has). It returns cleanup's error, or errStillGivingBack when cleanup is
+// still running then (its failure is logged by cleanup itself). Must run
+// within an operation of the engine (begin).
+func (l *Mutex) settle(ctx context.Context, cleanup func() error) error {
+	done := make(chan error, 1)
+	l.e.wg.Go(func() { done <- cleanup() })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(cleanupGrace)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errStillGivingBack
 	}
 }

@@ -120,10 +120,13 @@ func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, err
 // dropUnacked gives back a level that a call granted but the replicas did
 // not acknowledge (err), and returns the error for the caller: err, with
 // ctx's error when it ended, and the give-back's failure if any. The
-// give-back is waited for at most cleanupGrace, like every clean-up of a
-// Lock. Must run within an operation of the engine (begin).
+// give-back waits for no replicas (see giveBackUnacked), and the caller
+// waits for it: when the call returns, the level has been given back on
+// the primary, unless the primary did not answer before ctx ended (then
+// at most cleanupGrace later, and the error says the give-back is still
+// under way). Must run within an operation of the engine (begin).
 func (l *Mutex) dropUnacked(ctx context.Context, req Request, err error) error {
-	return errors.Join(ctx.Err(), err, l.soon(func() error { return l.giveBack(ctx, req) }))
+	return errors.Join(ctx.Err(), err, l.settle(ctx, func() error { return l.giveBackUnacked(ctx, req) }))
 }
 
 // lateClaims bounds how often a grant that was answered late is claimed
@@ -167,8 +170,13 @@ func (l *Mutex) claimTry(ctx context.Context, req Request, entry string) (*Hold,
 }
 
 // retryable reports whether a call that failed with err may succeed when
-// sent again: a network error, or a reply of a server in a failover.
+// sent again: a network error, or a reply of a server in a failover. A
+// primary with fewer replicas connected than the engine waits for (see
+// acknowledged) is not waited for.
 func retryable(err error) bool {
+	if errors.As(err, new(tooFewReplicas)) {
+		return false
+	}
 	return !redisError(err) || transient(err)
 }
 
@@ -227,7 +235,12 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 	}
 	for {
 		sent := time.Now()
-		rep, err := l.callWithin(ctx, req, entry, queue.ModeWait, l.leaveQueue(ctx, req, entry))
+		left := make(chan struct{}) // closed once the poll's orphan, if any, left the queue
+		leave := l.leaveQueue(ctx, req, entry)
+		rep, err := l.callWithin(ctx, req, entry, queue.ModeWait, func(rep queue.Reply, err error) {
+			leave(rep, err)
+			close(left)
+		})
 		if err == nil && rep.Granted && !polled.IsZero() && !pushedTo(shared) {
 			w.Missed() // a hand-over since an answered poll: was it pushed?
 		}
@@ -238,7 +251,21 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.ErrClosed)):
 			// The caller gave up, or the Client closed, during the poll;
 			// the poll's orphan leaves the queue once it is answered.
-			return nil, withUnacked(err)
+			if unackedErr == nil {
+				return nil, err
+			}
+			// The error says ErrNotReplicated: the grant it names is
+			// given back when Lock returns, or the error says that is
+			// still under way. The orphan leaves the queue (which gives
+			// the grant back); a poll that was answered has none.
+			orphaned := err == ctx.Err() || err == errs.ErrClosed
+			return nil, errors.Join(withUnacked(err), l.settle(ctx, func() error {
+				if !orphaned {
+					return l.giveUp(ctx, req.Owner, entry)
+				}
+				<-left
+				return nil
+			}))
 		case unacked(err) && rep.Count > 1:
 			// A re-entry of a hold the owner id already had (see Lock),
 			// not a claim of entry's own grant: give it back. The poll
@@ -286,7 +313,14 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			signalled = shared
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, errors.Join(withUnacked(ctx.Err()), l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
+			leave := func() error { return l.giveUp(ctx, req.Owner, entry) }
+			if unackedErr != nil {
+				// The error says ErrNotReplicated: the grant it names
+				// is given back (leaving the queue does it) when Lock
+				// returns, or the error says that is still under way.
+				return nil, errors.Join(withUnacked(ctx.Err()), l.settle(ctx, leave))
+			}
+			return nil, errors.Join(ctx.Err(), l.soon(leave))
 		case <-l.e.closing:
 			return nil, errors.Join(withUnacked(errs.ErrClosed), l.giveUp(ctx, req.Owner, entry))
 		}
@@ -439,6 +473,30 @@ func read[T any](e *Engine, ctx context.Context, f func(ctx context.Context) (T,
 		defer cancel()
 		return f(rctx)
 	}, nil)
+}
+
+// giveBackUnacked releases one level that was granted, but not
+// acknowledged by the replicas, to a caller who no longer wants it. The
+// release waits for no replicas: the grant may be on no replica, so a
+// failover can bring it back whether or not the release reached them, and
+// waiting would only hold up the caller (a release acknowledged by the
+// replicas whose grant they never had is no safer). What a failover
+// brings back is a hold of an owner that is done with the lock: under an
+// owner id of the call's own, the engine's audit (see audit.go) watches
+// the ended call (Lock records it; a re-entry's hold, once it ends) and
+// releases it; under a shared owner id it may stay until its lease runs
+// out, as an unacknowledged release may.
+func (l *Mutex) giveBackUnacked(ctx context.Context, req Request) error {
+	cctx, cancel := l.e.detached(ctx)
+	defer cancel()
+	_, err := l.releaseUnwaited(cctx, req.Owner)
+	switch {
+	case publishRefused(err):
+		return fmt.Errorf("fairlock: gave back a grant and handed the lock on, but %w", err)
+	case err != nil:
+		return fmt.Errorf("fairlock: giving back a grant: %w", err)
+	}
+	return nil
 }
 
 // HoldCount returns the levels owner holds, 0 when it holds none.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,9 +35,11 @@ type replication struct {
 	timeout time.Duration
 }
 
-// pipeliner is a client of one node that can send a pipeline.
+// pipeliner is a client of one node that can send a pipeline and say
+// how many replicas the node has.
 type pipeliner interface {
 	Pipeline() redis.Pipeliner
+	Info(ctx context.Context, sections ...string) *redis.StringCmd
 }
 
 var errNoPrimary = errors.New("fairlock: waiting for replicas needs a *redis.Client, *redis.ClusterClient or *redis.Ring")
@@ -70,15 +73,33 @@ func (e *Engine) primaryFor(ctx context.Context, key string) (pipeliner, error) 
 type waited struct {
 	cmd  *redis.Cmd
 	wait *redis.IntCmd // nil: the engine waits for no replicas, or the script was not sent
+	node pipeliner     // the node the WAIT was sent to
 }
+
+// minWait is the shortest WAIT runScript sends: WAIT 0 would block for
+// good.
+const minWait = time.Millisecond
 
 // runScript runs call once. Without replicas it is script.Run on the
 // engine's client, as it always was: EVALSHA, then EVAL when the server
 // lacks the script. With replicas it sends EVALSHA, PEXPIRE of the call's
 // receipt (to receiptTTL ms) and WAIT in one pipeline on the primary of
-// the lock, and again with EVAL in place of EVALSHA when the server lacked
-// the script (nothing ran then; a re-run is as safe as any re-sent call,
-// since the script is idempotent per call id).
+// the lock.
+//
+// When the server lacked the script (first use, SCRIPT FLUSH, a restart,
+// a failover), nothing ran, but the WAIT after it was served: it waited
+// for what the connection (on Redis 7.0, where every command moves the
+// connection's replication offset to the primary's: the whole primary)
+// wrote so far, and told whether the replicas keep up. The call is sent
+// again with EVAL (a re-run is as safe as any re-sent call, since the
+// script is idempotent per call id), and each call still waits for
+// replicas for one timeout at most, in all:
+//
+//   - when that WAIT came back short or failed, with no WAIT at all: its
+//     verdict is the call's, as the change would not be acknowledged in
+//     time either, and the call is reported unacknowledged (see
+//     acknowledged) with the change made on the primary;
+//   - otherwise with a WAIT for what is left of the timeout.
 func (l *Mutex) runScript(ctx context.Context, call lua.Call, receipt string, receiptTTL int64) waited {
 	r := l.e.repl
 	if r == nil {
@@ -90,7 +111,7 @@ func (l *Mutex) runScript(ctx context.Context, call lua.Call, receipt string, re
 		cmd.SetErr(err)
 		return waited{cmd: cmd}
 	}
-	send := func(eval bool) waited {
+	send := func(eval bool, timeout time.Duration) waited {
 		pipe := node.Pipeline()
 		var cmd *redis.Cmd
 		if eval {
@@ -98,15 +119,25 @@ func (l *Mutex) runScript(ctx context.Context, call lua.Call, receipt string, re
 		} else {
 			cmd = call.EvalSha(ctx, pipe)
 		}
-		pipe.PExpire(ctx, receipt, time.Duration(receiptTTL)*time.Millisecond)
-		wait := redis.NewIntCmd(ctx, "wait", r.n, r.timeout.Milliseconds())
-		_ = pipe.Process(ctx, wait)
+		var wait *redis.IntCmd
+		if timeout > 0 {
+			pipe.PExpire(ctx, receipt, time.Duration(receiptTTL)*time.Millisecond)
+			wait = redis.NewIntCmd(ctx, "wait", r.n, max(timeout, minWait).Milliseconds())
+			_ = pipe.Process(ctx, wait)
+		}
 		_, _ = pipe.Exec(ctx) // every command carries its own outcome
-		return waited{cmd: cmd, wait: wait}
+		return waited{cmd: cmd, wait: wait, node: node}
 	}
-	w := send(false)
+	sent := time.Now()
+	w := send(false, r.timeout)
 	if noScript(w.cmd.Err()) {
-		w = send(true)
+		if got, err := w.wait.Result(); err != nil || got < int64(r.n) {
+			verdict := w.wait
+			w = send(true, 0)
+			w.wait = verdict
+		} else {
+			w = send(true, max(r.timeout-time.Since(sent), minWait))
+		}
 	}
 	if msg, ok := serverReply(w.cmd.Err()); ok && redirected(msg) {
 		// The node no longer serves the slot (a failover, a slot
@@ -138,7 +169,15 @@ func redirected(msg string) bool {
 // wraps errs.ErrNotReplicated: the WAIT's short count, its error reply
 // (wrapped too, so that a refusal is not retried), or the network error
 // that cut it off (retried like any other).
-func (l *Mutex) acknowledged(w waited) error {
+//
+// A short count makes it ask the node how many replicas it has connected
+// (INFO replication, on the node the WAIT went to): fewer than the engine
+// waits for (none at all, a replica detached or gone, a new primary that
+// no replica has found yet) and waiting could last for good, so the error
+// wraps tooFewReplicas, which says both numbers, and is not retried. When
+// the node does not say (INFO refused, a network error), the short count
+// is all the error says, and it is retried as before.
+func (l *Mutex) acknowledged(ctx context.Context, w waited) error {
 	if w.wait == nil {
 		return nil
 	}
@@ -148,10 +187,42 @@ func (l *Mutex) acknowledged(w waited) error {
 		l.e.topo.failed(err)
 		return fmt.Errorf("%w: WAIT: %w", errs.ErrNotReplicated, refusal(err))
 	}
-	if got < int64(r.n) {
-		return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", errs.ErrNotReplicated, got, r.n, r.timeout)
+	if got >= int64(r.n) {
+		return nil
 	}
-	return nil
+	if n, ok := connectedReplicas(ctx, w.node); ok && n < r.n {
+		return fmt.Errorf("%w: %w", errs.ErrNotReplicated, tooFewReplicas{asked: r.n, connected: n})
+	}
+	return fmt.Errorf("%w: %d of %d replicas acknowledged within %v", errs.ErrNotReplicated, got, r.n, r.timeout)
+}
+
+// tooFewReplicas is wrapped by acknowledged's error when the primary has
+// fewer replicas connected than the engine waits for: no retry.
+type tooFewReplicas struct {
+	asked, connected int
+}
+
+func (e tooFewReplicas) Error() string {
+	unit := "replicas"
+	if e.asked == 1 {
+		unit = "replica"
+	}
+	return fmt.Sprintf("asked for %d %s, the primary has %d connected", e.asked, unit, e.connected)
+}
+
+// connectedReplicas returns how many replicas node has connected, in any
+// state of their sync (INFO replication's connected_slaves), and false
+// when it does not say.
+func connectedReplicas(ctx context.Context, node pipeliner) (int, bool) {
+	if node == nil {
+		return 0, false
+	}
+	info, err := node.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(infoField(info, "connected_slaves"))
+	return n, err == nil
 }
 
 // unacked reports whether err says that a call changed a hold on the

@@ -32,7 +32,7 @@ func (l *Mutex) acquireCall(ctx context.Context, call, owner, entry string, leas
 	case rep.Granted:
 		// Only a grant must reach the replicas: a caller told "busy"
 		// holds nothing that a failover could lose.
-		return rep, l.acknowledged(w)
+		return rep, l.acknowledged(ctx, w)
 	}
 	return rep, nil
 }
@@ -61,7 +61,20 @@ func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.
 	if n < 0 {
 		return -1, nil // not held: nothing changed, nothing to acknowledge
 	}
-	return n, l.acknowledged(w)
+	return n, l.acknowledged(ctx, w)
+}
+
+// releaseUnwaited runs release.lua once, under a fresh call id, and waits
+// for no replicas whatever the engine's configuration: see
+// giveBackUnacked.
+func (l *Mutex) releaseUnwaited(ctx context.Context, owner string) (int, error) {
+	s, err := l.e.scripts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := lua.ReadRelease(s.Release(l.keys, queue.NewID(), owner, 0, l.e.receiptTTL()).Run(ctx, l.e.rdb))
+	l.e.topo.failed(err)
+	return n, refusal(err)
 }
 
 // cancel runs cancel.lua once: true when a level handed to entry was given

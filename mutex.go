@@ -124,6 +124,12 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error)
 // to the next waiter, and the hold's context is cancelled. It fails with
 // ErrNotHeld when ctx carries no live hold of this lock, and with
 // ErrLeaseLost when the hold's lease was lost before.
+//
+// ctx's deadline, if any, bounds Unlock even while Redis does not answer:
+// Unlock then returns context.DeadlineExceeded, the hold ends at its last
+// level, and the release goes on in the background until Redis takes it
+// or the lease runs out. A cancellation does not stop Unlock: the context
+// it is given is often that of a hold that has just ended.
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return notHeld(err)

@@ -192,6 +192,11 @@ func (h *Hold) Enter(ctx context.Context) error {
 // answers it, the lease has run out or the Client closes; the error
 // returned says so. A release of a level above the last that Redis did
 // not answer is sent again in the same way, and the level counts as gone.
+//
+// ctx's deadline bounds Unlock: when it passes before Redis answers,
+// Unlock returns context.DeadlineExceeded (at the last level the hold
+// ends here), and the release goes on in the background, its answer
+// settled as above. A cancellation without a deadline does not stop it.
 // So is a release that fewer replicas than the engine waits for
 // acknowledged: it was made on the primary, and each re-send waits for
 // the replicas again, until they acknowledge it.
@@ -219,20 +224,26 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
 		return released{n, err}, nil
 	}
-	// The release runs on a goroutine of the engine when ctx can end, so
-	// that Unlock returns at ctx's end even while Redis does not answer;
-	// after Close has started, or for a ctx that never ends, it runs here.
+	// The release runs on a goroutine of the engine when ctx has a
+	// deadline, so that Unlock returns by then even while Redis does not
+	// answer; after Close has started, or without a deadline, it runs
+	// here. Only the deadline counts, not a cancellation: the context an
+	// Unlock is given is often the context of a hold, of this lock or of
+	// another it carries, that has just ended.
+	deadline, bounded := ctx.Deadline()
 	var fl *flight[released]
-	if ctx.Done() != nil {
+	if bounded {
 		fl = launch(h.l.e, send)
 	}
 	if fl == nil {
 		out, _ := send()
 		return h.settle(out, last, call, lease)
 	}
-	out, early := fl.wait(ctx, nil, func(out released, _ error) {
+	dctx, cancelWait := context.WithDeadline(context.Background(), deadline)
+	defer cancelWait()
+	out, early := fl.wait(dctx, nil, func(out released, _ error) {
 		if err := h.settle(out, last, call, lease); err != nil {
-			h.l.e.log.Warn("fairlock: an Unlock that returned at its caller's context got its answer", "lock", h.l.keys.Name, "err", err)
+			h.l.e.log.Warn("fairlock: an Unlock that returned at its deadline got its answer", "lock", h.l.keys.Name, "err", err)
 		}
 	})
 	if early != nil {
@@ -241,7 +252,7 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		if last {
 			h.end(nil)
 		}
-		return fmt.Errorf("fairlock: unlock: %w (the release goes on in the background until Redis takes it or the lease runs out)", causeOf(ctx))
+		return fmt.Errorf("fairlock: unlock: %w (the release goes on in the background until Redis takes it or the lease runs out)", early)
 	}
 	return h.settle(out, last, call, lease)
 }
@@ -251,16 +262,6 @@ func (h *Hold) Unlock(ctx context.Context) error {
 type released struct {
 	n   int
 	err error
-}
-
-// causeOf returns ctx's error, with its cause when that says more (the
-// hold's context ends with the reason the hold ended).
-func causeOf(ctx context.Context) error {
-	err := ctx.Err()
-	if cause := context.Cause(ctx); err != nil && cause != nil && cause != err {
-		return fmt.Errorf("%w: %w", err, cause)
-	}
-	return err
 }
 
 // settle acts on Redis's answer to the release of one level (last: the

@@ -47,6 +47,9 @@ func TestTokensSurviveDigitForDigit(t *testing.T) {
 		rep, err := r.acquire(ctx, "grant", "h", h, lease, ttl, queue.ModeTry)
 		require.NoError(t, err)
 		require.Equal(t, queue.Reply{Granted: true, Token: want, Count: 1}, rep, "the reply")
+		// The counter was written without an expiry, as versions before
+		// expiring counters wrote it: the grant gives it one.
+		require.Positive(t, r.rdb.PTTL(ctx, r.keys.Token).Val(), "the counter expires")
 		rep, err = r.acquire(ctx, "grant", "h", h, lease, ttl, queue.ModeTry)
 		require.NoError(t, err)
 		require.Equal(t, queue.Reply{Granted: true, Token: want, Count: 1}, rep, "the reply of a re-sent call, read back from the hold")

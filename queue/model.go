@@ -14,9 +14,9 @@ import (
 //
 // Time is in milliseconds of the server's clock and moves only when
 // Advance is called. A hold, the token counter or a receipt is gone once
-// the clock reaches the time at which it expires, as a key whose PEXPIRE (or PX) has run
-// down to 0 (a real Redis server keeps such a key for that last
-// millisecond, and drops it once its clock passes the expiry).
+// the clock reaches the time at which it expires, as a key whose PEXPIRE
+// (or PX) has run down to 0 (a real Redis server keeps such a key for
+// that last millisecond, and drops it once its clock passes the expiry).
 //
 // A waiter that dies simply stops calling: nothing in the model marks it.
 // Its entry stays in the queue with the deadline of its last poll, and is
@@ -87,8 +87,9 @@ func NewModel(now, receiptTTL int64) *Model {
 func (m *Model) Now() int64 { return m.now }
 
 // Advance lets d ms pass. Holds, the token counter and receipts whose
-// expiry is reached are gone; nothing else happens, in particular nobody is told that a hold
-// expired, and dead waiters stay in line until a script prunes them.
+// expiry is reached are gone; nothing else happens, in particular nobody
+// is told that a hold expired, and dead waiters stay in line until a
+// script prunes them.
 func (m *Model) Advance(d int64) {
 	if d < 0 {
 		panic("queue: Model.Advance with a negative duration")
@@ -220,9 +221,10 @@ const tokensPerMs = 1000
 // persistence, a failover), as long as the clock moves forward.
 //
 // The counter expires with the hold it was taken for, ttl ms from now,
-// but never sooner than 1 ms from now: every token issued at now is below
-// (now + 1) * tokensPerMs, so a grant that finds the counter gone, at now
-// + 1 or later, takes a higher token from the clock alone.
+// but never sooner than 1 ms from now: while fewer than tokensPerMs
+// grants come in one ms (as on a real server), every token issued at now
+// is below (now + 1) * tokensPerMs, so a grant that finds the counter
+// gone, at now + 1 or later, takes a higher token from the clock alone.
 func (m *Model) take(owner, entry string, ttl int64) int64 {
 	m.lastToken = max(m.lastToken+1, m.now*tokensPerMs)
 	m.tokenEnd = m.now + max(ttl, 1)

@@ -332,6 +332,7 @@ func TestInspectShowsHolderAndWaitersInOrder(t *testing.T) {
 	tok, _ := m.Token(hctx)
 	require.Equal(t, tok, s.Token)
 	require.Equal(t, tok, s.LastToken)
+	require.Positive(t, s.TokenTTL, "the counter expires")
 	require.Positive(t, s.TTL)
 	require.Len(t, s.Waiters, 2)
 	require.Equal(t, "first", s.Waiters[0].Owner)

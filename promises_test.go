@@ -344,6 +344,9 @@ func TestRedisKeepsOnlyTheTokenAndShortLivedReceiptsOfAFreeLock(t *testing.T) {
 	for _, key := range keys {
 		switch {
 		case key == k.Token:
+			ttl := e.rdb.PTTL(ctx, key).Val()
+			require.Positive(t, ttl, "the token counter expires")
+			require.LessOrEqual(t, ttl, 30*time.Second, "with the hold it was taken for")
 		case strings.HasPrefix(key, k.Call("")):
 			receipts = append(receipts, key)
 		default:

@@ -114,10 +114,26 @@ end
 -- year 2255). Never tostring() a token or join it with '..': Lua 5.1
 -- prints 14 significant digits ("1.8e+15"). string.format('%d') prints
 -- every digit, and only that text is written, published or stored.
+--
+-- The counter expires with the hold it was taken for: at now + ttl on the
+-- server's clock (at least 1 ms after now), so a name nobody uses keeps
+-- no key once its hold and receipts are gone. Tokens still rise: every
+-- token issued at now is below (now + 1) * 1000, and a grant that finds
+-- the counter gone runs at now + 1 or later, so its clock term alone is
+-- above them (see "Fencing tokens" in docs/algorithm.md). The expiry is an
+-- absolute time: from Redis 7.2 on, a PX inside a script counts from the
+-- script's start, which may be ms before now. Redis 7 and later (which
+-- tell scripts their version) are given SET ... PXAT; older servers are
+-- given PX, which they count from the SET itself, after now was read.
 local function take(owner, entry, ttl, now)
   local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
   local token = string.format('%d', math.max(counter + 1, now * 1000))
-  redis.call('SET', KEYS[4], token)
+  local keep = math.max(ttl, 1)
+  if redis.REDIS_VERSION then
+    redis.call('SET', KEYS[4], token, 'PXAT', string.format('%d', now + keep))
+  else
+    redis.call('SET', KEYS[4], token, 'PX', string.format('%d', keep))
+  end
   redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', token, 'entry', entry)
   redis.call('PEXPIRE', KEYS[1], ttl)
   return token

@@ -36,6 +36,7 @@ type differ struct {
 	log    []string
 	prev   queue.State // the scripts' state after the last step
 	prevM  queue.State // the model's state after the last step
+	top    int64       // the highest token any of the scripts' states showed
 }
 
 // shownCalls is how many of the last calls a failure prints.
@@ -151,10 +152,14 @@ func (d *differ) compare(want, got any, handsOver, refused bool) {
 	case !refused && !slices.Equal(wantMsgs, msgs):
 		d.fail("wake messages: model %q, scripts %q", wantMsgs, msgs)
 	}
-	if err := checkInvariants(d.prev, s, handsOver); err != nil {
+	if err := checkInvariants(d.prev, s, d.top, handsOver); err != nil {
 		d.fail("invariant broken: %v\nstate: %+v", err, s)
 	}
 	d.prev, d.prevM = s, m
+	d.top = max(d.top, s.LastToken)
+	if s.Hold != nil {
+		d.top = max(d.top, s.Hold.Token)
+	}
 }
 
 // pairTokens records the token of this step's fresh grant, if both sides
@@ -244,6 +249,9 @@ func diffState(want, got queue.State, tol int64) string {
 	if want.LastToken != got.LastToken {
 		fmt.Fprintf(&b, "token counter: %d vs %d\n", want.LastToken, got.LastToken)
 	}
+	if !near(want.TokenEnd, got.TokenEnd) || (want.TokenEnd == 0) != (got.TokenEnd == 0) {
+		fmt.Fprintf(&b, "token counter expires at: %d vs %d (0: never or no counter)\n", want.TokenEnd, got.TokenEnd)
+	}
 	if !maps.EqualFunc(want.Receipts, got.Receipts, func(x, y queue.Receipt) bool {
 		return x.Answer == y.Answer && near(x.ExpiresAt, y.ExpiresAt)
 	}) {
@@ -253,9 +261,15 @@ func diffState(want, got queue.State, tol int64) string {
 }
 
 // checkInvariants checks the invariants that hold after every script, in
-// s, against the state before the step. handsOver says the step ran a
-// script that hands a free lock to a live head.
-func checkInvariants(prev, s queue.State, handsOver bool) error {
+// s, against the state before the step and top, the highest token any
+// earlier state showed (in the hold or the counter). handsOver says the
+// step ran a script that hands a free lock to a live head.
+//
+// The counter expires, so it may be gone (0) while the lock is held, and
+// a token is checked against top, not only against the counter: a fresh
+// grant (a counter that changed to a token, a hold with another token
+// than before) must be above every token issued before it.
+func checkInvariants(prev, s queue.State, top int64, handsOver bool) error {
 	seen := map[string]bool{}
 	for _, e := range s.Queue {
 		if seen[e] {
@@ -269,15 +283,18 @@ func checkInvariants(prev, s queue.State, handsOver bool) error {
 	if len(s.Deadlines) != len(s.Queue) {
 		return fmt.Errorf("%d deadlines for %d queued entries", len(s.Deadlines), len(s.Queue))
 	}
-	if s.LastToken < prev.LastToken {
-		return fmt.Errorf("the token counter went back from %d to %d", prev.LastToken, s.LastToken)
+	if s.LastToken > 0 && s.LastToken != prev.LastToken && s.LastToken <= top {
+		return fmt.Errorf("the token counter went from %d to %d, not above the earlier token %d", prev.LastToken, s.LastToken, top)
+	}
+	if s.LastToken > 0 && s.TokenEnd == 0 {
+		return fmt.Errorf("the token counter %d never expires", s.LastToken)
 	}
 	if h := s.Hold; h != nil {
-		if h.Count < 1 || h.Token < 1 || h.Token > s.LastToken {
+		if h.Count < 1 || h.Token < 1 || (s.LastToken > 0 && h.Token > s.LastToken) {
 			return fmt.Errorf("hold %+v with token counter %d", *h, s.LastToken)
 		}
-		if p := prev.Hold; p != nil && h.Token < p.Token {
-			return fmt.Errorf("token %d granted after token %d", h.Token, p.Token)
+		if p := prev.Hold; (p == nil || h.Token != p.Token) && h.Token <= top {
+			return fmt.Errorf("token %d granted after token %d", h.Token, top)
 		}
 	}
 	if handsOver && s.Hold == nil && len(s.Queue) > 0 {

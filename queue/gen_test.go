@@ -230,6 +230,9 @@ func (w *world) advance(m *queue.Model, o op) int64 {
 	for _, r := range s.Receipts {
 		at = append(at, r.ExpiresAt)
 	}
+	if s.LastToken > 0 {
+		at = append(at, s.TokenEnd)
+	}
 	if o.a%2 == 0 || len(at) == 0 {
 		return advances[int(o.b)%len(advances)]
 	}

@@ -40,7 +40,8 @@ type Snapshot struct {
 	TTL       time.Duration // remaining lease
 	Waiters   []WaiterState // the queue, oldest first
 	Orphans   []string      // deadline entries missing from the queue (should never happen)
-	LastToken int64         // the fencing counter: the token of the latest fresh grant
+	LastToken int64         // the fencing counter: the token of the latest fresh grant; 0 once it expired
+	TokenTTL  time.Duration // the counter's time left; 0 when there is none, negative when it never expires
 }
 
 // Inspect reads a snapshot of one lock in a single transaction. It is a
@@ -54,6 +55,7 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 		queue *redis.StringSliceCmd
 		dls   *redis.ZSliceCmd
 		token *redis.StringCmd
+		tttl  *redis.DurationCmd
 	)
 	p := rdb.TxPipeline()
 	tm = p.Time(ctx)
@@ -62,6 +64,7 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 	queue = p.LRange(ctx, k.Queue, 0, -1)
 	dls = p.ZRangeWithScores(ctx, k.Deadline, 0, -1)
 	token = p.Get(ctx, k.Token)
+	tttl = p.PTTL(ctx, k.Token)
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return Snapshot{}, fmt.Errorf("fairlock: inspect %q: %w", k.Name, err)
 	}
@@ -77,6 +80,13 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 		}
 	}
 	s.LastToken, _ = strconv.ParseInt(token.Val(), 10, 64)
+	switch d := tttl.Val(); {
+	case s.LastToken == 0:
+	case d == -1: // PTTL's answer for a key without an expiry
+		s.TokenTTL = -1
+	case d > 0:
+		s.TokenTTL = d
+	}
 	deadline := make(map[string]float64, len(dls.Val()))
 	for _, z := range dls.Val() {
 		deadline[z.Member.(string)] = z.Score
@@ -106,7 +116,14 @@ func (s Snapshot) String() string {
 	} else {
 		b.WriteString("  free\n")
 	}
-	fmt.Fprintf(&b, "  last token %d\n", s.LastToken)
+	switch {
+	case s.LastToken == 0:
+		b.WriteString("  no token counter (expired, or never written)\n")
+	case s.TokenTTL < 0:
+		fmt.Fprintf(&b, "  last token %d, counter never expires\n", s.LastToken)
+	default:
+		fmt.Fprintf(&b, "  last token %d, counter expires in %v\n", s.LastToken, s.TokenTTL)
+	}
 	fmt.Fprintf(&b, "  %d waiter(s)\n", len(s.Waiters))
 	for i, w := range s.Waiters {
 		due := "no deadline"

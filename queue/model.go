@@ -13,10 +13,10 @@ import (
 // by side with the scripts to check that they agree after every step.
 //
 // Time is in milliseconds of the server's clock and moves only when
-// Advance is called. A hold or a receipt is gone once the clock reaches
-// the time at which it expires, as a key whose PEXPIRE (or PX) has run
-// down to 0 (a real Redis server keeps such a key for that last
-// millisecond, and drops it once its clock passes the expiry).
+// Advance is called. A hold, the token counter or a receipt is gone once
+// the clock reaches the time at which it expires, as a key whose PEXPIRE
+// (or PX) has run down to 0 (a real Redis server keeps such a key for
+// that last millisecond, and drops it once its clock passes the expiry).
 //
 // A waiter that dies simply stops calling: nothing in the model marks it.
 // Its entry stays in the queue with the deadline of its last poll, and is
@@ -34,7 +34,8 @@ type Model struct {
 	hold      *HoldState         // the hash P:{N}; nil when the lock is free
 	queue     []string           // the list P:{N}:queue, oldest first
 	deadlines map[string]int64   // the zset P:{N}:deadline: entry -> ms
-	lastToken int64              // the counter P:{N}:token: the latest token
+	lastToken int64              // the counter P:{N}:token: the latest token; 0 when gone
+	tokenEnd  int64              // when lastToken > 0: server time (ms) at which the counter expires
 	receipts  map[string]Receipt // the keys P:{N}:call:<id>, by call id
 	published []string           // messages on P:{N}:wake not yet drained
 }
@@ -62,7 +63,8 @@ type State struct {
 	Hold      *HoldState         // nil when the lock is free
 	Queue     []string           // oldest first
 	Deadlines map[string]int64   // entry -> server time (ms)
-	LastToken int64              // the fencing counter
+	LastToken int64              // the fencing counter; 0 when there is none
+	TokenEnd  int64              // when LastToken > 0: server time (ms) at which the counter expires
 	Receipts  map[string]Receipt // by call id
 }
 
@@ -84,9 +86,10 @@ func NewModel(now, receiptTTL int64) *Model {
 // Now returns the model's clock (ms).
 func (m *Model) Now() int64 { return m.now }
 
-// Advance lets d ms pass. Holds and receipts whose expiry is reached are
-// gone; nothing else happens, in particular nobody is told that a hold
-// expired, and dead waiters stay in line until a script prunes them.
+// Advance lets d ms pass. Holds, the token counter and receipts whose
+// expiry is reached are gone; nothing else happens, in particular nobody
+// is told that a hold expired, and dead waiters stay in line until a
+// script prunes them.
 func (m *Model) Advance(d int64) {
 	if d < 0 {
 		panic("queue: Model.Advance with a negative duration")
@@ -94,6 +97,9 @@ func (m *Model) Advance(d int64) {
 	m.now += d
 	if m.hold != nil && m.hold.ExpiresAt != 0 && m.now >= m.hold.ExpiresAt {
 		m.hold = nil
+	}
+	if m.lastToken > 0 && m.now >= m.tokenEnd {
+		m.lastToken, m.tokenEnd = 0, 0
 	}
 	for call, r := range m.receipts {
 		if m.now >= r.ExpiresAt {
@@ -109,6 +115,7 @@ func (m *Model) State() State {
 		Queue:     slices.Clone(m.queue),
 		Deadlines: maps.Clone(m.deadlines),
 		LastToken: m.lastToken,
+		TokenEnd:  m.tokenEnd,
 		Receipts:  maps.Clone(m.receipts),
 	}
 	if m.hold != nil {
@@ -212,8 +219,15 @@ const tokensPerMs = 1000
 // tokensPerMs), which becomes the counter. The clock term keeps tokens
 // rising when the counter is lost or stale (a restart without
 // persistence, a failover), as long as the clock moves forward.
+//
+// The counter expires with the hold it was taken for, ttl ms from now,
+// but never sooner than 1 ms from now: while fewer than tokensPerMs
+// grants come in one ms (as on a real server), every token issued at now
+// is below (now + 1) * tokensPerMs, so a grant that finds the counter
+// gone, at now + 1 or later, takes a higher token from the clock alone.
 func (m *Model) take(owner, entry string, ttl int64) int64 {
 	m.lastToken = max(m.lastToken+1, m.now*tokensPerMs)
+	m.tokenEnd = m.now + max(ttl, 1)
 	m.hold = &HoldState{Owner: owner, Count: 1, Token: m.lastToken, Entry: entry}
 	m.expireHold(ttl)
 	return m.lastToken

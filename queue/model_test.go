@@ -240,7 +240,52 @@ func TestModelReentryNeverBecomesAFreshGrant(t *testing.T) {
 	r := m.Acquire("c2", "o", Entry("0000000000000002", 0, "o"), 0, 30, ModeReenter)
 	require.False(t, r.Granted)
 	require.Nil(t, m.State().Hold)
-	require.Equal(t, tokenAt(1000), m.State().LastToken, "no token is spent")
+	require.Zero(t, m.State().LastToken, "no token is spent: the counter went with the hold, and none is written")
+}
+
+func TestModelTokenCounterExpiresWithTheHoldItWasTakenFor(t *testing.T) {
+	// A fresh grant: the counter lasts the lease, as the hold does.
+	m, call := held(t, "w")
+	require.Equal(t, tok0, m.State().LastToken)
+	require.Equal(t, int64(t0+mLease), m.State().TokenEnd)
+
+	// The holder renews; the counter keeps its expiry and goes while the
+	// lock is still held, and the hold keeps its token.
+	m.Advance(mTTL / 2)
+	require.True(t, m.Renew("h", mLease))
+	m.Acquire(call(), "w", waiterEntry(1, "w"), mLease, mTTL, ModeWait) // a heartbeat
+	m.Advance(mLease - mTTL/2 - 1)
+	require.Equal(t, tok0, m.State().LastToken, "1 ms before its expiry")
+	m.Advance(1)
+	s := m.State()
+	require.Zero(t, s.LastToken, "gone at its expiry, while the lock is held")
+	require.Zero(t, s.TokenEnd)
+	require.Equal(t, tok0, s.Hold.Token)
+
+	// The release hands over: the new token comes from the clock alone,
+	// above every earlier one, and the counter lasts as long as that hold,
+	// which the waiter's deadline bounds.
+	require.True(t, m.Renew("h", mLease))
+	m.Acquire(call(), "w", waiterEntry(1, "w"), mLease, mTTL, ModeWait)
+	m.Advance(mTTL - 5)
+	require.Equal(t, 0, m.Release(call(), "h", mLease))
+	s = m.State()
+	require.Equal(t, tokenAt(t0+mLease+mTTL-5), s.LastToken)
+	require.Greater(t, s.LastToken, tok0)
+	require.Equal(t, s.Hold.ExpiresAt, s.TokenEnd, "the hand-over's hold: 5 ms left of the waiter's deadline")
+	require.Equal(t, int64(t0+mLease+mTTL), s.TokenEnd)
+
+	// A grant whose hold expires at once (lease 0) keeps the counter 1 ms,
+	// so a grant in the same ms still gets a higher token.
+	m.Advance(5)
+	require.Nil(t, m.State().Hold)
+	now := m.Now()
+	first := m.Acquire(call(), "o", waiterEntry(2, "o"), 0, mTTL, ModeTry)
+	require.Equal(t, Reply{Granted: true, Token: tokenAt(now), Count: 1}, first)
+	require.Nil(t, m.State().Hold)
+	require.Equal(t, now+1, m.State().TokenEnd)
+	second := m.Acquire(call(), "o", waiterEntry(3, "o"), mLease, mTTL, ModeTry)
+	require.Equal(t, Reply{Granted: true, Token: tokenAt(now) + 1, Count: 1}, second)
 }
 
 func TestModelTokenIsTheClockOrTheCounterPlusOne(t *testing.T) {

@@ -120,6 +120,7 @@ func (r *rig) state(ctx context.Context) (queue.State, []string, error) {
 	line := p.LRange(ctx, r.keys.Queue, 0, -1)
 	dls := p.ZRangeWithScores(ctx, r.keys.Deadline, 0, -1)
 	token := p.Get(ctx, r.keys.Token)
+	tokenTTL := p.PTTL(ctx, r.keys.Token)
 	calls := p.Keys(ctx, r.keys.Call("*"))
 	p.Publish(ctx, r.keys.Wake, barrier)
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -145,6 +146,9 @@ func (r *rig) state(ctx context.Context) (queue.State, []string, error) {
 			return queue.State{}, nil, fmt.Errorf("token counter %q: %w", token.Val(), err)
 		}
 		s.LastToken = n
+		if d := tokenTTL.Val(); d >= 0 {
+			s.TokenEnd = s.Now + d.Milliseconds()
+		}
 	}
 	if err := r.receipts(ctx, s, calls.Val()); err != nil {
 		return queue.State{}, nil, err

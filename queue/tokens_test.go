@@ -47,6 +47,9 @@ func TestTokensSurviveDigitForDigit(t *testing.T) {
 		rep, err := r.acquire(ctx, "grant", "h", h, lease, ttl, queue.ModeTry)
 		require.NoError(t, err)
 		require.Equal(t, queue.Reply{Granted: true, Token: want, Count: 1}, rep, "the reply")
+		// The counter was written without an expiry, as versions before
+		// expiring counters wrote it: the grant gives it one.
+		require.Positive(t, r.rdb.PTTL(ctx, r.keys.Token).Val(), "the counter expires")
 		rep, err = r.acquire(ctx, "grant", "h", h, lease, ttl, queue.ModeTry)
 		require.NoError(t, err)
 		require.Equal(t, queue.Reply{Granted: true, Token: want, Count: 1}, rep, "the reply of a re-sent call, read back from the hold")
@@ -160,4 +163,94 @@ func TestTokensRiseAcrossARestart(t *testing.T) {
 		return err == nil && now*queue.TokensPerMs > last
 	}, 5*time.Second, time.Millisecond)
 	require.Greater(t, grant(), last, "after a stale counter")
+}
+
+// The counter expires with the hold it was taken for, also while the lock
+// is still held (the holder renewed) and waited for. The tokens after it
+// still rise: the hand-over and the grants after it read a later clock.
+func TestTokensRiseAfterTheCounterExpiresWhileTheLockIsBusy(t *testing.T) {
+	backends(t, func(t *testing.T, r *rig) {
+		ctx := context.Background()
+		const short, long = 200, 60_000 // ms
+		// gone waits until the counter has expired: on miniredis time is
+		// moved past its expiry, on a real server it runs out.
+		gone := func() {
+			t.Helper()
+			if r.mr != nil {
+				r.advance(short + 1)
+			}
+			require.Eventually(t, func() bool { return r.rdb.Exists(ctx, r.keys.Token).Val() == 0 },
+				5*time.Second, time.Millisecond, "the counter expires")
+		}
+		h := queue.Entry("000000000000000a", short*time.Millisecond, "h")
+		w := queue.Entry("000000000000000b", short*time.Millisecond, "w")
+		rep, err := r.acquire(ctx, "grant", "h", h, short, long, queue.ModeTry)
+		require.NoError(t, err)
+		require.True(t, rep.Granted)
+		first := rep.Token
+		ttl := r.rdb.PTTL(ctx, r.keys.Token).Val()
+		require.Positive(t, ttl, "the counter expires")
+		require.LessOrEqual(t, ttl, short*time.Millisecond, "with the hold")
+		renewed, err := r.renew(ctx, "h", long)
+		require.NoError(t, err)
+		require.True(t, renewed)
+		_, err = r.acquire(ctx, "wait", "w", w, short, long, queue.ModeWait)
+		require.NoError(t, err)
+
+		gone()
+		require.Equal(t, "h", r.rdb.HGet(ctx, r.keys.Lock, "owner").Val(), "the hold outlives the counter")
+		rep, err = r.acquire(ctx, "again", "h", queue.Entry("000000000000000c", 0, "h"), 0, long, queue.ModeReenter)
+		require.NoError(t, err)
+		require.Equal(t, queue.Reply{Granted: true, Token: first, Count: 2}, rep, "a re-entry keeps the hold's token")
+		require.Zero(t, r.rdb.Exists(ctx, r.keys.Token).Val(), "and writes no counter")
+
+		// The hand-over: a fresh token, above the first, from the clock.
+		_, err = r.release(ctx, "inner", "h", 0)
+		require.NoError(t, err)
+		_, err = r.release(ctx, "outer", "h", 0)
+		require.NoError(t, err)
+		rep, err = r.acquire(ctx, "claim", "w", w, short, long, queue.ModeWait)
+		require.NoError(t, err)
+		require.True(t, rep.Granted)
+		require.Greater(t, rep.Token, first, "the hand-over's token")
+		require.Equal(t, itoa(rep.Token), r.rdb.Get(ctx, r.keys.Token).Val(), "a new counter")
+
+		// The lock free, the counter gone again: a grant still rises.
+		handed := rep.Token
+		_, err = r.release(ctx, "release", "w", 0)
+		require.NoError(t, err)
+		gone()
+		rep, err = r.acquire(ctx, "grant2", "h", queue.Entry("000000000000000d", short*time.Millisecond, "h"), short, long, queue.ModeTry)
+		require.NoError(t, err)
+		require.True(t, rep.Granted)
+		require.Greater(t, rep.Token, handed, "the grant after the counter expired")
+	})
+}
+
+// A counter that lasts only 1 ms never lets a token repeat or go back:
+// holds of lease 0 (gone at once, their counter kept 1 ms) granted over
+// and over, many in one millisecond, across many millisecond boundaries,
+// and now and then after the counter expired.
+func TestTokensRiseWhenTheCounterLastsAMillisecond(t *testing.T) {
+	_, r := newServerRig(t, receiptTTL*1000)
+	ctx := context.Background()
+	var last int64
+	sameMs := 0
+	for i := range int64(2000) {
+		if i%200 == 199 {
+			require.Eventually(t, func() bool { return r.rdb.Exists(ctx, r.keys.Token).Val() == 0 },
+				5*time.Second, time.Millisecond, "the counter expires")
+		}
+		owner := "o" + itoa(i) // never a re-entry
+		e := queue.Entry(strconv.FormatInt(i+1, 16), 0, owner)
+		rep, err := r.acquire(ctx, "grant"+itoa(i), owner, e, 0, 30_000, queue.ModeTry)
+		require.NoError(t, err)
+		require.Equal(t, queue.Reply{Granted: true, Token: rep.Token, Count: 1}, rep, "grant %d", i)
+		require.Greater(t, rep.Token, last, "grant %d", i)
+		if rep.Token == last+1 {
+			sameMs++
+		}
+		last = rep.Token
+	}
+	require.Positive(t, sameMs, "grants in the millisecond of the one before")
 }

@@ -220,13 +220,15 @@ func TestCheckerReportsLeaseLostAndErrors(t *testing.T) {
 
 func TestResidueReportsLeftovers(t *testing.T) {
 	assert.Empty(t, residue(queue.Snapshot{Name: "a"}))
+	assert.Empty(t, residue(queue.Snapshot{Name: "a", LastToken: 3, TokenTTL: time.Second}), "a counter that expires")
 	s := queue.Snapshot{
 		Name: "a", Held: true, Owner: "o", Token: 3, Count: 1,
-		Waiters: []queue.WaiterState{{Entry: "0123456789abcdef:100:o2"}},
-		Orphans: []string{"x"},
+		Waiters:   []queue.WaiterState{{Entry: "0123456789abcdef:100:o2"}},
+		Orphans:   []string{"x"},
+		LastToken: 3, TokenTTL: -1,
 	}
 	vs := residue(s)
-	require.Len(t, vs, 3)
+	require.Len(t, vs, 4)
 	for _, v := range vs {
 		assert.Equal(t, residual, v.Kind)
 	}

@@ -179,6 +179,7 @@ func TestInspectPrintsTheSnapshotOfOneLock(t *testing.T) {
 	require.Equal(t, exitOK, code, errs)
 	assert.Contains(t, out, `lock "orders"`)
 	assert.Contains(t, out, "held by o1: 2 level(s), token 9")
+	assert.Contains(t, out, "last token 9, counter never expires", "a counter of an earlier version")
 }
 
 // Exit status 2 means nothing was checked: bad flags (below), or a Redis

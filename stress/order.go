@@ -157,5 +157,10 @@ func residue(s queue.Snapshot) []violation {
 	if n := len(s.Orphans); n > 0 {
 		add("%d deadline entr(ies) without a queue entry after the run, first %s", n, s.Orphans[0])
 	}
+	// The token counter may outlive the run by up to a lease, but must
+	// expire: a counter that stays would stay for every name ever locked.
+	if s.LastToken > 0 && s.TokenTTL < 0 {
+		add("token counter %d never expires", s.LastToken)
+	}
 	return out
 }

@@ -207,40 +207,48 @@ func (e *Engine) sendAgain(until time.Time, send func(ctx context.Context) (done
 // running (its failure is logged by cleanup itself). Must run within an
 // operation of the engine (begin).
 func (l *Mutex) soon(cleanup func() error) error {
-	done := make(chan error, 1)
-	l.e.wg.Go(func() { done <- cleanup() })
-	t := time.NewTimer(cleanupGrace)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-t.C:
-		return nil
-	}
+	err, _ := graced(l.background(cleanup))
+	return err
 }
 
-// errStillGivingBack is settle's error when its cleanup has not finished.
+// errStillGivingBack is awaitCleanup's error when its cleanup has not finished.
 var errStillGivingBack = errors.New("fairlock: the primary has not answered the give-back yet; it is still sent in the background")
 
-// settle runs cleanup in the background and waits for it until it is
+// awaitCleanup runs cleanup in the background and waits for it until it is
 // done, or until cleanupGrace after ctx ended (at once when it already
 // has). It returns cleanup's error, or errStillGivingBack when cleanup is
 // still running then (its failure is logged by cleanup itself). Must run
 // within an operation of the engine (begin).
-func (l *Mutex) settle(ctx context.Context, cleanup func() error) error {
-	done := make(chan error, 1)
-	l.e.wg.Go(func() { done <- cleanup() })
+func (l *Mutex) awaitCleanup(ctx context.Context, cleanup func() error) error {
+	done := l.background(cleanup)
 	select {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
 	}
+	if err, ok := graced(done); ok {
+		return err
+	}
+	return errStillGivingBack
+}
+
+// background runs f on a goroutine the engine waits for; its error
+// arrives on the channel.
+func (l *Mutex) background(f func() error) <-chan error {
+	done := make(chan error, 1)
+	l.e.wg.Go(func() { done <- f() })
+	return done
+}
+
+// graced waits for done at most cleanupGrace: its error and true, or
+// false when it has not come by then.
+func graced(done <-chan error) (error, bool) {
 	t := time.NewTimer(cleanupGrace)
 	defer t.Stop()
 	select {
 	case err := <-done:
-		return err
+		return err, true
 	case <-t.C:
-		return errStillGivingBack
+		return nil, false
 	}
 }

@@ -126,7 +126,7 @@ func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, err
 // at most cleanupGrace later, and the error says the give-back is still
 // under way). Must run within an operation of the engine (begin).
 func (l *Mutex) dropUnacked(ctx context.Context, req Request, err error) error {
-	return errors.Join(ctx.Err(), err, l.settle(ctx, func() error { return l.giveBackUnacked(ctx, req) }))
+	return errors.Join(ctx.Err(), err, l.awaitCleanup(ctx, func() error { return l.giveBackUnacked(ctx, req) }))
 }
 
 // lateClaims bounds how often a grant that was answered late is claimed
@@ -259,7 +259,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			// still under way. The orphan leaves the queue (which gives
 			// the grant back); a poll that was answered has none.
 			orphaned := err == ctx.Err() || err == errs.ErrClosed
-			return nil, errors.Join(withUnacked(err), l.settle(ctx, func() error {
+			return nil, errors.Join(withUnacked(err), l.awaitCleanup(ctx, func() error {
 				if !orphaned {
 					return l.giveUp(ctx, req.Owner, entry)
 				}
@@ -318,7 +318,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 				// The error says ErrNotReplicated: the grant it names
 				// is given back (leaving the queue does it) when Lock
 				// returns, or the error says that is still under way.
-				return nil, errors.Join(withUnacked(ctx.Err()), l.settle(ctx, leave))
+				return nil, errors.Join(withUnacked(ctx.Err()), l.awaitCleanup(ctx, leave))
 			}
 			return nil, errors.Join(ctx.Err(), l.soon(leave))
 		case <-l.e.closing:

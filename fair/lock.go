@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
@@ -464,17 +463,6 @@ func (l *Mutex) giveBack(ctx context.Context, req Request) error {
 	return nil
 }
 
-// read runs one read of Redis for a caller (see within): it returns when
-// ctx ends, with ctx's error, even while Redis does not answer, and the
-// read, bounded by the call timeout, ends in the background.
-func read[T any](e *Engine, ctx context.Context, f func(ctx context.Context) (T, error)) (T, error) {
-	return within(e, ctx, func() (T, error) {
-		rctx, cancel := e.bounded(ctx)
-		defer cancel()
-		return f(rctx)
-	}, nil)
-}
-
 // giveBackUnacked releases one level that was granted, but not
 // acknowledged by the replicas, to a caller who no longer wants it. The
 // release waits for no replicas: the grant may be on no replica, so a
@@ -497,96 +485,4 @@ func (l *Mutex) giveBackUnacked(ctx context.Context, req Request) error {
 		return fmt.Errorf("fairlock: giving back a grant: %w", err)
 	}
 	return nil
-}
-
-// HoldCount returns the levels owner holds, 0 when it holds none.
-func (l *Mutex) HoldCount(ctx context.Context, owner string) (int, error) {
-	return read(l.e, ctx, func(ctx context.Context) (int, error) {
-		v, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "count").Result()
-		if err != nil {
-			return 0, refusal(err)
-		}
-		if o, _ := v[0].(string); o != owner {
-			return 0, nil
-		}
-		c, _ := v[1].(string)
-		n, err := strconv.Atoi(c)
-		if err != nil {
-			return 0, fmt.Errorf("%w: count %q", errs.ErrUnexpectedReply, c)
-		}
-		return n, nil
-	})
-}
-
-// Took reports whether h was taken through this lock's engine, which makes
-// it a hold of this lock when its keys are the same.
-func (l *Mutex) Took(h *Hold) bool { return h.l.e == l.e }
-
-// Holds reports whether Redis, as l's engine reaches it, has h as the hold
-// of l: the same owner under the same fencing token. It tells a hold of
-// this lock taken through another engine (another Client of the same
-// deployment) from a hold of a lock that only has the same keys (the same
-// name and prefix on another deployment or DB).
-func (l *Mutex) Holds(ctx context.Context, h *Hold) (bool, error) {
-	return read(l.e, ctx, func(ctx context.Context) (bool, error) {
-		v, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "token").Result()
-		if err != nil {
-			return false, refusal(err)
-		}
-		owner, _ := v[0].(string)
-		token, _ := v[1].(string)
-		return owner == h.owner && token == strconv.FormatInt(h.token, 10), nil
-	})
-}
-
-// IsLocked reports whether anyone holds the lock.
-func (l *Mutex) IsLocked(ctx context.Context) (bool, error) {
-	return read(l.e, ctx, func(ctx context.Context) (bool, error) {
-		n, err := l.e.rdb.Exists(ctx, l.keys.Lock).Result()
-		return n == 1, refusal(err)
-	})
-}
-
-// TTL returns the hold's remaining lease, 0 when the lock is free.
-func (l *Mutex) TTL(ctx context.Context) (time.Duration, error) {
-	return read(l.e, ctx, func(ctx context.Context) (time.Duration, error) {
-		d, err := l.e.rdb.PTTL(ctx, l.keys.Lock).Result()
-		if err != nil {
-			return 0, refusal(err)
-		}
-		switch {
-		case d == -2:
-			return 0, nil // no such key: go-redis keeps PTTL's -2 as is
-		case d < 0:
-			return 0, fmt.Errorf("%w: lock key %q has no expiry", errs.ErrUnexpectedReply, l.keys.Lock)
-		}
-		return d, nil
-	})
-}
-
-// ForceUnlock removes the hold whoever owns it and hands the lock to the
-// next live waiter. It reports whether a hold was removed.
-//
-// The script runs detached from ctx, bounded by the call timeout, on a
-// goroutine of the engine. When ctx ends first, ForceUnlock returns ctx's
-// error at once and the script goes on in the background (Close waits for
-// it): the caller then does not know whether the hold is removed. The
-// script may have run, may still run once Redis answers, or may fail; its
-// outcome is logged.
-func (l *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	return within(l.e, ctx, func() (bool, error) {
-		cctx, cancel := l.e.detached(ctx)
-		defer cancel()
-		removed, err := l.forceUnlock(cctx)
-		if publishRefused(err) {
-			return false, fmt.Errorf("fairlock: force-unlock done and the lock handed on, but %w", refusal(err))
-		}
-		return removed, refusal(err)
-	}, func(removed bool, err error) {
-		l.e.log.Info("fairlock: force-unlock answered after its caller gave up",
-			"lock", l.keys.Name, "removed", removed, "err", err)
-	})
 }

@@ -1,0 +1,251 @@
+package fair
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// Unlock gives up one level. At the last level the hold ends: in Redis
+// the lock goes to the next live waiter, and the hold's context is
+// cancelled. It fails with errs.ErrNotHeld when the hold is already over (with
+// errs.ErrLeaseLost or errs.ErrClosed wrapped when that is why), and with
+// errs.ErrLeaseLost when Redis no longer knows the hold.
+//
+// The levels counted here move only on what Redis answered. A release
+// that Redis refused (an error reply: NOPERM after an ACL change,
+// WRONGTYPE, ...) changed nothing there: a level above the last stays
+// held, and Unlock may be called again. A release of the last level that
+// Redis refused or did not answer (a network error, a failover) ends the
+// hold here (the watchdog stops renewing it) and is sent again in the
+// background, under the same call id so that it counts once, until Redis
+// answers it, the lease has run out or the Client closes; the error
+// returned says so. A release of a level above the last that Redis did
+// not answer is sent again in the same way, and the level counts as gone.
+//
+// ctx's deadline bounds Unlock: when it passes before Redis answers,
+// Unlock returns context.DeadlineExceeded (at the last level the hold
+// ends here), and the release goes on in the background, its answer
+// settled as above. A cancellation without a deadline does not stop it.
+// So is a release that fewer replicas than the engine waits for
+// acknowledged: it was made on the primary, and each re-send waits for
+// the replicas again, until they acknowledge it.
+func (h *Hold) Unlock(ctx context.Context) error {
+	h.mu.Lock()
+	if h.ended || h.levels == 0 {
+		defer h.mu.Unlock()
+		return h.endedErr()
+	}
+	h.levels--
+	last := h.levels == 0
+	call := queue.NewID()
+	if last {
+		h.call = call
+	}
+	h.mu.Unlock()
+
+	lease := h.lease
+	if h.fixed {
+		lease = 0
+	}
+	send := func() (released, error) {
+		cctx, cancel := h.l.e.detached(ctx)
+		defer cancel()
+		n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
+		return released{n, err}, nil
+	}
+	// The release runs on a goroutine of the engine when ctx has a
+	// deadline, so that Unlock returns by then even while Redis does not
+	// answer; after Close has started, or without a deadline, it runs
+	// here. Only the deadline counts, not a cancellation: the context an
+	// Unlock is given is often the context of a hold, of this lock or of
+	// another it carries, that has just ended.
+	deadline, bounded := ctx.Deadline()
+	var fl *flight[released]
+	if bounded {
+		fl = launch(h.l.e, send)
+	}
+	if fl == nil {
+		out, _ := send()
+		return h.settle(out, last, call, lease)
+	}
+	dctx, cancelWait := context.WithDeadline(context.Background(), deadline)
+	defer cancelWait()
+	out, early := fl.wait(dctx, nil, func(out released, _ error) {
+		if err := h.settle(out, last, call, lease); err != nil {
+			h.l.e.log.Warn("fairlock: an Unlock that returned at its deadline got its answer", "lock", h.l.keys.Name, "err", err)
+		}
+	})
+	if early != nil {
+		// Redis has not answered yet: the release goes on, and its answer
+		// is settled as if it had come in time, but for the caller.
+		if last {
+			h.end(nil)
+		}
+		return fmt.Errorf("fairlock: unlock: %w (the release goes on in the background until Redis takes it or the lease runs out)", early)
+	}
+	return h.settle(out, last, call, lease)
+}
+
+// released is what Redis answered to a release: the levels the owner
+// still holds, or the call's error.
+type released struct {
+	n   int
+	err error
+}
+
+// settle acts on Redis's answer to the release of one level (last: the
+// hold's last one in this process) sent under call id call, and returns
+// Unlock's error.
+func (h *Hold) settle(out released, last bool, call string, lease time.Duration) error {
+	n, err := out.n, out.err
+	var refused, notAcked error
+	if publishRefused(err) {
+		// Released and handed over; only the push was refused.
+		n, refused, err = 0, err, nil
+	}
+	if unacked(err) {
+		// Released on the primary (n is its answer), not acknowledged.
+		notAcked, err = err, nil
+	}
+	switch {
+	case err != nil && !last && !retryable(err):
+		// Refused: Redis still counts the level, and so does the hold.
+		if h.restore() {
+			return fmt.Errorf("fairlock: unlock: %w (the level is still held)", err)
+		}
+		return fmt.Errorf("fairlock: unlock: %w", err)
+	case err != nil:
+		// No answer, or a server in a failover (CLUSTERDOWN, READONLY,
+		// NOREPLICAS, ...), or a refusal of the last level: the same
+		// release is sent again until it counts.
+		if last {
+			h.end(nil)
+		}
+		if !h.l.e.goUnlessClosed(func() { h.resendRelease(call, lease) }) {
+			return fmt.Errorf("fairlock: unlock: %w (the Client is closed; the lock expires after its lease)", err)
+		}
+		return fmt.Errorf("fairlock: unlock: %w (sent again in the background until Redis takes it or the lease runs out)", err)
+	case n < 0 || (n == 0 && !last):
+		h.end(errs.ErrLeaseLost)
+		return errs.ErrLeaseLost
+	case last && n > 0 && !h.shared:
+		// Redis counts levels that this process no longer does: releases
+		// of inner levels still being sent again in the background. The
+		// owner id is this hold's alone, so every level Redis counts is
+		// ours to end: release them now rather than leave the lock to
+		// expire unrenewed.
+		h.end(nil)
+		if err := h.releaseLevels(n); err != nil {
+			return fmt.Errorf("fairlock: unlock: %w (the lock expires after its lease)", err)
+		}
+	case last:
+		h.end(nil)
+	}
+	if notAcked != nil {
+		if !retryable(notAcked) {
+			return fmt.Errorf("fairlock: unlock: released on the primary, but %w", notAcked)
+		}
+		if !h.l.e.goUnlessClosed(func() { h.resendRelease(call, lease) }) {
+			return fmt.Errorf("fairlock: unlock: released on the primary, but %w (the Client is closed; not sent again)", notAcked)
+		}
+		return fmt.Errorf("fairlock: unlock: released on the primary, but %w (sent again in the background until the replicas acknowledge it or the lease runs out)", notAcked)
+	}
+	if refused != nil {
+		return fmt.Errorf("fairlock: unlock: the lock was handed to the next waiter, who learns it at its next poll, because %w", refused)
+	}
+	return nil
+}
+
+// restore counts again a level whose release Redis refused, unless the
+// hold ended meanwhile (its levels were released, or it was lost). It
+// reports whether the level counts.
+func (h *Hold) restore() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return false
+	}
+	h.levels++
+	return true
+}
+
+// releaseReceiptTTL is how long a release's receipt is kept: long enough
+// for every re-send of resendRelease to find it.
+func (h *Hold) releaseReceiptTTL() int64 {
+	return max(h.l.e.receiptTTL(), (h.lease + 2*h.l.e.cfg.CallTimeout).Milliseconds())
+}
+
+// resendRelease sends the release call again, with backoff, until Redis
+// answers it (and, with replicas to wait for, enough of them acknowledge
+// it), until the hold's lease has run out (the watchdog stopped renewing
+// it when the release was first sent, so by then Redis has dropped it
+// anyway) or until the engine closes.
+func (h *Hold) resendRelease(call string, lease time.Duration) {
+	var last error // the last re-send's error
+	done, closed := h.l.e.sendAgain(time.Now().Add(h.lease), func(ctx context.Context) bool {
+		n, err := h.l.releaseCall(ctx, call, h.owner, lease, h.releaseReceiptTTL())
+		if err == nil && n == 0 {
+			h.audited(call) // a failover may undo it too: watched from now
+		}
+		last = err
+		switch {
+		case unacked(err) && !retryable(err):
+			h.l.e.log.Warn("fairlock: released on the primary, but the replicas' acknowledgement could not be asked for",
+				"lock", h.l.keys.Name, "err", err)
+			return true
+		case err == nil || publishRefused(err):
+			return true
+		}
+		// No answer, or refused (a full server before it lets releases
+		// through, an ACL change that an operator may undo): nothing
+		// changed, so it is sent again.
+		return false
+	})
+	switch {
+	case done:
+	case closed:
+		h.l.e.log.Warn("fairlock: the Client closed before Redis answered a release; the lock expires after its lease",
+			"lock", h.l.keys.Name)
+	case unacked(last):
+		h.l.e.log.Warn("fairlock: a release made on the primary was not acknowledged by the replicas within the lease",
+			"lock", h.l.keys.Name, "err", last)
+	default:
+		h.l.e.log.Warn("fairlock: could not release the lock; it expired after its lease",
+			"lock", h.l.keys.Name, "err", last)
+	}
+}
+
+// releaseLevels releases levels of the owner's hold, bounded by the call
+// timeout. Best effort: a failure leaves the lock to expire, is logged,
+// and is returned.
+func (h *Hold) releaseLevels(levels int) error {
+	ctx, cancel := h.l.e.detached(context.Background())
+	defer cancel()
+	for range levels {
+		n, err := h.l.release(ctx, h.owner, 0)
+		if unacked(err) {
+			// Released on the primary; nothing more can be done here.
+			h.l.e.log.Warn("fairlock: released a hold that ended, but the replicas did not acknowledge it",
+				"lock", h.l.keys.Name, "err", err)
+			err = nil
+		}
+		if publishRefused(err) {
+			h.l.e.log.Warn("fairlock: released a hold that ended, but the wake message was refused",
+				"lock", h.l.keys.Name, "err", err)
+			return nil
+		}
+		if err != nil {
+			h.l.e.log.Warn("fairlock: could not release a hold that ended; it expires after its lease",
+				"lock", h.l.keys.Name, "err", err)
+			return err
+		}
+		if n <= 0 {
+			return nil
+		}
+	}
+	return nil
+}

@@ -282,3 +282,31 @@ func TestWhatAFullServerAllows(t *testing.T) {
 	require.NoError(t, r.err)
 	require.NoError(t, c3.Mutex("joins").Unlock(r.ctx))
 }
+
+// TestTheLastUnlockReleasesLevelsWhoseReleaseIsStillOnItsWay lets an
+// inner Unlock return at its deadline while its release is held up on
+// the way to Redis, then unlocks the outer level. Redis still counts the
+// inner level then; the hold's owner id is its own, so the last Unlock
+// releases that level too, and the lock is free when it returns, not
+// when the held-up release arrives.
+func TestTheLastUnlockReleasesLevelsWhoseReleaseIsStillOnItsWay(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c, p := e.proxied(&redis.Options{})
+	m := c.Mutex("levels")
+	ctx := context.Background()
+	outer, err := m.Lock(ctx)
+	require.NoError(t, err)
+	inner, err := m.Lock(outer)
+	require.NoError(t, err)
+
+	p.SetLatency(3 * time.Second)
+	dctx, cancel := context.WithTimeout(inner, 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, m.Unlock(dctx), context.DeadlineExceeded)
+	p.SetLatency(0)
+
+	require.NoError(t, m.Unlock(outer))
+	requireDone(t, outer, refusalWithin)
+	require.Zero(t, e.rdb.Exists(ctx, e.keys("levels").Lock).Val(), "the lock is free when the last Unlock returns")
+}

@@ -183,7 +183,11 @@
 //   - Go heap B/waiter: growth of MemStats.HeapAlloc after runtime.GC.
 //   - goroutine stacks B/waiter: growth of MemStats.StackInuse.
 //   - heap + stacks B/waiter: the sum of the two.
-//   - Redis B/waiter: growth of INFO's used_memory.
+//   - Redis B/waiter: growth of the lock's queue and deadline keys, by
+//     MEMORY USAGE with every element counted: what the waiters add to
+//     Redis, as INFO's used_memory would show it on a server where
+//     nothing else changes (here, keys of the earlier steps expire
+//     meanwhile, and moved used_memory by more than the waiters did).
 //   - goroutines/waiter: growth of runtime.NumGoroutine; 1 is the waiting
 //     goroutine itself.
 //

@@ -278,6 +278,7 @@ func measureWaiters(ctx context.Context, srv *server, n int) (res waitersResult,
 	defer cancel()
 	const name = "scale:wait"
 	queue := "fairlock:{" + name + "}:queue" // with the default prefix
+	deadlines := "fairlock:{" + name + "}:deadline"
 	holders, err := openFairClients(srv.opts, 1, scaleLease)
 	if err != nil {
 		return waitersResult{}, err
@@ -332,6 +333,10 @@ func measureWaiters(ctx context.Context, srv *server, n int) (res waitersResult,
 	if err != nil {
 		return waitersResult{}, err
 	}
+	keysBefore, err := srv.keysMemory(ctx, queue, deadlines)
+	if err != nil {
+		return waitersResult{}, err
+	}
 	for g := range n {
 		wait(fc.clients[g%len(fc.clients)])
 	}
@@ -339,6 +344,10 @@ func measureWaiters(ctx context.Context, srv *server, n int) (res waitersResult,
 		return waitersResult{}, err
 	}
 	after, err := measureFootprint(ctx, srv)
+	if err != nil {
+		return waitersResult{}, err
+	}
+	keysAfter, err := srv.keysMemory(ctx, queue, deadlines)
 	if err != nil {
 		return waitersResult{}, err
 	}
@@ -351,7 +360,7 @@ func measureWaiters(ctx context.Context, srv *server, n int) (res waitersResult,
 		Clients:             len(fc.clients),
 		HeapBytesPerWaiter:  per(before.heap, after.heap),
 		StackBytesPerWaiter: per(before.stacks, after.stacks),
-		RedisBytesPerWaiter: per(before.redis, after.redis),
+		RedisBytesPerWaiter: per(keysBefore, keysAfter),
 		GoroutinesPerWaiter: per(int64(before.goroutines), int64(after.goroutines)),
 	}, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -131,4 +132,22 @@ func (s *server) usedMemory(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("INFO used_memory: %w", err)
 	}
 	return n, nil
+}
+
+// keysMemory returns the bytes the keys take in Redis, by MEMORY USAGE
+// with SAMPLES 0 (every element counted); a key that does not exist
+// takes none.
+func (s *server) keysMemory(ctx context.Context, keys ...string) (int64, error) {
+	var total int64
+	for _, k := range keys {
+		n, err := s.admin.MemoryUsage(ctx, k, 0).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			return 0, fmt.Errorf("MEMORY USAGE %s: %w", k, err)
+		default:
+			total += n
+		}
+	}
+	return total, nil
 }

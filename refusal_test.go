@@ -233,8 +233,20 @@ func TestWhatAFullServerAllows(t *testing.T) {
 	forced := c1.Mutex("forced")
 	_, err = forced.Lock(ctx)
 	require.NoError(t, err)
+	fixed := c1.Mutex("fixed", fairlock.WithFixedLease(time.Minute))
+	fctx, err := fixed.Lock(ctx)
+	require.NoError(t, err)
 
 	f.fill(t)
+
+	// A fixed lease's levels come and go too (its inner release extends
+	// nothing, so it writes first what changes nothing).
+	finner, err := fixed.Lock(fctx)
+	require.NoError(t, err)
+	require.NoError(t, fixed.Unlock(finner))
+	requireLive(t, fctx)
+	require.NoError(t, fixed.Unlock(fctx))
+	require.Zero(t, f.rdb.Exists(ctx, f.keys("fixed").Lock).Val())
 
 	// A hold is renewed: it outlives several leases.
 	require.Never(t, func() bool { return hctx.Err() != nil }, 2*time.Second, 20*time.Millisecond,

@@ -27,20 +27,25 @@ if receipt then
   return tonumber(receipt)
 end
 
-if redis.call('HGET', KEYS[1], 'owner') ~= ARGV[1] then
+local hold = redis.call('HMGET', KEYS[1], 'owner', 'count')
+if hold[1] ~= ARGV[1] then
   return -1
 end
 
 -- A release goes through on a full server (see lib.lua): refused, it
--- would leave the lock blocked until the hold's lease ran out.
-allow_full(KEYS[5])
-
-local count = redis.call('HINCRBY', KEYS[1], 'count', -1)
+-- would leave the lock blocked until the hold's lease ran out. So its
+-- first write is one that cannot grow memory: the DEL of the hold at
+-- the last level, the PEXPIRE of a level above it, or, for a level above
+-- the last of a fixed lease (which nothing extends), allow_full.
+local count = (tonumber(hold[2]) or 1) - 1
 if count > 0 then
   local lease = tonumber(ARGV[2])
   if lease > 0 then
     redis.call('PEXPIRE', KEYS[1], lease)
+  else
+    allow_full(KEYS[5])
   end
+  redis.call('HINCRBY', KEYS[1], 'count', -1)
 else
   count = 0
   redis.call('DEL', KEYS[1])

@@ -47,6 +47,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		// Replicas 0 keeps every call as it is: one script, no pipeline.
 		Replicas:       cfg.replicas,
 		ReplicaTimeout: cfg.replicaWait,
+		Observe:        hook(cfg.observer, cfg.logger),
 	})
 	if err != nil {
 		// The options were validated above: a Config the engine refuses

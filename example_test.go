@@ -232,3 +232,36 @@ func ExampleMutex_ForceUnlock() {
 	// removed: true
 	// ttl: 0s
 }
+
+func ExampleWithObserver() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+
+	// Print how each Lock call on the Client was granted and how long the
+	// hold lasted. A real Observer would feed a histogram instead.
+	observer := fairlock.ObserverFunc(func(ctx context.Context, e fairlock.Event) {
+		switch e.Kind {
+		case fairlock.Granted:
+			fmt.Printf("%s granted (%s)\n", e.Lock, e.Grant)
+		case fairlock.HoldEnded:
+			fmt.Printf("%s released (%s)\n", e.Lock, e.End)
+		}
+	})
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-observer"), fairlock.WithObserver(observer))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	m := locks.Mutex("report:daily")
+	ctx, err := m.Lock(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	if err := m.Unlock(ctx); err != nil {
+		panic(err)
+	}
+	// Output:
+	// report:daily granted (fresh)
+	// report:daily released (unlocked)
+}

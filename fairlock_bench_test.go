@@ -15,9 +15,22 @@ import (
 // BenchmarkUncontendedLockUnlock: one goroutine takes and releases a lock
 // nobody else wants: the fast path, one round trip each way.
 func BenchmarkUncontendedLockUnlock(b *testing.B) {
+	benchUncontended(b)
+}
+
+// BenchmarkUncontendedLockUnlockObserved is BenchmarkUncontendedLockUnlock
+// with an Observer that does nothing: what building and delivering the
+// events costs. Compare its allocs/op with the plain one's, which has no
+// Observer and so builds no event.
+func BenchmarkUncontendedLockUnlockObserved(b *testing.B) {
+	benchUncontended(b, fairlock.WithObserver(fairlock.ObserverFunc(func(context.Context, fairlock.Event) {})))
+}
+
+func benchUncontended(b *testing.B, opts ...fairlock.Option) {
 	e := newEnv(b)
-	m := e.client().Mutex("uncontended")
+	m := e.client(opts...).Mutex("uncontended")
 	ctx := context.Background()
+	b.ReportAllocs()
 	for b.Loop() {
 		lctx, err := m.Lock(ctx)
 		if err != nil {

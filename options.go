@@ -25,6 +25,7 @@ type config struct {
 	heartbeat   time.Duration
 	replicas    int           // 0: no waiting for replicas
 	replicaWait time.Duration // WAIT's timeout when replicas > 0
+	observer    Observer      // nil: none
 	err         error         // the first invalid option
 }
 

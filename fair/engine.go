@@ -45,6 +45,11 @@ type Config struct {
 	// *redis.ClusterClient or *redis.Ring.
 	Replicas       int
 	ReplicaTimeout time.Duration // positive when Replicas is
+	// Observe, if set, receives the events of every Lock call and hold
+	// (see Event), with the context of the call (for a hold's events, a
+	// context with the values of the call that took it). It is called on
+	// the goroutine of the step it reports and must not block.
+	Observe func(ctx context.Context, e Event)
 }
 
 // errBadConfig is NewEngine's error for a Config it cannot run with.
@@ -147,11 +152,17 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 		Logger:    cfg.Logger,
 		Heartbeat: cfg.Heartbeat,
 		Mode:      e.hubMode,
-		Moved:     e.audit.moved,
+		Moved:     e.moved,
 		Unclaimed: e.audit.unclaimed,
 		Linger:    subscriptionLinger,
 	})
 	return e, nil
+}
+
+// moved is told by the hub that the primary moved.
+func (e *Engine) moved() {
+	e.audit.moved()
+	e.observe(context.Background(), Event{Kind: EventPrimaryMoved})
 }
 
 // Mutex returns the lock with the given keys.

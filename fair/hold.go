@@ -44,6 +44,12 @@ type Hold struct {
 	next      time.Time
 	slot      int
 	unwatched bool
+	// waited is set once, before the hold is handed to its caller: the
+	// Lock call waited in line for it (a hand-over).
+	waited bool
+	// observed is what the engine's observer is told of the hold; nil
+	// when the engine has none. Set before the hold is handed out.
+	observed *observedHold
 	// fixedMargin is how long before valid a fixed lease ends here: twice
 	// the round trip of the call that granted it (at least 5ms, at most a
 	// tenth of the lease), so that the release sent at the end usually
@@ -112,6 +118,26 @@ func (h *Hold) endedErr() error {
 // it, and with errs.ErrNotHeld when the hold was unlocked (or its last Release
 // is under way).
 func (h *Hold) Enter(ctx context.Context) error {
+	if !h.l.e.observing() {
+		return h.enter(ctx)
+	}
+	ev := Event{Lock: h.l.keys.Name, Owner: h.owner, Wait: true}
+	start := time.Now()
+	ev.Kind = EventWaitStarted
+	h.l.e.observe(ctx, ev)
+	err := h.enter(ctx)
+	ev.Waited = time.Since(start)
+	if err != nil {
+		ev.Kind, ev.Err = EventWaitEnded, err
+	} else {
+		ev.Kind, ev.Grant, ev.Token = EventGranted, GrantReentry, h.token
+	}
+	h.l.e.observe(ctx, ev)
+	return err
+}
+
+// enter is Enter without its events.
+func (h *Hold) enter(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -189,6 +215,12 @@ func (h *Hold) over() bool {
 // the levels still held in this process, and false when the hold had
 // already ended.
 func (h *Hold) end(cause error) (int, bool) {
+	return h.endFor(cause, false)
+}
+
+// endFor is end; ranOut says the hold ended because its fixed lease ran
+// out, for the observer.
+func (h *Hold) endFor(cause error, ranOut bool) (int, bool) {
 	h.mu.Lock()
 	if h.ended {
 		h.mu.Unlock()
@@ -205,6 +237,10 @@ func (h *Hold) end(cause error) (int, bool) {
 	h.l.e.dog.unwatch(h)
 	h.l.e.dropHold(h)
 	h.audited(call)
+	if o := h.observed; o != nil {
+		h.l.e.observe(o.ctx, Event{Kind: EventHoldEnded, Lock: h.l.keys.Name, Owner: h.owner,
+			Call: callOf(h.entry), Token: h.token, Held: time.Since(o.took), End: endKind(cause, ranOut), Err: cause})
+	}
 	return levels, true
 }
 
@@ -216,12 +252,12 @@ func (h *Hold) audited(call string) {
 }
 
 // lose ends a hold whose renewals failed until its lease nearly ran out,
-// with errs.ErrLeaseLost, and then releases its levels in the background: if
+// or whose fixed lease ran out (ranOut), with errs.ErrLeaseLost, and then releases its levels in the background: if
 // Redis was only slow and the hold is still there, the next waiter gets
 // the lock now instead of when the lease runs out. (The release script
 // only touches a hold this owner still has.)
-func (h *Hold) lose() {
-	levels, ok := h.end(errs.ErrLeaseLost)
+func (h *Hold) lose(ranOut bool) {
+	levels, ok := h.endFor(errs.ErrLeaseLost, ranOut)
 	if ok && levels > 0 {
 		h.l.e.wg.Go(func() { _ = h.releaseLevels(levels) })
 	}

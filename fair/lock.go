@@ -47,19 +47,25 @@ func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 		return nil, err
 	}
 	defer l.e.ops.Done()
-	if err := l.e.checkServer(ctx); err != nil {
-		return nil, err
-	}
-
 	// Fast path: one attempt, no subscription. Its entry is the one the
 	// caller waits under if it must, so that a grant whose reply was lost
 	// is claimed by the first poll, not counted again.
 	entry := l.entry(req)
+	var start time.Time
+	if l.e.observing() {
+		start = time.Now()
+		l.e.observe(ctx, Event{Kind: EventWaitStarted, Lock: l.keys.Name, Owner: req.Owner, Call: callOf(entry), Wait: req.Wait})
+	}
+	if err := l.e.checkServer(ctx); err != nil {
+		l.observeEnd(ctx, req, entry, start, nil, err)
+		return nil, err
+	}
 	h, err := l.take(ctx, req, entry)
 	if err != nil && !errors.Is(err, errs.ErrLocked) {
 		// Whatever the call left in Redis is a trace once it returns.
 		l.e.audit.ended(l, req, entry, nil, "")
 	}
+	l.observeEnd(ctx, req, entry, start, h, err)
 	return h, err
 }
 
@@ -222,6 +228,13 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 	retry := retryMin
 	var polled time.Time // send time of the last poll that Redis answered
 	claims := 0          // polls that claimed a grant answered late
+	queued := false      // a poll left the caller in line: a grant is a hand-over
+	granted := func(h *Hold, err error) (*Hold, error) {
+		if h != nil {
+			h.waited = queued
+		}
+		return h, err
+	}
 	// unackedErr is the error of the last poll when it granted the lock
 	// but the replicas did not acknowledge it (nil otherwise): the reason
 	// the wait goes on, reported if it ends before a grant counts.
@@ -271,17 +284,23 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			// took entry out of the queue.
 			return nil, l.dropUnacked(ctx, req, err)
 		case err == nil && rep.Granted && (!l.late(req, sent) || claims >= lateClaims):
-			return l.hold(ctx, req, entry, rep.Token, sent, req.Lease)
+			return granted(l.hold(ctx, req, entry, rep.Token, sent, req.Lease))
 		case err == nil && rep.Granted:
 			// Answered late (see late): claim it with one more poll now.
 			claims++
 			timer.Reset(0)
 		case err == nil:
 			answered := time.Now()
-			if rep.Joined {
-				observe(ctx).joined(sent, answered)
+			queued = true
+			if l.e.observing() {
+				ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: callOf(entry), Wait: true, Sent: sent, Answered: answered}
+				if rep.Joined {
+					ev.Kind = EventQueued
+					l.e.observe(ctx, ev)
+				}
+				ev.Kind = EventPolled
+				l.e.observe(ctx, ev)
 			}
-			observe(ctx).polled(sent, answered)
 			retry = retryMin
 			timer.Reset(time.Duration(rep.Hint) * time.Millisecond)
 		case !retryable(err):
@@ -327,7 +346,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			timer.Stop() // no stale tick can follow (Go 1.23 timers)
 			if token, ok := signalled.Grant(); ok {
 				if span, trusted := l.pushedSpan(req, polled); trusted {
-					return l.hold(ctx, req, entry, token, polled, span)
+					return granted(l.hold(ctx, req, entry, token, polled, span))
 				}
 				// Claim the hold with one more poll, which answers
 				// granted and sets the full lease from now.
@@ -441,6 +460,9 @@ func (l *Mutex) hold(ctx context.Context, req Request, entry string, token int64
 	if fail != nil {
 		h.end(fail)
 		return nil, errors.Join(fail, l.soon(func() error { return l.giveBack(ctx, req) }))
+	}
+	if l.e.observing() {
+		h.observed = &observedHold{took: time.Now(), ctx: context.WithoutCancel(ctx)}
 	}
 	h.start()
 	return h, nil

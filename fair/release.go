@@ -51,12 +51,6 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	if h.fixed {
 		lease = 0
 	}
-	send := func() (released, error) {
-		cctx, cancel := h.l.e.detached(ctx)
-		defer cancel()
-		n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
-		return released{n, err}, nil
-	}
 	// The release runs on a goroutine of the engine when ctx has a
 	// deadline, so that Unlock returns by then even while Redis does not
 	// answer; after Close has started, or without a deadline, it runs
@@ -64,13 +58,12 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	// Unlock is given is often the context of a hold, of this lock or of
 	// another it carries, that has just ended.
 	deadline, bounded := ctx.Deadline()
-	var fl *flight[released]
-	if bounded {
-		fl = launch(h.l.e, send)
+	if !bounded {
+		return h.settle(h.release(ctx, call, lease), last, call, lease)
 	}
+	fl := launch(h.l.e, func() (released, error) { return h.release(ctx, call, lease), nil })
 	if fl == nil {
-		out, _ := send()
-		return h.settle(out, last, call, lease)
+		return h.settle(h.release(ctx, call, lease), last, call, lease)
 	}
 	dctx, cancelWait := context.WithDeadline(context.Background(), deadline)
 	defer cancelWait()
@@ -88,6 +81,15 @@ func (h *Hold) Unlock(ctx context.Context) error {
 		return fmt.Errorf("fairlock: unlock: %w (the release goes on in the background until Redis takes it or the lease runs out)", early)
 	}
 	return h.settle(out, last, call, lease)
+}
+
+// release sends the release of one level under call id call, detached
+// from ctx and bounded by the call timeout.
+func (h *Hold) release(ctx context.Context, call string, lease time.Duration) released {
+	cctx, cancel := h.l.e.detached(ctx)
+	defer cancel()
+	n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
+	return released{n, err}
 }
 
 // released is what Redis answered to a release: the levels the owner

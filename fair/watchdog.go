@@ -107,7 +107,7 @@ func (w *watchdog) run() {
 			// left of it in Redis (the key outlives our end by the call's
 			// transit time) is released, so the next waiter is handed
 			// the lock now rather than when its poll finds the key gone.
-			h.lose()
+			h.lose(true)
 		}
 		if len(renew) > 0 {
 			w.e.wg.Go(func() { w.renew(renew) })
@@ -262,13 +262,23 @@ func (w *watchdog) settle(h *Hold, sent time.Time, ok bool, err error) {
 		h.l.e.log.Info("fairlock: lease lost: the lock is no longer ours", "lock", h.l.keys.Name)
 		h.end(errs.ErrLeaseLost)
 	case !time.Now().Before(h.giveUp()):
+		h.observeRenewal(err)
 		h.l.e.log.Warn("fairlock: lease lost: renewal failed until the lease nearly ran out",
 			"lock", h.l.keys.Name, "err", err)
-		h.lose()
+		h.lose(false)
 	default:
+		h.observeRenewal(err)
 		retry := max(h.lease/12, 10*time.Millisecond)
 		h.l.e.log.Warn("fairlock: renewal failed, retrying", "lock", h.l.keys.Name, "err", err, "retry", retry)
 		w.schedule(h, time.Now().Add(retry))
+	}
+}
+
+// observeRenewal reports a failed renewal of h to the engine's observer.
+func (h *Hold) observeRenewal(err error) {
+	if o := h.observed; o != nil {
+		h.l.e.observe(o.ctx, Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner,
+			Call: callOf(h.entry), Token: h.token, Err: err})
 	}
 }
 

@@ -57,7 +57,8 @@ func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr
 			fairlock.WithPrefix(cfg.Prefix),
 			fairlock.WithLease(cfg.Lease),
 			fairlock.WithWaiterTTL(cfg.WaiterTTL),
-			fairlock.WithLogger(log.With("client", ci)))
+			fairlock.WithLogger(log.With("client", ci)),
+			fairlock.WithObserver(attemptObserver))
 		if err != nil {
 			_ = rdb.Close()
 			p.close()

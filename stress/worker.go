@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock"
-	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/internal/pause"
 )
 
@@ -108,13 +107,13 @@ func (w *worker) attempt(cfg *config, rec recorder) {
 	}
 	defer w.finish(rec)
 	broken := false // a poll came too late to be sure of the place; used under w.mu
-	ctx := fair.WithObserver(context.Background(), &fair.Observer{
-		Joined: func(sent, answered time.Time) {
-			w.update(func(a *attempt) { a.Joins = append(a.Joins, join{Sent: wall(sent), Answered: wall(answered)}) })
-		},
-		Polled: func(sent, answered time.Time) {
-			w.update(func(a *attempt) { a.keep(wall(sent), wall(answered), cfg.WaiterTTL, &broken) })
-		},
+	ctx := context.WithValue(context.Background(), steps{}, func(e fairlock.Event) {
+		switch e.Kind {
+		case fairlock.Queued:
+			w.update(func(a *attempt) { a.Joins = append(a.Joins, join{Sent: wall(e.Sent), Answered: wall(e.Answered)}) })
+		case fairlock.Polled:
+			w.update(func(a *attempt) { a.keep(wall(e.Sent), wall(e.Answered), cfg.WaiterTTL, &broken) })
+		}
 	})
 	cancel := context.CancelFunc(func() {})
 	start := time.Now()
@@ -207,3 +206,16 @@ func (w *worker) hold(m *fairlock.Mutex, held context.Context, token int64, d ti
 		w.fail("unlock: %v", err)
 	}
 }
+
+// steps is the context key of an attempt's record of its own waiting
+// steps: a func(fairlock.Event).
+type steps struct{}
+
+// attemptObserver is every stress Client's Observer: it hands each event
+// of a Lock call to the record its context carries (only the stress
+// attempts' contexts carry one, and only Lock calls' events go there).
+var attemptObserver = fairlock.ObserverFunc(func(ctx context.Context, e fairlock.Event) {
+	if record, ok := ctx.Value(steps{}).(func(fairlock.Event)); ok {
+		record(e)
+	}
+})

@@ -1,0 +1,146 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/errs"
+)
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// The kinds of Event, in the order a Lock call and its hold meet them.
+const (
+	// EventWaitStarted: a Lock or TryLock call (or a re-entry) began.
+	EventWaitStarted EventKind = iota + 1
+	// EventQueued: a poll of a waiting Lock appended its entry to the
+	// line, between Sent and Answered. Again if it lost its place and
+	// joined anew.
+	EventQueued
+	// EventPolled: a poll of a waiting Lock left it in line, its deadline
+	// moved to a waiter TTL after it ran, between Sent and Answered.
+	EventPolled
+	// EventGranted: the call took the lock (Grant says how), Wait after
+	// it began.
+	EventGranted
+	// EventWaitEnded: the call ended without the lock, Wait after it
+	// began, with Err.
+	EventWaitEnded
+	// EventHoldEnded: a hold ended, Held after its grant, for End.
+	EventHoldEnded
+	// EventRenewalFailed: a renewal of a hold failed with Err; it is
+	// tried again until the hold is declared lost.
+	EventRenewalFailed
+	// EventPrimaryMoved: the Client's pub/sub followed its primary to
+	// another server (a failover).
+	EventPrimaryMoved
+)
+
+// GrantKind says how a call was granted the lock.
+type GrantKind int
+
+const (
+	// GrantFresh: granted without waiting in line.
+	GrantFresh GrantKind = iota + 1
+	// GrantHandOver: granted after waiting in line, handed over by a
+	// release (pushed, or found by a poll).
+	GrantHandOver
+	// GrantReentry: one more level of a hold the caller had.
+	GrantReentry
+)
+
+// EndKind says why a hold ended.
+type EndKind int
+
+const (
+	// EndUnlocked: the last level was unlocked.
+	EndUnlocked EndKind = iota + 1
+	// EndLeaseLost: the lease was lost (renewals failed or found the hold
+	// gone).
+	EndLeaseLost
+	// EndLeaseRanOut: a fixed lease ran out before Unlock.
+	EndLeaseRanOut
+	// EndClosed: the Client was closed.
+	EndClosed
+)
+
+// Event is one step of a Lock call or of a hold, reported to the
+// engine's Config.Observe. Which fields are set depends on Kind.
+type Event struct {
+	Kind  EventKind
+	Lock  string // the lock's name
+	Owner string // owner id of the call or hold
+	Call  string // the waiter id of the Lock call, unique to it; "" for a re-entry
+	Wait  bool   // the call waits in line when it must (Lock); false for TryLock
+
+	Grant GrantKind // EventGranted
+	Token int64     // EventGranted, EventHoldEnded
+
+	Sent, Answered time.Time // EventQueued, EventPolled
+
+	Waited time.Duration // EventGranted, EventWaitEnded: since the call began
+	Held   time.Duration // EventHoldEnded: since the grant
+	End    EndKind       // EventHoldEnded
+	Err    error         // EventWaitEnded, EventRenewalFailed; EventHoldEnded: the cause, nil when unlocked
+}
+
+// observedHold is what the observer is told of a hold: when it was
+// granted, and the values of the call that took it, for its events.
+type observedHold struct {
+	took time.Time
+	ctx  context.Context
+}
+
+// observe reports e for a call made with ctx, when the engine has an
+// observer. Building an Event costs nothing when it has none.
+func (e *Engine) observe(ctx context.Context, ev Event) {
+	if e.cfg.Observe != nil {
+		e.cfg.Observe(ctx, ev)
+	}
+}
+
+// observing reports whether the engine has an observer.
+func (e *Engine) observing() bool { return e.cfg.Observe != nil }
+
+// endKind maps the cause a hold ended with to its EndKind.
+func endKind(cause error, ranOut bool) EndKind {
+	switch {
+	case cause == nil:
+		return EndUnlocked
+	case ranOut:
+		return EndLeaseRanOut
+	case errors.Is(cause, errs.ErrClosed):
+		return EndClosed
+	}
+	return EndLeaseLost
+}
+
+// call returns the waiter id of an entry ("" for none).
+func callOf(entry string) string {
+	for i := range len(entry) {
+		if entry[i] == ':' {
+			return entry[:i]
+		}
+	}
+	return entry
+}
+
+// observeEnd reports the end of a Lock call that began at start: a grant
+// of h, or err.
+func (l *Mutex) observeEnd(ctx context.Context, req Request, entry string, start time.Time, h *Hold, err error) {
+	if !l.e.observing() {
+		return
+	}
+	ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: callOf(entry), Wait: req.Wait, Waited: time.Since(start)}
+	if err != nil {
+		ev.Kind, ev.Err = EventWaitEnded, err
+	} else {
+		ev.Kind, ev.Grant, ev.Token = EventGranted, GrantFresh, h.token
+		if h.waited {
+			ev.Grant = GrantHandOver
+		}
+	}
+	l.e.observe(ctx, ev)
+}

@@ -1,0 +1,227 @@
+package fairlock
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+)
+
+// An Observer receives the events of a Client's Lock calls and holds:
+// when a call starts waiting, joins the line, is granted or gives up, and
+// when a hold ends or its renewal fails. Set it with WithObserver; the
+// otel module turns the events into OpenTelemetry metrics and traces.
+//
+// Observe is called on the goroutine of the step it reports (the Lock
+// call's, or the Client's watchdog for a lost lease), so it must be quick
+// and must not block: hand the event to a metric or a channel. ctx is the
+// context of the Lock call the event belongs to (for the events of a
+// hold, its values without its cancellation), so that an Observer can
+// find the caller's span or request id in it. An Observer that panics
+// does not break the call: the panic is recovered and logged once, and
+// later events are still delivered.
+//
+// New kinds of Event may be added, and new fields to Event: an Observer
+// should ignore a Kind it does not know.
+type Observer interface {
+	Observe(ctx context.Context, e Event)
+}
+
+// ObserverFunc is an Observer that is a function.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(ctx context.Context, e Event) { f(ctx, e) }
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// The kinds of Event.
+const (
+	// WaitStarted: a Lock or TryLock call began (also one that re-enters
+	// a hold).
+	WaitStarted EventKind = EventKind(fair.EventWaitStarted)
+	// Queued: a waiting Lock joined the line. Sent and Answered bound
+	// when: the call that appended its entry was sent at Sent and
+	// answered at Answered. Reported again if the waiter lost its place
+	// (it could not reach Redis for a waiter TTL) and joined anew.
+	Queued EventKind = EventKind(fair.EventQueued)
+	// Polled: a poll of a waiting Lock kept its place in line (the one
+	// that joined, and each heartbeat after it), between Sent and
+	// Answered.
+	Polled EventKind = EventKind(fair.EventPolled)
+	// Granted: the call took the lock, Waited after it began; Grant says
+	// how, Token is the hold's fencing token.
+	Granted EventKind = EventKind(fair.EventGranted)
+	// WaitEnded: the call ended without the lock, Waited after it began,
+	// with Err: the context's error, ErrClosed, ErrLocked (TryLock), or
+	// another error.
+	WaitEnded EventKind = EventKind(fair.EventWaitEnded)
+	// HoldEnded: a hold ended, Held after its grant; End says why, and
+	// Err is the cause (nil when it was unlocked).
+	HoldEnded EventKind = EventKind(fair.EventHoldEnded)
+	// RenewalFailed: a renewal of a hold failed with Err. The watchdog
+	// tries again until the hold is declared lost (a HoldEnded with
+	// EndLeaseLost follows then).
+	RenewalFailed EventKind = EventKind(fair.EventRenewalFailed)
+	// PrimaryMoved: the Client saw its primary move to another server (a
+	// failover of a failover client, or of a cluster master's slots) and
+	// followed it. Lock is empty.
+	PrimaryMoved EventKind = EventKind(fair.EventPrimaryMoved)
+)
+
+// String returns the kind's name.
+func (k EventKind) String() string {
+	switch k {
+	case WaitStarted:
+		return "WaitStarted"
+	case Queued:
+		return "Queued"
+	case Polled:
+		return "Polled"
+	case Granted:
+		return "Granted"
+	case WaitEnded:
+		return "WaitEnded"
+	case HoldEnded:
+		return "HoldEnded"
+	case RenewalFailed:
+		return "RenewalFailed"
+	case PrimaryMoved:
+		return "PrimaryMoved"
+	}
+	return fmt.Sprintf("EventKind(%d)", int(k))
+}
+
+// GrantKind says how a Lock call was granted.
+type GrantKind int
+
+const (
+	// GrantFresh: granted without waiting in line.
+	GrantFresh GrantKind = GrantKind(fair.GrantFresh)
+	// GrantHandOver: granted after waiting in line: a release handed the
+	// lock over (by push, or found by a poll).
+	GrantHandOver GrantKind = GrantKind(fair.GrantHandOver)
+	// GrantReentry: one more level of a hold the context carried.
+	GrantReentry GrantKind = GrantKind(fair.GrantReentry)
+)
+
+// String returns the kind's name.
+func (k GrantKind) String() string {
+	switch k {
+	case GrantFresh:
+		return "fresh"
+	case GrantHandOver:
+		return "hand-over"
+	case GrantReentry:
+		return "re-entry"
+	}
+	return fmt.Sprintf("GrantKind(%d)", int(k))
+}
+
+// EndKind says why a hold ended.
+type EndKind int
+
+const (
+	// EndUnlocked: its last level was unlocked.
+	EndUnlocked EndKind = EndKind(fair.EndUnlocked)
+	// EndLeaseLost: the lease was lost (ErrLeaseLost): renewals failed,
+	// or found the hold gone.
+	EndLeaseLost EndKind = EndKind(fair.EndLeaseLost)
+	// EndLeaseRanOut: a fixed lease (WithFixedLease) ran out before
+	// Unlock (ErrLeaseLost).
+	EndLeaseRanOut EndKind = EndKind(fair.EndLeaseRanOut)
+	// EndClosed: the Client was closed (ErrClosed).
+	EndClosed EndKind = EndKind(fair.EndClosed)
+)
+
+// String returns the kind's name.
+func (k EndKind) String() string {
+	switch k {
+	case EndUnlocked:
+		return "unlocked"
+	case EndLeaseLost:
+		return "lease lost"
+	case EndLeaseRanOut:
+		return "lease ran out"
+	case EndClosed:
+		return "closed"
+	}
+	return fmt.Sprintf("EndKind(%d)", int(k))
+}
+
+// Event is one step of a Lock call or of a hold. Which fields are set
+// depends on Kind; the others are zero.
+type Event struct {
+	Kind  EventKind
+	Lock  string // the lock's name
+	Owner string // owner id of the call or hold
+	// Call identifies one Lock or TryLock call and the hold it took, the
+	// same in each of their events; "" for a re-entry.
+	Call string
+	// Wait is true for Lock, false for TryLock.
+	Wait bool
+
+	Grant GrantKind // Granted
+	Token int64     // Granted, HoldEnded, RenewalFailed: the fencing token
+
+	Sent, Answered time.Time // Queued, Polled
+
+	Waited time.Duration // Granted, WaitEnded: since the call began
+	Held   time.Duration // HoldEnded: since the grant
+	End    EndKind       // HoldEnded
+	Err    error         // WaitEnded, RenewalFailed; HoldEnded: the cause, nil when unlocked
+}
+
+// WithObserver sets the Observer of a Client's events. Default none, and
+// then no event is built: a Client without an Observer pays nothing for
+// them. A nil Observer is the default.
+func WithObserver(o Observer) Option {
+	return clientOption(func(c *config) { c.observer = o })
+}
+
+// observerHook adapts an Observer to the engine's events, recovering from
+// its panics.
+type observerHook struct {
+	o      Observer
+	log    *slog.Logger
+	logged sync.Once
+}
+
+// hook returns the engine's Observe function for o, nil for none.
+func hook(o Observer, log *slog.Logger) func(context.Context, fair.Event) {
+	if o == nil {
+		return nil
+	}
+	h := &observerHook{o: o, log: log}
+	return h.observe
+}
+
+func (h *observerHook) observe(ctx context.Context, e fair.Event) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.logged.Do(func() {
+				h.log.Error("fairlock: the Observer panicked; its events go on, and this is logged once",
+					"panic", fmt.Sprint(r), "event", EventKind(e.Kind).String())
+			})
+		}
+	}()
+	h.o.Observe(ctx, Event{
+		Kind:     EventKind(e.Kind),
+		Lock:     e.Lock,
+		Owner:    e.Owner,
+		Call:     e.Call,
+		Wait:     e.Wait,
+		Grant:    GrantKind(e.Grant),
+		Token:    e.Token,
+		Sent:     e.Sent,
+		Answered: e.Answered,
+		Waited:   e.Waited,
+		Held:     e.Held,
+		End:      EndKind(e.End),
+		Err:      e.Err,
+	})
+}

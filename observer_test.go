@@ -1,0 +1,273 @@
+package fairlock_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+)
+
+// recorder is an Observer that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []fairlock.Event
+	tags   []any // the requestTag value of each event's context
+}
+
+// requestTag is a context key the tests set on a Lock call's context.
+type requestTag struct{}
+
+func (r *recorder) Observe(ctx context.Context, e fairlock.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.events = append(r.events, e)
+	r.tags = append(r.tags, ctx.Value(requestTag{}))
+}
+
+// tagsOf returns the requestTag values of the events of one lock.
+func (r *recorder) tagsOf(lock string) []any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []any
+	for i, e := range r.events {
+		if e.Lock == lock {
+			out = append(out, r.tags[i])
+		}
+	}
+	return out
+}
+
+// of returns the events of one lock, in order.
+func (r *recorder) of(lock string) []fairlock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []fairlock.Event
+	for _, e := range r.events {
+		if e.Lock == lock {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// kinds returns the kinds of events, Polled left out (their number
+// depends on timing).
+func kinds(events []fairlock.Event) []fairlock.EventKind {
+	var out []fairlock.EventKind
+	for _, e := range events {
+		if e.Kind != fairlock.Polled {
+			out = append(out, e.Kind)
+		}
+	}
+	return out
+}
+
+// awaitEvent waits until the recorder has an event of lock for which
+// match is true, and returns it.
+func (r *recorder) awaitEvent(t *testing.T, lock string, match func(fairlock.Event) bool) fairlock.Event {
+	t.Helper()
+	var found fairlock.Event
+	require.Eventually(t, func() bool {
+		for _, e := range r.of(lock) {
+			if match(e) {
+				found = e
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 5*time.Millisecond, "no such event of %s; got %v", lock, kinds(r.of(lock)))
+	return found
+}
+
+func TestObserverSeesAFreshGrantAReentryAndTheUnlock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rec := &recorder{}
+	m := e.client(fairlock.WithObserver(rec)).Mutex("fresh")
+	ctx := context.WithValue(context.Background(), requestTag{}, "request-1")
+	hctx, err := m.Lock(ctx)
+	require.NoError(t, err)
+	inner, err := m.Lock(hctx)
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(inner))
+	token, err := m.Token(hctx)
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(hctx))
+
+	ev := rec.of("fresh")
+	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Granted, fairlock.WaitStarted, fairlock.Granted, fairlock.HoldEnded}, kinds(ev))
+	start, grant, reStart, reGrant, end := ev[0], ev[1], ev[2], ev[3], ev[4]
+	require.True(t, start.Wait)
+	require.NotEmpty(t, start.Call)
+	require.NotEmpty(t, start.Owner)
+	require.Equal(t, fairlock.GrantFresh, grant.Grant)
+	require.Equal(t, token, grant.Token)
+	require.Equal(t, start.Call, grant.Call)
+	require.Equal(t, start.Owner, grant.Owner)
+	require.Positive(t, grant.Waited)
+	require.Equal(t, start.Owner, reStart.Owner)
+	require.Equal(t, fairlock.GrantReentry, reGrant.Grant)
+	require.Equal(t, token, reGrant.Token)
+	require.Equal(t, fairlock.EndUnlocked, end.End)
+	require.NoError(t, end.Err)
+	require.Equal(t, start.Call, end.Call)
+	require.Equal(t, token, end.Token)
+	require.Positive(t, end.Held)
+	for _, tag := range rec.tagsOf("fresh") {
+		require.Equal(t, "request-1", tag, "every event carries the values of the caller's context")
+	}
+}
+
+func TestObserverSeesAWaitInLineAndTheHandOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rec := &recorder{}
+	holder := e.client().Mutex("line")
+	waiter := e.client(fairlock.WithObserver(rec)).Mutex("line")
+	ctx := context.Background()
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+
+	before := time.Now()
+	w := lockAsync(ctx, waiter)
+	queued := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued })
+	require.False(t, queued.Sent.Before(before))
+	require.False(t, queued.Answered.Before(queued.Sent))
+	rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Polled })
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, w, 5*time.Second)
+	require.NoError(t, r.err)
+
+	grant := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Granted })
+	require.Equal(t, fairlock.GrantHandOver, grant.Grant)
+	require.Equal(t, queued.Call, grant.Call)
+	token, err := waiter.Token(r.ctx)
+	require.NoError(t, err)
+	require.Equal(t, token, grant.Token)
+	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Queued, fairlock.Granted}, kinds(rec.of("line")))
+	require.NoError(t, waiter.Unlock(r.ctx))
+}
+
+func TestObserverSeesWaitsThatEndWithoutAGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rec := &recorder{}
+	holder := e.client().Mutex("busy")
+	m := e.client(fairlock.WithObserver(rec)).Mutex("busy")
+	ctx := context.Background()
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+
+	_, err = m.TryLock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrLocked)
+	dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err = m.Lock(dctx)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, holder.Unlock(hctx))
+
+	var ended []fairlock.Event
+	for _, ev := range rec.of("busy") {
+		if ev.Kind == fairlock.WaitEnded {
+			ended = append(ended, ev)
+		}
+	}
+	require.Len(t, ended, 2)
+	require.False(t, ended[0].Wait, "TryLock")
+	require.ErrorIs(t, ended[0].Err, fairlock.ErrLocked)
+	require.True(t, ended[1].Wait, "Lock")
+	require.ErrorIs(t, ended[1].Err, context.DeadlineExceeded)
+	require.GreaterOrEqual(t, ended[1].Waited, 200*time.Millisecond)
+}
+
+func TestObserverSeesHoldsEndForEachCause(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	rec := &recorder{}
+	c := e.client(fairlock.WithObserver(rec), fairlock.WithLease(300*time.Millisecond))
+	other := e.client()
+	ctx := context.Background()
+	ended := func(lock string) fairlock.Event {
+		return rec.awaitEvent(t, lock, func(e fairlock.Event) bool { return e.Kind == fairlock.HoldEnded })
+	}
+
+	// Lost: another Client removes the hold; the next renewal finds it gone.
+	_, err := c.Mutex("lost").Lock(ctx)
+	require.NoError(t, err)
+	_, err = other.Mutex("lost").ForceUnlock(ctx)
+	require.NoError(t, err)
+	ev := ended("lost")
+	require.Equal(t, fairlock.EndLeaseLost, ev.End)
+	require.ErrorIs(t, ev.Err, fairlock.ErrLeaseLost)
+
+	// Ran out: a fixed lease left unlocked.
+	_, err = c.Mutex("fixed", fairlock.WithFixedLease(100*time.Millisecond)).Lock(ctx)
+	require.NoError(t, err)
+	ev = ended("fixed")
+	require.Equal(t, fairlock.EndLeaseRanOut, ev.End)
+	require.ErrorIs(t, ev.Err, fairlock.ErrLeaseLost)
+
+	// Renewals fail while the server is stopped, until the lease is lost.
+	_, err = c.Mutex("stopped").Lock(ctx)
+	require.NoError(t, err)
+	resume := pause(t, e.rdb.(*redis.Client))
+	failed := rec.awaitEvent(t, "stopped", func(e fairlock.Event) bool { return e.Kind == fairlock.RenewalFailed })
+	require.Error(t, failed.Err)
+	ev = ended("stopped")
+	require.Equal(t, fairlock.EndLeaseLost, ev.End)
+	resume()
+
+	// Closed: a hold, and a Lock waiting behind another Client's hold.
+	_, err = c.Mutex("closed").Lock(ctx)
+	require.NoError(t, err)
+	oh, err := other.Mutex("waited").Lock(ctx)
+	require.NoError(t, err)
+	w := lockAsync(ctx, c.Mutex("waited"))
+	rec.awaitEvent(t, "waited", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued })
+	require.NoError(t, c.Close())
+	require.ErrorIs(t, await(t, w, 5*time.Second).err, fairlock.ErrClosed)
+	ev = ended("closed")
+	require.Equal(t, fairlock.EndClosed, ev.End)
+	require.ErrorIs(t, ev.Err, fairlock.ErrClosed)
+	ev = rec.awaitEvent(t, "waited", func(e fairlock.Event) bool { return e.Kind == fairlock.WaitEnded })
+	require.ErrorIs(t, ev.Err, fairlock.ErrClosed)
+	require.NoError(t, other.Mutex("waited").Unlock(oh))
+}
+
+// TestAPanickingObserverBreaksNothing has the Observer panic at every
+// event: every call still works, and the panic is logged once.
+func TestAPanickingObserverBreaksNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	logs := &logRecorder{}
+	calls := 0
+	var mu sync.Mutex
+	o := fairlock.ObserverFunc(func(context.Context, fairlock.Event) {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		panic("observer bug")
+	})
+	m := e.client(fairlock.WithObserver(o), fairlock.WithLogger(slog.New(logs))).Mutex("panics")
+	ctx := context.Background()
+	for range 3 {
+		hctx, err := m.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, m.Unlock(hctx))
+	}
+	mu.Lock()
+	require.Equal(t, 9, calls, "every event was delivered: a start, a grant and an end per Lock")
+	mu.Unlock()
+	panics := slices.DeleteFunc(logs.all(), func(s string) bool {
+		return !strings.Contains(s, "Observer panicked") || !strings.Contains(s, "observer bug")
+	})
+	require.Len(t, panics, 1, "logged once: %v", logs.all())
+}

@@ -44,9 +44,9 @@ const (
 	// WaitStarted: a Lock or TryLock call began (also one that re-enters
 	// a hold).
 	WaitStarted EventKind = EventKind(fair.EventWaitStarted)
-	// Queued: a waiting Lock joined the line. Sent and Answered bound
-	// when: the call that appended its entry was sent at Sent and
-	// answered at Answered. Reported again if the waiter lost its place
+	// Queued: a waiting Lock joined the line, at Position. Sent and
+	// Answered bound when: the call that appended its entry was sent at
+	// Sent and answered at Answered. Reported again if the waiter lost its place
 	// (it could not reach Redis for a waiter TTL) and joined anew.
 	Queued EventKind = EventKind(fair.EventQueued)
 	// Polled: a poll of a waiting Lock kept its place in line (the one
@@ -169,6 +169,10 @@ type Event struct {
 	Token int64     // Granted, HoldEnded, RenewalFailed: the fencing token
 
 	Sent, Answered time.Time // Queued, Polled
+	// Position is, for Queued, the place in line the call joined at: 1
+	// for the head, counting the waiters ahead (a waiter that died ahead
+	// counts until it reaches the head and is dropped).
+	Position int
 
 	Waited time.Duration // Granted, WaitEnded: since the call began
 	Held   time.Duration // HoldEnded: since the grant
@@ -219,6 +223,7 @@ func (h *observerHook) observe(ctx context.Context, e fair.Event) {
 		Token:    e.Token,
 		Sent:     e.Sent,
 		Answered: e.Answered,
+		Position: e.Position,
 		Waited:   e.Waited,
 		Held:     e.Held,
 		End:      EndKind(e.End),

@@ -141,6 +141,13 @@ func TestObserverSeesAWaitInLineAndTheHandOver(t *testing.T) {
 	queued := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued })
 	require.False(t, queued.Sent.Before(before))
 	require.False(t, queued.Answered.Before(queued.Sent))
+	require.Equal(t, 1, queued.Position, "first in line")
+	// A second waiter, of another Client, joins behind it.
+	second := e.client(fairlock.WithObserver(rec)).Mutex("line")
+	sctx, stopSecond := context.WithCancel(ctx)
+	w2 := lockAsync(sctx, second)
+	behind := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued && e.Call != queued.Call })
+	require.Equal(t, 2, behind.Position, "second in line")
 	rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Polled })
 	require.NoError(t, holder.Unlock(hctx))
 	r := await(t, w, 5*time.Second)
@@ -152,7 +159,15 @@ func TestObserverSeesAWaitInLineAndTheHandOver(t *testing.T) {
 	token, err := waiter.Token(r.ctx)
 	require.NoError(t, err)
 	require.Equal(t, token, grant.Token)
-	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Queued, fairlock.Granted}, kinds(rec.of("line")))
+	var first []fairlock.EventKind
+	for _, ev := range rec.of("line") {
+		if ev.Call == queued.Call && ev.Kind != fairlock.Polled {
+			first = append(first, ev.Kind)
+		}
+	}
+	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Queued, fairlock.Granted}, first)
+	stopSecond()
+	require.ErrorIs(t, await(t, w2, 5*time.Second).err, context.Canceled)
 	require.NoError(t, waiter.Unlock(r.ctx))
 }
 

@@ -79,6 +79,7 @@ type Event struct {
 	Token int64     // EventGranted, EventHoldEnded
 
 	Sent, Answered time.Time // EventQueued, EventPolled
+	Position       int       // EventQueued: the place in line it joined at, 1 for the head
 
 	Waited time.Duration // EventGranted, EventWaitEnded: since the call began
 	Held   time.Duration // EventHoldEnded: since the grant

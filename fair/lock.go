@@ -295,10 +295,10 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			if l.e.observing() {
 				ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: callOf(entry), Wait: true, Sent: sent, Answered: answered}
 				if rep.Joined {
-					ev.Kind = EventQueued
+					ev.Kind, ev.Position = EventQueued, rep.Position
 					l.e.observe(ctx, ev)
 				}
-				ev.Kind = EventPolled
+				ev.Kind, ev.Position = EventPolled, 0
 				l.e.observe(ctx, ev)
 			}
 			retry = retryMin

@@ -17,9 +17,10 @@
 -- Returns {1, token, count} when the caller holds the lock after the call
 -- (a fresh grant, a re-entry, or a hand-over it is claiming), or
 -- {0, hint, joined} when it does not: hint is how many ms the caller should
--- wait before it polls again (0 in try mode), and joined is 1 when this
--- call appended the entry to the queue (0 for a heartbeat of a waiter
--- already in line, and in try mode).
+-- wait before it polls again (0 in try mode), and joined is the entry's
+-- place in line (the queue's length, 1 for the head) when this call
+-- appended it to the queue (0 for a heartbeat of a waiter already in
+-- line, and in try mode).
 --
 -- When the lock is free while another waiter heads the queue, the call
 -- hands it to that waiter and publishes its wake message. If the server
@@ -120,8 +121,7 @@ end
 now = now or now_ms()
 local joined = 0
 if not redis.call('ZSCORE', KEYS[3], entry) then
-  redis.call('RPUSH', KEYS[2], entry)
-  joined = 1
+  joined = redis.call('RPUSH', KEYS[2], entry)
 else
   -- A heartbeat grows nothing, and keeps the waiter's place on a full
   -- server too: the ZREM, which cannot grow memory, goes first (see

@@ -21,6 +21,10 @@ type Reply struct {
 	Count   int   // when granted: the owner's levels after the call
 	Hint    int64 // when not granted in wait mode: poll again in this many ms
 	Joined  bool  // when not granted: this call appended the entry to the queue
+	// Position, when Joined, is the entry's place in line once appended:
+	// the length of the queue, 1 for the head. Entries of dead waiters
+	// ahead count until they reach the head and are dropped.
+	Position int
 }
 
 // Acquire is acquire.lua: owner's Lock call with waiter entry entry takes
@@ -99,10 +103,10 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 	}
 	// Wait mode joins the line, or keeps its place there: the deadline
 	// moves to now + waiterTTL at every poll (the waiter's heartbeat).
-	joined := false
+	joined, position := false, 0
 	if _, queued := m.deadlines[entry]; !queued {
 		m.queue = append(m.queue, entry)
-		joined = true
+		joined, position = true, len(m.queue)
 	}
 	m.deadlines[entry] = m.now + waiterTTL
 	// Poll again right after the hold expires (expiry publishes nothing),
@@ -111,7 +115,7 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 	if pttl := m.pttl(); pttl >= 0 && pttl+1 < hint {
 		hint = pttl + 1
 	}
-	return Reply{Hint: max(hint, 1), Joined: joined}
+	return Reply{Hint: max(hint, 1), Joined: joined, Position: position}
 }
 
 // reentered writes the receipt of a re-entry and answers granted.

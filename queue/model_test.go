@@ -43,7 +43,7 @@ func held(t *testing.T, waiters ...string) (*Model, func() string) {
 	require.True(t, m.Acquire(call(), "h", waiterEntry(0, "h"), mLease, mTTL, ModeTry).Granted)
 	for i, w := range waiters {
 		rep := m.Acquire(call(), w, waiterEntry(i+1, w), mLease, mTTL, ModeWait)
-		require.Equal(t, Reply{Hint: mTTL / 3, Joined: true}, rep)
+		require.Equal(t, Reply{Hint: mTTL / 3, Joined: true, Position: i + 1}, rep, "the waiters join in order")
 	}
 	return m, call
 }
@@ -139,7 +139,7 @@ func TestModelWaitHintIsTheHoldExpiryOrAThirdOfTheWaiterTTL(t *testing.T) {
 		m, call := NewModel(t0, mReceipt), callIDs()
 		m.Acquire(call(), "h", waiterEntry(0, "h"), tt.lease, tt.waiterTTL, ModeTry)
 		rep := m.Acquire(call(), "w", waiterEntry(1, "w"), mLease, tt.waiterTTL, ModeWait)
-		assert.Equal(t, Reply{Hint: tt.hint, Joined: true}, rep, "%+v", tt)
+		assert.Equal(t, Reply{Hint: tt.hint, Joined: true, Position: 1}, rep, "%+v", tt)
 		assert.Equal(t, t0+tt.waiterTTL, m.State().Deadlines[waiterEntry(1, "w")])
 	}
 }

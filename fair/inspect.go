@@ -2,6 +2,9 @@ package fair
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/fairlock/fairlock/internal/errs"
 
 	"github.com/fairlock/fairlock/queue"
 )
@@ -13,8 +16,18 @@ import (
 func (l *Mutex) Inspect(ctx context.Context) (queue.Snapshot, error) {
 	return read(l.e, ctx, func(ctx context.Context) (queue.Snapshot, error) {
 		s, err := queue.Inspect(ctx, l.e.rdb, l.keys)
-		return s, refusal(err)
+		return s, txRefusal(err)
 	})
+}
+
+// txRefusal is refusal for the reply of a transaction: Redis 7 reports an
+// EXEC that the user may not run as an EXECABORT whose reason is the
+// NOPERM.
+func txRefusal(err error) error {
+	if replyStarts(err, "EXECABORT Transaction discarded because of: NOPERM") {
+		return fmt.Errorf("%w: %w", errs.ErrNoPermission, err)
+	}
+	return refusal(err)
 }
 
 // List returns the names of the locks under prefix that are held or

@@ -111,15 +111,25 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 	return s, nil
 }
 
-// firstErr returns the first error of cmds other than redis.Nil (a
-// missing token counter is no error): the reply that refused a command,
-// such as a NOPERM, rather than the EXECABORT that followed it. Without
-// one it returns err, nil when that is redis.Nil.
+// firstErr returns the error that explains a failed transaction: the
+// reply that refused one of cmds when it was queued, such as a NOPERM,
+// rather than the EXECABORT that the other commands got, else the first
+// error of cmds, else err. redis.Nil (a missing token counter) is no
+// error.
 func firstErr(cmds []redis.Cmder, err error) error {
+	var first error
 	for _, c := range cmds {
-		if cerr := c.Err(); cerr != nil && !errors.Is(cerr, redis.Nil) {
+		cerr := c.Err()
+		switch {
+		case cerr == nil || errors.Is(cerr, redis.Nil):
+		case !strings.HasPrefix(cerr.Error(), "EXECABORT"):
 			return cerr
+		case first == nil:
+			first = cerr
 		}
+	}
+	if first != nil {
+		return first
 	}
 	if errors.Is(err, redis.Nil) {
 		return nil

@@ -374,3 +374,31 @@ func TestInspectAndListNeedTheirACLRules(t *testing.T) {
 		t.Logf("without %s: %v %v", rule, ierr, lerr)
 	}
 }
+
+func TestListOnARingScansEveryShard(t *testing.T) {
+	t.Parallel()
+	ring := newRing(t)
+	ctx := context.Background()
+	e := &env{t: t, rdb: ring, prefix: redistest.Prefix(t),
+		dial: func(testing.TB) redis.UniversalClient { return ring }}
+	c := e.client()
+	var want []string
+	shards := map[string]bool{}
+	for i := range 20 {
+		name := fmt.Sprintf("job:%02d", i)
+		_, err := c.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		shard, err := ring.GetShardClientForKey(e.keys(name).Lock)
+		require.NoError(t, err)
+		shards[shard.Options().Addr] = true
+		want = append(want, name)
+	}
+	require.Len(t, shards, 2, "held locks on both shards")
+	got, err := c.List(ctx, "job:*")
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	s, err := c.Inspect(ctx, "job:07")
+	require.NoError(t, err)
+	require.True(t, s.Held)
+	require.Equal(t, c.ID(), s.Client)
+}

@@ -142,7 +142,11 @@ func (s Snapshot) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lock %q at %s (server clock)\n", s.Name, s.Now.UTC().Format(time.RFC3339Nano))
 	if s.Held {
-		fmt.Fprintf(&b, "  held by %s: %d level(s), token %d, lease left %v\n", s.Owner, s.Count, s.Token, s.TTL)
+		fmt.Fprintf(&b, "  held by %s: %d level(s), token %d, lease left %v", s.Owner, s.Count, s.Token, s.TTL)
+		if s.Tag != "" {
+			fmt.Fprintf(&b, ", granted through client %s", s.Tag)
+		}
+		b.WriteString("\n")
 	} else {
 		b.WriteString("  free\n")
 	}

@@ -13,14 +13,14 @@ func TestLockOfKeepsOnlyHoldAndQueueKeys(t *testing.T) {
 	k, err := For("p", "a:{b*")
 	require.NoError(t, err)
 	for key, want := range map[string]string{
-		k.Lock:            "a:{b*",
-		k.Queue:           "a:{b*",
-		k.Deadline:        "",
-		k.Token:           "",
+		k.Lock:             "a:{b*",
+		k.Queue:            "a:{b*",
+		k.Deadline:         "",
+		k.Token:            "",
 		k.Call("0123abcd"): "",
-		"p:{}":            "",
-		"px:{a}":          "",
-		"p:a":             "",
+		"p:{}":             "",
+		"px:{a}":           "",
+		"p:a":              "",
 	} {
 		name, ok := lockOf("p", key)
 		assert.Equal(t, want != "", ok, key)

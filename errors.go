@@ -82,4 +82,7 @@ var (
 	errNilContext = errors.New("fairlock: nil context")
 	errNilMutex   = errors.New("fairlock: nil Mutex")
 	errNilClient  = errors.New("fairlock: Mutex of a nil Client")
+	// errNilClientCall is returned by the Client's own methods when it is
+	// nil.
+	errNilClientCall = errors.New("fairlock: nil Client")
 )

@@ -265,3 +265,38 @@ func ExampleWithObserver() {
 	// report:daily granted (fresh)
 	// report:daily released (unlocked)
 }
+
+func ExampleClient_Inspect() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-inspect"))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	m := locks.Mutex("invoice:42")
+	ctx, err := m.Lock(fairlock.ContextWithOwner(context.Background(), "billing-1"))
+	if err != nil {
+		panic(err)
+	}
+	defer m.Unlock(ctx)
+
+	// Who holds invoice:42, through which Client, and who waits behind it.
+	s, err := locks.Inspect(context.Background(), "invoice:42")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(s.Held, s.Owner, s.Count, s.Client == locks.ID(), len(s.Waiters))
+
+	// Every lock held or waited on whose name matches a pattern.
+	names, err := locks.List(context.Background(), "invoice:*")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(names)
+	// Output:
+	// true billing-1 1 true 0
+	// [invoice:42]
+}

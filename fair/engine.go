@@ -26,6 +26,8 @@ type Redis interface {
 	Info(ctx context.Context, sections ...string) *redis.StringCmd
 	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
 	Pipeline() redis.Pipeliner
+	TxPipeline() redis.Pipeliner // Inspect
+	queue.Scanner                // List
 }
 
 var _ Redis = (redis.UniversalClient)(nil)
@@ -164,6 +166,10 @@ func (e *Engine) moved() {
 	e.audit.moved()
 	e.observe(context.Background(), Event{Kind: EventPrimaryMoved})
 }
+
+// Tag returns the engine's tag, which ends the waiter id of every entry
+// of its Lock calls (see queue.TagOf).
+func (e *Engine) Tag() string { return e.tag }
 
 // Mutex returns the lock with the given keys.
 func (e *Engine) Mutex(keys queue.Keys) *Mutex {

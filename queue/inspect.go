@@ -22,6 +22,7 @@ var _ Reader = (redis.UniversalClient)(nil)
 type WaiterState struct {
 	Entry     string        // the raw entry
 	ID        string        // waiter id of the Lock call
+	Tag       string        // tag of the waiting Client (TagOf); "" when the id has none
 	Owner     string        // owner id it waits for
 	Lease     time.Duration // lease its hold will have
 	Deadline  time.Time     // server time by which it must poll again; zero if it has none
@@ -37,6 +38,7 @@ type Snapshot struct {
 	Count     int           // holder's levels
 	Token     int64         // holder's fencing token
 	Entry     string        // waiter entry the hold was given to
+	Tag       string        // tag of the Client the hold was given to (TagOf(Entry)); "" when not known
 	TTL       time.Duration // remaining lease
 	Waiters   []WaiterState // the queue, oldest first
 	Orphans   []string      // deadline entries missing from the queue (should never happen)
@@ -65,8 +67,8 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 	dls = p.ZRangeWithScores(ctx, k.Deadline, 0, -1)
 	token = p.Get(ctx, k.Token)
 	tttl = p.PTTL(ctx, k.Token)
-	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return Snapshot{}, fmt.Errorf("fairlock: inspect %q: %w", k.Name, err)
+	if cmds, err := p.Exec(ctx); firstErr(cmds, err) != nil {
+		return Snapshot{}, fmt.Errorf("fairlock: inspect %q: %w", k.Name, firstErr(cmds, err))
 	}
 	s := Snapshot{Name: k.Name, Now: tm.Val()}
 	if h := hold.Val(); len(h) > 0 {
@@ -75,6 +77,7 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 		s.Count, _ = strconv.Atoi(h["count"])
 		s.Token, _ = strconv.ParseInt(h["token"], 10, 64)
 		s.Entry = h["entry"]
+		s.Tag = TagOf(s.Entry)
 		if d := pttl.Val(); d > 0 {
 			s.TTL = d
 		}
@@ -94,6 +97,7 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 	for _, e := range queue.Val() {
 		w := WaiterState{Entry: e}
 		w.ID, w.Lease, w.Owner, _ = splitEntry(e)
+		w.Tag = TagOf(e)
 		if ms, ok := deadline[e]; ok {
 			w.Deadline = time.UnixMilli(int64(ms))
 			w.Remaining = w.Deadline.Sub(s.Now)
@@ -107,12 +111,42 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 	return s, nil
 }
 
+// firstErr returns the error that explains a failed transaction: the
+// reply that refused one of cmds when it was queued, such as a NOPERM,
+// rather than the EXECABORT that the other commands got, else the first
+// error of cmds, else err. redis.Nil (a missing token counter) is no
+// error.
+func firstErr(cmds []redis.Cmder, err error) error {
+	var first error
+	for _, c := range cmds {
+		cerr := c.Err()
+		switch {
+		case cerr == nil || errors.Is(cerr, redis.Nil):
+		case !strings.HasPrefix(cerr.Error(), "EXECABORT"):
+			return cerr
+		case first == nil:
+			first = cerr
+		}
+	}
+	if first != nil {
+		return first
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
+}
+
 // String renders the snapshot for people.
 func (s Snapshot) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "lock %q at %s (server clock)\n", s.Name, s.Now.UTC().Format(time.RFC3339Nano))
 	if s.Held {
-		fmt.Fprintf(&b, "  held by %s: %d level(s), token %d, lease left %v\n", s.Owner, s.Count, s.Token, s.TTL)
+		fmt.Fprintf(&b, "  held by %s: %d level(s), token %d, lease left %v", s.Owner, s.Count, s.Token, s.TTL)
+		if s.Tag != "" {
+			fmt.Fprintf(&b, ", granted through client %s", s.Tag)
+		}
+		b.WriteString("\n")
 	} else {
 		b.WriteString("  free\n")
 	}

@@ -64,11 +64,21 @@ func (k Keys) ClientWake(tag string) string { return k.Wake + ":" + tag }
 // rule of wake_channel in lua/lib.lua): ClientWake of the tag that ends
 // the entry's waiter id, or Wake for a waiter id without a tag.
 func (k Keys) WakeOf(entry string) string {
-	id, _, found := strings.Cut(entry, ":")
-	if found && len(id) == WaiterIDLen+TagLen && isHex(id) {
-		return k.ClientWake(id[WaiterIDLen:])
+	if tag := TagOf(entry); tag != "" {
+		return k.ClientWake(tag)
 	}
 	return k.Wake
+}
+
+// TagOf returns the tag of the Client whose Lock call made entry: the
+// TagLen hex characters that end its waiter id, or "" for a waiter id
+// without a tag (or an entry that is not one).
+func TagOf(entry string) string {
+	id, _, found := strings.Cut(entry, ":")
+	if found && len(id) == WaiterIDLen+TagLen && isHex(id) {
+		return id[WaiterIDLen:]
+	}
+	return ""
 }
 
 func isHex(s string) bool {

@@ -172,13 +172,14 @@ func TestInspectPrintsTheSnapshotOfOneLock(t *testing.T) {
 	m := miniredis.NewMiniRedis()
 	require.NoError(t, m.Start())
 	defer m.Close()
-	m.HSet("app:{orders}", "owner", "o1", "count", "2", "token", "9", "entry", "")
+	m.HSet("app:{orders}", "owner", "o1", "count", "2", "token", "9", "entry", "0123456789abcdef01abcdef:30000:o1")
 	require.NoError(t, m.Set("app:{orders}:token", "9"))
 
 	code, out, errs := runCmd(t, "inspect", "-redis", "redis://"+m.Addr()+"/0", "-prefix", "app", "orders")
 	require.Equal(t, exitOK, code, errs)
 	assert.Contains(t, out, `lock "orders"`)
 	assert.Contains(t, out, "held by o1: 2 level(s), token 9")
+	assert.Contains(t, out, "granted through client 01abcdef")
 	assert.Contains(t, out, "last token 9, counter never expires", "a counter of an earlier version")
 }
 

@@ -2,9 +2,13 @@ package otel_test
 
 import (
 	"context"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -190,7 +194,7 @@ func TestALeaseLostToForceUnlockIsCounted(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, sharedAddr)
 	ctx := context.Background()
-	_, err := r.client(fairlock.WithLease(300*time.Millisecond)).Mutex("lost").Lock(ctx)
+	_, err := r.client(fairlock.WithLease(300 * time.Millisecond)).Mutex("lost").Lock(ctx)
 	require.NoError(t, err)
 	_, err = r.plain().Mutex("lost").ForceUnlock(ctx)
 	require.NoError(t, err)
@@ -198,10 +202,10 @@ func TestALeaseLostToForceUnlockIsCounted(t *testing.T) {
 
 	values, _ := r.collect()
 	require.Equal(t, map[string]float64{
-		with(waitDuration, otel.OutcomeFresh):     1,
-		with(grants, otel.OutcomeFresh):           1,
-		waiting:                                   0,
-		holding:                                   0,
+		with(waitDuration, otel.OutcomeFresh): 1,
+		with(grants, otel.OutcomeFresh):       1,
+		waiting:                               0,
+		holding:                               0,
 		with(holdDuration, otel.OutcomeLeaseLost): 1,
 		with(leasesLost, otel.OutcomeLeaseLost):   1,
 	}, values)
@@ -216,10 +220,10 @@ func TestAFixedLeaseThatRanOutIsCounted(t *testing.T) {
 
 	values, sums := r.collect()
 	require.Equal(t, map[string]float64{
-		with(waitDuration, otel.OutcomeFresh):       1,
-		with(grants, otel.OutcomeFresh):             1,
-		waiting:                                     0,
-		holding:                                     0,
+		with(waitDuration, otel.OutcomeFresh): 1,
+		with(grants, otel.OutcomeFresh):       1,
+		waiting:                               0,
+		holding:                               0,
 		with(holdDuration, otel.OutcomeLeaseRanOut): 1,
 		with(leasesLost, otel.OutcomeLeaseRanOut):   1,
 	}, values)
@@ -234,7 +238,7 @@ func TestRenewalsFailingUntilTheLeaseIsLostAreCounted(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.stop)
 	r := newRig(t, srv.addr)
-	_, err = r.client(fairlock.WithLease(300*time.Millisecond)).Mutex("stopped").Lock(context.Background())
+	_, err = r.client(fairlock.WithLease(300 * time.Millisecond)).Mutex("stopped").Lock(context.Background())
 	require.NoError(t, err)
 	resume := srv.pause()
 	r.awaitValue(with(leasesLost, otel.OutcomeLeaseLost), 1)
@@ -244,10 +248,10 @@ func TestRenewalsFailingUntilTheLeaseIsLostAreCounted(t *testing.T) {
 	failures := values[renewalFailures]
 	require.GreaterOrEqual(t, failures, 1.0)
 	require.Equal(t, map[string]float64{
-		with(waitDuration, otel.OutcomeFresh):     1,
-		with(grants, otel.OutcomeFresh):           1,
-		waiting:                                   0,
-		holding:                                   0,
+		with(waitDuration, otel.OutcomeFresh): 1,
+		with(grants, otel.OutcomeFresh):       1,
+		waiting:                               0,
+		holding:                               0,
 		with(holdDuration, otel.OutcomeLeaseLost): 1,
 		with(leasesLost, otel.OutcomeLeaseLost):   1,
 		renewalFailures:                           failures,
@@ -291,4 +295,106 @@ func TestCloseEndsHoldsAndWaitsAndTheCountersReturnToZero(t *testing.T) {
 	require.Contains(t, closed.Attributes(), otel.OutcomeKey.String(otel.OutcomeClosed))
 	require.Contains(t, eventNames(closed), "exception", "the error is recorded")
 	require.Zero(t, otel.Waiting(r.obs))
+}
+
+// group is a WithLockAttribute mapping: the part of the name before a
+// ':', none for a name without one.
+func group(name string) (attribute.KeyValue, bool) {
+	prefix, _, ok := strings.Cut(name, ":")
+	return attribute.String("fairlock.lock.group", prefix), ok
+}
+
+func TestWithLockAttributeLabelsMetricsAndSpansOnlyWhereItSays(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, sharedAddr, otel.WithLockAttribute(group))
+	c := r.client()
+	ctx := context.Background()
+	for _, name := range []string{"invoice:1", "invoice:2", "plain"} {
+		hctx, err := c.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, c.Mutex(name).Unlock(hctx))
+	}
+
+	values, _ := r.collect()
+	require.Equal(t, map[string]float64{
+		waitDuration + "{fairlock.lock.group=invoice,fairlock.lock.outcome=fresh}":    2,
+		grants + "{fairlock.lock.group=invoice,fairlock.lock.outcome=fresh}":          2,
+		"fairlock.lock.waiting{fairlock.lock.group=invoice}":                          0,
+		"fairlock.lock.holding{fairlock.lock.group=invoice}":                          0,
+		holdDuration + "{fairlock.lock.group=invoice,fairlock.lock.outcome=unlocked}": 2,
+		with(waitDuration, otel.OutcomeFresh):                                         1,
+		with(grants, otel.OutcomeFresh):                                               1,
+		waiting:                                                                       0,
+		holding:                                                                       0,
+		with(holdDuration, otel.OutcomeUnlocked):                                      1,
+	}, values)
+	var grouped int
+	for _, s := range r.lockSpans() {
+		if slices.Contains(s.Attributes(), attribute.String("fairlock.lock.group", "invoice")) {
+			grouped++
+		}
+	}
+	require.Equal(t, 2, grouped)
+}
+
+// TestTheCountersReturnToZeroAfterAChurn has goroutines on two Clients
+// lock, re-enter, try and give up on one lock at once: when all have
+// returned, nothing is counted as waiting or holding, every grant but a
+// re-entry has its hold, and the Observer keeps no span.
+func TestTheCountersReturnToZeroAfterAChurn(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, sharedAddr)
+	mutexes := []*fairlock.Mutex{r.client().Mutex("churn"), r.client().Mutex("churn")}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		m := mutexes[g%2]
+		wg.Go(func() {
+			for i := range 10 {
+				// A third of the calls are TryLocks, a third wait up to
+				// 30ms, a third give up after 1ms unless granted sooner.
+				wait := 30 * time.Millisecond
+				if i%3 == 1 {
+					wait = time.Millisecond
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), wait)
+				var hctx context.Context
+				var err error
+				if i%3 == 0 {
+					hctx, err = m.TryLock(ctx)
+				} else {
+					hctx, err = m.Lock(ctx)
+				}
+				cancel()
+				if err != nil {
+					continue
+				}
+				if inner, err := m.Lock(hctx); err == nil {
+					assert.NoError(t, m.Unlock(inner))
+				}
+				assert.NoError(t, m.Unlock(hctx))
+			}
+		})
+	}
+	wg.Wait()
+
+	values, _ := r.collect()
+	require.Equal(t, 0.0, values[waiting])
+	require.Equal(t, 0.0, values[holding])
+	require.Zero(t, otel.Waiting(r.obs))
+	var calls, ended, granted, held float64
+	for k, v := range values {
+		switch {
+		case strings.HasPrefix(k, waitDuration):
+			calls += v
+		case strings.HasPrefix(k, giveUps):
+			ended += v
+		case strings.HasPrefix(k, grants) && k != with(grants, otel.OutcomeReentry):
+			granted += v
+		case strings.HasPrefix(k, holdDuration):
+			held += v
+		}
+	}
+	require.Positive(t, granted)
+	require.Equal(t, granted, held, "every hold granted ended: %v", values)
+	require.Equal(t, calls, granted+values[with(grants, otel.OutcomeReentry)]+ended, "every call ended once: %v", values)
 }

@@ -39,11 +39,11 @@
 // Spans: each Lock call that waits in line (not a TryLock, which makes
 // one attempt, nor a re-entry) is a span named "fairlock.Lock", a child
 // of the span in the Lock call's context, from the call to its grant or
-// its end without one. It has an event "queued" when the call joined the
-// line (again if it lost its place and joined anew), an event "granted"
-// with the hold's fencing token, and the OutcomeKey attribute. Its status
-// is Error, with the error recorded, when the call ended with an error
-// other than the end of the caller's context; a caller that gave up
+// its end without one. It has an event "queued" for each fairlock.Queued
+// (the call joined the line), an event "granted" with the hold's fencing
+// token, and the OutcomeKey attribute. Its status is Error, with the
+// error recorded, when the call ended with an error other than the end
+// of the caller's context (ErrClosed included); a caller that gave up
 // leaves the status unset.
 //
 // By default no metric or span has an attribute for the lock's name:
@@ -51,8 +51,8 @@
 // time series. WithLockAttribute maps names to an attribute, for
 // example the part of the name before a ':'.
 //
-// Observe is quick and never blocks on I/O: it only updates instruments
-// and spans, and keeps the span of each waiting call in a map until the
-// call returns. The Observer is safe for concurrent use, and one may serve
-// several Clients.
+// Observe only updates instruments and spans, and keeps the span of each
+// waiting call in a map until the call's grant or end, which fairlock
+// reports exactly once per call. The Observer is safe for concurrent use,
+// and one may serve several Clients.
 package otel

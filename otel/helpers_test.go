@@ -71,6 +71,18 @@ func (r *rig) plain(opts ...fairlock.Option) *fairlock.Client {
 	return c
 }
 
+// units are the units of the instruments.
+var units = map[string]string{
+	"fairlock.lock.wait.duration":    "s",
+	"fairlock.lock.hold.duration":    "s",
+	"fairlock.lock.waiting":          "{call}",
+	"fairlock.lock.holding":          "{hold}",
+	"fairlock.lock.grants":           "{grant}",
+	"fairlock.lock.give_ups":         "{call}",
+	"fairlock.lock.leases_lost":      "{hold}",
+	"fairlock.lock.renewal_failures": "{renewal}",
+}
+
 // collect reads every instrument: for each data point, its instrument's
 // name and attributes ("name{k=v,...}", attributes sorted) mapped to its
 // value (a histogram's: its count), and the histograms' sums.
@@ -82,6 +94,8 @@ func (r *rig) collect() (values map[string]float64, sums map[string]float64) {
 	for _, sm := range rm.ScopeMetrics {
 		require.Equal(r.t, otel.ScopeName, sm.Scope.Name)
 		for _, m := range sm.Metrics {
+			require.Equal(r.t, units[m.Name], m.Unit, m.Name)
+			require.NotEmpty(r.t, m.Description, m.Name)
 			switch data := m.Data.(type) {
 			case metricdata.Sum[int64]:
 				for _, p := range data.DataPoints {
@@ -98,6 +112,22 @@ func (r *rig) collect() (values map[string]float64, sums map[string]float64) {
 		}
 	}
 	return values, sums
+}
+
+// bounds returns the bucket bounds of a histogram's first data point.
+func (r *rig) bounds(name string) []float64 {
+	r.t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(r.t, r.reader.Collect(context.Background(), &rm))
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok && m.Name == name && len(h.DataPoints) > 0 {
+				return h.DataPoints[0].Bounds
+			}
+		}
+	}
+	r.t.Fatalf("no data point of %s", name)
+	return nil
 }
 
 // key names a data point: its instrument's name and its attributes,

@@ -59,6 +59,9 @@ func TestAnUncontendedLockRecordsAFreshGrantAndAnUnlockedHold(t *testing.T) {
 		with(holdDuration, otel.OutcomeUnlocked): 1,
 	}, values)
 	require.Positive(t, sums[with(waitDuration, otel.OutcomeFresh)])
+	require.Equal(t, []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+		r.bounds(waitDuration), "buckets from a millisecond to five minutes")
+	require.Equal(t, r.bounds(waitDuration), r.bounds(holdDuration))
 	require.Positive(t, sums[with(holdDuration, otel.OutcomeUnlocked)])
 
 	spans := r.lockSpans()

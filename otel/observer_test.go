@@ -2,6 +2,8 @@ package otel_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -400,4 +402,14 @@ func TestTheCountersReturnToZeroAfterAChurn(t *testing.T) {
 	require.Positive(t, granted)
 	require.Equal(t, granted, held, "every hold granted ended: %v", values)
 	require.Equal(t, calls, granted+values[with(grants, otel.OutcomeReentry)]+ended, "every call ended once: %v", values)
+}
+
+// TestTheLibraryDoesNotDependOnOpenTelemetry reads fairlock's go.mod:
+// only this module brings OpenTelemetry in.
+func TestTheLibraryDoesNotDependOnOpenTelemetry(t *testing.T) {
+	t.Parallel()
+	mod, err := os.ReadFile(filepath.Join("..", "go.mod"))
+	require.NoError(t, err)
+	require.Contains(t, string(mod), "module github.com/fairlock/fairlock\n")
+	require.NotContains(t, string(mod), "opentelemetry")
 }

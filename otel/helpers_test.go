@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -30,8 +32,10 @@ type rig struct {
 	spans  *tracetest.SpanRecorder
 	tp     *sdktrace.TracerProvider
 	obs    *otel.Observer
-	rdb    *redis.Client
-	prefix string
+	// registry is a Prometheus registry the metrics are exported to too.
+	registry *prometheus.Registry
+	rdb      *redis.Client
+	prefix   string
 }
 
 var prefixes atomic.Int64
@@ -47,11 +51,15 @@ func newRig(t *testing.T, addr string, opts ...otel.Option) *rig {
 		prefix: fmt.Sprintf("otel-test-%d", prefixes.Add(1)),
 	}
 	t.Cleanup(func() { _ = r.rdb.Close() })
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
+	r.registry = prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(r.registry))
+	require.NoError(t, err)
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader), sdkmetric.WithReader(exporter))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
 	t.Cleanup(func() { _ = r.tp.Shutdown(context.Background()) })
-	obs, err := otel.NewObserver(append([]otel.Option{otel.WithMeterProvider(mp), otel.WithTracerProvider(r.tp)}, opts...)...)
+	var obs *otel.Observer
+	obs, err = otel.NewObserver(append([]otel.Option{otel.WithMeterProvider(mp), otel.WithTracerProvider(r.tp)}, opts...)...)
 	require.NoError(t, err)
 	r.obs = obs
 	return r
@@ -112,6 +120,19 @@ func (r *rig) collect() (values map[string]float64, sums map[string]float64) {
 		}
 	}
 	return values, sums
+}
+
+// promNames returns the names of the Prometheus metric families the
+// exporter makes of the rig's metrics.
+func (r *rig) promNames() []string {
+	r.t.Helper()
+	families, err := r.registry.Gather()
+	require.NoError(r.t, err)
+	var out []string
+	for _, f := range families {
+		out = append(out, f.GetName())
+	}
+	return out
 }
 
 // bounds returns the bucket bounds of a histogram's first data point.

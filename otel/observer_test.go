@@ -135,6 +135,7 @@ func TestAFailedTryLockIsAGiveUpThatNeverWaited(t *testing.T) {
 		with(giveUps, otel.OutcomeLocked):      1,
 	}, values, "no waiting call counted, no hold")
 	require.Empty(t, r.lockSpans(), "a TryLock has no span")
+	require.Contains(t, r.promNames(), "fairlock_lock_give_ups_total")
 	require.NoError(t, holder.Unlock(hctx))
 }
 
@@ -214,6 +215,7 @@ func TestALeaseLostToForceUnlockIsCounted(t *testing.T) {
 		with(holdDuration, otel.OutcomeLeaseLost): 1,
 		with(leasesLost, otel.OutcomeLeaseLost):   1,
 	}, values)
+	require.Contains(t, r.promNames(), "fairlock_lock_leases_lost_total")
 }
 
 func TestAFixedLeaseThatRanOutIsCounted(t *testing.T) {
@@ -261,6 +263,7 @@ func TestRenewalsFailingUntilTheLeaseIsLostAreCounted(t *testing.T) {
 		with(leasesLost, otel.OutcomeLeaseLost):   1,
 		renewalFailures:                           failures,
 	}, values)
+	require.Contains(t, r.promNames(), "fairlock_lock_renewal_failures_total")
 }
 
 func TestCloseEndsHoldsAndWaitsAndTheCountersReturnToZero(t *testing.T) {

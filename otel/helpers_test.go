@@ -58,10 +58,8 @@ func newRig(t *testing.T, addr string, opts ...otel.Option) *rig {
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	r.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
 	t.Cleanup(func() { _ = r.tp.Shutdown(context.Background()) })
-	var obs *otel.Observer
-	obs, err = otel.NewObserver(append([]otel.Option{otel.WithMeterProvider(mp), otel.WithTracerProvider(r.tp)}, opts...)...)
+	r.obs, err = otel.NewObserver(append([]otel.Option{otel.WithMeterProvider(mp), otel.WithTracerProvider(r.tp)}, opts...)...)
 	require.NoError(t, err)
-	r.obs = obs
 	return r
 }
 

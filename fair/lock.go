@@ -454,15 +454,17 @@ func (l *Mutex) leaveLater(owner, entry string) {
 func (l *Mutex) hold(ctx context.Context, req Request, entry string, token int64, from time.Time, span time.Duration) (*Hold, error) {
 	h := newHold(l, req, entry, token, from, span)
 	fail := ctx.Err()
+	if fail == nil && l.e.observing() {
+		// Before the hold is visible to Close, which may end it at once.
+		h.observed = &observedHold{took: time.Now(), ctx: context.WithoutCancel(ctx)}
+	}
 	if fail == nil && !l.e.addHold(h) {
 		fail = errs.ErrClosed
 	}
 	if fail != nil {
+		h.observed = nil // never handed out: nothing to report
 		h.end(fail)
 		return nil, errors.Join(fail, l.soon(func() error { return l.giveBack(ctx, req) }))
-	}
-	if l.e.observing() {
-		h.observed = &observedHold{took: time.Now(), ctx: context.WithoutCancel(ctx)}
 	}
 	h.start()
 	return h, nil

@@ -1,0 +1,88 @@
+package otel_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/otel"
+)
+
+// redisAddr is the address of the Redis the example uses; in your code,
+// the address of yours.
+func redisAddr() string { return sharedAddr }
+
+// Example exports a Client's metrics to Prometheus, labelled by the part
+// of each lock's name before the ':'.
+func Example() {
+	ctx := context.Background()
+	registry := prometheus.NewRegistry() // serve it with promhttp.HandlerFor(registry, ...)
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	if err != nil {
+		panic(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer mp.Shutdown(ctx)
+
+	observer, err := otel.NewObserver(
+		otel.WithMeterProvider(mp),
+		otel.WithLockAttribute(func(name string) (attribute.KeyValue, bool) {
+			kind, _, ok := strings.Cut(name, ":") // "invoice:2026-11" -> "invoice"
+			return attribute.String("fairlock.lock.kind", kind), ok
+		}),
+	)
+	if err != nil {
+		panic(err)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-otel"), fairlock.WithObserver(observer))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	m := locks.Mutex("invoice:2026-11")
+	hctx, err := m.Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	if err := m.Unlock(hctx); err != nil {
+		panic(err)
+	}
+
+	families, err := registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "fairlock_") {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			var labels []string
+			for _, l := range metric.GetLabel() {
+				if strings.HasPrefix(l.GetName(), "fairlock_") {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+			}
+			// A counter's or gauge's value, a histogram's count.
+			value := metric.GetCounter().GetValue() + metric.GetGauge().GetValue() + float64(metric.GetHistogram().GetSampleCount())
+			fmt.Println(f.GetName(), labels, value)
+		}
+	}
+	// Output:
+	// fairlock_lock_grants_total [fairlock_lock_kind=invoice fairlock_lock_outcome=fresh] 1
+	// fairlock_lock_hold_duration_seconds [fairlock_lock_kind=invoice fairlock_lock_outcome=unlocked] 1
+	// fairlock_lock_holding [fairlock_lock_kind=invoice] 0
+	// fairlock_lock_wait_duration_seconds [fairlock_lock_kind=invoice fairlock_lock_outcome=fresh] 1
+	// fairlock_lock_waiting [fairlock_lock_kind=invoice] 0
+}

@@ -71,6 +71,11 @@ const (
 	// failover of a failover client, or of a cluster master's slots) and
 	// followed it. Lock is empty.
 	PrimaryMoved EventKind = EventKind(fair.EventPrimaryMoved)
+	// Reconnected: a pub/sub connection of the Client failed or went
+	// quiet and was rebuilt once its channels were subscribed again. Wake
+	// messages sent meanwhile may have been lost, so every waiter behind
+	// it polled at once. Lock is empty.
+	Reconnected EventKind = EventKind(fair.EventReconnected)
 )
 
 // String returns the kind's name.
@@ -92,6 +97,8 @@ func (k EventKind) String() string {
 		return "RenewalFailed"
 	case PrimaryMoved:
 		return "PrimaryMoved"
+	case Reconnected:
+		return "Reconnected"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }

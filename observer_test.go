@@ -286,3 +286,29 @@ func TestAPanickingObserverBreaksNothing(t *testing.T) {
 	})
 	require.Len(t, panics, 1, "logged once: %v", logs.all())
 }
+
+// TestObserverSeesThePubSubConnectionRebuilt cuts the Client's pub/sub
+// connection while one of its Lock calls waits: the Client rebuilds it
+// and reports Reconnected.
+func TestObserverSeesThePubSubConnectionRebuilt(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	rec := &recorder{}
+	holder := e.client().Mutex("cut")
+	waiter := e.client(fairlock.WithObserver(rec)).Mutex("cut")
+	ctx := context.Background()
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	w := lockAsync(ctx, waiter)
+	rec.awaitEvent(t, "cut", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued })
+
+	n, err := e.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n, "the waiting Client's pub/sub connection")
+	rec.awaitEvent(t, "", func(e fairlock.Event) bool { return e.Kind == fairlock.Reconnected })
+
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, w, 5*time.Second)
+	require.NoError(t, r.err)
+	require.NoError(t, waiter.Unlock(r.ctx))
+}

@@ -155,6 +155,7 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 		Heartbeat: cfg.Heartbeat,
 		Mode:      e.hubMode,
 		Moved:     e.moved,
+		Rebuilt:   e.rebuilt,
 		Unclaimed: e.audit.unclaimed,
 		Linger:    subscriptionLinger,
 	})
@@ -170,6 +171,11 @@ func (e *Engine) moved() {
 // Tag returns the engine's tag, which ends the waiter id of every entry
 // of its Lock calls (see queue.TagOf).
 func (e *Engine) Tag() string { return e.tag }
+
+// rebuilt is told by the hub that a pub/sub connection was rebuilt.
+func (e *Engine) rebuilt() {
+	e.observe(context.Background(), Event{Kind: EventReconnected})
+}
 
 // Mutex returns the lock with the given keys.
 func (e *Engine) Mutex(keys queue.Keys) *Mutex {

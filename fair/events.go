@@ -36,6 +36,10 @@ const (
 	// EventPrimaryMoved: the Client's pub/sub followed its primary to
 	// another server (a failover).
 	EventPrimaryMoved
+	// EventReconnected: a pub/sub connection of the Client failed or went
+	// quiet and was rebuilt; wake messages sent meanwhile may be lost,
+	// and every waiter behind it polls at once.
+	EventReconnected
 )
 
 // GrantKind says how a call was granted the lock.

@@ -99,6 +99,12 @@ type Options struct {
 	// waiter that stopped). It is called on the connection's reader and
 	// must not block.
 	Unclaimed func(channel, id string)
+	// Rebuilt, if set, is called when a pub/sub connection of the hub was
+	// rebuilt after it failed or went quiet, once its channels are
+	// subscribed again (messages sent meanwhile may have been lost; the
+	// hub has woken every waiter of them). It is called on the
+	// connection's reader, outside the hub's lock, and must not block.
+	Rebuilt func()
 	// Linger is how long a channel stays subscribed after its last
 	// waiter stops, so that a Watch of a channel in steady use finds its
 	// subscription confirmed and returns without a round trip (see
@@ -118,6 +124,7 @@ type Hub struct {
 	heartbeat   time.Duration
 	onMoved     func()                   // Options.Moved
 	onUnclaimed func(channel, id string) // Options.Unclaimed
+	onRebuilt   func()                   // Options.Rebuilt
 	linger      time.Duration            // Options.Linger
 
 	ctx       context.Context    // parent of every connection's context; cancelled by Close
@@ -171,6 +178,7 @@ func New(rdb Subscriber, opts Options) *Hub {
 		log:         log,
 		heartbeat:   hb,
 		onMoved:     opts.Moved,
+		onRebuilt:   opts.Rebuilt,
 		onUnclaimed: opts.Unclaimed,
 		linger:      opts.Linger,
 		ctx:         ctx,

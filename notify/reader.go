@@ -41,7 +41,7 @@ func (h *Hub) read(c *conn, ps *redis.PubSub) {
 			pinged, failing, backoff = false, false, minBackoff
 			h.dispatch(c, msg)
 			continue
-		case isReply(err) && h.refused(c, err):
+		case isReply(err) && h.refusedReply(c, err):
 			// An error reply is an answer, not a broken connection.
 			pinged, failing, backoff = false, false, minBackoff
 			continue
@@ -138,17 +138,39 @@ func (h *Hub) resubscribed(c *conn, channel string) {
 	t.signalLocked()
 }
 
-// confirm handles the answer to a PING on c. If it answers a confirmation
+// rebuilt tells Options.Rebuilt, outside the hub's lock, that a rebuild
+// of a connection ended.
+func (h *Hub) rebuilt(ended bool) {
+	if ended && h.onRebuilt != nil {
+		h.onRebuilt()
+	}
+}
+
+// refusedReply is refused, followed by rebuilt.
+func (h *Hub) refusedReply(c *conn, reply error) bool {
+	expected, ended := h.refused(c, reply)
+	h.rebuilt(ended)
+	return expected
+}
+
+// confirm handles the answer to a PING on c (see confirmed), then tells
+// Options.Rebuilt when it ended a rebuild.
+func (h *Hub) confirm(c *conn, payload string) {
+	h.rebuilt(h.confirmed(c, payload))
+}
+
+// confirmed handles the answer to a PING on c, and reports whether it
+// ended a rebuild of c. If it answers a confirmation
 // PING, every SUBSCRIBE sent before it has been processed. Redis answers
 // in order, so the confirmation PINGs queued before it were answered too,
 // or their answers were lost on a connection go-redis replaced by itself,
 // re-subscribing every channel first; either way they are settled with it.
-func (h *Hub) confirm(c *conn, payload string) {
+func (h *Hub) confirmed(c *conn, payload string) (ended bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	i := slices.IndexFunc(c.awaiting, func(k *confirmation) bool { return k.payload == payload })
 	if i < 0 {
-		return
+		return false
 	}
 	answered := c.awaiting[:i+1]
 	c.awaiting = c.awaiting[i+1:]
@@ -158,11 +180,14 @@ func (h *Hub) confirm(c *conn, payload string) {
 		}
 		if k.rebuilt {
 			h.rebuiltLocked(c)
+			ended = true
 		}
 	}
+	return ended
 }
 
-// refused handles an error reply on c and reports whether it was expected.
+// refused handles an error reply on c and reports whether it was expected,
+// and whether it ended a rebuild of c.
 //
 // The writer sends each SUBSCRIBE followed by its confirmation PING (in
 // Sharded mode each SUNSUBSCRIBE too), and Redis answers in order, so an
@@ -177,11 +202,11 @@ func (h *Hub) confirm(c *conn, payload string) {
 // serves the slot, so it holds no subscription of ours there) needs
 // nothing. The connection itself is fine, and Redis still answers the
 // PING, which then confirms nothing.
-func (h *Hub) refused(c *conn, reply error) bool {
+func (h *Hub) refused(c *conn, reply error) (expected, ended bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(c.awaiting) == 0 {
-		return false
+		return false, false
 	}
 	k := c.awaiting[0]
 	c.awaiting = c.awaiting[1:]
@@ -200,6 +225,7 @@ func (h *Hub) refused(c *conn, reply error) bool {
 	}
 	if k.rebuilt {
 		h.rebuiltLocked(c)
+		ended = true
 	}
-	return true
+	return true, ended
 }

@@ -48,6 +48,8 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		Replicas:       cfg.replicas,
 		ReplicaTimeout: cfg.replicaWait,
 		Observe:        hook(cfg.observer, cfg.logger),
+		Name:           cfg.name,
+		Prefix:         cfg.prefix,
 	})
 	if err != nil {
 		// The options were validated above: a Config the engine refuses

@@ -25,6 +25,9 @@ type LockState struct {
 	// predates Client IDs, or whose owner id is shared by calls that came
 	// and went since).
 	Client string
+	// ClientName is the name of the holder's Client (WithName), "" when
+	// it has none or it is not known.
+	ClientName string
 
 	Waiters []Waiter // the Lock calls in line, in the order they joined it
 }
@@ -33,6 +36,9 @@ type LockState struct {
 type Waiter struct {
 	Owner  string // the owner id it waits for
 	Client string // the ID of the waiting Client; "" for a client that predates Client IDs
+	// ClientName is the name of the waiting Client (WithName), "" when it
+	// has none or it is not known.
+	ClientName string
 	// TimeLeft is how long it keeps its place without polling (a live
 	// waiter polls well before); at or below 0, it is gone and will be
 	// dropped from the line.
@@ -66,7 +72,8 @@ func (c *Client) usable(ctx context.Context) error {
 // Inspect reads the state of the lock called name: its holder and the
 // waiters in line, in one atomic round trip (a MULTI transaction that
 // changes nothing), with the remaining times measured by the server's
-// clock. It returns when ctx ends, with ctx's error, even while Redis does
+// clock, and then the names of their Clients (WithName) in one more. It
+// returns when ctx ends, with ctx's error, even while Redis does
 // not answer. A bad name fails with ErrInvalidName, a Redis user that may
 // not run the commands with ErrNoPermission. It is an operator's and a
 // debugger's tool: the lock may change the moment it returns, so never
@@ -96,7 +103,36 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockState, error) {
 	for _, w := range s.Waiters {
 		st.Waiters = append(st.Waiters, Waiter{Owner: w.Owner, Client: w.Tag, TimeLeft: w.Remaining})
 	}
+	if err := c.nameClients(ctx, &st); err != nil {
+		return LockState{}, err
+	}
 	return st, nil
+}
+
+// nameClients fills in the names of the Clients st mentions, read in one
+// more round trip (the names live in keys of their own, see WithName).
+func (c *Client) nameClients(ctx context.Context, st *LockState) error {
+	var tags []string
+	seen := map[string]bool{}
+	add := func(tag string) {
+		if tag != "" && !seen[tag] {
+			seen[tag] = true
+			tags = append(tags, tag)
+		}
+	}
+	add(st.Client)
+	for _, w := range st.Waiters {
+		add(w.Client)
+	}
+	names, err := c.engine.Names(ctx, c.cfg.prefix, tags)
+	if err != nil {
+		return err
+	}
+	st.ClientName = names[st.Client]
+	for i := range st.Waiters {
+		st.Waiters[i].ClientName = names[st.Waiters[i].Client]
+	}
+	return nil
 }
 
 // List returns the names of the locks under the Client's prefix that are

@@ -402,3 +402,56 @@ func TestListOnARingScansEveryShard(t *testing.T) {
 	require.True(t, s.Held)
 	require.Equal(t, c.ID(), s.Client)
 }
+
+// TestInspectShowsTheNamesOfTheClients names two of three Clients: Inspect
+// shows each name beside its Client's ID, for the holder and the waiters.
+// A named Client keeps its name in one key while it is open, and Close
+// deletes it.
+func TestInspectShowsTheNamesOfTheClients(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	billing := e.client(fairlock.WithName("billing-worker-3"))
+	reports := e.client(fairlock.WithName("reports / nightly"))
+	plain := e.client()
+
+	hctx, err := billing.Mutex("named").Lock(ctx)
+	require.NoError(t, err)
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	w1 := lockAsync(wctx, reports.Mutex("named"))
+	e.waitQueued("named", 1)
+	w2 := lockAsync(wctx, plain.Mutex("named"))
+	e.waitQueued("named", 2)
+
+	st, err := plain.Inspect(ctx, "named")
+	require.NoError(t, err)
+	require.Equal(t, billing.ID(), st.Client)
+	require.Equal(t, "billing-worker-3", st.ClientName)
+	require.Len(t, st.Waiters, 2)
+	require.Equal(t, reports.ID(), st.Waiters[0].Client)
+	require.Equal(t, "reports / nightly", st.Waiters[0].ClientName)
+	require.Equal(t, plain.ID(), st.Waiters[1].Client)
+	require.Empty(t, st.Waiters[1].ClientName, "a Client without a name")
+
+	key := e.prefix + ":client:" + billing.ID()
+	ttl, err := e.rdb.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	require.Positive(t, ttl, "the name expires unless renewed")
+	require.LessOrEqual(t, ttl, time.Minute)
+	names, err := e.rdb.Keys(ctx, e.prefix+":client:*").Result()
+	require.NoError(t, err)
+	require.Len(t, names, 2, "one key per named Client that has locked")
+
+	stop()
+	require.ErrorIs(t, await(t, w1, 5*time.Second).err, context.Canceled)
+	require.ErrorIs(t, await(t, w2, 5*time.Second).err, context.Canceled)
+	require.NoError(t, billing.Mutex("named").Unlock(hctx))
+	require.NoError(t, billing.Close())
+	require.Zero(t, e.rdb.Exists(ctx, key).Val(), "Close deletes the name")
+
+	for _, bad := range []string{"", strings.Repeat("x", 129), "tab\there", "\xff"} {
+		_, err := fairlock.New(e.rdb, fairlock.WithName(bad))
+		require.ErrorIs(t, err, fairlock.ErrInvalidOption, "%q", bad)
+	}
+}

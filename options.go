@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -26,6 +28,7 @@ type config struct {
 	replicas    int           // 0: no waiting for replicas
 	replicaWait time.Duration // WAIT's timeout when replicas > 0
 	observer    Observer      // nil: none
+	name        string        // "": no name
 	err         error         // the first invalid option
 }
 
@@ -101,6 +104,37 @@ func WithWaiterTTL(d time.Duration) Option {
 		}
 		c.waiterTTL = d
 	})
+}
+
+// WithName gives the Client a name that people read, such as
+// "billing-worker-3": Inspect then shows it beside the Client's ID for the
+// holds and waits of its Lock calls. The Client keeps it in Redis, in the
+// key <prefix>:client:<ID>, from its first Lock while it is open (the key
+// expires a minute after the process stops renewing it, and Close
+// deletes it). Default: no name, and no such key. A name that is empty,
+// longer than 128 bytes, not valid UTF-8 or with control characters makes
+// New fail with ErrInvalidOption.
+func WithName(name string) Option {
+	return clientOption(func(c *config) {
+		if !validName(name) {
+			c.invalid("WithName(%q): want 1 to 128 bytes of UTF-8 without control characters", name)
+			return
+		}
+		c.name = name
+	})
+}
+
+// validName reports whether a Client name is acceptable.
+func validName(name string) bool {
+	if name == "" || len(name) > 128 || !utf8.ValidString(name) {
+		return false
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // WithLogger sets the logger for events that are not returned to a caller

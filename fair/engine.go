@@ -52,6 +52,11 @@ type Config struct {
 	// context with the values of the call that took it). It is called on
 	// the goroutine of the step it reports and must not block.
 	Observe func(ctx context.Context, e Event)
+	// Name, when not empty, is written under the engine's tag in the key
+	// <Prefix>:client:<tag> while the engine runs (see name.go), for
+	// Inspect to show. Prefix is the Client's key prefix; set with Name.
+	Name   string
+	Prefix string
 }
 
 // errBadConfig is NewEngine's error for a Config it cannot run with.
@@ -69,6 +74,8 @@ func (c Config) check() error {
 		return fmt.Errorf("%w: Replicas %d, want 0 or more", errBadConfig, c.Replicas)
 	case c.Replicas > 0 && c.ReplicaTimeout <= 0:
 		return fmt.Errorf("%w: ReplicaTimeout %v with %d replicas, want a positive duration", errBadConfig, c.ReplicaTimeout, c.Replicas)
+	case c.Name != "" && c.Prefix == "":
+		return fmt.Errorf("%w: Name %q without a Prefix", errBadConfig, c.Name)
 	}
 	return nil
 }
@@ -90,6 +97,7 @@ type Engine struct {
 	audit   *audit        // sends again the releases a failover undid
 	dog     *watchdog     // renews the leases of every hold
 	repl    *replication  // nil: no waiting for replicas
+	naming  *naming       // nil: the engine has no name
 	closing chan struct{} // closed when Close starts
 	// stopped is cancelled one call timeout after Close starts (or when it
 	// ends): every call still out then is given up, so that Close has a
@@ -147,6 +155,9 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 	}
 	if cfg.Replicas > 0 {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
+	}
+	if cfg.Name != "" {
+		e.naming = &naming{key: nameKey(cfg.Prefix, e.tag), name: cfg.Name}
 	}
 	e.audit = newAudit(e, rdb)
 	e.dog = newWatchdog(e)

@@ -47,6 +47,7 @@ func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 		return nil, err
 	}
 	defer l.e.ops.Done()
+	l.e.announce()
 	// Fast path: one attempt, no subscription. Its entry is the one the
 	// caller waits under if it must, so that a grant whose reply was lost
 	// is claimed by the first poll, not counted again.

@@ -17,10 +17,7 @@ import (
 //
 //	stress inspect [-redis URL | -cluster ADDRS | -sentinel ADDRS -master NAME] [-prefix P] NAME
 func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var (
-		c                 config
-		cluster, sentinel string
-	)
+	var c config
 	fs := flag.NewFlagSet("stress inspect", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -29,7 +26,7 @@ func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			"lease, and the waiters in order with their deadlines.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	c.targetFlags(fs, &cluster, &sentinel, "(one of the three is needed)")
+	c.Spec.Flags(fs, "(one of the three is needed)")
 	fs.StringVar(&c.Prefix, "prefix", "fairlock", "the key prefix the lock's Clients use (WithPrefix)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -37,7 +34,7 @@ func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		}
 		return exitCannotRun
 	}
-	name, err := c.inspectArgs(fs, cluster, sentinel)
+	name, err := c.inspectArgs(fs)
 	if err != nil {
 		fmt.Fprintf(stderr, "stress inspect: %v\nRun 'stress inspect -h' for usage.\n", err)
 		return exitCannotRun
@@ -62,15 +59,12 @@ func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 
 // inspectArgs checks the parsed flags and the one argument of the inspect
 // command, and returns the lock's name.
-func (c *config) inspectArgs(fs *flag.FlagSet, cluster, sentinel string) (string, error) {
-	if err := c.setAddrs(cluster, sentinel); err != nil {
-		return "", err
-	}
-	if err := c.validateTarget(); err != nil {
+func (c *config) inspectArgs(fs *flag.FlagSet) (string, error) {
+	if err := c.Spec.Validate(); err != nil {
 		return "", err
 	}
 	switch {
-	case len(c.chosenTargets()) == 0:
+	case len(c.Chosen()) == 0:
 		return "", errors.New("needs -redis, -cluster or -sentinel: the embedded Redis exists only during a run")
 	case fs.NArg() != 1:
 		return "", fmt.Errorf("want one lock NAME, got %d arguments", fs.NArg())

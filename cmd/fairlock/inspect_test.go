@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 func TestInspectShowsTheHolderAndTheWaitersInOrder(t *testing.T) {
@@ -91,4 +96,21 @@ func TestListNamesTheLocksInUse(t *testing.T) {
 	code, out, errs = r.cmd("list", "-json", "nothing-*")
 	require.Equal(t, exitOK, code, errs)
 	assert.Equal(t, "[]\n", out)
+}
+
+// A Redis user without the rights Inspect needs: exit 2, with the
+// library's ErrNoPermission message.
+func TestARefusedCommandExitsWithStatus2AndSaysWhy(t *testing.T) {
+	r := sharedRig(t)
+	user := strings.ToLower(strings.ReplaceAll(r.prefix, "-", ""))
+	require.NoError(t, r.rdb.Do(t.Context(), "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-multi", "-scan").Err())
+	t.Cleanup(func() { r.rdb.Do(context.Background(), "ACL", "DELUSER", user) })
+	url := "redis://" + user + ":pw@" + redistest.Shared(t).Addr + "/0"
+	for _, args := range [][]string{{"inspect", "x"}, {"list"}} {
+		code, out, errs := runCmd(t, append(args, "-redis", url, "-prefix", r.prefix)...)
+		assert.Equal(t, exitError, code, "%q", args)
+		assert.Empty(t, out, "%q", args)
+		assert.Contains(t, errs, fairlock.ErrNoPermission.Error(), "%q", args)
+		assert.NotContains(t, errs, "pw@", "%q: no password in messages", args)
+	}
 }

@@ -6,23 +6,18 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/deploy"
 )
 
 // config is one run's configuration, from the command line. A worker
 // process receives the part it needs as JSON.
 type config struct {
-	RedisURL string   `json:"redis_url,omitempty"` // a single Redis; empty with Cluster or Sentinel
-	Cluster  []string `json:"cluster,omitempty"`   // cluster seed addresses
-	Sentinel []string `json:"sentinel,omitempty"`  // sentinel addresses; Master is then set
-	Master   string   `json:"master,omitempty"`    // the name the sentinels know the primary by
-	Prefix   string   `json:"prefix"`              // key prefix of the run
+	deploy.Spec        // the deployment; none: the embedded Redis
+	Prefix      string `json:"prefix"` // key prefix of the run
 
 	Locks      int           `json:"locks"`
 	Clients    int           `json:"clients"`
@@ -66,10 +61,7 @@ func (e usageError) Error() string {
 // parseFlags reads the command line. -h prints the usage and returns
 // flag.ErrHelp; any other error is a usageError.
 func parseFlags(args []string, stderr io.Writer) (config, error) {
-	var (
-		c                 config
-		cluster, sentinel string
-	)
+	var c config
 	c.Hold = span{0, 2 * time.Millisecond}
 	c.Patience = span{time.Millisecond, 20 * time.Millisecond}
 	fs := flag.NewFlagSet("stress", flag.ContinueOnError)
@@ -81,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"Without -redis, -cluster or -sentinel it runs against an embedded Redis.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	c.targetFlags(fs, &cluster, &sentinel, "(default: an embedded Redis)")
+	c.Spec.Flags(fs, "(default: an embedded Redis)")
 	fs.IntVar(&c.Locks, "locks", 3, "number of lock names")
 	fs.IntVar(&c.Clients, "clients", 4, "number of fairlock clients, each with its own connections")
 	fs.IntVar(&c.Goroutines, "goroutines", 4, "goroutines per client")
@@ -111,9 +103,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
 	}
-	if err := c.setAddrs(cluster, sentinel); err != nil {
-		return c, usageError{err}
-	}
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
@@ -131,82 +120,8 @@ const (
 	maxReentry = 100
 )
 
-// addrList splits the host:port list v of flag name; "" is no list.
-func addrList(name, v string) ([]string, error) {
-	if v == "" {
-		return nil, nil
-	}
-	var addrs []string
-	for _, a := range strings.Split(v, ",") {
-		if a = strings.TrimSpace(a); a == "" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			return nil, fmt.Errorf("%s %q: %v", name, a, err)
-		}
-		addrs = append(addrs, a)
-	}
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("%s %q: no address", name, v)
-	}
-	return addrs, nil
-}
-
-// targetFlags defines on fs the flags that choose a deployment: -redis
-// and -master into c, -cluster and -sentinel into the lists to be split
-// by setAddrs. dflt says what no choice means.
-func (c *config) targetFlags(fs *flag.FlagSet, cluster, sentinel *string, dflt string) {
-	fs.StringVar(&c.RedisURL, "redis", "", "Redis `URL`, redis://host:port/db "+dflt+"; -redis, -cluster\nand -sentinel exclude each other")
-	fs.StringVar(cluster, "cluster", "", "Redis Cluster seed `addresses`, host:port,host:port")
-	fs.StringVar(sentinel, "sentinel", "", "Redis Sentinel `addresses`, host:port,host:port: the primary they monitor\nas -master, through a failover client")
-	fs.StringVar(&c.Master, "master", "", "with -sentinel: the `NAME` the sentinels monitor the primary under")
-}
-
-// setAddrs splits the values of -cluster and -sentinel into c.
-func (c *config) setAddrs(cluster, sentinel string) error {
-	var err error
-	if c.Cluster, err = addrList("-cluster", cluster); err != nil {
-		return err
-	}
-	c.Sentinel, err = addrList("-sentinel", sentinel)
-	return err
-}
-
-// chosenTargets names the flags that chose a deployment.
-func (c *config) chosenTargets() []string {
-	var fs []string
-	if c.RedisURL != "" {
-		fs = append(fs, "-redis")
-	}
-	if len(c.Cluster) > 0 {
-		fs = append(fs, "-cluster")
-	}
-	if len(c.Sentinel) > 0 {
-		fs = append(fs, "-sentinel")
-	}
-	return fs
-}
-
-// validateTarget checks the flags that choose a deployment.
-func (c *config) validateTarget() error {
-	switch fs := c.chosenTargets(); {
-	case len(fs) > 1:
-		return fmt.Errorf("%s and %s exclude each other: give one", strings.Join(fs[:len(fs)-1], ", "), fs[len(fs)-1])
-	case len(c.Sentinel) > 0 && c.Master == "":
-		return errors.New("-sentinel needs -master NAME, the name the sentinels monitor the primary under")
-	case len(c.Sentinel) == 0 && c.Master != "":
-		return errors.New("-master needs -sentinel, the addresses of the sentinels")
-	}
-	if c.RedisURL != "" {
-		if _, err := redis.ParseURL(c.RedisURL); err != nil {
-			return fmt.Errorf("-redis %q: %v", c.RedisURL, err)
-		}
-	}
-	return nil
-}
-
 func (c *config) validate() error {
-	if err := c.validateTarget(); err != nil {
+	if err := c.Spec.Validate(); err != nil {
 		return err
 	}
 	switch {

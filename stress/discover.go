@@ -22,7 +22,7 @@ func (s *sampler) discover(ctx context.Context) (map[string]bool, error) {
 	case len(s.sentinels) > 0:
 		var errs []error
 		for i, sc := range s.sentinels {
-			found, err := sentinelNodes(ctx, sc.c, s.tgt.master)
+			found, err := sentinelNodes(ctx, sc.c, s.tgt.spec.Master)
 			if err == nil {
 				s.sentinels[0], s.sentinels[i] = sc, s.sentinels[0]
 				return found, nil
@@ -32,7 +32,7 @@ func (s *sampler) discover(ctx context.Context) (map[string]bool, error) {
 			sc.c = s.sentinel(sc.addr)
 		}
 		return nil, fmt.Errorf("asking the sentinels for the servers: %w", errors.Join(errs...))
-	case len(s.tgt.cluster) > 0:
+	case len(s.tgt.spec.Cluster) > 0:
 		// Any node knows the cluster: ask those found before, then the
 		// seeds. A seed is not read for its counters: it may be a node
 		// found under another name.
@@ -49,7 +49,7 @@ func (s *sampler) discover(ctx context.Context) (map[string]bool, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			s.failed(n)
 		}
-		for _, addr := range s.tgt.cluster {
+		for _, addr := range s.tgt.spec.Cluster {
 			c := s.client(addr)
 			text, err := c.ClusterNodes(ctx).Result()
 			_ = c.Close()
@@ -60,7 +60,7 @@ func (s *sampler) discover(ctx context.Context) (map[string]bool, error) {
 		}
 		return nil, fmt.Errorf("CLUSTER NODES: %w", errors.Join(errs...))
 	}
-	opt, err := redis.ParseURL(s.tgt.url)
+	opt, err := redis.ParseURL(s.tgt.spec.RedisURL)
 	if err != nil {
 		return nil, err
 	}

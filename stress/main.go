@@ -13,8 +13,6 @@
 //	                                                  # a primary watched by sentinels
 //	go run ./stress -procs 3 -svg timeline.svg        # workers in 3 processes
 //	go run ./stress -json -history attempts.jsonl     # for machines
-//	go run ./stress inspect -redis redis://host:6379/0 -prefix P NAME
-//	                                                  # one lock's state, and exit
 //
 // A run uses keys under a random prefix of its own ("fairlock-stress-..."),
 // never touches others, and deletes its keys at the end.
@@ -79,12 +77,8 @@ const (
 )
 
 // run is the command: it parses args, runs the stress test, writes the
-// report to stdout, and returns the exit status. "inspect" as the first
-// argument runs the inspect command instead (inspectcmd.go).
+// report to stdout, and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "inspect" {
-		return inspectMain(ctx, args[1:], stdout, stderr)
-	}
 	cfg, err := parseFlags(args, stderr)
 	var ue usageError
 	switch {
@@ -115,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "stress: %s, prefix %s, seed %d\n", tgt, cfg.Prefix, cfg.Seed)
 	if tgt.mini == nil {
-		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run stress inspect with the same -redis, -cluster or -sentinel and -prefix %s lock-0\n", cfg.Prefix)
+		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run go run ./cmd/fairlock inspect with the same -redis, -cluster or -sentinel and -prefix %s lock-0\n", cfg.Prefix)
 	}
 
 	smp, statsErr := startSampler(ctx, tgt, sampleEvery)

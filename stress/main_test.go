@@ -168,23 +168,8 @@ func TestRunTouchesOnlyItsOwnKeysAndDeletesThem(t *testing.T) {
 	assert.ElementsMatch(t, []string{"fairlock:{lock-0}", "fairlock-stress-other:{lock-0}:token"}, m.Keys())
 }
 
-func TestInspectPrintsTheSnapshotOfOneLock(t *testing.T) {
-	m := miniredis.NewMiniRedis()
-	require.NoError(t, m.Start())
-	defer m.Close()
-	m.HSet("app:{orders}", "owner", "o1", "count", "2", "token", "9", "entry", "0123456789abcdef01abcdef:30000:o1")
-	require.NoError(t, m.Set("app:{orders}:token", "9"))
-
-	code, out, errs := runCmd(t, "inspect", "-redis", "redis://"+m.Addr()+"/0", "-prefix", "app", "orders")
-	require.Equal(t, exitOK, code, errs)
-	assert.Contains(t, out, `lock "orders"`)
-	assert.Contains(t, out, "held by o1: 2 level(s), token 9")
-	assert.Contains(t, out, "granted through client 01abcdef")
-	assert.Contains(t, out, "last token 9, counter never expires", "a counter of an earlier version")
-}
-
 // Exit status 2 means nothing was checked: bad flags (below), or a Redis
-// that cannot be reached, for a run as for inspect.
+// that cannot be reached.
 func TestUnreachableRedisExitsWithStatus2(t *testing.T) {
 	m := miniredis.NewMiniRedis()
 	require.NoError(t, m.Start())
@@ -192,7 +177,6 @@ func TestUnreachableRedisExitsWithStatus2(t *testing.T) {
 	m.Close() // nothing listens there now
 	for _, args := range [][]string{
 		{"-redis", "redis://" + addr + "/0", "-duration", "200ms"},
-		{"inspect", "-redis", "redis://" + addr + "/0", "lock-0"},
 	} {
 		code, out, errs := runCmd(t, args...)
 		assert.Equal(t, exitCannotRun, code, "%q: stderr %s", args, errs)
@@ -226,29 +210,6 @@ func TestViolationsExitWithStatus1(t *testing.T) {
 		"-clients", "2", "-goroutines", "2", "-hold", "2ms-5ms", "-giveup", "0", "-try", "0", "-json")
 	require.Equal(t, exitViolations, code, "stderr: %s", errs)
 	assert.Positive(t, decodeReport(t, out).ViolationSums.Total)
-}
-
-func TestInspectBadArgumentsExitWithStatus2(t *testing.T) {
-	tests := []struct {
-		args []string
-		want string // in stderr
-	}{
-		{[]string{"x"}, "needs -redis, -cluster or -sentinel"},
-		{[]string{"-redis", "redis://a:1"}, "want one lock NAME, got 0"},
-		{[]string{"-redis", "redis://a:1", "a", "b"}, "want one lock NAME, got 2"},
-		{[]string{"-redis", "redis://a:1", "a}b"}, "invalid lock name"},
-		{[]string{"-redis", "redis://a:1", "-cluster", "b:2", "x"}, "exclude each other"},
-		{[]string{"-locks", "3", "x"}, "flag provided but not defined"},
-	}
-	for _, tt := range tests {
-		code, out, errs := runCmd(t, append([]string{"inspect"}, tt.args...)...)
-		assert.Equal(t, exitCannotRun, code, "%q", tt.args)
-		assert.Contains(t, errs, tt.want, "%q", tt.args)
-		assert.Empty(t, out, "%q", tt.args)
-	}
-	code, _, errs := runCmd(t, "inspect", "-h")
-	assert.Equal(t, exitOK, code)
-	assert.Contains(t, errs, "Usage: stress inspect")
 }
 
 func TestBadFlagsExitWithStatus2(t *testing.T) {

@@ -63,8 +63,8 @@ func startSampler(ctx context.Context, tgt *target, every time.Duration) (*sampl
 		nodes: map[string]*nodeClient{}, view: map[string]bool{},
 		quit: make(chan struct{}), done: make(chan struct{}),
 	}
-	if tgt.url != "" {
-		opt, err := redis.ParseURL(tgt.url)
+	if tgt.spec.RedisURL != "" {
+		opt, err := redis.ParseURL(tgt.spec.RedisURL)
 		if err != nil {
 			return nil, err // not reached: checked by validate
 		}
@@ -76,7 +76,7 @@ func startSampler(ctx context.Context, tgt *target, every time.Duration) (*sampl
 	// that one failed dial does not start go-redis's redial loop: a client
 	// that failed is replaced by a fresh one.
 	s.base.MaxRetries, s.base.DialerRetries, s.base.PoolSize = -1, 1, 2
-	for _, a := range tgt.sentinels {
+	for _, a := range tgt.spec.Sentinel {
 		s.sentinels = append(s.sentinels, &sentinelConn{addr: a, c: s.sentinel(a)})
 	}
 	if err := s.round(ctx); err != nil {

@@ -3,28 +3,24 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fairlock/fairlock/internal/deploy"
 	"github.com/fairlock/fairlock/queue"
 )
 
 // target is the Redis deployment of a run: a server given by URL, a
 // cluster, a primary watched by sentinels, or an embedded miniredis
-// listening on loopback. Exactly one of url, cluster and sentinels is set.
+// listening on loopback (then spec is its URL).
 type target struct {
-	url       string               // a single server
-	cluster   []string             // cluster seed addresses
-	sentinels []string             // sentinel addresses
-	master    string               // the name the sentinels know the primary by; set with sentinels
-	mini      *miniredis.Miniredis // the embedded server, nil otherwise
-	stop      chan struct{}        // closed by close: stops the embedded clock
-	ticking   sync.WaitGroup       // the embedded clock's goroutine
+	spec    deploy.Spec          // the deployment, as the flags or the embedded server name it
+	mini    *miniredis.Miniredis // the embedded server, nil otherwise
+	stop    chan struct{}        // closed by close: stops the embedded clock
+	ticking sync.WaitGroup       // the embedded clock's goroutine
 }
 
 // tick is how often the embedded server's TTLs are moved forward.
@@ -36,14 +32,14 @@ const tick = 10 * time.Millisecond
 // every command instead, miniredis's ClockTTL, costs a scan of every key
 // with a TTL per command, and call receipts make those many.)
 func openTarget(c config) (*target, error) {
-	if len(c.chosenTargets()) > 0 {
+	if len(c.Chosen()) > 0 {
 		return remoteTarget(c), nil
 	}
 	m := miniredis.NewMiniRedis()
 	if err := m.Start(); err != nil {
 		return nil, fmt.Errorf("starting the embedded Redis: %w", err)
 	}
-	t := &target{url: "redis://" + m.Addr() + "/0", mini: m, stop: make(chan struct{})}
+	t := &target{spec: deploy.Spec{RedisURL: "redis://" + m.Addr() + "/0"}, mini: m, stop: make(chan struct{})}
 	t.ticking.Go(func() {
 		last := time.Now()
 		ticker := time.NewTicker(tick)
@@ -64,12 +60,12 @@ func openTarget(c config) (*target, error) {
 // remoteTarget returns the deployment c names with -redis, -cluster or
 // -sentinel.
 func remoteTarget(c config) *target {
-	return &target{url: c.RedisURL, cluster: c.Cluster, sentinels: c.Sentinel, master: c.Master}
+	return &target{spec: c.Spec}
 }
 
 // describe writes the deployment into a worker process's configuration.
 func (t *target) describe(c *config) {
-	c.RedisURL, c.Cluster, c.Sentinel, c.Master = t.url, t.cluster, t.sentinels, t.master
+	c.Spec = t.spec
 }
 
 // close stops the embedded server, if any.
@@ -84,35 +80,15 @@ func (t *target) close() {
 // client returns a new go-redis client of the deployment, with its own
 // connection pool. The URL was validated with the flags.
 func (t *target) client() redis.UniversalClient {
-	switch {
-	case len(t.cluster) > 0:
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: t.cluster})
-	case len(t.sentinels) > 0:
-		// A failover client asks the sentinels where the primary is, and
-		// asks again when they announce a new one.
-		return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: t.master, SentinelAddrs: t.sentinels})
-	}
-	opt, err := redis.ParseURL(t.url)
-	if err != nil {
-		opt = &redis.Options{Addr: t.url} // not reached: checked by validate
-	}
-	return redis.NewClient(opt)
+	return t.spec.Client(0)
 }
 
 // String names the deployment for reports, without credentials.
 func (t *target) String() string {
-	switch {
-	case t.mini != nil:
+	if t.mini != nil {
 		return "embedded Redis (miniredis " + t.mini.Addr() + ")"
-	case len(t.cluster) > 0:
-		return "cluster " + strings.Join(t.cluster, ",")
-	case len(t.sentinels) > 0:
-		return "sentinel master " + t.master + " via " + strings.Join(t.sentinels, ",")
 	}
-	if u, err := url.Parse(t.url); err == nil {
-		return u.Redacted()
-	}
-	return "redis"
+	return t.spec.String()
 }
 
 // forEachNode runs fn on every server that holds keys: each master of a

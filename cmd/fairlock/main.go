@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/deploy"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// Exit statuses.
+const (
+	exitOK       = 0
+	exitNotFound = 1 // inspect: nothing held, nobody waiting; unlock: not held
+	exitError    = 2 // bad usage, Redis unreachable or refusing, a refused unlock
+)
+
+// defaultRedis is the deployment when no flag names one.
+const defaultRedis = "redis://127.0.0.1:6379/0"
+
+// commands are the subcommands by name.
+var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
+	"inspect": inspectMain,
+	"list":    listMain,
+	"unlock":  unlockMain,
+	"watch":   watchMain,
+}
+
+const usage = `Usage: fairlock COMMAND [flags] [arguments]
+
+Commands:
+  inspect NAME          the holder of the lock NAME and its waiters, in order
+  list [PATTERN]        the names of the locks held or waited on
+  watch NAME            a live view of the lock NAME, redrawn on every hand-over
+  unlock --force NAME   remove the hold of the lock NAME (with --yes)
+
+Run 'fairlock COMMAND -h' for the flags of a command.
+`
+
+// run is the command: it runs the subcommand args name and returns the
+// exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stderr, usage)
+		return exitOK
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "fairlock: unknown command %q\n\n%s", args[0], usage)
+		return exitError
+	}
+	return cmd(ctx, args[1:], stdout, stderr)
+}
+
+// common holds the flags every subcommand has.
+type common struct {
+	name    string // the subcommand, for messages
+	spec    deploy.Spec
+	prefix  string
+	json    bool
+	timeout time.Duration
+}
+
+// flags returns the flag set of subcommand name with the common flags.
+// synopsis and about make its usage.
+func (c *common) flags(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
+	c.name = name
+	fs := flag.NewFlagSet("fairlock "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: fairlock %s %s\n\n%s\nFlags (before or after the arguments):\n", name, synopsis, about)
+		fs.PrintDefaults()
+	}
+	c.spec.Flags(fs, "(default "+defaultRedis+")")
+	fs.StringVar(&c.prefix, "prefix", "fairlock", "the key `prefix` of the locks' Clients (WithPrefix)")
+	fs.BoolVar(&c.json, "json", false, "write JSON to stdout")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for Redis: each connection attempt, and each command")
+	return fs
+}
+
+// parse parses args with fs, flags before, between and after the
+// arguments (all of them after "--"), checks the deployment and returns
+// the arguments. ok false means the command ends with status code.
+func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (pos []string, code int, ok bool) {
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, false
+			}
+			return nil, exitError, false // the flag package said why
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if used := args[:len(args)-len(rest)]; len(used) > 0 && used[len(used)-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	if err := c.spec.Validate(); err != nil {
+		return nil, c.usageError(stderr, err), false
+	}
+	if c.timeout <= 0 {
+		return nil, c.usageError(stderr, fmt.Errorf("-timeout %v: want a positive duration", c.timeout)), false
+	}
+	if len(c.spec.Chosen()) == 0 {
+		c.spec.RedisURL = defaultRedis
+	}
+	return pos, exitOK, true
+}
+
+// usageError reports a usage error and returns its status.
+func (c *common) usageError(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "fairlock %s: %v\nRun 'fairlock %s -h' for usage.\n", c.name, err, c.name)
+	return exitError
+}
+
+// fail reports an error of Redis or of the library and returns its status.
+func (c *common) fail(stderr io.Writer, err error) int {
+	fmt.Fprintf(stderr, "fairlock %s: %s: %v\n", c.name, c.spec, err)
+	return exitError
+}
+
+// connect returns a go-redis client of the deployment and a fairlock
+// Client on it; close closes both.
+func (c *common) connect() (rdb redis.UniversalClient, fl *fairlock.Client, close func(), err error) {
+	rdb = c.spec.Client(c.timeout)
+	fl, err = fairlock.New(rdb, fairlock.WithPrefix(c.prefix))
+	if err != nil {
+		rdb.Close()
+		return nil, nil, nil, err
+	}
+	return rdb, fl, func() { fl.Close(); rdb.Close() }, nil
+}

@@ -105,7 +105,8 @@ type lockJSON struct {
 
 type holderJSON struct {
 	Owner       string `json:"owner"`
-	Client      string `json:"client"` // "" when not known
+	Client      string `json:"client"`                // "" when not known
+	ClientName  string `json:"client_name,omitempty"` // the Client's WithName
 	Count       int    `json:"count"`
 	Token       int64  `json:"token"`
 	LeaseLeftMS int64  `json:"lease_left_ms"`
@@ -114,16 +115,17 @@ type holderJSON struct {
 type waiterJSON struct {
 	Owner      string `json:"owner"`
 	Client     string `json:"client"`
+	ClientName string `json:"client_name,omitempty"`
 	TimeLeftMS int64  `json:"time_left_ms"`
 }
 
 func stateJSON(st fairlock.LockState) lockJSON {
 	j := lockJSON{Name: st.Name, At: st.At, Held: st.Held, Waiters: []waiterJSON{}}
 	if st.Held {
-		j.Holder = &holderJSON{Owner: st.Owner, Client: st.Client, Count: st.Count, Token: st.Token, LeaseLeftMS: st.LeaseLeft.Milliseconds()}
+		j.Holder = &holderJSON{Owner: st.Owner, Client: st.Client, ClientName: st.ClientName, Count: st.Count, Token: st.Token, LeaseLeftMS: st.LeaseLeft.Milliseconds()}
 	}
 	for _, w := range st.Waiters {
-		j.Waiters = append(j.Waiters, waiterJSON{Owner: w.Owner, Client: w.Client, TimeLeftMS: w.TimeLeft.Milliseconds()})
+		j.Waiters = append(j.Waiters, waiterJSON{Owner: w.Owner, Client: w.Client, ClientName: w.ClientName, TimeLeftMS: w.TimeLeft.Milliseconds()})
 	}
 	return j
 }
@@ -143,7 +145,7 @@ func stateText(st fairlock.LockState) string {
 	fmt.Fprintf(&b, "lock %q at %s (server clock)\n", st.Name, st.At.UTC().Format("2006-01-02 15:04:05.000"))
 	if st.Held {
 		fmt.Fprintf(&b, "held by owner %s\n", st.Owner)
-		fmt.Fprintf(&b, "  client      %s\n", orUnknown(st.Client))
+		fmt.Fprintf(&b, "  client      %s\n", clientText(st.Client, st.ClientName))
 		fmt.Fprintf(&b, "  count       %d\n", st.Count)
 		fmt.Fprintf(&b, "  token       %d\n", st.Token)
 		fmt.Fprintf(&b, "  lease left  %s\n", st.LeaseLeft.Round(time.Millisecond))
@@ -160,9 +162,17 @@ func stateText(st fairlock.LockState) string {
 		if w.TimeLeft <= 0 {
 			left = "gone, to be dropped"
 		}
-		fmt.Fprintf(&b, "  %d. owner %s  client %s  %s\n", i+1, w.Owner, orUnknown(w.Client), left)
+		fmt.Fprintf(&b, "  %d. owner %s  client %s  %s\n", i+1, w.Owner, clientText(w.Client, w.ClientName), left)
 	}
 	return b.String()
+}
+
+// clientText is a Client's id, with its name when it has one.
+func clientText(id, name string) string {
+	if name != "" {
+		return fmt.Sprintf("%s (%q)", orUnknown(id), name)
+	}
+	return orUnknown(id)
 }
 
 func orUnknown(s string) string {

@@ -114,3 +114,26 @@ func TestARefusedCommandExitsWithStatus2AndSaysWhy(t *testing.T) {
 		assert.NotContains(t, errs, "pw@", "%q: no password in messages", args)
 	}
 }
+
+// TestInspectShowsTheHoldersClientName shows a Client's WithName beside
+// its id, in text and in JSON.
+func TestInspectShowsTheHoldersClientName(t *testing.T) {
+	r := sharedRig(t)
+	c, err := fairlock.New(r.rdb, fairlock.WithPrefix(r.prefix), fairlock.WithName("billing-worker-3"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	m := c.Mutex("named")
+	held, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Unlock(held) })
+
+	code, out, errs := r.cmd("inspect", "named")
+	require.Equal(t, exitOK, code, errs)
+	assert.Contains(t, out, c.ID()+` ("billing-worker-3")`)
+	code, out, errs = r.cmd("inspect", "named", "-json")
+	require.Equal(t, exitOK, code, errs)
+	var got lockJSON
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	require.NotNil(t, got.Holder)
+	assert.Equal(t, "billing-worker-3", got.Holder.ClientName)
+}

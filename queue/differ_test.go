@@ -246,10 +246,16 @@ func diffState(want, got queue.State, tol int64) string {
 	if !maps.EqualFunc(want.Deadlines, got.Deadlines, near) {
 		fmt.Fprintf(&b, "deadlines: %v vs %v\n", want.Deadlines, got.Deadlines)
 	}
-	if want.LastToken != got.LastToken {
+	// The model drops a key once its clock reaches the expiry, as
+	// miniredis does; a real server keeps it through that last
+	// millisecond. A counter lives 1 ms after a grant of a lease of 0,
+	// so on a real server (tol > 0) the model may already have dropped a
+	// counter the server still has in its last millisecond.
+	lastMs := tol > 0 && want.LastToken == 0 && got.LastToken != 0 && got.TokenEnd <= want.Now+tol
+	if want.LastToken != got.LastToken && !lastMs {
 		fmt.Fprintf(&b, "token counter: %d vs %d\n", want.LastToken, got.LastToken)
 	}
-	if !near(want.TokenEnd, got.TokenEnd) || (want.TokenEnd == 0) != (got.TokenEnd == 0) {
+	if (!near(want.TokenEnd, got.TokenEnd) || (want.TokenEnd == 0) != (got.TokenEnd == 0)) && !lastMs {
 		fmt.Fprintf(&b, "token counter expires at: %d vs %d (0: never or no counter)\n", want.TokenEnd, got.TokenEnd)
 	}
 	if !maps.EqualFunc(want.Receipts, got.Receipts, func(x, y queue.Receipt) bool {

@@ -47,7 +47,8 @@
 //	-timeout D          how long to wait for Redis (default 5s)
 //
 // The exit status is 0 when done; 1 when inspect finds nobody holding
-// the lock and nobody waiting for it, or unlock finds it not held; 2 for
+// the lock and nobody waiting for it, list finds no lock that matches,
+// or unlock finds it not held; 2 for
 // bad usage, a Redis that cannot be reached or refuses (a Redis user
 // without the rights gives fairlock's ErrNoPermission message), and an
 // unlock refused for want of --yes. Errors go to stderr.

@@ -55,7 +55,7 @@ func listMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := c.flags("list", "[flags] [PATTERN]",
 		"Prints the names of the locks held or waited on, one a line, sorted; with\n"+
 			"PATTERN (Redis's glob syntax: * ? [abc]) only those that match it. It scans\n"+
-			"every server with SCAN, never KEYS.\n", stderr)
+			"every server with SCAN, never KEYS. It exits with 1 when none matches.\n", stderr)
 	pos, code, ok := c.parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -83,10 +83,16 @@ func listMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			names = []string{}
 		}
 		writeJSON(stdout, names)
-		return exitOK
+	} else {
+		for _, n := range names {
+			fmt.Fprintln(stdout, n)
+		}
 	}
-	for _, n := range names {
-		fmt.Fprintln(stdout, n)
+	if len(names) == 0 {
+		// Like grep: nothing found is status 1, so that a script can
+		// tell.
+		fmt.Fprintf(stderr, "fairlock: no lock held or waited on matches %q\n", pattern)
+		return exitNotFound
 	}
 	return exitOK
 }

@@ -94,8 +94,12 @@ func TestListNamesTheLocksInUse(t *testing.T) {
 	assert.Equal(t, []string{"orders-1", "orders-2"}, names)
 
 	code, out, errs = r.cmd("list", "-json", "nothing-*")
-	require.Equal(t, exitOK, code, errs)
+	require.Equal(t, exitNotFound, code, errs)
 	assert.Equal(t, "[]\n", out)
+	assert.Contains(t, errs, `no lock held or waited on matches "nothing-*"`)
+	code, out, _ = r.cmd("list", "nothing-*")
+	require.Equal(t, exitNotFound, code)
+	assert.Empty(t, out)
 }
 
 // A Redis user without the rights Inspect needs: exit 2, with the

@@ -53,6 +53,11 @@ func TestInspectListAndUnlockOnACluster(t *testing.T) {
 	assert.Equal(t, "boss", st.Holder.Owner)
 	require.Len(t, st.Waiters, 1)
 
+	// A watch on a cluster redraws on its timer (sharded wake channels
+	// cannot be subscribed by pattern): it shows the next holder.
+	wout, werrs, wcode := startWatch(t.Context(), append(append([]string{"watch"}, r.flags...), "-for", "3s", "-every", "100ms", "-json", "a")...)
+	waitOutput(t, wout, `"owner":"boss"`, 2*time.Second)
+
 	token, err := l.holder.Mutex("a").Token(l.held)
 	require.NoError(t, err)
 	code, out, errs = r.cmd("unlock", "-force", "-yes", "-json", "a")
@@ -68,4 +73,11 @@ func TestInspectListAndUnlockOnACluster(t *testing.T) {
 	code, out, errs = r.cmd("inspect", "a")
 	require.Equal(t, exitOK, code, errs)
 	assert.Contains(t, out, "held by owner w1", fmt.Sprint(errs))
+	waitOutput(t, wout, `"owner":"w1"`, 2*time.Second)
+	select {
+	case c := <-wcode:
+		assert.Equal(t, exitOK, c, werrs.String())
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch did not end after -for 3s")
+	}
 }

@@ -176,7 +176,7 @@ func TestUnlockReportsAPrimaryThatLostItsReplicas(t *testing.T) {
 	hctx, err := m.Lock(bg)
 	require.NoError(t, err)
 
-	require.NoError(t, p.replica.SlaveOf(bg, "NO", "ONE").Err())
+	require.NoError(t, p.replica.ReplicaOf(bg, "NO", "ONE").Err())
 	require.Eventually(t, func() bool { return connected(t, p.primary) == 0 },
 		10*time.Second, 10*time.Millisecond, "the replica leaves")
 	err = m.Unlock(hctx)

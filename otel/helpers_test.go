@@ -154,7 +154,7 @@ func (r *rig) bounds(name string) []float64 {
 func key(name string, attrs attribute.Set) string {
 	var parts []string
 	for _, kv := range attrs.ToSlice() {
-		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
 	}
 	return name + "{" + strings.Join(parts, ",") + "}"
 }

@@ -26,13 +26,11 @@ func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if len(pos) != 1 {
 		return c.usageError(stderr, fmt.Errorf("want one lock NAME, got %d arguments", len(pos)))
 	}
-	_, fl, closeAll, err := c.connect()
+	fl, ctx, done, err := c.session(ctx)
 	if err != nil {
 		return c.fail(stderr, err)
 	}
-	defer closeAll()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	defer done()
 	st, err := fl.Inspect(ctx, pos[0])
 	if err != nil {
 		return c.fail(stderr, err)
@@ -67,13 +65,11 @@ func listMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(pos) == 1 {
 		pattern = pos[0]
 	}
-	_, fl, closeAll, err := c.connect()
+	fl, ctx, done, err := c.session(ctx)
 	if err != nil {
 		return c.fail(stderr, err)
 	}
-	defer closeAll()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	defer done()
 	names, err := fl.List(ctx, pattern)
 	if err != nil {
 		return c.fail(stderr, err)

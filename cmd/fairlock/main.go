@@ -154,3 +154,15 @@ func (c *common) connect() (rdb redis.UniversalClient, fl *fairlock.Client, clos
 	}
 	return rdb, fl, func() { fl.Close(); rdb.Close() }, nil
 }
+
+// session connects (see connect) for one command's calls, and bounds
+// them by -timeout: it returns the Client, the context of its calls, and
+// what closes both.
+func (c *common) session(ctx context.Context) (*fairlock.Client, context.Context, func(), error) {
+	_, fl, closeAll, err := c.connect()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return fl, ctx, func() { cancel(); closeAll() }, nil
+}

@@ -32,13 +32,11 @@ func unlockMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return c.usageError(stderr, fmt.Errorf("want one lock NAME, got %d arguments", len(pos)))
 	}
 	name := pos[0]
-	_, fl, closeAll, err := c.connect()
+	fl, ctx, done, err := c.session(ctx)
 	if err != nil {
 		return c.fail(stderr, err)
 	}
-	defer closeAll()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
+	defer done()
 	st, err := fl.Inspect(ctx, name)
 	if err != nil {
 		return c.fail(stderr, err)

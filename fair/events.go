@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // EventKind says what an Event reports.
@@ -122,23 +123,13 @@ func endKind(cause error, ranOut bool) EndKind {
 	return EndLeaseLost
 }
 
-// call returns the waiter id of an entry ("" for none).
-func callOf(entry string) string {
-	for i := range len(entry) {
-		if entry[i] == ':' {
-			return entry[:i]
-		}
-	}
-	return entry
-}
-
 // observeEnd reports the end of a Lock call that began at start: a grant
 // of h, or err.
 func (l *Mutex) observeEnd(ctx context.Context, req Request, entry string, start time.Time, h *Hold, err error) {
 	if !l.e.observing() {
 		return
 	}
-	ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: callOf(entry), Wait: req.Wait, Waited: time.Since(start)}
+	ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait, Waited: time.Since(start)}
 	if err != nil {
 		ev.Kind, ev.Err = EventWaitEnded, err
 	} else {

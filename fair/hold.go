@@ -239,7 +239,7 @@ func (h *Hold) endFor(cause error, ranOut bool) (int, bool) {
 	h.audited(call)
 	if o := h.observed; o != nil {
 		h.l.e.observe(o.ctx, Event{Kind: EventHoldEnded, Lock: h.l.keys.Name, Owner: h.owner,
-			Call: callOf(h.entry), Token: h.token, Held: time.Since(o.took), End: endKind(cause, ranOut), Err: cause})
+			Call: queue.WaiterIDOf(h.entry), Token: h.token, Held: time.Since(o.took), End: endKind(cause, ranOut), Err: cause})
 	}
 	return levels, true
 }

@@ -55,7 +55,7 @@ func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 	var start time.Time
 	if l.e.observing() {
 		start = time.Now()
-		l.e.observe(ctx, Event{Kind: EventWaitStarted, Lock: l.keys.Name, Owner: req.Owner, Call: callOf(entry), Wait: req.Wait})
+		l.e.observe(ctx, Event{Kind: EventWaitStarted, Lock: l.keys.Name, Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait})
 	}
 	if err := l.e.checkServer(ctx); err != nil {
 		l.observeEnd(ctx, req, entry, start, nil, err)
@@ -294,7 +294,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			answered := time.Now()
 			queued = true
 			if l.e.observing() {
-				ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: callOf(entry), Wait: true, Sent: sent, Answered: answered}
+				ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: true, Sent: sent, Answered: answered}
 				if rep.Joined {
 					ev.Kind, ev.Position = EventQueued, rep.Position
 					l.e.observe(ctx, ev)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // watchdog keeps every hold of an engine alive with one goroutine, however
@@ -278,7 +279,7 @@ func (w *watchdog) settle(h *Hold, sent time.Time, ok bool, err error) {
 func (h *Hold) observeRenewal(err error) {
 	if o := h.observed; o != nil {
 		h.l.e.observe(o.ctx, Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner,
-			Call: callOf(h.entry), Token: h.token, Err: err})
+			Call: queue.WaiterIDOf(h.entry), Token: h.token, Err: err})
 	}
 }
 

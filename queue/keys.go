@@ -70,6 +70,13 @@ func (k Keys) WakeOf(entry string) string {
 	return k.Wake
 }
 
+// WaiterIDOf returns the waiter id an entry made by Entry begins with:
+// the id of the Lock call that made it.
+func WaiterIDOf(entry string) string {
+	id, _, _ := strings.Cut(entry, ":")
+	return id
+}
+
 // TagOf returns the tag of the Client whose Lock call made entry: the
 // TagLen hex characters that end its waiter id, or "" for a waiter id
 // without a tag (or an entry that is not one).

@@ -126,3 +126,9 @@ func TestTaggedEntriesRoundTripAndNameTheirClientsChannel(t *testing.T) {
 		require.Equal(t, want, k.WakeOf(entry), "%q", entry)
 	}
 }
+
+func TestWaiterIDOfIsTheIDAnEntryBeginsWith(t *testing.T) {
+	id := NewID() + NewTag()
+	require.Equal(t, id, WaiterIDOf(Entry(id, 0, "owner:with:colons")))
+	require.Equal(t, TagOf(Entry(id, 0, "o")), id[WaiterIDLen:])
+}

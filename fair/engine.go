@@ -27,7 +27,10 @@ type Redis interface {
 	ConfigGet(ctx context.Context, parameter string) *redis.MapStringStringCmd
 	Pipeline() redis.Pipeliner
 	TxPipeline() redis.Pipeliner // Inspect
-	queue.Scanner                // List
+	// A Client's name (name.go).
+	Set(ctx context.Context, key string, value any, expiration time.Duration) *redis.StatusCmd
+	Del(ctx context.Context, keys ...string) *redis.IntCmd
+	queue.Scanner // List
 }
 
 var _ Redis = (redis.UniversalClient)(nil)

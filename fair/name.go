@@ -56,20 +56,14 @@ func (e *Engine) keepName() {
 		case <-e.closing:
 			ctx, cancel := e.detached(context.Background())
 			defer cancel()
-			pipe := e.rdb.Pipeline()
-			del := pipe.Del(ctx, n.key)
-			_, _ = pipe.Exec(ctx)
-			if err := del.Err(); err != nil {
+			if err := e.rdb.Del(ctx, n.key).Err(); err != nil {
 				e.log.Warn("fairlock: could not delete the Client's name; it expires by itself", "key", n.key, "err", err)
 			}
 			return
 		case <-t.C:
 		}
 		ctx, cancel := e.detached(context.Background())
-		pipe := e.rdb.Pipeline()
-		set := pipe.Set(ctx, n.key, n.name, nameTTL)
-		_, _ = pipe.Exec(ctx)
-		err := set.Err()
+		err := e.rdb.Set(ctx, n.key, n.name, nameTTL).Err()
 		cancel()
 		if err != nil && !warned {
 			e.log.Warn("fairlock: could not write the Client's name; Inspect shows its id only", "key", n.key, "err", err)

@@ -373,9 +373,12 @@ func TestHandOverIsPushedNotPolled(t *testing.T) {
 }
 
 // A client from before wake channels per Client publishes every
-// hand-over on the lock's shared channel, whoever the waiter. During a
-// rolling upgrade such a client's release still wakes a waiter of a newer
-// Client by push: the waiter listens on the shared channel too.
+// hand-over on the lock's shared channel, whoever the waiter; so does a
+// client from before timed wake messages for a waiter id with a wake
+// format version, in which its scripts find no tag. During a rolling
+// upgrade such a client's release still wakes a waiter of a newer Client
+// by push: the waiter listens on the shared channel too. The message has
+// no time, so the Observer is told no hand-over latency.
 func TestAHandOverOnTheSharedChannelReachesAWaiterByPush(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -387,7 +390,14 @@ func TestAHandOverOnTheSharedChannelReachesAWaiterByPush(t *testing.T) {
 	require.NoError(t, e.rdb.Set(ctx, k.Token, 7, 0).Err())
 	// With these settings the waiter polls every 20 s: a grant within
 	// seconds can only come from a push.
-	m := e.client(fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)).Mutex("shared")
+	var latency atomic.Int64
+	latency.Store(-1)
+	observer := fairlock.ObserverFunc(func(_ context.Context, ev fairlock.Event) {
+		if ev.Kind == fairlock.Granted {
+			latency.Store(int64(ev.HandOver))
+		}
+	})
+	m := e.client(fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute), fairlock.WithObserver(observer)).Mutex("shared")
 	next := lockAsync(ctx, m)
 	e.waitQueued("shared", 1)
 	entry := e.queued("shared")[0]
@@ -413,6 +423,7 @@ func TestAHandOverOnTheSharedChannelReachesAWaiterByPush(t *testing.T) {
 	tok, err := m.Token(r.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 8, tok)
+	require.Zero(t, latency.Load(), "a push without a time has no latency to report")
 	require.NoError(t, m.Unlock(r.ctx))
 }
 

@@ -182,9 +182,19 @@ type Event struct {
 	Position int
 
 	Waited time.Duration // Granted, WaitEnded: since the call began
-	Held   time.Duration // HoldEnded: since the grant
-	End    EndKind       // HoldEnded
-	Err    error         // WaitEnded, RenewalFailed; HoldEnded: the cause, nil when unlocked
+	// HandOver is, for Granted by a hand-over that reached the Client by
+	// push, the time from the hand-over in Redis (the release that gave
+	// the lock to this call) to the push arriving: how long the lock sat
+	// granted before its new holder heard of it. It is estimated on this
+	// Client's clock, from the server's time that the push carries and
+	// that the call's last poll answered, and is off by at most half that
+	// poll's round trip; never below a µs. It is 0 when not known: the
+	// grant was found by a poll, or pushed by a client of an older version
+	// (whose push carries no time).
+	HandOver time.Duration
+	Held     time.Duration // HoldEnded: since the grant
+	End      EndKind       // HoldEnded
+	Err      error         // WaitEnded, RenewalFailed; HoldEnded: the cause, nil when unlocked
 }
 
 // WithObserver sets the Observer of a Client's events. Default none, and
@@ -232,6 +242,7 @@ func (h *observerHook) observe(ctx context.Context, e fair.Event) {
 		Answered: e.Answered,
 		Position: e.Position,
 		Waited:   e.Waited,
+		HandOver: e.HandOver,
 		Held:     e.Held,
 		End:      EndKind(e.End),
 		Err:      e.Err,

@@ -171,6 +171,40 @@ func TestObserverSeesAWaitInLineAndTheHandOver(t *testing.T) {
 	require.NoError(t, waiter.Unlock(r.ctx))
 }
 
+// A pushed hand-over reports how long the push took to arrive: here the
+// waiter's Client reaches Redis through a proxy that delays every byte by
+// 100ms each way, so the push arrives about 100ms after the release
+// handed the lock over. A fresh grant reports none.
+func TestObserverSeesTheLatencyOfAPushedHandOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rec := &recorder{}
+	holder := e.client(fairlock.WithObserver(rec)).Mutex("latency")
+	c, p := e.proxied(&redis.Options{}, fairlock.WithObserver(rec))
+	waiter := c.Mutex("latency")
+	ctx := context.Background()
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	fresh := rec.awaitEvent(t, "latency", func(e fairlock.Event) bool { return e.Kind == fairlock.Granted })
+	require.Equal(t, fairlock.GrantFresh, fresh.Grant)
+	require.Zero(t, fresh.HandOver, "a fresh grant was not handed over")
+
+	const oneWay = 100 * time.Millisecond
+	p.SetLatency(oneWay)
+	w := lockAsync(ctx, waiter)
+	queued := rec.awaitEvent(t, "latency", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued })
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, w, 10*time.Second)
+	require.NoError(t, r.err)
+	grant := rec.awaitEvent(t, "latency", func(e fairlock.Event) bool { return e.Kind == fairlock.Granted && e.Call == queued.Call })
+	require.Equal(t, fairlock.GrantHandOver, grant.Grant)
+	require.GreaterOrEqual(t, grant.HandOver, oneWay/2, "the push spent about %v on its way", oneWay)
+	require.Less(t, grant.HandOver, 2*oneWay+oneWay/2)
+	require.Less(t, grant.HandOver, grant.Waited)
+	p.SetLatency(0)
+	require.NoError(t, waiter.Unlock(r.ctx))
+}
+
 func TestObserverSeesWaitsThatEndWithoutAGrant(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -87,9 +87,14 @@ type Event struct {
 	Position       int       // EventQueued: the place in line it joined at, 1 for the head
 
 	Waited time.Duration // EventGranted, EventWaitEnded: since the call began
-	Held   time.Duration // EventHoldEnded: since the grant
-	End    EndKind       // EventHoldEnded
-	Err    error         // EventWaitEnded, EventRenewalFailed; EventHoldEnded: the cause, nil when unlocked
+	// HandOver, for EventGranted by a hand-over that was pushed with its
+	// time, is the estimated time from the hand-over in Redis to the push
+	// reaching this Client (see serverClock.latency), at least a µs;
+	// else 0.
+	HandOver time.Duration
+	Held     time.Duration // EventHoldEnded: since the grant
+	End      EndKind       // EventHoldEnded
+	Err      error         // EventWaitEnded, EventRenewalFailed; EventHoldEnded: the cause, nil when unlocked
 }
 
 // observedHold is what the observer is told of a hold: when it was
@@ -135,7 +140,7 @@ func (l *Mutex) observeEnd(ctx context.Context, req Request, entry string, start
 	} else {
 		ev.Kind, ev.Grant, ev.Token = EventGranted, GrantFresh, h.token
 		if h.waited {
-			ev.Grant = GrantHandOver
+			ev.Grant, ev.HandOver = GrantHandOver, h.handOver
 		}
 	}
 	l.e.observe(ctx, ev)

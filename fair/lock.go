@@ -73,7 +73,7 @@ func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 // entry returns the queue entry of one Lock call: a fresh waiter id that
 // ends with the engine's tag.
 func (l *Mutex) entry(req Request) string {
-	return queue.Entry(queue.NewID()+l.e.tag, req.Lease, req.Owner)
+	return queue.Entry(queue.NewID()+l.e.tag+queue.WakeVersion, req.Lease, req.Owner)
 }
 
 // take is Lock once the engine's checks passed, under entry.
@@ -227,12 +227,14 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 	timer.Stop() // armed by each poll's answer; no stale tick can follow (Go 1.23 timers)
 	defer timer.Stop()
 	retry := retryMin
-	var polled time.Time // send time of the last poll that Redis answered
-	claims := 0          // polls that claimed a grant answered late
-	queued := false      // a poll left the caller in line: a grant is a hand-over
+	var polled time.Time     // send time of the last poll that Redis answered
+	claims := 0              // polls that claimed a grant answered late
+	queued := false          // a poll left the caller in line: a grant is a hand-over
+	var clock serverClock    // the last poll that left the caller in line, on both clocks
+	var pushed time.Duration // the latency of a timed hand-over that was pushed, else 0
 	granted := func(h *Hold, err error) (*Hold, error) {
 		if h != nil {
-			h.waited = queued
+			h.waited, h.handOver = queued, pushed
 		}
 		return h, err
 	}
@@ -293,6 +295,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 		case err == nil:
 			answered := time.Now()
 			queued = true
+			clock = serverClock{sent: sent, answered: answered, server: rep.ServerTime}
 			if l.e.observing() {
 				ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: true, Sent: sent, Answered: answered}
 				if rep.Joined {
@@ -346,6 +349,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 		if signalled != nil {
 			timer.Stop() // no stale tick can follow (Go 1.23 timers)
 			if token, ok := signalled.Grant(); ok {
+				pushed = clock.latency(signalled.GrantTime())
 				if span, trusted := l.pushedSpan(req, polled); trusted {
 					return granted(l.hold(ctx, req, entry, token, polled, span))
 				}
@@ -354,6 +358,33 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			}
 		}
 	}
+}
+
+// serverClock is one poll's answer set beside the waiter's clock: it was
+// sent at sent, answered at answered, and ran at server (µs on the
+// server's clock; 0 when the server did not say).
+type serverClock struct {
+	sent, answered time.Time
+	server         int64
+}
+
+// latency estimates how long a hand-over took to reach the waiter: from
+// the time in Redis the wake message carried (at, µs on the server's
+// clock; 0 when it carried none) to the time it was heard on this
+// process's clock. The two clocks are set side by side by the last poll
+// that left the waiter in line, taken to have run halfway between its
+// send and its answer: the estimate is off by at most half that poll's
+// round trip (and by the two clocks' drift since, which is small). It
+// returns 0 when either time is unknown, and otherwise never less than
+// a µs (an estimate below is within its error of 0), so that 0 always
+// means unknown.
+func (c serverClock) latency(at int64, heard time.Time) time.Duration {
+	if at <= 0 || c.server <= 0 || heard.IsZero() {
+		return 0
+	}
+	ran := c.sent.Add(c.answered.Sub(c.sent) / 2)
+	handedAt := ran.Add(time.Duration(at-c.server) * time.Microsecond)
+	return max(heard.Sub(handedAt), time.Microsecond)
 }
 
 // watchShared registers entry on the lock's shared wake channel too, on

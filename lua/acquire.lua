@@ -20,7 +20,9 @@
 -- wait before it polls again (0 in try mode), and joined is the entry's
 -- place in line (the queue's length, 1 for the head) when this call
 -- appended it to the queue (0 for a heartbeat of a waiter already in
--- line, and in try mode).
+-- line, and in try mode). In wait mode a fourth element follows: the
+-- server's time in us when the call ran, which the waiter sets beside
+-- the time a wake message carries (see wake_target in lib.lua).
 --
 -- When the lock is free while another waiter heads the queue, the call
 -- hands it to that waiter and publishes its wake message. If the server
@@ -140,4 +142,4 @@ end
 if hint < 1 then
   hint = 1
 end
-return finish({0, hint, joined})
+return finish({0, hint, joined, clock_us or now * 1000})

@@ -90,7 +90,8 @@ func Renew(k queue.Keys, owner string, lease int64) Call {
 
 // ReadAcquire reads the reply of an Acquire call: {1, token, count} is a
 // grant, {0, hint, position} is none (position: the entry's place in
-// line when the call appended it, else 0).
+// line when the call appended it, else 0), followed in wait mode by the
+// server's time in µs.
 func ReadAcquire(cmd *redis.Cmd) (queue.Reply, error) {
 	v, err := cmd.Slice()
 	if err != nil {
@@ -104,6 +105,8 @@ func ReadAcquire(cmd *redis.Cmd) (queue.Reply, error) {
 		return queue.Reply{Granted: true, Token: n[1], Count: int(n[2])}, nil
 	case len(n) == 3 && n[0] == 0:
 		return queue.Reply{Hint: n[1], Joined: n[2] >= 1, Position: int(n[2])}, nil
+	case len(n) == 4 && n[0] == 0:
+		return queue.Reply{Hint: n[1], Joined: n[2] >= 1, Position: int(n[2]), ServerTime: n[3]}, nil
 	}
 	return queue.Reply{}, fmt.Errorf("%w: acquire answered %v", errs.ErrUnexpectedReply, v)
 }

@@ -13,9 +13,9 @@
 --
 -- A waiter entry is "<waiter id>:<lease ms>:<owner id>": the waiter id is
 -- 16 hex characters unique to one waiting Lock call, followed by the
--- 8 hex characters of the waiting Client's tag (see wake_channel); the
--- lease is the one its hold will have, and the owner id is the rest (it
--- may contain ':').
+-- 8 hex characters of the waiting Client's tag and one of the wake format
+-- version (see wake_target); the lease is the one its hold will have, and
+-- the owner id is the rest (it may contain ':').
 --
 -- Time is the server's clock (TIME) only. Scripts that read TIME and then
 -- write must be replicated as effects; Redis 5 and later do so by default,
@@ -39,10 +39,16 @@ if redis.replicate_commands then
   redis.replicate_commands()
 end
 
--- now_ms returns the server's time in milliseconds.
+-- clock_us is the server's time in microseconds when this script run
+-- last read the clock (now_ms), else nil.
+local clock_us = nil
+
+-- now_ms returns the server's time in milliseconds, and keeps it to the
+-- microsecond in clock_us.
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  return math.floor(clock_us / 1000)
 end
 
 -- A full server is one at its maxmemory under the noeviction policy
@@ -171,22 +177,34 @@ local function finish(reply)
   return reply
 end
 
--- wake_channel returns the channel a hand-over to entry is published on:
--- the lock's wake channel followed by ':<tag>' when the entry's waiter id
--- ends with the tag of the Client that waits (16 + 8 hex characters), so
--- that only that Client receives the message; the wake channel itself for
--- a waiter id without a tag (a client from before tags).
-local function wake_channel(channel, entry)
-  local tag = string.match(entry, '^' .. string.rep('%x', 16) .. '(' .. string.rep('%x', 8) .. '):')
+-- wake_target returns the channel a hand-over to entry is published on,
+-- and whether its wake message carries the time of the hand-over.
+--
+-- The channel is the lock's wake channel followed by ':<tag>' when the
+-- entry's waiter id holds the tag of the Client that waits (16 + 8 hex
+-- characters, then at most one more), so that only that Client receives
+-- the message; the wake channel itself for a waiter id without a tag (a
+-- client from before tags).
+--
+-- A waiter id of 16 + 8 + 1 hex characters (the last one a wake format
+-- version, 1 and up) says that its Client reads a wake message with the
+-- time of the hand-over, "<entry> <token> <server time in us>"; the
+-- others are sent "<entry> <token>", which is all that clients from
+-- before it read. Those clients' scripts find no tag in such an id, and
+-- publish its hand-overs on the lock's wake channel, which its Client
+-- watches too.
+local function wake_target(channel, entry)
+  local tag, version = string.match(entry, '^' .. string.rep('%x', 16) .. '(' .. string.rep('%x', 8) .. ')(%x?):')
   if tag then
-    return channel .. ':' .. tag
+    return channel .. ':' .. tag, version ~= ''
   end
-  return channel
+  return channel, false
 end
 
 -- hand_over gives the free lock to the live head of the queue, if any: the
 -- head becomes the holder on the spot (so nobody can barge in between two
--- holders) and is told through pub/sub with "<entry> <token>". The hold
+-- holders) and is told through pub/sub with "<entry> <token>", followed
+-- by " <server time in us>" when its Client reads it (see wake_target). The hold
 -- lasts its lease, but no longer than the head's waiter deadline: a dead
 -- head's hold expires like any dead waiter, and a live head with a
 -- watchdog renews it before that runs out. now is the server's time in
@@ -201,6 +219,11 @@ local function hand_over(now, channel)
   redis.call('ZREM', KEYS[3], head)
   local owner, lease = parse_entry(head)
   local token = take(owner, head, math.min(lease, deadline - now), now)
-  publish(wake_channel(channel, head), head .. ' ' .. token)
+  local target, timed = wake_target(channel, head)
+  local message = head .. ' ' .. token
+  if timed then
+    message = message .. ' ' .. string.format('%d', clock_us or now * 1000)
+  end
+  publish(target, message)
   return head
 end

@@ -33,6 +33,36 @@ func TestPublishRightAfterWatchReturnsIsDelivered(t *testing.T) {
 	}
 }
 
+// A grant message that carries the server's time of the hand-over hands
+// it to the waiter with the time this process heard it; one without a
+// time reports 0, as before any grant.
+func TestAGrantsServerTimeIsKeptWithWhenItWasHeard(t *testing.T) {
+	srv := redistest.Shared(t)
+	h := newHub(t, srv.Client(t), Options{})
+	pub := srv.Client(t)
+	channel := redistest.Prefix(t) + ":ch"
+	w := watch(t, h, channel, "w")
+	at, heard := w.GrantTime()
+	require.Zero(t, at)
+	require.True(t, heard.IsZero(), "before any grant")
+
+	before := time.Now()
+	publish(t, pub, channel, "w 7 1764083400123456")
+	requireSignal(t, w, "timed grant")
+	token, ok := w.Grant()
+	require.True(t, ok)
+	require.EqualValues(t, 7, token)
+	at, heard = w.GrantTime()
+	require.EqualValues(t, 1764083400123456, at)
+	require.False(t, heard.Before(before), "heard after it was published")
+	require.False(t, heard.After(time.Now()))
+
+	publish(t, pub, channel, "w 8")
+	requireSignal(t, w, "grant without a time")
+	at, _ = w.GrantTime()
+	require.Zero(t, at, "the latest grant carried no time")
+}
+
 func TestEveryConcurrentWatcherOfANewChannelReturnsSubscribed(t *testing.T) {
 	srv := redistest.Shared(t)
 	h := newHub(t, srv.Client(t), Options{})
@@ -118,7 +148,7 @@ func TestMessagesReachOnlyTheWaiterTheyName(t *testing.T) {
 	settle()
 	requireNoSignal(t, a, "wake was for b")
 
-	for _, payload := range []string{"stranger 9", "stranger", "", " 5", "a notanumber", "a 1 2", "a 99999999999999999999", "a "} {
+	for _, payload := range []string{"stranger 9", "stranger", "", " 5", "a notanumber", "a 1 x", "a 1 2 3", "a 99999999999999999999", "a "} {
 		publish(t, pub, channel, payload)
 	}
 	settle()
@@ -193,33 +223,33 @@ func TestAllWaitersShareOneConnectionAndOneSubscriptionPerChannel(t *testing.T) 
 func TestParsePayload(t *testing.T) {
 	tests := []struct {
 		payload string
-		id      string
-		token   int64
-		grant   bool
+		want    message
 		bad     bool
 	}{
-		{payload: "w1 42", id: "w1", token: 42, grant: true},
-		{payload: "w1 -3", id: "w1", token: -3, grant: true},
-		{payload: "w1 9223372036854775807", id: "w1", token: 9223372036854775807, grant: true},
-		{payload: "w1", id: "w1"},
+		{payload: "w1 42", want: message{id: "w1", token: 42, grant: true}},
+		{payload: "w1 -3", want: message{id: "w1", token: -3, grant: true}},
+		{payload: "w1 9223372036854775807", want: message{id: "w1", token: 9223372036854775807, grant: true}},
+		{payload: "w1 42 1764083400123456", want: message{id: "w1", token: 42, grant: true, at: 1764083400123456}},
+		{payload: "w1", want: message{id: "w1"}},
 		{payload: "", bad: true},
 		{payload: " 42", bad: true},
 		{payload: "w1 ", bad: true},
 		{payload: "w1 x", bad: true},
-		{payload: "w1 1 2", bad: true},
+		{payload: "w1 1 ", bad: true},
+		{payload: "w1 1 x", bad: true},
+		{payload: "w1 1 0", bad: true},
+		{payload: "w1 1 2 3", bad: true},
 		{payload: "w1 9223372036854775808", bad: true},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("%q", tt.payload), func(t *testing.T) {
-			id, token, grant, err := parsePayload(tt.payload)
+			m, err := parsePayload(tt.payload)
 			if tt.bad {
 				require.Error(t, err)
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, tt.id, id)
-			assert.Equal(t, tt.token, token)
-			assert.Equal(t, tt.grant, grant)
+			assert.Equal(t, tt.want, m)
 		})
 	}
 }

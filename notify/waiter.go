@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Waiter is one registration made by Hub.Watch: the id of one waiter of a
@@ -16,10 +17,12 @@ type Waiter struct {
 	id      string
 	c       chan struct{} // capacity 1; sent to without blocking
 
-	stopped bool  // guarded by hub.mu; set by the first Stop
-	granted bool  // guarded by hub.mu; sticky, set by the first grant
-	token   int64 // guarded by hub.mu; fencing token of the latest grant
-	missed  bool  // guarded by hub.mu; set by the first Missed
+	stopped bool      // guarded by hub.mu; set by the first Stop
+	granted bool      // guarded by hub.mu; sticky, set by the first grant
+	token   int64     // guarded by hub.mu; fencing token of the latest grant
+	at      int64     // guarded by hub.mu; server time (µs) the latest grant's message carried, 0 if none
+	heard   time.Time // guarded by hub.mu; when the latest grant's message arrived
+	missed  bool      // guarded by hub.mu; set by the first Missed
 	// excused is guarded by hub.mu. It is set when the hub signals the
 	// waiter because messages may have been lost: a hand-over its next
 	// poll finds is then no miss of the current connection.
@@ -44,6 +47,16 @@ func (w *Waiter) Grant() (token int64, ok bool) {
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
 	return w.token, w.granted
+}
+
+// GrantTime reports, for the latest grant message of this waiter's id,
+// the server's time in µs that it carried (the time of the hand-over; 0
+// for a message without one) and when this process received it (zero
+// before any grant).
+func (w *Waiter) GrantTime() (serverMicros int64, heard time.Time) {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	return w.at, w.heard
 }
 
 // Stop unregisters the waiter. When it was the last waiter of its channel,
@@ -83,27 +96,43 @@ func (w *Waiter) signal() {
 
 var errMalformed = errors.New("malformed notification payload")
 
-// parsePayload splits a message payload into the id it is for and, for a
-// grant, the fencing token: "<id> <token>" is a grant, "<id>" a wake.
-func parsePayload(payload string) (id string, token int64, grant bool, err error) {
-	id, tok, grant := strings.Cut(payload, " ")
+// message is one parsed message payload.
+type message struct {
+	id    string // the waiter id it is for
+	grant bool   // a grant, not a wake
+	token int64  // a grant's fencing token
+	at    int64  // a grant's server time in µs, 0 when it carries none
+}
+
+// parsePayload parses a message payload: "<id> <token> <µs>" and
+// "<id> <token>" are grants, with and without the server's time of the
+// hand-over; "<id>" is a wake.
+func parsePayload(payload string) (message, error) {
+	id, rest, grant := strings.Cut(payload, " ")
 	if id == "" {
-		return "", 0, false, errMalformed
+		return message{}, errMalformed
 	}
 	if !grant {
-		return id, 0, false, nil
+		return message{id: id}, nil
 	}
-	token, err = strconv.ParseInt(tok, 10, 64)
-	if err != nil {
-		return "", 0, false, errMalformed
+	tok, at, timed := strings.Cut(rest, " ")
+	m := message{id: id, grant: true}
+	var err error
+	if m.token, err = strconv.ParseInt(tok, 10, 64); err != nil {
+		return message{}, errMalformed
 	}
-	return id, token, true, nil
+	if timed {
+		if m.at, err = strconv.ParseInt(at, 10, 64); err != nil || m.at <= 0 {
+			return message{}, errMalformed
+		}
+	}
+	return m, nil
 }
 
 // route delivers one message payload published on channel, whichever
 // connection it arrived on.
 func (h *Hub) route(channel, payload string) {
-	id, token, grant, err := parsePayload(payload)
+	m, err := parsePayload(payload)
 	if err != nil {
 		h.log.Debug("fairlock: notify: ignoring malformed message",
 			"channel", channel, "payload", payload)
@@ -115,16 +144,16 @@ func (h *Hub) route(channel, payload string) {
 		h.mu.Unlock()
 		return
 	}
-	w := t.waiters[id]
+	w := t.waiters[m.id]
 	if w == nil {
 		h.mu.Unlock()
-		if grant && h.onUnclaimed != nil {
-			h.onUnclaimed(channel, id)
+		if m.grant && h.onUnclaimed != nil {
+			h.onUnclaimed(channel, m.id)
 		}
 		return
 	}
-	if grant {
-		w.token, w.granted = token, true
+	if m.grant {
+		w.token, w.granted, w.at, w.heard = m.token, true, m.at, time.Now()
 	}
 	w.signal()
 	h.mu.Unlock()

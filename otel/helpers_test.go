@@ -79,14 +79,15 @@ func (r *rig) plain(opts ...fairlock.Option) *fairlock.Client {
 
 // units are the units of the instruments.
 var units = map[string]string{
-	"fairlock.lock.wait.duration":    "s",
-	"fairlock.lock.hold.duration":    "s",
-	"fairlock.lock.waiting":          "{call}",
-	"fairlock.lock.holding":          "{hold}",
-	"fairlock.lock.grants":           "{grant}",
-	"fairlock.lock.give_ups":         "{call}",
-	"fairlock.lock.leases_lost":      "{hold}",
-	"fairlock.lock.renewal_failures": "{renewal}",
+	"fairlock.lock.wait.duration":     "s",
+	"fairlock.lock.hold.duration":     "s",
+	"fairlock.lock.handover.duration": "s",
+	"fairlock.lock.waiting":           "{call}",
+	"fairlock.lock.holding":           "{hold}",
+	"fairlock.lock.grants":            "{grant}",
+	"fairlock.lock.give_ups":          "{call}",
+	"fairlock.lock.leases_lost":       "{hold}",
+	"fairlock.lock.renewal_failures":  "{renewal}",
 }
 
 // collect reads every instrument: for each data point, its instrument's

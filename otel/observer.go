@@ -46,6 +46,10 @@ const outcomeOther = "other"
 // histograms, in seconds: from a millisecond to five minutes.
 var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
 
+// handOverBuckets are the advised bucket bounds of the hand-over latency
+// histogram, in seconds: from 50µs to a second.
+var handOverBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+
 // Observer is a fairlock.Observer that records a Client's events as
 // OpenTelemetry metrics and spans. It is safe for concurrent use, and one
 // Observer may serve several Clients.
@@ -55,6 +59,7 @@ type Observer struct {
 
 	waitDuration    metric.Float64Histogram
 	holdDuration    metric.Float64Histogram
+	handOver        metric.Float64Histogram
 	waiting         metric.Int64UpDownCounter
 	holding         metric.Int64UpDownCounter
 	grants          metric.Int64Counter
@@ -94,6 +99,10 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o.holdDuration, err = meter.Float64Histogram("fairlock.lock.hold.duration", metric.WithUnit("s"),
 		metric.WithDescription("Time from a grant to the end of its hold."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	errs = errors.Join(errs, err)
+	o.handOver, err = meter.Float64Histogram("fairlock.lock.handover.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from a hand-over in Redis to its push reaching the new holder's Client (estimated; pushed hand-overs only)."),
+		metric.WithExplicitBucketBoundaries(handOverBuckets...))
 	errs = errors.Join(errs, err)
 	o.waiting, err = meter.Int64UpDownCounter("fairlock.lock.waiting", metric.WithUnit("{call}"),
 		metric.WithDescription("Lock calls waiting for a grant."))
@@ -197,6 +206,9 @@ func (o *Observer) waitDone(ctx context.Context, e fairlock.Event) {
 	o.waitDuration.Record(ctx, e.Waited.Seconds(), attrs)
 	if e.Kind == fairlock.Granted {
 		o.grants.Add(ctx, 1, attrs)
+		if e.HandOver > 0 {
+			o.handOver.Record(ctx, e.HandOver.Seconds(), o.attrs(e.Lock))
+		}
 		if e.Grant != fairlock.GrantReentry {
 			o.holding.Add(ctx, 1, o.attrs(e.Lock))
 		}
@@ -210,7 +222,11 @@ func (o *Observer) waitDone(ctx context.Context, e fairlock.Event) {
 	o.waiting.Add(ctx, -1, o.attrs(e.Lock))
 	span.SetAttributes(OutcomeKey.String(outcome))
 	if e.Kind == fairlock.Granted {
-		span.AddEvent("granted", trace.WithAttributes(attribute.Int64("fairlock.lock.token", e.Token)))
+		granted := []attribute.KeyValue{attribute.Int64("fairlock.lock.token", e.Token)}
+		if e.HandOver > 0 {
+			granted = append(granted, attribute.Float64("fairlock.lock.handover.duration", e.HandOver.Seconds()))
+		}
+		span.AddEvent("granted", trace.WithAttributes(granted...))
 	} else if outcome != OutcomeGaveUp && e.Err != nil {
 		span.RecordError(e.Err)
 		span.SetStatus(codes.Error, e.Err.Error())

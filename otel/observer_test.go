@@ -24,6 +24,7 @@ import (
 const (
 	waitDuration    = "fairlock.lock.wait.duration"
 	holdDuration    = "fairlock.lock.hold.duration"
+	handOver        = "fairlock.lock.handover.duration{}"
 	waiting         = "fairlock.lock.waiting{}"
 	holding         = "fairlock.lock.holding{}"
 	grants          = "fairlock.lock.grants"
@@ -105,6 +106,7 @@ func TestAHandOverBetweenTwoClientsIsOneWaitInLine(t *testing.T) {
 		with(waitDuration, otel.OutcomeHandOver): 1,
 		with(grants, otel.OutcomeFresh):          1,
 		with(grants, otel.OutcomeHandOver):       1,
+		handOver:                                 1, // pushed, with its time
 		waiting:                                  0,
 		holding:                                  0,
 		with(holdDuration, otel.OutcomeUnlocked): 2,
@@ -115,6 +117,17 @@ func TestAHandOverBetweenTwoClientsIsOneWaitInLine(t *testing.T) {
 	s := spans[1] // the waiter's ended last
 	require.Contains(t, s.Attributes(), otel.OutcomeKey.String(otel.OutcomeHandOver))
 	require.Equal(t, []string{"queued", "granted"}, eventNames(s))
+	var latency []attribute.KeyValue
+	for _, a := range s.Events()[1].Attributes {
+		if a.Key == "fairlock.lock.handover.duration" {
+			latency = append(latency, a)
+		}
+	}
+	require.Len(t, latency, 1, "the granted event says how long the push took")
+	require.Positive(t, latency[0].Value.AsFloat64())
+	require.Equal(t, []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1},
+		r.bounds("fairlock.lock.handover.duration"), "buckets from 50µs to a second")
+	require.Contains(t, r.promNames(), "fairlock_lock_handover_duration_seconds")
 	require.Equal(t, codes.Unset, s.Status().Code)
 	require.Zero(t, otel.Waiting(r.obs))
 }

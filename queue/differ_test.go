@@ -99,6 +99,9 @@ func (d *differ) apply(r *rig, c call) (want, got any, handsOver bool, err error
 		if d.tol > 0 && !w.Granted && !g.Granted && abs(w.Hint-g.Hint) <= d.tol {
 			g.Hint = w.Hint
 		}
+		if !w.Granted && !g.Granted && abs(w.ServerTime/1000-g.ServerTime/1000) <= d.tol {
+			g.ServerTime = w.ServerTime // the model's clock has ms only
+		}
 		want, got, handsOver = w, g, !hadReceipt
 		d.world.done(c, w.Granted)
 	case opRelease:
@@ -149,7 +152,7 @@ func (d *differ) compare(want, got any, handsOver, refused bool) {
 	switch {
 	case refused && (len(wantMsgs) == 0 || len(msgs) > 0):
 		d.fail("a refused PUBLISH: the model woke %q, the scripts %q", wantMsgs, msgs)
-	case !refused && !slices.Equal(wantMsgs, msgs):
+	case !refused && !slices.Equal(wantMsgs, d.sameTimes(wantMsgs, msgs)):
 		d.fail("wake messages: model %q, scripts %q", wantMsgs, msgs)
 	}
 	if err := checkInvariants(d.prev, s, d.top, handsOver); err != nil {
@@ -160,6 +163,36 @@ func (d *differ) compare(want, got any, handsOver, refused bool) {
 	if s.Hold != nil {
 		d.top = max(d.top, s.Hold.Token)
 	}
+}
+
+// sameTimes returns msgs with the time of each wake message that has one
+// replaced by the time of the model's message at the same place, when
+// the two are the same ms (within the differ's tolerance): the model's
+// clock has ms only, the scripts' µs.
+func (d *differ) sameTimes(want, msgs []string) []string {
+	if len(want) != len(msgs) {
+		return msgs
+	}
+	out := slices.Clone(msgs)
+	for i := range out {
+		wHead, wAt, wOK := cutTime(want[i])
+		gHead, gAt, gOK := cutTime(out[i])
+		if wOK && gOK && wHead == gHead && abs(wAt/1000-gAt/1000) <= d.tol {
+			out[i] = want[i]
+		}
+	}
+	return out
+}
+
+// cutTime splits a wake message "<entry> <token> <µs>" into what comes
+// before the time, and the time; ok is false for a message without one.
+func cutTime(msg string) (head string, at int64, ok bool) {
+	i := strings.LastIndexByte(msg, ' ')
+	if i < 0 || strings.Count(msg, " ") != 2 {
+		return "", 0, false
+	}
+	at, err := strconv.ParseInt(msg[i+1:], 10, 64)
+	return msg[:i], at, err == nil
 }
 
 // pairTokens records the token of this step's fresh grant, if both sides
@@ -211,8 +244,11 @@ func (d *differ) translate(s queue.State, msgs []string, reply any) (queue.State
 	out := make([]string, len(msgs))
 	for i, msg := range msgs {
 		out[i] = msg
-		if sp := strings.LastIndexByte(msg, ' '); sp >= 0 { // "<entry> <token>"
-			out[i] = msg[:sp+1] + text(msg[sp+1:])
+		entry, rest, _ := strings.Cut(msg, " ") // "<entry> <token>", then maybe " <µs>"
+		if token, at, timed := strings.Cut(rest, " "); timed {
+			out[i] = entry + " " + text(token) + " " + at
+		} else if rest != "" {
+			out[i] = entry + " " + text(rest)
 		}
 	}
 	if r, ok := reply.(queue.Reply); ok && r.Granted {

@@ -134,14 +134,17 @@ type world struct {
 }
 
 // id returns a fresh waiter id: untagged, or tagged with one of a few
-// Client tags in lower or upper case (the scripts read hex either way).
+// Client tags in lower or upper case (the scripts read hex either way),
+// with or without the wake format version that asks for timed messages.
 func (w *world) id() string {
 	w.seq++
-	switch w.seq % 4 {
+	switch w.seq % 6 {
 	case 1:
 		return fmt.Sprintf("%016x%08x", w.seq, w.seq%3)
 	case 3:
 		return fmt.Sprintf("%016x%08X", w.seq, 10+w.seq%3)
+	case 5:
+		return fmt.Sprintf("%016x%08x%s", w.seq, w.seq%3, queue.WakeVersion)
 	}
 	return fmt.Sprintf("%016x", w.seq)
 }

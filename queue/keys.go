@@ -18,6 +18,11 @@ const (
 	MaxOwnerLen  = 256  // bytes in an owner id
 	WaiterIDLen  = 16   // hex characters in a waiter id, before a Client's tag
 	TagLen       = 8    // hex characters in a Client's tag
+
+	// WakeVersion is the hex character that ends the waiter ids of this
+	// package's Clients, after the tag: the wake format they read, in
+	// which a hand-over's message carries its time (see Timed).
+	WakeVersion = "1"
 )
 
 // Keys are the Redis keys and the pub/sub channel of one lock. Every key
@@ -78,14 +83,24 @@ func WaiterIDOf(entry string) string {
 }
 
 // TagOf returns the tag of the Client whose Lock call made entry: the
-// TagLen hex characters that end its waiter id, or "" for a waiter id
-// without a tag (or an entry that is not one).
+// TagLen hex characters after the first WaiterIDLen of its waiter id, or
+// "" for a waiter id without a tag (or an entry that is not one).
 func TagOf(entry string) string {
 	id, _, found := strings.Cut(entry, ":")
-	if found && len(id) == WaiterIDLen+TagLen && isHex(id) {
-		return id[WaiterIDLen:]
+	if found && (len(id) == WaiterIDLen+TagLen || len(id) == WaiterIDLen+TagLen+1) && isHex(id) {
+		return id[WaiterIDLen : WaiterIDLen+TagLen]
 	}
 	return ""
+}
+
+// Timed reports whether a hand-over to entry is published with its time
+// (the rule of wake_target in lua/lib.lua): "<entry> <token> <server time
+// in µs>" when its waiter id ends with a wake format version after the
+// tag, as the ids of this package's Clients do (WakeVersion); "<entry>
+// <token>" otherwise, which is all that clients from before it read.
+func Timed(entry string) bool {
+	id, _, found := strings.Cut(entry, ":")
+	return found && len(id) == WaiterIDLen+TagLen+1 && isHex(id)
 }
 
 func isHex(s string) bool {
@@ -157,10 +172,11 @@ func ValidateOwner(owner string) error {
 
 // Entry returns the queue entry of one waiting Lock call:
 // "<waiter id>:<lease ms>:<owner>". The waiter id (NewID, followed by the
-// waiting Client's tag) makes entries unique per call, so two calls that
-// share an owner id still wait, and are woken, one by one; the tag names
-// the channel the hand-over is published on (WakeOf). The lease is the
-// one the hold gets when the lock is handed to this waiter.
+// waiting Client's tag and WakeVersion) makes entries unique per call, so
+// two calls that share an owner id still wait, and are woken, one by one;
+// the tag names the channel the hand-over is published on (WakeOf), and
+// the version what the message says (Timed). The lease is the one the
+// hold gets when the lock is handed to this waiter.
 func Entry(waiterID string, lease time.Duration, owner string) string {
 	return waiterID + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + owner
 }
@@ -186,7 +202,7 @@ func randomHex(n int) string {
 // not of that form.
 func splitEntry(entry string) (waiterID string, lease time.Duration, owner string, ok bool) {
 	id, rest, found := strings.Cut(entry, ":")
-	if !found || len(id) != WaiterIDLen && len(id) != WaiterIDLen+TagLen {
+	if !found || len(id) != WaiterIDLen && len(id) != WaiterIDLen+TagLen && len(id) != WaiterIDLen+TagLen+1 {
 		return "", 0, "", false
 	}
 	ms, owner, found := strings.Cut(rest, ":")

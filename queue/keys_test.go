@@ -116,15 +116,37 @@ func TestTaggedEntriesRoundTripAndNameTheirClientsChannel(t *testing.T) {
 
 	require.Equal(t, "p:{n}:wake:"+tag, k.ClientWake(tag))
 	for entry, want := range map[string]string{
-		e:                                  k.ClientWake(tag),
-		"0123456789abcdef0A1b2C3d:1000:o":  k.ClientWake("0A1b2C3d"), // hex in either case
-		"0123456789abcdef:1000:o":          k.Wake,                   // no tag: a client from before tags
-		"0123456789abcdef0a1b2c3d4:1000:o": k.Wake,                   // too long for a tag
-		"0123456789abcdef0a1b2c3g:1000:o":  k.Wake,                   // not hex
-		"0123456789abcdef0a1b2c3d":         k.Wake,                   // no lease or owner
+		e:                                   k.ClientWake(tag),
+		"0123456789abcdef0A1b2C3d:1000:o":   k.ClientWake("0A1b2C3d"), // hex in either case
+		"0123456789abcdef:1000:o":           k.Wake,                   // no tag: a client from before tags
+		"0123456789abcdef0a1b2c3d1:1000:o":  k.ClientWake("0a1b2c3d"), // a wake format version after the tag
+		"0123456789abcdef0a1b2c3d45:1000:o": k.Wake,                   // too long for a tag
+		"0123456789abcdef0a1b2c3g:1000:o":   k.Wake,                   // not hex
+		"0123456789abcdef0a1b2c3d":          k.Wake,                   // no lease or owner
 	} {
 		require.Equal(t, want, k.WakeOf(entry), "%q", entry)
 	}
+}
+
+// Only an entry whose waiter id ends with a wake format version after the
+// tag is sent the hand-over's time: clients from before it read
+// "<entry> <token>" alone.
+func TestOnlyEntriesWithAWakeVersionAreTimed(t *testing.T) {
+	for entry, want := range map[string]bool{
+		Entry(NewID()+NewTag()+WakeVersion, time.Second, "o"): true,
+		"0123456789abcdef0a1b2c3dF:1000:o":                    true,
+		Entry(NewID()+NewTag(), time.Second, "o"):             false, // tagged, from before the version
+		"0123456789abcdef:1000:o":                             false, // no tag
+		"0123456789abcdef0a1b2c3d45:1000:o":                   false, // too long
+		"0123456789abcdef0a1b2c3g1:1000:o":                    false, // not hex
+		"0123456789abcdef0a1b2c3d1":                           false, // no lease or owner
+	} {
+		require.Equal(t, want, Timed(entry), "%q", entry)
+	}
+	id := NewID() + NewTag() + WakeVersion
+	got, _, _, ok := splitEntry(Entry(id, time.Second, "o"))
+	require.True(t, ok)
+	require.Equal(t, id, got)
 }
 
 func TestWaiterIDOfIsTheIDAnEntryBeginsWith(t *testing.T) {

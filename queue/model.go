@@ -235,7 +235,8 @@ func (m *Model) take(owner, entry string, ttl int64) int64 {
 
 // handOver gives the free lock to the live head of the queue, if any. The
 // head becomes the holder on the spot, so nobody can barge in between two
-// holders, and is told with "<entry> <token>" on the wake channel. The
+// holders, and is told with "<entry> <token>" on the wake channel, and
+// " <time in µs>" after it for an entry that is Timed. The
 // hold lasts the head's lease, but no longer than its waiter deadline: a
 // dead head's hold expires like a dead waiter would.
 func (m *Model) handOver() {
@@ -246,5 +247,9 @@ func (m *Model) handOver() {
 	m.popHead()
 	owner, lease, _ := parseEntry(head)
 	token := m.take(owner, head, min(lease, deadline-m.now))
-	m.published = append(m.published, head+" "+strconv.FormatInt(token, 10))
+	msg := head + " " + strconv.FormatInt(token, 10)
+	if Timed(head) {
+		msg += " " + strconv.FormatInt(m.now*1000, 10) // the model's clock has ms only
+	}
+	m.published = append(m.published, msg)
 }

@@ -25,6 +25,9 @@ type Reply struct {
 	// the length of the queue, 1 for the head. Entries of dead waiters
 	// ahead count until they reach the head and are dropped.
 	Position int
+	// ServerTime, when not granted in wait mode, is the server's time
+	// when the call ran, in µs.
+	ServerTime int64
 }
 
 // Acquire is acquire.lua: owner's Lock call with waiter entry entry takes
@@ -115,7 +118,7 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 	if pttl := m.pttl(); pttl >= 0 && pttl+1 < hint {
 		hint = pttl + 1
 	}
-	return Reply{Hint: max(hint, 1), Joined: joined, Position: position}
+	return Reply{Hint: max(hint, 1), Joined: joined, Position: position, ServerTime: m.now * 1000}
 }
 
 // reentered writes the receipt of a re-entry and answers granted.

@@ -43,7 +43,7 @@ func held(t *testing.T, waiters ...string) (*Model, func() string) {
 	require.True(t, m.Acquire(call(), "h", waiterEntry(0, "h"), mLease, mTTL, ModeTry).Granted)
 	for i, w := range waiters {
 		rep := m.Acquire(call(), w, waiterEntry(i+1, w), mLease, mTTL, ModeWait)
-		require.Equal(t, Reply{Hint: mTTL / 3, Joined: true, Position: i + 1}, rep, "the waiters join in order")
+		require.Equal(t, Reply{Hint: mTTL / 3, Joined: true, Position: i + 1, ServerTime: m.Now() * 1000}, rep, "the waiters join in order")
 	}
 	return m, call
 }
@@ -118,7 +118,7 @@ func TestModelDeadHeadHandedTheLockExpiresAtItsDeadline(t *testing.T) {
 	require.Equal(t, 0, m.Release(call(), "h", mLease))
 	require.Equal(t, "dead", m.State().Hold.Owner)
 	// The live waiter is told to poll right after the hold expires.
-	assert.Equal(t, Reply{Hint: mTTL - 25 + 1}, m.Acquire(call(), "live", waiterEntry(2, "live"), mLease, mTTL, ModeWait))
+	assert.Equal(t, Reply{Hint: mTTL - 25 + 1, ServerTime: (t0 + 25) * 1000}, m.Acquire(call(), "live", waiterEntry(2, "live"), mLease, mTTL, ModeWait))
 	m.Advance(mTTL - 25 - 1)
 	require.NotNil(t, m.State().Hold)
 	m.Advance(1)
@@ -139,7 +139,7 @@ func TestModelWaitHintIsTheHoldExpiryOrAThirdOfTheWaiterTTL(t *testing.T) {
 		m, call := NewModel(t0, mReceipt), callIDs()
 		m.Acquire(call(), "h", waiterEntry(0, "h"), tt.lease, tt.waiterTTL, ModeTry)
 		rep := m.Acquire(call(), "w", waiterEntry(1, "w"), mLease, tt.waiterTTL, ModeWait)
-		assert.Equal(t, Reply{Hint: tt.hint, Joined: true, Position: 1}, rep, "%+v", tt)
+		assert.Equal(t, Reply{Hint: tt.hint, Joined: true, Position: 1, ServerTime: t0 * 1000}, rep, "%+v", tt)
 		assert.Equal(t, t0+tt.waiterTTL, m.State().Deadlines[waiterEntry(1, "w")])
 	}
 }

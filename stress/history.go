@@ -60,6 +60,7 @@ type attempt struct {
 	Deadline    time.Time `json:"deadline,omitzero"`     // the wait's context deadline (waiters that may give up)
 	Granted     time.Time `json:"granted,omitzero"`      // Lock returned the hold
 	Token       int64     `json:"token,omitempty"`       // fencing token of the hold
+	Push        float64   `json:"push_ms,omitempty"`     // a pushed hand-over's latency, from the Observer (fairlock.Event.HandOver); 0: not known
 	Depth       int       `json:"depth,omitempty"`       // nested Lock calls made with the held context
 	UnlockStart time.Time `json:"unlock_start,omitzero"` // the outer Unlock called
 	UnlockEnd   time.Time `json:"unlock_end,omitzero"`   // the outer Unlock returned

@@ -29,6 +29,7 @@ type report struct {
 	GrantsPerSec  float64           `json:"grants_per_s"`
 	Wait          latencyStats      `json:"wait_ms"`     // Lock call to grant
 	Handover      latencyStats      `json:"handover_ms"` // previous holder's Unlock to the grant of a queued waiter
+	Push          latencyStats      `json:"push_ms"`     // a pushed hand-over in Redis to the push reaching the waiter (Observer's estimate)
 	Fairness      fairness          `json:"fairness"`
 	Pause         float64           `json:"longest_pause_ms"`            // longest time in which no client saw anything happen
 	Commands      *commandSums      `json:"redis_commands,omitempty"`    // nil: not known, see CommandsNA
@@ -96,7 +97,7 @@ func buildReport(cfg config, redis string, attempts []attempt, vs []violation, e
 		Snapshots: snaps,
 	}
 	grants := map[string]int{}
-	var waits []time.Duration
+	var waits, pushes []time.Duration
 	byLock := map[string][]*attempt{}
 	for i := range attempts {
 		a := &attempts[i]
@@ -113,6 +114,9 @@ func buildReport(cfg config, redis string, attempts []attempt, vs []violation, e
 		}
 		grants[a.Worker]++
 		byLock[a.Lock] = append(byLock[a.Lock], a)
+		if a.Push > 0 {
+			pushes = append(pushes, time.Duration(a.Push*float64(time.Millisecond)))
+		}
 		if a.Kind == kindLock {
 			w := a.Granted.Sub(a.Start)
 			waits = append(waits, w)
@@ -125,6 +129,7 @@ func buildReport(cfg config, redis string, attempts []attempt, vs []violation, e
 	r.Wait = latency(waits)
 	r.Pause = ms(longestPause(attempts))
 	r.Handover = latency(handovers(byLock))
+	r.Push = latency(pushes)
 	r.Fairness.fill(grants)
 	total := 0
 	for _, n := range grants {
@@ -256,6 +261,7 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	fmt.Fprintf(&b, "throughput:  %.0f grants/s\n", r.GrantsPerSec)
 	fmt.Fprintf(&b, "wait:        %s (Lock call to grant)\n", r.Wait)
 	fmt.Fprintf(&b, "hand-over:   %s (Unlock called to the next waiter's grant)\n", r.Handover)
+	fmt.Fprintf(&b, "push:        %s (a hand-over in Redis to its push reaching the waiter, as the Observer estimates it)\n", r.Push)
 	fmt.Fprintf(&b, "fairness:    Jain's index %.4f over %d workers (grants per worker %d to %d); largest wait %.1fms (%s)\n",
 		r.Fairness.Jain, r.Fairness.Workers, r.Fairness.MinGrants, r.Fairness.MaxGrants, r.Fairness.LargestWait, r.Fairness.LargestWaitBy)
 	fmt.Fprintf(&b, "pauses:      longest %.1fms in which no client saw anything happen\n", r.Pause)

@@ -13,6 +13,7 @@ import (
 
 func TestReportSummarisesAHistory(t *testing.T) {
 	h := cleanHistory()
+	h[1].Push, h[4].Push = 0.25, 0.75 // two pushes whose latency the Observer knew
 	vs := check(h, 0)
 	r := buildReport(config{}, "test", h, vs, 2e9, cmdTally{Detailed: true, Total: 50, Calls: map[string]int64{"evalsha": 20, "get": 30}, Span: 2e9}, nil)
 	assert.Equal(t, len(h), r.Attempts)
@@ -27,6 +28,8 @@ func TestReportSummarisesAHistory(t *testing.T) {
 	assert.Equal(t, 2, r.Handover.N)
 	assert.InDelta(t, 1.0, r.Handover.P50, 1e-9)
 	assert.InDelta(t, 2.0, r.Handover.Max, 1e-9)
+	assert.Equal(t, 2, r.Push.N)
+	assert.InDelta(t, 0.75, r.Push.Max, 1e-9)
 	// Grants per worker: w1 2 (one on each lock), w2 1, w5 1, w6 1, w3 0, w4 0.
 	assert.Equal(t, 6, r.Fairness.Workers)
 	assert.InDelta(t, 25.0/(6*7), r.Fairness.Jain, 1e-9)
@@ -34,6 +37,7 @@ func TestReportSummarisesAHistory(t *testing.T) {
 	require.NoError(t, r.write(&text, false))
 	assert.Contains(t, text.String(), "violations:  none")
 	assert.Contains(t, text.String(), "10.0 commands per grant")
+	assert.Contains(t, text.String(), "push:        p50 ")
 }
 
 func TestReportShowsViolationsAndSnapshots(t *testing.T) {

@@ -113,6 +113,10 @@ func (w *worker) attempt(cfg *config, rec recorder) {
 			w.update(func(a *attempt) { a.Joins = append(a.Joins, join{Sent: wall(e.Sent), Answered: wall(e.Answered)}) })
 		case fairlock.Polled:
 			w.update(func(a *attempt) { a.keep(wall(e.Sent), wall(e.Answered), cfg.WaiterTTL, &broken) })
+		case fairlock.Granted:
+			if e.HandOver > 0 {
+				w.update(func(a *attempt) { a.Push = ms(e.HandOver) })
+			}
 		}
 	})
 	cancel := context.CancelFunc(func() {})

@@ -28,7 +28,9 @@
 // Client, which no pattern catches. When Redis stops answering it says so,
 // keeps trying, and says when it is back. It runs until interrupted, or
 // for -for. On a terminal it redraws the screen; otherwise it appends one
-// view after the other.
+// view after the other. A lock that nobody holds or waits for when watch
+// starts is not found (exit status 1), unless -idle asks to watch it all
+// the same.
 //
 // unlock --force removes the hold of NAME, whoever owns it, and hands the
 // lock to the next waiter (Mutex.ForceUnlock); the former holder learns it
@@ -46,8 +48,8 @@
 //	-json               JSON to stdout (watch: one object a line per view)
 //	-timeout D          how long to wait for Redis (default 5s)
 //
-// The exit status is 0 when done; 1 when inspect finds nobody holding
-// the lock and nobody waiting for it, list finds no lock that matches,
+// The exit status is 0 when done; 1 when inspect or watch finds nobody
+// holding the lock and nobody waiting for it, list finds no lock that matches,
 // or unlock finds it not held; 2 for
 // bad usage, a Redis that cannot be reached or refuses (a Redis user
 // without the rights gives fairlock's ErrNoPermission message), and an

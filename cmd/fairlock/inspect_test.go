@@ -117,6 +117,21 @@ func TestARefusedCommandExitsWithStatus2AndSaysWhy(t *testing.T) {
 		assert.Contains(t, errs, fairlock.ErrNoPermission.Error(), "%q", args)
 		assert.NotContains(t, errs, "pw@", "%q: no password in messages", args)
 	}
+
+	// watch also subscribes to the lock's wake channels with a pattern.
+	watcher := user + "w"
+	require.NoError(t, r.rdb.Do(t.Context(), "ACL", "SETUSER", watcher, "on", ">pw", "~*", "&*", "+@all", "-psubscribe").Err())
+	t.Cleanup(func() { r.rdb.Do(context.Background(), "ACL", "DELUSER", watcher) })
+	url = "redis://" + watcher + ":pw@" + redistest.Shared(t).Addr + "/0"
+	code, out, errs := runCmd(t, "watch", "-redis", url, "-prefix", r.prefix, "-idle", "-for", "1s", "x")
+	assert.Equal(t, exitError, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errs, fairlock.ErrNoPermission.Error())
+	assert.Contains(t, errs, "+psubscribe")
+	require.NoError(t, r.rdb.Do(t.Context(), "ACL", "SETUSER", watcher, "+psubscribe").Err())
+	code, out, errs = runCmd(t, "watch", "-redis", url, "-prefix", r.prefix, "-idle", "-for", "200ms", "x")
+	assert.Equal(t, exitOK, code, errs)
+	assert.Contains(t, out, "not held")
 }
 
 // TestInspectShowsTheHoldersClientName shows a Client's WithName beside

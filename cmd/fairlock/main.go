@@ -26,7 +26,7 @@ func main() {
 // Exit statuses.
 const (
 	exitOK       = 0
-	exitNotFound = 1 // inspect: nothing held, nobody waiting; list: no match; unlock: not held
+	exitNotFound = 1 // inspect, watch: nothing held, nobody waiting; list: no match; unlock: not held
 	exitError    = 2 // bad usage, Redis unreachable or refusing, a refused unlock
 )
 

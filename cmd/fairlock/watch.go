@@ -23,6 +23,7 @@ func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var (
 		c          common
 		every, dur time.Duration
+		idle       bool
 	)
 	fs := c.flags("watch", "[flags] NAME",
 		"Shows the state of the lock NAME, as inspect does, and redraws it on every\n"+
@@ -30,9 +31,11 @@ func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			"Redis Cluster it redraws on the timer only. When Redis goes away it says so,\n"+
 			"keeps trying, and says when it is back. It runs until interrupted, or for\n"+
 			"-for. On a terminal it redraws the screen; otherwise it appends snapshots\n"+
-			"(with -json, one JSON object a line).\n", stderr)
+			"(with -json, one JSON object a line). A lock that nobody holds or waits\n"+
+			"for when it starts is not found (exit status 1), unless -idle is given.\n", stderr)
 	fs.DurationVar(&every, "every", time.Second, "redraw at least this often")
 	fs.DurationVar(&dur, "for", 0, "stop after this long (0: run until interrupted)")
+	fs.BoolVar(&idle, "idle", false, "watch the lock even if nobody holds it or waits for it yet")
 	pos, code, ok := c.parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -73,9 +76,26 @@ func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		_, err := ps.Receive(sctx)
 		cancel()
 		if err != nil && ctx.Err() == nil {
+			if strings.HasPrefix(err.Error(), "NOPERM") {
+				err = fmt.Errorf("%w: subscribing to the lock's wake channels (the user needs +psubscribe): %v", fairlock.ErrNoPermission, err)
+			}
 			return c.fail(stderr, err)
 		}
 		wakes = ps.Channel()
+	}
+	if !idle {
+		ictx, cancel := context.WithTimeout(ctx, c.timeout)
+		st, err := fl.Inspect(ictx, name)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return exitOK // interrupted before the first view
+		case err != nil:
+			return c.fail(stderr, err)
+		case !found(st):
+			fmt.Fprintf(stderr, "fairlock watch: lock %q not found: nobody holds it and nobody waits for it (prefix %q); -idle watches it all the same\n", name, c.prefix)
+			return exitNotFound
+		}
 	}
 	w := &watcher{c: &c, fl: fl, name: name, out: stdout, tty: isTerminal(stdout), every: every}
 	if err := w.refresh(ctx, "start"); err != nil {

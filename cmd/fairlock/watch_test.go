@@ -80,7 +80,7 @@ func TestWatchSaysWhenRedisGoesAndComesBack(t *testing.T) {
 	p := faultproxy.New(t, s.Addr)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out, errs, code := startWatch(ctx, "watch", "-redis", "redis://"+p.Addr()+"/0", "-every", "50ms", "-timeout", "500ms", "-json", "x")
+	out, errs, code := startWatch(ctx, "watch", "-redis", "redis://"+p.Addr()+"/0", "-every", "50ms", "-timeout", "500ms", "-json", "-idle", "x")
 	waitOutput(t, out, `"why":"start"`, 2*time.Second)
 	p.Reject()
 	waitOutput(t, out, `"error":`, 5*time.Second)
@@ -98,7 +98,7 @@ func TestWatchSaysWhenRedisGoesAndComesBack(t *testing.T) {
 	// The same in text.
 	ctx, cancel = context.WithCancel(t.Context())
 	defer cancel()
-	out, _, code = startWatch(ctx, "watch", "-redis", "redis://"+p.Addr()+"/0", "-every", "50ms", "-timeout", "500ms", "x")
+	out, _, code = startWatch(ctx, "watch", "-redis", "redis://"+p.Addr()+"/0", "-every", "50ms", "-timeout", "500ms", "-idle", "x")
 	waitOutput(t, out, "not held\nno waiters", 2*time.Second)
 	p.Reject()
 	waitOutput(t, out, "Redis not answering since", 5*time.Second)
@@ -106,4 +106,18 @@ func TestWatchSaysWhenRedisGoesAndComesBack(t *testing.T) {
 	waitOutput(t, out, "reconnected at", 5*time.Second)
 	cancel()
 	assert.Equal(t, exitOK, <-code)
+}
+
+// A lock that nobody holds or waits for is not found, as inspect says,
+// unless -idle asks to watch it all the same.
+func TestWatchOfALockNobodyUsesIsNotFoundUnlessIdle(t *testing.T) {
+	r := sharedRig(t)
+	code, out, errs := runCmd(t, append(append([]string{"watch"}, r.flags...), "-for", "1s", "nobody-uses-this")...)
+	assert.Equal(t, exitNotFound, code)
+	assert.Empty(t, out)
+	assert.Contains(t, errs, `lock "nobody-uses-this" not found`)
+
+	code, out, errs = runCmd(t, append(append([]string{"watch"}, r.flags...), "-for", "200ms", "-idle", "nobody-uses-this")...)
+	assert.Equal(t, exitOK, code, errs)
+	assert.Contains(t, out, "not held\nno waiters")
 }

@@ -427,6 +427,50 @@ func TestAHandOverOnTheSharedChannelReachesAWaiterByPush(t *testing.T) {
 	require.NoError(t, m.Unlock(r.ctx))
 }
 
+// A hand-over between two Lock calls of one Client is a local hand-off:
+// the release's reply tells the Client that the lock went to its own
+// waiter, which it wakes itself, and nothing is published. The waiter is
+// granted at once (it would poll again only after 20 s), and the Observer
+// reports the hand-over's latency as for a push.
+func TestAHandOverWithinOneClientPublishesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	var latency atomic.Int64
+	observer := fairlock.ObserverFunc(func(_ context.Context, ev fairlock.Event) {
+		if ev.Kind == fairlock.Granted && ev.Grant == fairlock.GrantHandOver {
+			latency.Store(int64(ev.HandOver))
+		}
+	})
+	c := e.client(fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute), fairlock.WithObserver(observer))
+	m := c.Mutex("local")
+	wakes := e.rdb.PSubscribe(ctx, e.keys("local").Wake+"*")
+	t.Cleanup(func() { _ = wakes.Close() })
+	_, err := wakes.Receive(ctx) // the subscription's confirmation
+	require.NoError(t, err)
+
+	hctx, err := m.Lock(ctx)
+	require.NoError(t, err)
+	for i := range 3 {
+		next := lockAsync(ctx, m)
+		e.waitQueued("local", 1)
+		released := time.Now()
+		require.NoError(t, m.Unlock(hctx))
+		r := await(t, next, 5*time.Second)
+		require.NoError(t, r.err, "hand-over %d", i)
+		require.Less(t, time.Since(released), 5*time.Second, "hand-over %d came without a poll", i)
+		require.Positive(t, latency.Swap(0), "hand-over %d: the Observer is told its latency", i)
+		hctx = r.ctx
+	}
+	require.NoError(t, m.Unlock(hctx))
+	// A message on the wake channels would arrive before this one, which
+	// is published after every hand-over above.
+	require.NoError(t, e.rdb.Publish(ctx, e.keys("local").Wake+":barrier", "barrier").Err())
+	msg, err := wakes.ReceiveMessage(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "barrier", msg.Payload, "a hand-over within one Client was published on %s", msg.Channel)
+}
+
 // Each Client's waiters of a lock hear their hand-overs on a channel of
 // the Client's own: a grant is delivered to the one Client whose waiter
 // was handed the lock, not to every Client that waits for the lock.

@@ -52,16 +52,28 @@ func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.
 	if err != nil {
 		return 0, err
 	}
-	w := l.runScript(ctx, s.Release(l.keys, call, owner, ms(lease), receiptTTL), l.keys.Call(call), receiptTTL)
-	n, err := lua.ReadRelease(w.cmd)
+	w := l.runScript(ctx, s.Release(l.keys, call, owner, l.e.tag, ms(lease), receiptTTL), l.keys.Call(call), receiptTTL)
+	rep, err := lua.ReadRelease(w.cmd)
 	l.e.topo.failed(err)
 	if err != nil {
-		return n, refusal(err)
+		return rep.Count, refusal(err)
 	}
-	if n < 0 {
+	l.handOff(rep)
+	if rep.Count < 0 {
 		return -1, nil // not held: nothing changed, nothing to acknowledge
 	}
-	return n, l.acknowledged(ctx, w)
+	return rep.Count, l.acknowledged(ctx, w)
+}
+
+// handOff hands the wake message of a release to the engine's own waiter,
+// when the release handed the lock to one: the script published nothing
+// for it (a local hand-off), and the message reaches the waiter as if it
+// had come by pub/sub. A waiter that is gone by then (its Lock returned)
+// ignores it, as it would a push.
+func (l *Mutex) handOff(rep queue.Released) {
+	if rep.Wake != "" {
+		l.e.hub.Deliver(l.wake, rep.Wake)
+	}
 }
 
 // releaseUnwaited runs release.lua once, under a fresh call id, and waits
@@ -72,9 +84,12 @@ func (l *Mutex) releaseUnwaited(ctx context.Context, owner string) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	n, err := lua.ReadRelease(s.Release(l.keys, queue.NewID(), owner, 0, l.e.receiptTTL()).Run(ctx, l.e.rdb))
+	rep, err := lua.ReadRelease(s.Release(l.keys, queue.NewID(), owner, l.e.tag, 0, l.e.receiptTTL()).Run(ctx, l.e.rdb))
 	l.e.topo.failed(err)
-	return n, refusal(err)
+	if err == nil {
+		l.handOff(rep)
+	}
+	return rep.Count, refusal(err)
 }
 
 // cancel runs cancel.lua once: true when a level handed to entry was given

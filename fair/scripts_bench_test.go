@@ -111,7 +111,7 @@ func scriptTimes(b *testing.B, rdb *redis.Client) map[string]float64 {
 	var k queue.Keys
 	for name, call := range map[string]lua.Call{
 		"acquire": lua.Classic.Acquire(k, "", "", "", 0, 0, "", 0),
-		"release": lua.Classic.Release(k, "", "", 0, 0),
+		"release": lua.Classic.Release(k, "", "", "", 0, 0),
 		"renew":   lua.Renew(k, "", 0),
 		"cancel":  lua.Classic.Cancel(k, "", ""),
 	} {

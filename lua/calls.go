@@ -60,12 +60,14 @@ func (s *Scripts) Acquire(k queue.Keys, call, owner, entry string, lease, waiter
 		Args: []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL}}
 }
 
-// Release is release.lua, the binding of Model.Release: owner gives up
-// one level of its hold under call id call, whose receipt is kept for
-// receiptTTL ms. Read its reply with ReadRelease.
-func (s *Scripts) Release(k queue.Keys, call, owner string, lease, receiptTTL int64) Call {
+// Release is release.lua, the binding of Model.ReleaseFrom: owner gives
+// up one level of its hold under call id call, whose receipt is kept for
+// receiptTTL ms; own is the tag of the releasing Client ("" for none), to
+// whose own waiter a hand-over is not published but answered. Read its
+// reply with ReadRelease.
+func (s *Scripts) Release(k queue.Keys, call, owner, own string, lease, receiptTTL int64) Call {
 	return Call{Script: s.release, Keys: withReceipt(k, call),
-		Args: []any{owner, lease, k.Wake, receiptTTL}}
+		Args: []any{owner, lease, k.Wake, receiptTTL, own}}
 }
 
 // Cancel is cancel.lua, the binding of Model.Cancel: owner's Lock call
@@ -112,10 +114,26 @@ func ReadAcquire(cmd *redis.Cmd) (queue.Reply, error) {
 }
 
 // ReadRelease reads the reply of a Release call: the owner's remaining
-// levels, or -1 when it did not hold the lock (0 with an error).
-func ReadRelease(cmd *redis.Cmd) (int, error) {
-	n, err := cmd.Int64()
-	return int(n), err
+// levels, or -1 when it did not hold the lock (0 with an error); or
+// {0, wake message} for a hand-over to a waiter of the releasing Client.
+func ReadRelease(cmd *redis.Cmd) (queue.Released, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return queue.Released{}, err
+	}
+	switch v := v.(type) {
+	case int64:
+		return queue.Released{Count: int(v)}, nil
+	case []any:
+		if len(v) == 2 {
+			n, ok := v[0].(int64)
+			wake, ok2 := v[1].(string)
+			if ok && ok2 && n == 0 && wake != "" {
+				return queue.Released{Wake: wake}, nil
+			}
+		}
+	}
+	return queue.Released{}, fmt.Errorf("%w: release answered %v", errs.ErrUnexpectedReply, v)
 }
 
 // ReadFlag reads the reply of a Cancel, ForceUnlock or Renew call: 1 is

@@ -34,7 +34,14 @@ func TestReadersTellEveryReplyTheScriptsGive(t *testing.T) {
 
 	n, err := lua.ReadRelease(reply(int64(-1), nil))
 	require.NoError(t, err)
-	require.Equal(t, -1, n)
+	require.Equal(t, queue.Released{Count: -1}, n)
+	n, err = lua.ReadRelease(reply([]any{int64(0), "0123456789abcdef0a1b2c3d1:1000:o 42 1764083400123456"}, nil))
+	require.NoError(t, err)
+	require.Equal(t, queue.Released{Wake: "0123456789abcdef0a1b2c3d1:1000:o 42 1764083400123456"}, n, "a local hand-off")
+	for _, bad := range []any{[]any{int64(1), "x 1"}, []any{int64(0), ""}, []any{int64(0)}, "0"} {
+		_, err = lua.ReadRelease(reply(bad, nil))
+		require.ErrorIs(t, err, errs.ErrUnexpectedReply, "%v", bad)
+	}
 	ok, err := lua.ReadFlag(reply(int64(1), nil))
 	require.NoError(t, err)
 	require.True(t, ok)

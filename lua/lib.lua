@@ -178,7 +178,8 @@ local function finish(reply)
 end
 
 -- wake_target returns the channel a hand-over to entry is published on,
--- and whether its wake message carries the time of the hand-over.
+-- whether its wake message carries the time of the hand-over, and the
+-- tag of the entry's Client (nil for an entry without one).
 --
 -- The channel is the lock's wake channel followed by ':<tag>' when the
 -- entry's waiter id holds the tag of the Client that waits (16 + 8 hex
@@ -196,9 +197,9 @@ end
 local function wake_target(channel, entry)
   local tag, version = string.match(entry, '^' .. string.rep('%x', 16) .. '(' .. string.rep('%x', 8) .. ')(%x?):')
   if tag then
-    return channel .. ':' .. tag, version ~= ''
+    return channel .. ':' .. tag, version ~= '', tag
   end
-  return channel, false
+  return channel, false, nil
 end
 
 -- hand_over gives the free lock to the live head of the queue, if any: the
@@ -208,8 +209,14 @@ end
 -- lasts its lease, but no longer than the head's waiter deadline: a dead
 -- head's hold expires like any dead waiter, and a live head with a
 -- watchdog renews it before that runs out. now is the server's time in
--- ms, or nil (see prune). Returns the head's entry, or nil.
-local function hand_over(now, channel)
+-- ms, or nil (see prune).
+--
+-- own is the tag of the Client that runs the script, or nil. When the
+-- head waits in that very Client, nothing is published: the wake message
+-- is returned instead, for the Client to hand to its waiter itself (a
+-- local hand-off). Returns the head's entry and, for a local hand-off,
+-- its wake message; nil when nobody lives in line.
+local function hand_over(now, channel, own)
   local head, deadline
   head, deadline, now = prune(now)
   if not head then
@@ -219,10 +226,13 @@ local function hand_over(now, channel)
   redis.call('ZREM', KEYS[3], head)
   local owner, lease = parse_entry(head)
   local token = take(owner, head, math.min(lease, deadline - now), now)
-  local target, timed = wake_target(channel, head)
+  local target, timed, tag = wake_target(channel, head)
   local message = head .. ' ' .. token
   if timed then
     message = message .. ' ' .. string.format('%d', clock_us or now * 1000)
+  end
+  if own and tag == own then
+    return head, message
   end
   publish(target, message)
   return head

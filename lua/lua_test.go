@@ -36,7 +36,7 @@ func TestShardedScriptsDifferOnlyInThePublishCommand(t *testing.T) {
 	require.Equal(t, "PUBLISH", lua.Classic.Command)
 	require.Equal(t, "SPUBLISH", lua.Sharded.Command)
 	var k queue.Keys
-	require.NotEqual(t, lua.Classic.Release(k, "", "", 0, 0).Script.Hash(), lua.Sharded.Release(k, "", "", 0, 0).Script.Hash())
+	require.NotEqual(t, lua.Classic.Release(k, "", "", "", 0, 0).Script.Hash(), lua.Sharded.Release(k, "", "", "", 0, 0).Script.Hash())
 }
 
 // lock is one lock's keys and a waiter queued behind a holder.
@@ -115,7 +115,7 @@ func TestEachSetWakesOnlyItsOwnKindOfSubscriber(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			l := queued(t, rdb)
 			classic, sharded := subscribed(t, rdb, l.keys.Wake)
-			n, err := lua.ReadRelease(tt.scripts.Release(l.keys, "c3", l.holder, 60000, 20000).Run(t.Context(), rdb))
+			n, err := lua.ReadRelease(tt.scripts.Release(l.keys, "c3", l.holder, "", 60000, 20000).Run(t.Context(), rdb))
 			require.NoError(t, err)
 			require.Zero(t, n, "the hold is over")
 

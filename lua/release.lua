@@ -8,10 +8,14 @@
 --             current expiry (a fixed lease is never extended)
 -- ARGV[3]     wake channel P:{N}:wake
 -- ARGV[4]     receipt TTL in ms
+-- ARGV[5]     tag of the Client that releases ('' for none)
 --
 -- Returns the levels the owner still holds (0: the hold is over), or -1
--- when the owner does not hold the lock. A re-sent call answers what the
--- first one answered (see the receipt in acquire.lua).
+-- when the owner does not hold the lock; or {0, wake message} when the
+-- lock was handed to a waiter of the releasing Client itself (ARGV[5]),
+-- to which nothing was published: the Client hands it the message (see
+-- hand_over in lib.lua). A re-sent call answers what the first one
+-- answered (see the receipt in acquire.lua).
 --
 -- At the last level the lock is handed to the next live waiter, whose
 -- wake message is published. If the server refuses that PUBLISH, the call
@@ -24,6 +28,10 @@
 
 local receipt = redis.call('GET', KEYS[5])
 if receipt then
+  local count, message = string.match(receipt, '^(%d+) (.+)$')
+  if message then
+    return {tonumber(count), message}
+  end
   return tonumber(receipt)
 end
 
@@ -50,8 +58,17 @@ else
   count = 0
   redis.call('DEL', KEYS[1])
   -- The lock is never free between two holders: the next live waiter
-  -- becomes the owner here and is woken with its token.
-  hand_over(nil, ARGV[3])
+  -- becomes the owner here and is woken with its token, by pub/sub or,
+  -- when it waits in the releasing Client, by that Client.
+  local own = ARGV[5]
+  if own == '' then
+    own = nil
+  end
+  local _, message = hand_over(nil, ARGV[3], own)
+  if message then
+    redis.call('SET', KEYS[5], '0 ' .. message, 'PX', ARGV[4])
+    return {0, message}
+  end
 end
 redis.call('SET', KEYS[5], count, 'PX', ARGV[4])
 return finish(count)

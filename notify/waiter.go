@@ -129,6 +129,14 @@ func parsePayload(payload string) (message, error) {
 	return m, nil
 }
 
+// Deliver hands payload to the waiters of channel as if it had been
+// published there and received: a Client that made a hand-over to a
+// waiter of its own gives it the wake message this way, without pub/sub.
+// A message for a waiter that is gone is ignored, as a published one is.
+func (h *Hub) Deliver(channel, payload string) {
+	h.route(channel, payload)
+}
+
 // route delivers one message payload published on channel, whichever
 // connection it arrived on.
 func (h *Hub) route(channel, payload string) {

@@ -43,7 +43,7 @@ func TestScriptsReadTheClockOnlyWhenAStepNeedsIt(t *testing.T) {
 	_, err = r.acquire(ctx, "c2", "o", o, lease, ttl, queue.ModeTry)
 	require.NoError(t, err)
 	require.Equal(t, 1, timeCalls(), "a try on a held lock needs no clock")
-	n, err := r.release(ctx, "c3", "h", lease)
+	n, err := r.release(ctx, "c3", "h", "", lease)
 	require.NoError(t, err)
 	require.Zero(t, n)
 	require.Equal(t, 1, timeCalls(), "a release with nobody in line needs no clock")

@@ -105,9 +105,13 @@ func (d *differ) apply(r *rig, c call) (want, got any, handsOver bool, err error
 		want, got, handsOver = w, g, !hadReceipt
 		d.world.done(c, w.Granted)
 	case opRelease:
-		w := d.model.Release(c.id, c.owner, c.lease)
-		want, handsOver = w, w == 0 && !hadReceipt
-		got, err = r.release(d.ctx, c.id, c.owner, c.lease)
+		w := d.model.ReleaseFrom(c.id, c.owner, c.own, c.lease)
+		var g queue.Released
+		g, err = r.release(d.ctx, c.id, c.owner, c.own, c.lease)
+		if w.Wake != "" && g.Wake != "" {
+			g.Wake = d.sameTimes([]string{w.Wake}, []string{g.Wake})[0]
+		}
+		want, got, handsOver = w, g, w.Count == 0 && !hadReceipt
 		d.world.done(c, false)
 	case opRenew:
 		want = d.model.Renew(c.owner, c.lease)
@@ -142,6 +146,7 @@ func (d *differ) compare(want, got any, handsOver, refused bool) {
 		d.pairTokens(m, s)
 		seen, msgs, got = d.translate(s, msgs, got)
 	}
+	seen = d.sameReceiptTimes(m, seen)
 	if !refused && want != got {
 		d.fail("reply: model %+v, scripts %+v", want, got)
 	}
@@ -182,6 +187,33 @@ func (d *differ) sameTimes(want, msgs []string) []string {
 		}
 	}
 	return out
+}
+
+// sameReceiptTimes returns s with the time in the wake message of each
+// release receipt ("0 <wake message>", a local hand-off) replaced by the
+// time of the model's receipt of the same call, when the two are the same
+// ms (see sameTimes).
+func (d *differ) sameReceiptTimes(m, s queue.State) queue.State {
+	var receipts map[string]queue.Receipt
+	for id, r := range s.Receipts {
+		want, ok := m.Receipts[id]
+		wCount, wMsg, wOK := strings.Cut(want.Answer, " ")
+		gCount, gMsg, gOK := strings.Cut(r.Answer, " ")
+		if !ok || !wOK || !gOK || wCount != gCount {
+			continue
+		}
+		if same := d.sameTimes([]string{wMsg}, []string{gMsg})[0]; same != gMsg {
+			if receipts == nil {
+				receipts = maps.Clone(s.Receipts)
+			}
+			r.Answer = gCount + " " + same
+			receipts[id] = r
+		}
+	}
+	if receipts != nil {
+		s.Receipts = receipts
+	}
+	return s
 }
 
 // cutTime splits a wake message "<entry> <token> <µs>" into what comes
@@ -233,9 +265,20 @@ func (d *differ) translate(s queue.State, msgs []string, reply any) (queue.State
 		h.Token = tok(h.Token)
 		s.Hold = &h
 	}
+	wake := func(msg string) string {
+		entry, rest, _ := strings.Cut(msg, " ") // "<entry> <token>", then maybe " <µs>"
+		if token, at, timed := strings.Cut(rest, " "); timed {
+			return entry + " " + text(token) + " " + at
+		} else if rest != "" {
+			return entry + " " + text(rest)
+		}
+		return msg
+	}
 	receipts := make(map[string]queue.Receipt, len(s.Receipts))
 	for id, r := range s.Receipts {
-		if t, count, ok := strings.Cut(r.Answer, ":"); ok { // an acquire's "<token>:<count>"
+		if count, msg, ok := strings.Cut(r.Answer, " "); ok { // a release's "0 <wake message>"
+			r.Answer = count + " " + wake(msg)
+		} else if t, count, ok := strings.Cut(r.Answer, ":"); ok { // an acquire's "<token>:<count>"
 			r.Answer = text(t) + ":" + count
 		}
 		receipts[id] = r
@@ -243,16 +286,14 @@ func (d *differ) translate(s queue.State, msgs []string, reply any) (queue.State
 	s.Receipts = receipts
 	out := make([]string, len(msgs))
 	for i, msg := range msgs {
-		out[i] = msg
-		entry, rest, _ := strings.Cut(msg, " ") // "<entry> <token>", then maybe " <µs>"
-		if token, at, timed := strings.Cut(rest, " "); timed {
-			out[i] = entry + " " + text(token) + " " + at
-		} else if rest != "" {
-			out[i] = entry + " " + text(rest)
-		}
+		out[i] = wake(msg)
 	}
 	if r, ok := reply.(queue.Reply); ok && r.Granted {
 		r.Token = tok(r.Token)
+		reply = r
+	}
+	if r, ok := reply.(queue.Released); ok && r.Wake != "" {
+		r.Wake = wake(r.Wake)
 		reply = r
 	}
 	return s, out, reply

@@ -92,7 +92,8 @@ type call struct {
 	owner, entry string
 	lease, ttl   int64
 	mode         string
-	d            int64 // opAdvance: ms
+	own          string // opRelease: the releasing Client's tag, "" for none
+	d            int64  // opAdvance: ms
 }
 
 func (c call) String() string {
@@ -101,7 +102,7 @@ func (c call) String() string {
 		return fmt.Sprintf("acquire(call=%s owner=%s entry=%s lease=%d waiterTTL=%d mode=%s)",
 			c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
 	case opRelease:
-		return fmt.Sprintf("release(call=%s owner=%s lease=%d)", c.id, c.owner, c.lease)
+		return fmt.Sprintf("release(call=%s owner=%s own=%q lease=%d)", c.id, c.owner, c.own, c.lease)
 	case opRenew:
 		return fmt.Sprintf("renew(owner=%s lease=%d)", c.owner, c.lease)
 	case opCancel:
@@ -132,6 +133,10 @@ type world struct {
 	history    []call
 	lastCancel call
 }
+
+// releasers are the tags a release is made under: none, or the tag of
+// one of the Clients of id's waiter ids (upper case: "0000000B").
+var releasers = []string{"", "00000000", "00000001", "00000002", "0000000B"}
 
 // id returns a fresh waiter id: untagged, or tagged with one of a few
 // Client tags in lower or upper case (the scripts read hex either way),
@@ -190,6 +195,12 @@ func (w *world) resolve(m *queue.Model, o op) (c call, ok bool) {
 		c.id, c.owner, c.lease = w.id(), w.owner(m, o.a), leases[int(o.b)%len(leases)]*w.scale
 		if o.kind == opRelease && o.b%2 == 0 {
 			c.lease = 0
+		}
+		if o.kind == opRelease {
+			// Released by one of the Clients whose tags the waiter ids
+			// carry (see id), or by none: a hand-over to a waiter of the
+			// releasing Client is answered, not published.
+			c.own = releasers[int(o.b/2)%len(releasers)]
 		}
 	case opCancel:
 		wt := w.waiters[int(o.a)%slots]

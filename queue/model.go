@@ -236,13 +236,18 @@ func (m *Model) take(owner, entry string, ttl int64) int64 {
 // handOver gives the free lock to the live head of the queue, if any. The
 // head becomes the holder on the spot, so nobody can barge in between two
 // holders, and is told with "<entry> <token>" on the wake channel, and
-// " <time in µs>" after it for an entry that is Timed. The
-// hold lasts the head's lease, but no longer than its waiter deadline: a
-// dead head's hold expires like a dead waiter would.
-func (m *Model) handOver() {
+// " <time in µs>" after it for an entry that is Timed. The hold lasts the
+// head's lease, but no longer than its waiter deadline: a dead head's hold
+// expires like a dead waiter would.
+//
+// own is the tag of the Client that makes the call, or "": when the head
+// waits in that Client (its TagOf is own), nothing is published, and the
+// wake message is returned for the Client to hand over itself (a local
+// hand-off). Otherwise it returns "".
+func (m *Model) handOver(own string) string {
 	head, deadline, ok := m.prune()
 	if !ok {
-		return
+		return ""
 	}
 	m.popHead()
 	owner, lease, _ := parseEntry(head)
@@ -251,5 +256,9 @@ func (m *Model) handOver() {
 	if Timed(head) {
 		msg += " " + strconv.FormatInt(m.now*1000, 10) // the model's clock has ms only
 	}
+	if own != "" && TagOf(head) == own {
+		return msg
+	}
 	m.published = append(m.published, msg)
+	return ""
 }

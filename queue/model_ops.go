@@ -79,7 +79,7 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 	// goes to the live head of the queue, as in step 2.
 	if mode == ModeReenter {
 		if m.hold == nil {
-			m.handOver()
+			m.handOver("")
 		}
 		return Reply{}
 	}
@@ -96,7 +96,7 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 			}
 			return Reply{Granted: true, Token: m.take(owner, entry, lease), Count: 1}
 		}
-		m.handOver()
+		m.handOver("")
 	}
 
 	// 3. Someone else holds the lock. Try mode answers busy: it never
@@ -136,20 +136,40 @@ func (m *Model) reentered(call string, token int64, count int) Reply {
 // waiter. It returns the levels the owner still holds, or -1 when it does
 // not hold the lock. A call whose receipt exists answers from it.
 func (m *Model) Release(call, owner string, lease int64) int {
+	return m.ReleaseFrom(call, owner, "", lease).Count
+}
+
+// Released is the answer of a release: the levels the owner still holds
+// (0: the hold is over), or -1 when it did not hold the lock; and, when
+// the lock was handed to a waiter of the releasing Client itself, the
+// wake message for that waiter, which was not published (a local
+// hand-off), else "".
+type Released struct {
+	Count int
+	Wake  string
+}
+
+// ReleaseFrom is Release made by the Client with tag own (see handOver):
+// a hand-over to a waiter of that Client publishes nothing and answers
+// the wake message. A re-sent call answers what the first one answered,
+// wake message included.
+func (m *Model) ReleaseFrom(call, owner, own string, lease int64) Released {
 	// 0. The call already ran: answer what it answered. (An acquire's
 	// receipt would make the script answer nil; call ids are unique, so
 	// that never happens, and the model answers 0.)
 	if r, ok := m.receipts[call]; ok {
-		n, _ := strconv.Atoi(r.Answer)
-		return n
+		count, wake, _ := strings.Cut(r.Answer, " ")
+		n, _ := strconv.Atoi(count)
+		return Released{Count: n, Wake: wake}
 	}
 	// 1. Not the owner: not held, and no receipt.
 	if m.hold == nil || m.hold.Owner != owner {
-		return -1
+		return Released{Count: -1}
 	}
 	// 2. One level less. Levels remain: extend the lease.
 	m.hold.Count--
 	count := m.hold.Count
+	var wake string
 	if count > 0 {
 		if lease > 0 {
 			m.expireHold(lease)
@@ -158,10 +178,14 @@ func (m *Model) Release(call, owner string, lease int64) int {
 		// 3. The last level: the hold ends, and the lock is handed over at
 		// once, so it is never free between two holders.
 		m.hold = nil
-		m.handOver()
+		wake = m.handOver(own)
 	}
-	m.receipts[call] = Receipt{Answer: strconv.Itoa(count), ExpiresAt: m.now + m.receiptTTL}
-	return count
+	answer := strconv.Itoa(count)
+	if wake != "" {
+		answer += " " + wake
+	}
+	m.receipts[call] = Receipt{Answer: answer, ExpiresAt: m.now + m.receiptTTL}
+	return Released{Count: count, Wake: wake}
 }
 
 // Renew is renew.lua: the hold lasts lease ms more if owner holds it. It
@@ -195,12 +219,12 @@ func (m *Model) Cancel(owner, entry string) bool {
 			m.hold.Entry = ""
 		} else {
 			m.hold = nil
-			m.handOver()
+			m.handOver("")
 		}
 		return true
 	}
 	if m.hold == nil {
-		m.handOver()
+		m.handOver("")
 	}
 	return false
 }
@@ -211,7 +235,7 @@ func (m *Model) Cancel(owner, entry string) bool {
 func (m *Model) ForceUnlock() bool {
 	removed := m.hold != nil
 	m.hold = nil
-	m.handOver()
+	m.handOver("")
 	return removed
 }
 

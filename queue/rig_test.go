@@ -85,8 +85,8 @@ func (r *rig) acquire(ctx context.Context, call, owner, entry string, lease, wai
 	return lua.ReadAcquire(lua.Classic.Acquire(r.keys, call, owner, entry, lease, waiterTTL, mode, r.receiptTTL).Run(ctx, r.rdb))
 }
 
-func (r *rig) release(ctx context.Context, call, owner string, lease int64) (int, error) {
-	return lua.ReadRelease(lua.Classic.Release(r.keys, call, owner, lease, r.receiptTTL).Run(ctx, r.rdb))
+func (r *rig) release(ctx context.Context, call, owner, own string, lease int64) (queue.Released, error) {
+	return lua.ReadRelease(lua.Classic.Release(r.keys, call, owner, own, lease, r.receiptTTL).Run(ctx, r.rdb))
 }
 
 func (r *rig) renew(ctx context.Context, owner string, lease int64) (bool, error) {

@@ -63,10 +63,10 @@ func TestTokensSurviveDigitForDigit(t *testing.T) {
 		rep, err = r.acquire(ctx, "wait", "w", w, lease, ttl, queue.ModeWait)
 		require.NoError(t, err)
 		require.True(t, rep.Joined)
-		n, err := r.release(ctx, "inner", "h", lease)
+		n, err := r.release(ctx, "inner", "h", "", lease)
 		require.NoError(t, err)
-		require.Equal(t, 1, n)
-		n, err = r.release(ctx, "release", "h", lease)
+		require.Equal(t, queue.Released{Count: 1}, n)
+		n, err = r.release(ctx, "release", "h", "", lease)
 		require.NoError(t, err)
 		require.Zero(t, n)
 		rep, err = r.acquire(ctx, "claim", "w", w, lease, ttl, queue.ModeWait)
@@ -96,9 +96,9 @@ func TestTokensFromTheClockSurviveDigitForDigit(t *testing.T) {
 		require.NoError(t, err)
 		_, err = r.acquire(ctx, "wait", "w", w, lease, ttl, queue.ModeWait)
 		require.NoError(t, err)
-		_, err = r.release(ctx, "inner", "h", lease)
+		_, err = r.release(ctx, "inner", "h", "", lease)
 		require.NoError(t, err)
-		_, err = r.release(ctx, "release", "h", lease)
+		_, err = r.release(ctx, "release", "h", "", lease)
 		require.NoError(t, err)
 		after, err := r.now(ctx)
 		require.NoError(t, err)
@@ -134,7 +134,7 @@ func TestTokensRiseAcrossARestart(t *testing.T) {
 		rep, err := r.acquire(ctx, "grant"+itoa(int64(id)), "o", e, lease, ttl, queue.ModeTry)
 		require.NoError(t, err)
 		require.True(t, rep.Granted)
-		n, err := r.release(ctx, "release"+itoa(int64(id)), "o", lease)
+		n, err := r.release(ctx, "release"+itoa(int64(id)), "o", "", lease)
 		require.NoError(t, err)
 		require.Zero(t, n)
 		return rep.Token
@@ -205,9 +205,9 @@ func TestTokensRiseAfterTheCounterExpiresWhileTheLockIsBusy(t *testing.T) {
 		require.Zero(t, r.rdb.Exists(ctx, r.keys.Token).Val(), "and writes no counter")
 
 		// The hand-over: a fresh token, above the first, from the clock.
-		_, err = r.release(ctx, "inner", "h", 0)
+		_, err = r.release(ctx, "inner", "h", "", 0)
 		require.NoError(t, err)
-		_, err = r.release(ctx, "outer", "h", 0)
+		_, err = r.release(ctx, "outer", "h", "", 0)
 		require.NoError(t, err)
 		rep, err = r.acquire(ctx, "claim", "w", w, short, long, queue.ModeWait)
 		require.NoError(t, err)
@@ -217,7 +217,7 @@ func TestTokensRiseAfterTheCounterExpiresWhileTheLockIsBusy(t *testing.T) {
 
 		// The lock free, the counter gone again: a grant still rises.
 		handed := rep.Token
-		_, err = r.release(ctx, "release", "w", 0)
+		_, err = r.release(ctx, "release", "w", "", 0)
 		require.NoError(t, err)
 		gone()
 		rep, err = r.acquire(ctx, "grant2", "h", queue.Entry("000000000000000d", short*time.Millisecond, "h"), short, long, queue.ModeTry)

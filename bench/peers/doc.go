@@ -11,6 +11,7 @@
 //
 //	go run .                              # starts redis-server from PATH on a free loopback port
 //	go run . -workloads hold0,hold5ms -duration 10s -json peers.json
+//	go run . -workloads uncontended,uncontended-bg,hold0,hold0-1x16
 //	go run . -workloads scale -scale-waiters 1000 -scale-holds 1000
 //	go run . -redis redis://127.0.0.1:6379/0
 //
@@ -23,12 +24,27 @@
 // Every goroutine loops for the whole run: Lock, enter the critical
 // section, hold, leave, Unlock. -workloads takes the keys:
 //
-//	uncontended  1 goroutine and 1 client on one lock name
-//	hold0        16 goroutines over 4 clients, one name, holding nothing
-//	hold5ms      the same, sleeping 5 ms while holding
-//	many         64 goroutines over 4 clients, 1,000 names, a random one each time
-//	waiters      10,000 goroutines over 4 clients, one name
-//	scale        fairlock alone, run after the others: see The scale part
+//	uncontended     1 goroutine and 1 client on one lock name
+//	uncontended-bg  the same, with context.Background() for Lock and Unlock
+//	hold0           16 goroutines over 4 clients (4 × 4), one name, holding nothing
+//	hold0-1x16      16 goroutines in 1 client (1 × 16), one name, holding nothing
+//	hold5ms         16 goroutines over 4 clients, sleeping 5 ms while holding
+//	many            64 goroutines over 4 clients, 1,000 names, a random one each time
+//	waiters         10,000 goroutines over 4 clients, one name
+//	scale           fairlock alone, run after the others: see The scale part
+//
+// Lock takes the run's context, which has a deadline, as a caller's
+// usually has; Unlock one that ends after 5s. In uncontended-bg both take
+// context.Background(), which has no deadline and no Done channel. The
+// difference matters to fairlock: with a context that can end, its Lock
+// runs the call to Redis on a goroutine of its own, so that Lock returns
+// the moment the context ends; with one that cannot, on the caller's
+// goroutine. The two uncontended workloads print the same columns.
+//
+// In hold0-1x16 every goroutine shares one go-redis client and one locker
+// of the library, as the goroutines of one process would; in hold0 each
+// of 4 clients, and its locker, serves 4 goroutines, as 4 processes of 4
+// workers would.
 //
 // Each (workload, library) pair gets fresh go-redis clients, each a
 // *redis.Client with default options (a pool of 10 connections per CPU)
@@ -53,6 +69,14 @@
 //     client, per grant. A message the server pushes on pub/sub is not a
 //     round trip; fairlock's SUBSCRIBE commands bypass the hooks and are
 //     not counted either.
+//   - commands/grant: every command the server ran during the measured
+//     part, per grant, from INFO commandstats (zeroed by CONFIG RESETSTAT
+//     before it): the sum of the calls of every command, which counts the
+//     EVALSHA or EVAL of a script and each command the script ran, less
+//     the benchmark's own INFO and CONFIG. In the uncontended workloads a
+//     grant is one Lock+Unlock, and the summary prints it as commands per
+//     Lock+Unlock. With -redis, other clients' commands on the server
+//     count too.
 //   - dials: connections the clients opened during the measured part.
 //   - server µs/grant: growth of INFO's used_cpu_user + used_cpu_sys
 //     during the measured part, per grant; it includes the server's own
@@ -67,6 +91,12 @@
 //
 // Round trips and server counters are read at the deadline, so the
 // clean-up of the waits it cut short is not counted.
+//
+// The summary has a row per library: the ops/s of both uncontended
+// workloads, commands per uncontended Lock+Unlock, grants/s and Jain's
+// index with the longest wait in hold0 and hold0-1x16, the same for
+// hold5ms, and round trips and server µs per grant in hold0. fairlock's
+// rates carry its ratio to the best peer's.
 //
 // # Configuration of the libraries
 //

@@ -82,7 +82,7 @@ func main() {
 // part when selected, printing each table to out as soon as it is done and
 // progress to log.
 func run(ctx context.Context, o options, out, log io.Writer) error {
-	ws, scale, err := selectWorkloads(o.workloads)
+	sel, err := selectWorkloads(o.workloads)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	}
 	r.printHeader(out)
 	runID := rand.Text()[:8]
-	for _, w := range ws {
+	for _, w := range sel.workloads {
 		d := o.duration
 		if w.long {
 			d = o.waitersDuration
@@ -133,11 +133,11 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 			return ctx.Err()
 		}
 	}
-	if len(ws) > 0 {
+	if len(sel.workloads) > 0 {
 		r.printSummary(out)
 	}
 	switch {
-	case !scale:
+	case !sel.scale:
 	case !slices.ContainsFunc(libs, func(l library) bool { return l.name == "fairlock" }):
 		fmt.Fprintln(log, "peers: scale: skipped, it measures fairlock, which -libs leaves out")
 	default:

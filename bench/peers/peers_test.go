@@ -72,6 +72,10 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 		if res.RoundTripsPerGrant < 1 {
 			t.Errorf("%s, %s: %.2f round trips per grant, want at least 1", res.Workload, res.Library, res.RoundTripsPerGrant)
 		}
+		// A Lock and an Unlock each run at least one command.
+		if res.CommandsPerGrant < 2 {
+			t.Errorf("%s, %s: %.2f commands per grant, want at least 2", res.Workload, res.Library, res.CommandsPerGrant)
+		}
 	}
 	for _, w := range workloads {
 		if !strings.Contains(out, "## "+w.title) {
@@ -81,6 +85,7 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 	if !strings.Contains(out, "## Summary") {
 		t.Errorf("no summary table")
 	}
+
 	if r.Scale == nil {
 		t.Errorf("no scale part, which runs by default")
 	}

@@ -2,16 +2,19 @@
 // Go, github.com/go-redsync/redsync/v4 and github.com/bsm/redislock: the
 // three run one after another on the same Redis server, in the same
 // workloads, and each workload prints a markdown table with a row per
-// library, followed by a summary of the headline numbers. A scale part,
-// fairlock alone, runs last: hand-over with many waiters, and what holds
-// and waiters cost.
+// library, followed by a summary of the headline numbers. Before them, a
+// ring of bare scripts measures the cross-process floor, the fastest a
+// strict FIFO hand-over between processes goes on the server, which
+// fairlock's contended throughput is set against. A scale part, fairlock
+// alone, runs last: hand-over with many waiters, and what holds and
+// waiters cost.
 //
 // It is a module of its own, so that the peers never become dependencies
 // of fairlock. Run it from its directory:
 //
 //	go run .                              # starts redis-server from PATH on a free loopback port
 //	go run . -workloads hold0,hold5ms -duration 10s -json peers.json
-//	go run . -workloads uncontended,uncontended-bg,hold0,hold0-1x16
+//	go run . -workloads floor,uncontended,uncontended-bg,hold0,hold0-1x16
 //	go run . -workloads scale -scale-waiters 1000 -scale-holds 1000
 //	go run . -redis redis://127.0.0.1:6379/0
 //
@@ -24,6 +27,7 @@
 // Every goroutine loops for the whole run: Lock, enter the critical
 // section, hold, leave, Unlock. -workloads takes the keys:
 //
+//	floor           no library: the cross-process floor, run first; see its section
 //	uncontended     1 goroutine and 1 client on one lock name
 //	uncontended-bg  the same, with context.Background() for Lock and Unlock
 //	hold0           16 goroutines over 4 clients (4 × 4), one name, holding nothing
@@ -96,7 +100,50 @@
 // workloads, commands per uncontended Lock+Unlock, grants/s and Jain's
 // index with the longest wait in hold0 and hold0-1x16, the same for
 // hold5ms, and round trips and server µs per grant in hold0. fairlock's
-// rates carry its ratio to the best peer's.
+// rates carry its ratio to the best peer's, and in hold0 to the floor. A
+// last row holds the floor: its hand-overs/s, round trips and server µs
+// per hand-over.
+//
+// # The cross-process floor
+//
+// floor measures no library. Four go-redis clients with default options,
+// each subscribed to a channel of its own on its own pub/sub connection,
+// as four processes would be, pass one token around a ring. The client
+// holding the token runs a script that INCRs a key, the count of
+// hand-overs, and PUBLISHes the count on the next client's channel; the
+// next client, woken by that message, runs the same script for the one
+// after it, and so on. Client 0 passes first. Each client's goroutine
+// reads its subscription itself (PubSub.ReceiveMessage) and runs the
+// script at once: nothing stands between the message and the next pass.
+// It runs before the workloads, on the same server, with fresh clients,
+// the same warm-up and -duration, and the counters reset and read at the
+// deadline as in the workloads. When the deadline has passed, the client
+// that receives the token keeps it and tells the others to stop.
+//
+//   - hand-overs/s: messages received before the deadline, over the
+//     measured time.
+//   - round trips, commands and server µs per hand-over: as the columns
+//     of the workloads. A hand-over is one EVALSHA, which runs INCR and
+//     PUBLISH: three commands, one round trip.
+//
+// Under the hold0 table and in the summary, fairlock's grants/s in hold0
+// are set against the floor's hand-overs/s; the goal is 0.9× or more.
+//
+// One token at a time is the comparison that fits a strict FIFO lock:
+// however many goroutines wait, one lock has one holder, and each grant
+// is a hand-over from the releasing holder to the head of the line, which
+// fairlock's release script pushes through Redis pub/sub to the head's
+// Client, in another process here or not. Grants of one lock cannot
+// overlap, so several tokens in the ring would measure several locks. The
+// floor is what a hand-over cannot do without: a script that records it
+// and a message that wakes the next process, which answers with the next
+// script. It leaves out what fairlock does besides: the lease, the
+// waiter's entry in the line and the re-queueing of the goroutine that
+// released, which overlap with the hand-over in the clients but not in the
+// server, which runs one command at a time; and the Client's own path from
+// its pub/sub reader to the waiting goroutine. Barging locks (the peers)
+// are not bound by it: the goroutine that releases can take the lock again
+// without a hand-over between processes.
 //
 // # Configuration of the libraries
 //

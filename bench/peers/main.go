@@ -110,6 +110,17 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	}
 	r.printHeader(out)
 	runID := rand.Text()[:8]
+	if sel.floor {
+		warm := min(o.warmup, (o.duration / 6).Round(time.Millisecond))
+		fmt.Fprintf(log, "peers: %s: %v warm-up, %v measured\n", floorKey, warm, o.duration)
+		f, err := measureFloor(ctx, srv, o.duration, warm, runID)
+		if err != nil {
+			return fmt.Errorf("%s: %w", floorKey, err)
+		}
+		printFloor(out, f)
+		r.Workloads = append(r.Workloads, floorKey)
+		r.Floor = &f
+	}
 	for _, w := range sel.workloads {
 		d := o.duration
 		if w.long {
@@ -127,6 +138,12 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		}
 		compareToPeers(rows)
 		printWorkload(out, w, rows)
+		if w.key == hold0Key && r.Floor != nil {
+			compareToFloor(r.Floor, rows)
+			if r.Floor.FairlockRatio > 0 {
+				fmt.Fprintf(out, "\n%s.\n", floorLine(*r.Floor))
+			}
+		}
 		r.Workloads = append(r.Workloads, w.key)
 		r.Results = append(r.Results, rows...)
 		if ctx.Err() != nil {

@@ -85,7 +85,16 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 	if !strings.Contains(out, "## Summary") {
 		t.Errorf("no summary table")
 	}
-
+	if f := r.Floor; f == nil {
+		t.Errorf("no cross-process floor, which runs by default")
+	} else {
+		if f.HandOvers == 0 {
+			t.Errorf("the floor counted no hand-over")
+		}
+		if f.FairlockRatio <= 0 || !strings.Contains(out, "the cross-process floor (") {
+			t.Errorf("fairlock's hold0 not compared to the floor: ratio %v", f.FairlockRatio)
+		}
+	}
 	if r.Scale == nil {
 		t.Errorf("no scale part, which runs by default")
 	}

@@ -23,6 +23,7 @@ type report struct {
 	RedislockDelay  string       `json:"redislock_linear_backoff"`
 	Workloads       []string     `json:"workloads"`
 	Results         []result     `json:"results"`
+	Floor           *floorResult `json:"floor,omitempty"` // the cross-process floor; nil when it did not run
 	Scale           *scaleResult `json:"scale,omitempty"` // fairlock alone; nil when it did not run
 	libs            []library    // the order of rows in the tables
 }
@@ -67,7 +68,9 @@ func printWorkload(w io.Writer, wl workload, rows []result) {
 }
 
 // printSummary prints the headline numbers of each library, one row
-// each; fairlock's rates carry its ratio to the best peer.
+// each, and the cross-process floor's in a row of its own when it ran.
+// fairlock's rates carry its ratio to the best peer, and in hold0 to the
+// floor.
 func (r *report) printSummary(w io.Writer) {
 	fmt.Fprintf(w, "\n## Summary\n\n")
 	fmt.Fprintln(w, "| library | uncontended Lock+Unlock ops/s, context with a deadline | same, context.Background() "+
@@ -84,7 +87,12 @@ func (r *report) printSummary(w io.Writer) {
 			commands = r.cell("uncontended-bg", lib.name, commandsPerGrant)
 		}
 		cells = append(cells, commands)
-		cells = append(cells, r.cell(hold0Key, lib.name, rate))
+		cells = append(cells, r.cell(hold0Key, lib.name, func(x result) string {
+			if x.Library == "fairlock" && r.Floor != nil && r.Floor.FairlockRatio > 0 {
+				return fmt.Sprintf("%s (%s best peer, %s floor)", group(round(x.GrantsPerSec)), ratio(x.VsBestPeer), ratio(r.Floor.FairlockRatio))
+			}
+			return rate(x)
+		}))
 		cells = append(cells, r.cell(hold0Key, lib.name, jainAndMax))
 		cells = append(cells, r.cell("hold0-1x16", lib.name, rate))
 		cells = append(cells, r.cell("hold0-1x16", lib.name, jainAndMax))
@@ -92,6 +100,13 @@ func (r *report) printSummary(w io.Writer) {
 		cells = append(cells, r.cell(hold0Key, lib.name, func(x result) string { return ifGranted(x, "%.2f", x.RoundTripsPerGrant) }))
 		cells = append(cells, r.cell(hold0Key, lib.name, func(x result) string { return ifGranted(x, "%.1f", x.ServerUsPerGrant) }))
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	}
+	if f := r.Floor; f != nil {
+		fmt.Fprintf(w, "| cross-process floor | — | — | — | %s hand-overs/s | — | — | — | — | %.2f | %.1f |\n",
+			group(round(f.HandOversPerSec)), f.RoundTripsPerHand, f.ServerUsPerHandOver)
+		if f.FairlockRatio > 0 {
+			fmt.Fprintf(w, "\n%s; the goal is 0.90× or more.\n", floorLine(*f))
+		}
 	}
 }
 

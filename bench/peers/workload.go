@@ -39,7 +39,7 @@ var workloads = []workload{
 	{key: "waiters", title: "10,000 waiters on one lock", goroutines: 10000, clients: 4, names: 1, long: true},
 }
 
-// hold0Key is the contended workload the summary reads most from.
+// hold0Key is the workload the cross-process floor is compared with.
 const hold0Key = "hold0"
 
 // shape describes w in a few words for the report.
@@ -69,20 +69,24 @@ const scaleKey = "scale"
 // selection is what -workloads selects.
 type selection struct {
 	workloads []workload
+	floor     bool // the cross-process floor (floor.go), run before the workloads
 	scale     bool // the scale part, run after them
 }
 
 // selectWorkloads returns the workloads named in the comma-separated list,
-// and whether it names the scale part; everything when it is empty.
+// and whether it names the floor and the scale part; everything when it
+// is empty.
 func selectWorkloads(list string) (selection, error) {
 	if list == "" {
-		return selection{workloads: workloads, scale: true}, nil
+		return selection{workloads: workloads, floor: true, scale: true}, nil
 	}
 	var sel selection
 	for _, key := range strings.Split(list, ",") {
 		switch key = strings.TrimSpace(key); key {
 		case scaleKey:
 			sel.scale = true
+		case floorKey:
+			sel.floor = true
 		default:
 			i := slices.IndexFunc(workloads, func(w workload) bool { return w.key == key })
 			if i < 0 {
@@ -95,7 +99,7 @@ func selectWorkloads(list string) (selection, error) {
 }
 
 func workloadKeys() string {
-	keys := make([]string, 0, len(workloads)+1)
+	keys := []string{floorKey}
 	for _, w := range workloads {
 		keys = append(keys, w.key)
 	}

@@ -61,7 +61,7 @@ func TestBackgroundWorkloadLocksAndUnlocksWithoutDeadlineOrDone(t *testing.T) {
 	}
 }
 
-func TestSelectWorkloadsNamesTheWorkloadsAndTheScalePart(t *testing.T) {
+func TestSelectWorkloadsNamesTheFloorAndTheScalePart(t *testing.T) {
 	keys := func(ws []workload) []string {
 		var k []string
 		for _, w := range ws {
@@ -70,13 +70,14 @@ func TestSelectWorkloadsNamesTheWorkloadsAndTheScalePart(t *testing.T) {
 		return k
 	}
 	tests := []struct {
-		list  string
-		want  []string
-		scale bool
+		list         string
+		want         []string
+		floor, scale bool
 	}{
-		{"", keys(workloads), true},
-		{"hold0, hold0-1x16", []string{"hold0", "hold0-1x16"}, false},
-		{"uncontended-bg,scale", []string{"uncontended-bg"}, true},
+		{"", keys(workloads), true, true},
+		{"floor", nil, true, false},
+		{"hold0, hold0-1x16,floor", []string{"hold0", "hold0-1x16"}, true, false},
+		{"uncontended-bg,scale", []string{"uncontended-bg"}, false, true},
 	}
 	for _, tt := range tests {
 		sel, err := selectWorkloads(tt.list)
@@ -84,8 +85,9 @@ func TestSelectWorkloadsNamesTheWorkloadsAndTheScalePart(t *testing.T) {
 			t.Errorf("selectWorkloads(%q): %v", tt.list, err)
 			continue
 		}
-		if got := keys(sel.workloads); !slices.Equal(got, tt.want) || sel.scale != tt.scale {
-			t.Errorf("selectWorkloads(%q) = %v, scale %v; want %v, %v", tt.list, got, sel.scale, tt.want, tt.scale)
+		if got := keys(sel.workloads); !slices.Equal(got, tt.want) || sel.floor != tt.floor || sel.scale != tt.scale {
+			t.Errorf("selectWorkloads(%q) = %v, floor %v, scale %v; want %v, %v, %v",
+				tt.list, got, sel.floor, sel.scale, tt.want, tt.floor, tt.scale)
 		}
 	}
 	if _, err := selectWorkloads("hold0,nope"); err == nil {

@@ -2,15 +2,19 @@
 // Go, github.com/go-redsync/redsync/v4 and github.com/bsm/redislock: the
 // three run one after another on the same Redis server, in the same
 // workloads, and each workload prints a markdown table with a row per
-// library, followed by a summary of the headline numbers. A scale part,
-// fairlock alone, runs last: hand-over with many waiters, and what holds
-// and waiters cost.
+// library, followed by a summary of the headline numbers. Before them, a
+// ring of bare scripts measures the cross-process floor, the fastest a
+// strict FIFO hand-over between processes goes on the server, which
+// fairlock's contended throughput is set against. A scale part, fairlock
+// alone, runs last: hand-over with many waiters, and what holds and
+// waiters cost.
 //
 // It is a module of its own, so that the peers never become dependencies
 // of fairlock. Run it from its directory:
 //
 //	go run .                              # starts redis-server from PATH on a free loopback port
 //	go run . -workloads hold0,hold5ms -duration 10s -json peers.json
+//	go run . -workloads floor,uncontended,uncontended-bg,hold0,hold0-1x16
 //	go run . -workloads scale -scale-waiters 1000 -scale-holds 1000
 //	go run . -redis redis://127.0.0.1:6379/0
 //
@@ -23,12 +27,28 @@
 // Every goroutine loops for the whole run: Lock, enter the critical
 // section, hold, leave, Unlock. -workloads takes the keys:
 //
-//	uncontended  1 goroutine and 1 client on one lock name
-//	hold0        16 goroutines over 4 clients, one name, holding nothing
-//	hold5ms      the same, sleeping 5 ms while holding
-//	many         64 goroutines over 4 clients, 1,000 names, a random one each time
-//	waiters      10,000 goroutines over 4 clients, one name
-//	scale        fairlock alone, run after the others: see The scale part
+//	floor           no library: the cross-process floor, run first; see its section
+//	uncontended     1 goroutine and 1 client on one lock name
+//	uncontended-bg  the same, with context.Background() for Lock and Unlock
+//	hold0           16 goroutines over 4 clients (4 × 4), one name, holding nothing
+//	hold0-1x16      16 goroutines in 1 client (1 × 16), one name, holding nothing
+//	hold5ms         16 goroutines over 4 clients, sleeping 5 ms while holding
+//	many            64 goroutines over 4 clients, 1,000 names, a random one each time
+//	waiters         10,000 goroutines over 4 clients, one name
+//	scale           fairlock alone, run after the others: see The scale part
+//
+// Lock takes the run's context, which has a deadline, as a caller's
+// usually has; Unlock one that ends after 5s. In uncontended-bg both take
+// context.Background(), which has no deadline and no Done channel. The
+// difference matters to fairlock: with a context that can end, its Lock
+// runs the call to Redis on a goroutine of its own, so that Lock returns
+// the moment the context ends; with one that cannot, on the caller's
+// goroutine. The two uncontended workloads print the same columns.
+//
+// In hold0-1x16 every goroutine shares one go-redis client and one locker
+// of the library, as the goroutines of one process would; in hold0 each
+// of 4 clients, and its locker, serves 4 goroutines, as 4 processes of 4
+// workers would.
 //
 // Each (workload, library) pair gets fresh go-redis clients, each a
 // *redis.Client with default options (a pool of 10 connections per CPU)
@@ -53,6 +73,14 @@
 //     client, per grant. A message the server pushes on pub/sub is not a
 //     round trip; fairlock's SUBSCRIBE commands bypass the hooks and are
 //     not counted either.
+//   - commands/grant: every command the server ran during the measured
+//     part, per grant, from INFO commandstats (zeroed by CONFIG RESETSTAT
+//     before it): the sum of the calls of every command, which counts the
+//     EVALSHA or EVAL of a script and each command the script ran, less
+//     the benchmark's own INFO and CONFIG. In the uncontended workloads a
+//     grant is one Lock+Unlock, and the summary prints it as commands per
+//     Lock+Unlock. With -redis, other clients' commands on the server
+//     count too.
 //   - dials: connections the clients opened during the measured part.
 //   - server µs/grant: growth of INFO's used_cpu_user + used_cpu_sys
 //     during the measured part, per grant; it includes the server's own
@@ -67,6 +95,55 @@
 //
 // Round trips and server counters are read at the deadline, so the
 // clean-up of the waits it cut short is not counted.
+//
+// The summary has a row per library: the ops/s of both uncontended
+// workloads, commands per uncontended Lock+Unlock, grants/s and Jain's
+// index with the longest wait in hold0 and hold0-1x16, the same for
+// hold5ms, and round trips and server µs per grant in hold0. fairlock's
+// rates carry its ratio to the best peer's, and in hold0 to the floor. A
+// last row holds the floor: its hand-overs/s, round trips and server µs
+// per hand-over.
+//
+// # The cross-process floor
+//
+// floor measures no library. Four go-redis clients with default options,
+// each subscribed to a channel of its own on its own pub/sub connection,
+// as four processes would be, pass one token around a ring. The client
+// holding the token runs a script that INCRs a key, the count of
+// hand-overs, and PUBLISHes the count on the next client's channel; the
+// next client, woken by that message, runs the same script for the one
+// after it, and so on. Client 0 passes first. Each client's goroutine
+// reads its subscription itself (PubSub.ReceiveMessage) and runs the
+// script at once: nothing stands between the message and the next pass.
+// It runs before the workloads, on the same server, with fresh clients,
+// the same warm-up and -duration, and the counters reset and read at the
+// deadline as in the workloads. When the deadline has passed, the client
+// that receives the token keeps it and tells the others to stop.
+//
+//   - hand-overs/s: messages received before the deadline, over the
+//     measured time.
+//   - round trips, commands and server µs per hand-over: as the columns
+//     of the workloads. A hand-over is one EVALSHA, which runs INCR and
+//     PUBLISH: three commands, one round trip.
+//
+// Under the hold0 table and in the summary, fairlock's grants/s in hold0
+// are set against the floor's hand-overs/s; the goal is 0.9× or more.
+//
+// One token at a time is the comparison that fits a strict FIFO lock:
+// however many goroutines wait, one lock has one holder, and each grant
+// is a hand-over from the releasing holder to the head of the line, which
+// fairlock's release script pushes through Redis pub/sub to the head's
+// Client, in another process here or not. Grants of one lock cannot
+// overlap, so several tokens in the ring would measure several locks. The
+// floor is what a hand-over cannot do without: a script that records it
+// and a message that wakes the next process, which answers with the next
+// script. It leaves out what fairlock does besides: the lease, the
+// waiter's entry in the line and the re-queueing of the goroutine that
+// released, which overlap with the hand-over in the clients but not in the
+// server, which runs one command at a time; and the Client's own path from
+// its pub/sub reader to the waiting goroutine. Barging locks (the peers)
+// are not bound by it: the goroutine that releases can take the lock again
+// without a hand-over between processes.
 //
 // # Configuration of the libraries
 //

@@ -82,7 +82,7 @@ func main() {
 // part when selected, printing each table to out as soon as it is done and
 // progress to log.
 func run(ctx context.Context, o options, out, log io.Writer) error {
-	ws, scale, err := selectWorkloads(o.workloads)
+	sel, err := selectWorkloads(o.workloads)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,18 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	}
 	r.printHeader(out)
 	runID := rand.Text()[:8]
-	for _, w := range ws {
+	if sel.floor {
+		warm := min(o.warmup, (o.duration / 6).Round(time.Millisecond))
+		fmt.Fprintf(log, "peers: %s: %v warm-up, %v measured\n", floorKey, warm, o.duration)
+		f, err := measureFloor(ctx, srv, o.duration, warm, runID)
+		if err != nil {
+			return fmt.Errorf("%s: %w", floorKey, err)
+		}
+		printFloor(out, f)
+		r.Workloads = append(r.Workloads, floorKey)
+		r.Floor = &f
+	}
+	for _, w := range sel.workloads {
 		d := o.duration
 		if w.long {
 			d = o.waitersDuration
@@ -127,17 +138,23 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		}
 		compareToPeers(rows)
 		printWorkload(out, w, rows)
+		if w.key == hold0Key && r.Floor != nil {
+			compareToFloor(r.Floor, rows)
+			if r.Floor.FairlockRatio > 0 {
+				fmt.Fprintf(out, "\n%s.\n", floorLine(*r.Floor))
+			}
+		}
 		r.Workloads = append(r.Workloads, w.key)
 		r.Results = append(r.Results, rows...)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
-	if len(ws) > 0 {
+	if len(sel.workloads) > 0 {
 		r.printSummary(out)
 	}
 	switch {
-	case !scale:
+	case !sel.scale:
 	case !slices.ContainsFunc(libs, func(l library) bool { return l.name == "fairlock" }):
 		fmt.Fprintln(log, "peers: scale: skipped, it measures fairlock, which -libs leaves out")
 	default:

@@ -72,6 +72,10 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 		if res.RoundTripsPerGrant < 1 {
 			t.Errorf("%s, %s: %.2f round trips per grant, want at least 1", res.Workload, res.Library, res.RoundTripsPerGrant)
 		}
+		// A Lock and an Unlock each run at least one command.
+		if res.CommandsPerGrant < 2 {
+			t.Errorf("%s, %s: %.2f commands per grant, want at least 2", res.Workload, res.Library, res.CommandsPerGrant)
+		}
 	}
 	for _, w := range workloads {
 		if !strings.Contains(out, "## "+w.title) {
@@ -80,6 +84,16 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 	}
 	if !strings.Contains(out, "## Summary") {
 		t.Errorf("no summary table")
+	}
+	if f := r.Floor; f == nil {
+		t.Errorf("no cross-process floor, which runs by default")
+	} else {
+		if f.HandOvers == 0 {
+			t.Errorf("the floor counted no hand-over")
+		}
+		if f.FairlockRatio <= 0 || !strings.Contains(out, "the cross-process floor (") {
+			t.Errorf("fairlock's hold0 not compared to the floor: ratio %v", f.FairlockRatio)
+		}
 	}
 	if r.Scale == nil {
 		t.Errorf("no scale part, which runs by default")

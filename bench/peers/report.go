@@ -23,6 +23,7 @@ type report struct {
 	RedislockDelay  string       `json:"redislock_linear_backoff"`
 	Workloads       []string     `json:"workloads"`
 	Results         []result     `json:"results"`
+	Floor           *floorResult `json:"floor,omitempty"` // the cross-process floor; nil when it did not run
 	Scale           *scaleResult `json:"scale,omitempty"` // fairlock alone; nil when it did not run
 	libs            []library    // the order of rows in the tables
 }
@@ -50,14 +51,14 @@ func (r *report) printHeader(w io.Writer) {
 func printWorkload(w io.Writer, wl workload, rows []result) {
 	fmt.Fprintf(w, "\n## %s (%s)\n\n", wl.title, wl.shape())
 	fmt.Fprintln(w, "| library | grants/s | × best peer | Jain | starved | wait p50 ms | wait p99 ms | wait max ms "+
-		"| round trips/grant | dials | server µs/grant | EVALSHA µs/call | errors | violations |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		"| round trips/grant | commands/grant | dials | server µs/grant | EVALSHA µs/call | errors | violations |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %.3f | %d | %s | %s | %s | %s | %d | %s | %s | %d | %d |\n",
+		fmt.Fprintf(w, "| %s | %s | %s | %.3f | %d | %s | %s | %s | %s | %s | %d | %s | %s | %d | %d |\n",
 			r.Library, group(round(r.GrantsPerSec)), ratio(r.VsBestPeer), r.Jain, r.Starved,
 			ifGranted(r, "%.2f", r.WaitP50ms), ifGranted(r, "%.2f", r.WaitP99ms), ifGranted(r, "%.1f", r.WaitMaxms),
-			ifGranted(r, "%.2f", r.RoundTripsPerGrant), r.Dials, ifGranted(r, "%.1f", r.ServerUsPerGrant),
-			evalsha(r), r.Errors, r.Violations)
+			ifGranted(r, "%.2f", r.RoundTripsPerGrant), ifGranted(r, "%.2f", r.CommandsPerGrant), r.Dials,
+			ifGranted(r, "%.1f", r.ServerUsPerGrant), evalsha(r), r.Errors, r.Violations)
 	}
 	for _, r := range rows {
 		if r.FirstError != "" {
@@ -66,28 +67,59 @@ func printWorkload(w io.Writer, wl workload, rows []result) {
 	}
 }
 
-// printSummary prints the headline numbers of each library, one row each.
+// printSummary prints the headline numbers of each library, one row
+// each, and the cross-process floor's in a row of its own when it ran.
+// fairlock's rates carry its ratio to the best peer, and in hold0 to the
+// floor.
 func (r *report) printSummary(w io.Writer) {
 	fmt.Fprintf(w, "\n## Summary\n\n")
-	fmt.Fprintln(w, "| library | uncontended Lock+Unlock ops/s | contended hold 0 grants/s | contended hold 0 Jain / max wait "+
-		"| hold 5 ms Jain / max wait | round trips per grant contended | server µs per grant |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| library | uncontended Lock+Unlock ops/s, context with a deadline | same, context.Background() "+
+		"| commands per uncontended Lock+Unlock | hold 0, 4×4: grants/s | hold 0, 4×4: Jain / max wait "+
+		"| hold 0, 1×16: grants/s | hold 0, 1×16: Jain / max wait | hold 5 ms, 4×4: Jain / max wait "+
+		"| hold 0, 4×4: round trips per grant | hold 0, 4×4: server µs per grant |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, lib := range r.libs {
 		cells := []string{lib.name}
-		cells = append(cells, r.cell("uncontended", lib.name, func(x result) string { return group(round(x.GrantsPerSec)) }))
-		cells = append(cells, r.cell("hold0", lib.name, func(x result) string {
-			if x.Library == "fairlock" && x.VsBestPeer > 0 {
-				return fmt.Sprintf("%s (%s best peer)", group(round(x.GrantsPerSec)), ratio(x.VsBestPeer))
+		cells = append(cells, r.cell("uncontended", lib.name, rate))
+		cells = append(cells, r.cell("uncontended-bg", lib.name, rate))
+		commands := r.cell("uncontended", lib.name, commandsPerGrant)
+		if commands == "—" {
+			commands = r.cell("uncontended-bg", lib.name, commandsPerGrant)
+		}
+		cells = append(cells, commands)
+		cells = append(cells, r.cell(hold0Key, lib.name, func(x result) string {
+			if x.Library == "fairlock" && r.Floor != nil && r.Floor.FairlockRatio > 0 {
+				return fmt.Sprintf("%s (%s best peer, %s floor)", group(round(x.GrantsPerSec)), ratio(x.VsBestPeer), ratio(r.Floor.FairlockRatio))
 			}
-			return group(round(x.GrantsPerSec))
+			return rate(x)
 		}))
-		cells = append(cells, r.cell("hold0", lib.name, jainAndMax))
+		cells = append(cells, r.cell(hold0Key, lib.name, jainAndMax))
+		cells = append(cells, r.cell("hold0-1x16", lib.name, rate))
+		cells = append(cells, r.cell("hold0-1x16", lib.name, jainAndMax))
 		cells = append(cells, r.cell("hold5ms", lib.name, jainAndMax))
-		cells = append(cells, r.cell("hold0", lib.name, func(x result) string { return ifGranted(x, "%.2f", x.RoundTripsPerGrant) }))
-		cells = append(cells, r.cell("hold0", lib.name, func(x result) string { return ifGranted(x, "%.1f", x.ServerUsPerGrant) }))
+		cells = append(cells, r.cell(hold0Key, lib.name, func(x result) string { return ifGranted(x, "%.2f", x.RoundTripsPerGrant) }))
+		cells = append(cells, r.cell(hold0Key, lib.name, func(x result) string { return ifGranted(x, "%.1f", x.ServerUsPerGrant) }))
 		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
 	}
+	if f := r.Floor; f != nil {
+		fmt.Fprintf(w, "| cross-process floor | — | — | — | %s hand-overs/s | — | — | — | — | %.2f | %.1f |\n",
+			group(round(f.HandOversPerSec)), f.RoundTripsPerHand, f.ServerUsPerHandOver)
+		if f.FairlockRatio > 0 {
+			fmt.Fprintf(w, "\n%s; the goal is 0.90× or more.\n", floorLine(*f))
+		}
+	}
 }
+
+// rate formats grants/s; in fairlock's row, with its ratio to the best
+// peer when a peer ran.
+func rate(x result) string {
+	if x.Library == "fairlock" && x.VsBestPeer > 0 {
+		return fmt.Sprintf("%s (%s best peer)", group(round(x.GrantsPerSec)), ratio(x.VsBestPeer))
+	}
+	return group(round(x.GrantsPerSec))
+}
+
+func commandsPerGrant(x result) string { return ifGranted(x, "%.2f", x.CommandsPerGrant) }
 
 // cell formats the result of library in workload, or a dash when it did
 // not run.

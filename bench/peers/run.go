@@ -29,9 +29,14 @@ type result struct {
 	ServerUsPerGrant   float64 `json:"server_cpu_us_per_grant"`
 	EvalshaCalls       int64   `json:"evalsha_calls"`
 	EvalshaUsPerCall   float64 `json:"evalsha_usec_per_call"`
-	Errors             int64   `json:"errors"`
-	Violations         int64   `json:"violations"`
-	FirstError         string  `json:"first_error,omitempty"`
+	// Commands counts every command the server ran in the measured part,
+	// those of scripts included (commandCalls); in the uncontended
+	// workloads, CommandsPerGrant is the commands of one Lock+Unlock.
+	Commands         int64   `json:"commands"`
+	CommandsPerGrant float64 `json:"commands_per_grant"`
+	Errors           int64   `json:"errors"`
+	Violations       int64   `json:"violations"`
+	FirstError       string  `json:"first_error,omitempty"`
 }
 
 // warmGoroutines caps the goroutines of a warm-up, which only has to open
@@ -122,6 +127,8 @@ func summarize(w workload, lib library, t *tally, elapsed time.Duration, end rea
 		Dials:              end.calls.dials,
 		ServerUsPerGrant:   perGrant(float64((end.server.cpu - before.cpu).Microseconds())),
 		EvalshaCalls:       end.server.evalshaCalls,
+		Commands:           end.server.commands - before.commands,
+		CommandsPerGrant:   perGrant(float64(end.server.commands - before.commands)),
 		Errors:             t.errors.Load(),
 		Violations:         t.violations.Load(),
 	}

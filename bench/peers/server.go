@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,7 @@ type serverStats struct {
 	cpu          time.Duration // used_cpu_user + used_cpu_sys since start
 	evalshaCalls int64         // EVALSHA calls since the last CONFIG RESETSTAT
 	evalshaUsec  int64         // time spent in them, in µs
+	commands     int64         // commands since the last CONFIG RESETSTAT, see commandCalls
 }
 
 // resetStats zeroes the server's command statistics.
@@ -84,17 +86,46 @@ func (s *server) stats(ctx context.Context) (serverStats, error) {
 		}
 		st.cpu += time.Duration(sec * float64(time.Second))
 	}
-	// cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,...
-	for _, kv := range strings.Split(info["cmdstat_evalsha"], ",") {
-		k, v, _ := strings.Cut(kv, "=")
-		switch k {
-		case "calls":
-			st.evalshaCalls, _ = strconv.ParseInt(v, 10, 64)
-		case "usec":
-			st.evalshaUsec, _ = strconv.ParseInt(v, 10, 64)
+	st.evalshaCalls = cmdstat(info["cmdstat_evalsha"], "calls")
+	st.evalshaUsec = cmdstat(info["cmdstat_evalsha"], "usec")
+	st.commands = commandCalls(info)
+	return st, nil
+}
+
+// cmdstat returns the field of one command's commandstats line, as in
+// cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,...; 0 when it is
+// missing.
+func cmdstat(line, field string) int64 {
+	for _, kv := range strings.Split(line, ",") {
+		if k, v, _ := strings.Cut(kv, "="); k == field {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
 		}
 	}
-	return st, nil
+	return 0
+}
+
+// ownCommands are the commands the benchmark itself sends to read and
+// reset the counters, which commandCalls leaves out.
+var ownCommands = []string{"info", "config"}
+
+// commandCalls sums the calls of every command in INFO commandstats but
+// ownCommands. Redis counts there the commands a script runs as well as
+// the EVALSHA or EVAL that ran it, and a subcommand (config|resetstat,
+// client|setinfo) on a line of its own.
+func commandCalls(info map[string]string) int64 {
+	var n int64
+	for k, v := range info {
+		name, ok := strings.CutPrefix(k, "cmdstat_")
+		if !ok {
+			continue
+		}
+		name, _, _ = strings.Cut(name, "|")
+		if !slices.Contains(ownCommands, name) {
+			n += cmdstat(v, "calls")
+		}
+	}
+	return n
 }
 
 // info returns the fields of the given INFO sections.

@@ -107,3 +107,23 @@ func TestParseInfoReadsFieldsAndSkipsHeaders(t *testing.T) {
 		t.Errorf("parseInfo kept a section header")
 	}
 }
+
+func TestCommandCallsSumsEveryCommandButTheBenchmarksOwn(t *testing.T) {
+	info := parseInfo("# Commandstats\r\n" +
+		"cmdstat_evalsha:calls=4,usec=10,usec_per_call=2.50,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_incr:calls=4,usec=2,usec_per_call=0.50,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_publish:calls=3,usec=6,usec_per_call=2.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_client|setinfo:calls=2,usec=1,usec_per_call=0.50,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_info:calls=2,usec=90,usec_per_call=45.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_config|resetstat:calls=1,usec=9,usec_per_call=9.00,rejected_calls=0,failed_calls=0\r\n" +
+		"# CPU\r\nused_cpu_sys:1.500000\r\n")
+	if got := commandCalls(info); got != 13 {
+		t.Errorf("commandCalls = %d, want 13: 4 + 4 + 3 + 2, without info and config", got)
+	}
+	if got := cmdstat(info["cmdstat_evalsha"], "usec"); got != 10 {
+		t.Errorf("cmdstat usec = %d, want 10", got)
+	}
+	if got := commandCalls(parseInfo("# Commandstats\r\n")); got != 0 {
+		t.Errorf("commandCalls of no commands = %d, want 0", got)
+	}
+}

@@ -21,22 +21,35 @@ type workload struct {
 	names      int           // lock names; each grant picks one at random
 	hold       time.Duration // time in the critical section
 	long       bool          // measured for -waiters-duration instead of -duration
+	// background makes Lock and Unlock take context.Background(), which
+	// has no deadline and no Done channel, instead of the run's context,
+	// which has a deadline. Only for a workload whose Lock never waits:
+	// nothing but the lock's grant ends such a Lock.
+	background bool
 }
 
 // workloads are every workload, in the order they run.
 var workloads = []workload{
-	{key: "uncontended", title: "uncontended Lock+Unlock", goroutines: 1, clients: 1, names: 1},
-	{key: "hold0", title: "contended, hold 0", goroutines: 16, clients: 4, names: 1},
+	{key: "uncontended", title: "uncontended Lock+Unlock, a context with a deadline", goroutines: 1, clients: 1, names: 1},
+	{key: "uncontended-bg", title: "uncontended Lock+Unlock, context.Background()", goroutines: 1, clients: 1, names: 1, background: true},
+	{key: hold0Key, title: "contended, hold 0, 4 clients × 4 goroutines", goroutines: 16, clients: 4, names: 1},
+	{key: "hold0-1x16", title: "contended, hold 0, 1 client × 16 goroutines", goroutines: 16, clients: 1, names: 1},
 	{key: "hold5ms", title: "contended, hold 5 ms", goroutines: 16, clients: 4, names: 1, hold: 5 * time.Millisecond},
 	{key: "many", title: "many locks", goroutines: 64, clients: 4, names: 1000},
 	{key: "waiters", title: "10,000 waiters on one lock", goroutines: 10000, clients: 4, names: 1, long: true},
 }
 
+// hold0Key is the workload the cross-process floor is compared with.
+const hold0Key = "hold0"
+
 // shape describes w in a few words for the report.
 func (w workload) shape() string {
 	s := fmt.Sprintf("%s goroutines over %d clients", group(int64(w.goroutines)), w.clients)
-	if w.goroutines == 1 {
+	switch {
+	case w.goroutines == 1:
 		s = "1 goroutine, 1 client"
+	case w.clients == 1:
+		s = fmt.Sprintf("%s goroutines in 1 client", group(int64(w.goroutines)))
 	}
 	if w.names == 1 {
 		s += ", 1 lock"
@@ -53,29 +66,40 @@ func (w workload) shape() string {
 // the workloads.
 const scaleKey = "scale"
 
+// selection is what -workloads selects.
+type selection struct {
+	workloads []workload
+	floor     bool // the cross-process floor (floor.go), run before the workloads
+	scale     bool // the scale part, run after them
+}
+
 // selectWorkloads returns the workloads named in the comma-separated list,
-// and whether it names the scale part; all of them and the scale part when
-// it is empty.
-func selectWorkloads(list string) (ws []workload, scale bool, err error) {
+// and whether it names the floor and the scale part; everything when it
+// is empty.
+func selectWorkloads(list string) (selection, error) {
 	if list == "" {
-		return workloads, true, nil
+		return selection{workloads: workloads, floor: true, scale: true}, nil
 	}
+	var sel selection
 	for _, key := range strings.Split(list, ",") {
-		if strings.TrimSpace(key) == scaleKey {
-			scale = true
-			continue
+		switch key = strings.TrimSpace(key); key {
+		case scaleKey:
+			sel.scale = true
+		case floorKey:
+			sel.floor = true
+		default:
+			i := slices.IndexFunc(workloads, func(w workload) bool { return w.key == key })
+			if i < 0 {
+				return selection{}, fmt.Errorf("unknown workload %q (known: %s)", key, workloadKeys())
+			}
+			sel.workloads = append(sel.workloads, workloads[i])
 		}
-		i := slices.IndexFunc(workloads, func(w workload) bool { return w.key == strings.TrimSpace(key) })
-		if i < 0 {
-			return nil, false, fmt.Errorf("unknown workload %q (known: %s)", key, workloadKeys())
-		}
-		ws = append(ws, workloads[i])
 	}
-	return ws, scale, nil
+	return sel, nil
 }
 
 func workloadKeys() string {
-	keys := make([]string, 0, len(workloads)+1)
+	keys := []string{floorKey}
 	for _, w := range workloads {
 		keys = append(keys, w.key)
 	}
@@ -85,12 +109,24 @@ func workloadKeys() string {
 // unlockTimeout bounds an unlock, which runs after the run's deadline too.
 const unlockTimeout = 5 * time.Second
 
+// unlockWithin calls unlock with context.Background() when background is
+// set, or else with a context that ends after unlockTimeout.
+func unlockWithin(unlock func(context.Context) error, background bool) error {
+	if background {
+		return unlock(context.Background())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+	defer cancel()
+	return unlock(ctx)
+}
+
 // drive runs goroutines goroutines of w, spread round-robin over lockers,
 // on locks named prefix:0, prefix:1, ..., until ctx ends; ctx must have a
 // deadline. Each loops: lock, enter the critical section, hold, leave,
-// unlock. A grant counts when it came before the deadline; a Lock that
-// the deadline ended counts as nothing. drive returns once every
-// goroutine has unlocked and stopped.
+// unlock. Lock takes ctx, or context.Background() when w.background is
+// set, and then so does Unlock. A grant counts when it came before the
+// deadline; a Lock that the deadline ended counts as nothing. drive
+// returns once every goroutine has unlocked and stopped.
 func drive(ctx context.Context, w workload, lockers []locker, prefix string, goroutines int) *tally {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -104,6 +140,10 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 	// most, or a library broke mutual exclusion.
 	inside := make([]atomic.Int32, w.names)
 	t := newTally(goroutines)
+	lockCtx := ctx
+	if w.background {
+		lockCtx = context.Background()
+	}
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		lk := lockers[g%len(lockers)]
@@ -112,7 +152,7 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 			for ctx.Err() == nil {
 				i := rng.IntN(len(names))
 				start := time.Now()
-				unlock, err := lk.lock(ctx, names[i])
+				unlock, err := lk.lock(lockCtx, names[i])
 				granted := time.Now()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -130,11 +170,9 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 				if granted.Before(deadline) {
 					t.grant(g, granted.Sub(start))
 				}
-				uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
-				if err := unlock(uctx); err != nil {
+				if err := unlockWithin(unlock, w.background); err != nil {
 					t.fail(fmt.Errorf("unlock: %w", err))
 				}
-				cancel()
 			}
 		})
 	}

@@ -39,6 +39,7 @@ const aclServerCheck = "+info +config|get"
 const aclLockWithin = 5 * time.Second
 
 func TestACLLeastPrivilegeUserRunsTheWholeAPI(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	srv, err := redistest.Start()
 	require.NoError(t, err)
@@ -53,6 +54,7 @@ func TestACLLeastPrivilegeUserRunsTheWholeAPI(t *testing.T) {
 // TestACLEveryRuleOfTheLineIsNeeded drops one rule at a time from the line
 // and expects the scenario to fail.
 func TestACLEveryRuleOfTheLineIsNeeded(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	fields := strings.Fields(aclRules)
 	for i, rule := range fields {
@@ -127,6 +129,7 @@ func TestACLServerCheckNeedsInfoAndConfigGet(t *testing.T) {
 // TestACLRulesForAnotherPrefix: with WithPrefix(p), the line's patterns
 // name p in place of fairlock.
 func TestACLRulesForAnotherPrefix(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	srv, err := redistest.Start()
 	require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestReleaseUndoneByAGracefulFailoverIsSentAgain(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	set := redistest.SentinelFor(t, 1, 3)
 	ctx := context.Background()
@@ -78,6 +79,7 @@ func TestReleaseUndoneByAGracefulFailoverIsSentAgain(t *testing.T) {
 // here). The audits of the Clients that made them release them in turn,
 // so a newcomer is granted the lock within seconds of the switch.
 func TestWhatAGracefulFailoverBringsBackIsReleasedInTurn(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	set := redistest.SentinelFor(t, 1, 3)
 	ctx := context.Background()

@@ -26,6 +26,7 @@ const clusterACLRules = "ACL SETUSER locker on >secret resetkeys ~fairlock:* res
 // TestClusterShardedWakeUps runs its cases one after the other on one
 // cluster of 3 masters with a replica each.
 func TestClusterShardedWakeUps(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	cluster := redistest.ClusterFor(t, 3, 1)
 	masters, err := cluster.Masters(t.Context())

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -69,6 +70,7 @@ func seq(n int) []int {
 }
 
 func TestFIFOHoldsWhileHolderOutlivesWaiterTTL(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	const ttl = 300 * time.Millisecond
@@ -101,6 +103,7 @@ func TestFIFOHoldsWhileHolderOutlivesWaiterTTL(t *testing.T) {
 }
 
 func TestFixedLeasesExpireInOrder(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	// The first hold lasts while all eight join; theirs are short, so the
@@ -565,6 +568,7 @@ func TestHandedOverHoldOutlivesAShortWaiterTTL(t *testing.T) {
 }
 
 func TestHandOverLongAfterTheLastPollStillKeepsAShortLease(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	holder := e.client().Mutex("late-push") // a 30s lease: the waiter polls once a second

@@ -160,6 +160,7 @@ func requireDeadlinesHonoured(t *testing.T, calls map[string]func(ctx context.Co
 // ends at the caller's deadline. A check cut short is no verdict: once
 // the server answers, the Clients refuse its unsafe eviction policy.
 func TestFirstCallsHonourTheirDeadlineWhileRedisSleeps(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	srv, err := redistest.Start("--enable-debug-command", "local")
 	require.NoError(t, err)

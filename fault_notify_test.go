@@ -12,6 +12,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/faultproxy"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 // pubsub returns the ids of the server's connections in pub/sub mode, and
@@ -49,6 +50,7 @@ func TestWaitersAreWokenPromptlyAfterTheNotifyConnectionIsCut(t *testing.T) {
 		// can explain a grant within it.
 		within time.Duration
 		cut    func(e *env, p *faultproxy.Proxy)
+		slow   bool // waits out heartbeats and read timeouts: skipped under -short
 	}{{
 		// The server closes the subscription: the hub sees the error at
 		// once, reconnects and wakes its waiters.
@@ -72,8 +74,12 @@ func TestWaitersAreWokenPromptlyAfterTheNotifyConnectionIsCut(t *testing.T) {
 		cut: func(_ *env, p *faultproxy.Proxy) {
 			p.FreezeExisting()
 		},
+		slow: true,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.slow {
+				redistest.Slow(t)
+			}
 			t.Parallel()
 			e := newPrivateEnv(t)
 			opts := []fairlock.Option{fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}

@@ -11,9 +11,11 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/faultproxy"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 func TestHolderCutOffFromRedisLearnsLeaseLostBeforeItExpires(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name string

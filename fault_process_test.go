@@ -10,9 +10,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 func TestKilledHolderProcessLosesTheLockWithinItsLease(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	const lease = time.Second
@@ -38,6 +40,7 @@ func TestKilledHolderProcessLosesTheLockWithinItsLease(t *testing.T) {
 }
 
 func TestKilledHeadWaiterDelaysSurvivorsAtMostTheWaiterTTLInOrder(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	const ttl = time.Second

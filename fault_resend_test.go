@@ -7,9 +7,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 func TestResentCallsAfterLostRepliesCountOnce(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newPrivateEnv(t) // MONITOR sees every command: keep it to this test
 	// go-redis gives up on a reply after 300ms and sends the call again

@@ -9,9 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 func TestPausedRedisHonoursWaiterDeadlines(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newPrivateEnv(t)
 	opts := []fairlock.Option{fairlock.WithWaiterTTL(300 * time.Millisecond)} // polls every 100ms

@@ -276,6 +276,7 @@ func TestListFindsEveryHeldAndWaitedLockMatchingAPattern(t *testing.T) {
 }
 
 func TestListOnAClusterScansEveryMaster(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	cluster := redistest.ClusterFor(t, 3, 0)
 	ctx := context.Background()
@@ -377,6 +378,7 @@ func TestInspectAndListNeedTheirACLRules(t *testing.T) {
 }
 
 func TestListOnARingScansEveryShard(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	ring := newRing(t)
 	ctx := context.Background()

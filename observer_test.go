@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 // recorder is an Observer that keeps every event.
@@ -176,6 +177,7 @@ func TestObserverSeesAWaitInLineAndTheHandOver(t *testing.T) {
 // 100ms each way, so the push arrives about 100ms after the release
 // handed the lock over. A fresh grant reports none.
 func TestObserverSeesTheLatencyOfAPushedHandOver(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	rec := &recorder{}

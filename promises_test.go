@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 // The tests of this file each hold one promise of the docs that broke
@@ -136,6 +137,7 @@ func TestFixedLeaseGrantedByHandOverLastsItsFullLength(t *testing.T) {
 	})
 
 	t.Run("context and Redis end it together", func(t *testing.T) {
+		redistest.Slow(t)
 		t.Parallel()
 		e := newEnv(t)
 		const d = 1500 * time.Millisecond
@@ -280,6 +282,7 @@ func TestTransientErrorRepliesKeepAWaiterInLine(t *testing.T) {
 }
 
 func TestCloseReturnsWithinOneCallTimeoutOnAHungServer(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newPrivateEnv(t)
 	ctx := context.Background()
@@ -427,6 +430,7 @@ func TestUnlockRefusedDuringAFailoverIsSentAgain(t *testing.T) {
 }
 
 func TestGrantAnsweredLateIsClaimedNotLost(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newPrivateEnv(t)
 	ctx := context.Background()

@@ -213,6 +213,7 @@ func TestAFullServerStillReleasesAndHandsOver(t *testing.T) {
 // ends a hold, and a waiter already in line, go on; what would add to a
 // lock is refused (TryLock) or waits until memory is freed (Lock).
 func TestWhatAFullServerAllows(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	f := newFullServer(t)
 	ctx := context.Background()
@@ -302,6 +303,7 @@ func TestWhatAFullServerAllows(t *testing.T) {
 // releases that level too, and the lock is free when it returns, not
 // when the held-up release arrives.
 func TestTheLastUnlockReleasesLevelsWhoseReleaseIsStillOnItsWay(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	c, p := e.proxied(&redis.Options{})

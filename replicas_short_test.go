@@ -91,6 +91,7 @@ func clientOf(t *testing.T, rdb *redis.Client, prefix string, opts ...fairlock.O
 }
 
 func TestUnacknowledgedTryLockOnAScriptlessServerTakesOneTimeoutAndLeavesNothing(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	p := startPair(t)
 	bg := context.Background()
@@ -132,6 +133,7 @@ func TestUnacknowledgedTryLockOnAScriptlessServerTakesOneTimeoutAndLeavesNothing
 }
 
 func TestPrimaryWithoutReplicasFailsAtOnce(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	bg := context.Background()
@@ -168,6 +170,7 @@ func TestPrimaryWithoutReplicasFailsAtOnce(t *testing.T) {
 }
 
 func TestUnlockReportsAPrimaryThatLostItsReplicas(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	p := startPair(t)
 	bg := context.Background()
@@ -191,6 +194,7 @@ func TestUnlockReportsAPrimaryThatLostItsReplicas(t *testing.T) {
 // A user that may not run INFO cannot learn how many replicas the primary
 // has: a short WAIT is then retried as before, until the context ends.
 func TestPrimaryWithoutReplicasIsWaitedForWithoutInfo(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	srv, err := redistest.Start()
 	require.NoError(t, err)

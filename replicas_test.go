@@ -179,6 +179,7 @@ func pause(t *testing.T, rdb *redis.Client) (resume func()) {
 }
 
 func TestReplicatedGrantsOnSentinel(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	rs := startReplicaSet(t)
 	bg := context.Background()
@@ -367,6 +368,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 }
 
 func TestReplicatedGrantsOnEveryClusterMaster(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	cluster := redistest.ClusterFor(t, 3, 1)
 	ctx := context.Background()

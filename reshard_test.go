@@ -22,6 +22,7 @@ import (
 // is retried, where the reloaded slot map says, not returned to the
 // caller. TryLock, which makes one attempt, returns it.
 func TestWaiterKeepsItsPlaceWhileItsSlotMoves(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	c := redistest.ClusterFor(t, 3, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -30,6 +30,7 @@ func newRing(t *testing.T) *redis.Ring {
 }
 
 func TestRingHandsOverByPushOnEveryShard(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	ring := newRing(t)
 	ctx := context.Background()

@@ -39,6 +39,7 @@ func lockInBackground(ctx context.Context, m *fairlock.Mutex) *waitingFor {
 // primary and moves its subscription there. Polls are 10s apart (waiter
 // TTL 30s), so a pushed hand-over is one granted within a second.
 func TestSentinelGracefulFailoverKeepsHandOversPushed(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	set := redistest.SentinelFor(t, 1, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

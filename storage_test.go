@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 // The tests of this file hold what README.md says Redis keeps: the keys
@@ -27,6 +28,7 @@ func (e *env) scanKeys(ctx context.Context) ([]string, error) {
 }
 
 func TestFreeLocksLeaveNoKeysOnceTheirReceiptsExpire(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
@@ -95,6 +97,7 @@ func TestFreeLocksLeaveNoKeysOnceTheirReceiptsExpire(t *testing.T) {
 }
 
 func TestTokensRiseAcrossACounterThatExpiredWhileTheLockWasBusy(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()

@@ -131,6 +131,7 @@ func pushedAfter(t *testing.T, rdb func() redis.UniversalClient, prefix, name st
 }
 
 func TestClusterMasterKilledDuringContention(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	cluster := redistest.ClusterFor(t, 3, 1)
 	ctx := context.Background()
@@ -161,6 +162,7 @@ func TestClusterMasterKilledDuringContention(t *testing.T) {
 }
 
 func TestSentinelFailoverDuringContention(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	for _, tc := range []struct {
 		name string

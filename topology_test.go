@@ -29,6 +29,7 @@ type topology struct {
 }
 
 func TestTopologies(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	var (
 		wg                 sync.WaitGroup

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 // engineGoroutines counts the goroutines running code of the lock engine.
@@ -29,6 +30,7 @@ func engineGoroutines() int {
 // The holds of a Client are kept alive by one watchdog, not a goroutine
 // each, and the renewals that fall due together go out in one pipeline.
 func TestHoldsShareOneWatchdogThatPipelinesTheirRenewals(t *testing.T) {
+	redistest.Slow(t)
 	const holds, lease = 300, 1500 * time.Millisecond
 	e := newEnv(t)
 	rdb := e.srv.Client(t)

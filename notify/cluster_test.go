@@ -116,6 +116,7 @@ func watchAll(t *testing.T, h *Hub, byMaster map[string][]string) map[string]*Wa
 }
 
 func TestShardedHubSubscribesEachChannelOnItsMasterOnly(t *testing.T) {
+	redistest.Slow(t)
 	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{})
@@ -144,6 +145,7 @@ func TestShardedHubSubscribesEachChannelOnItsMasterOnly(t *testing.T) {
 }
 
 func TestShardedHubRegroupsAChannelWhoseSlotMoved(t *testing.T) {
+	redistest.Slow(t)
 	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{})
@@ -175,6 +177,7 @@ func TestShardedHubRegroupsAChannelWhoseSlotMoved(t *testing.T) {
 }
 
 func TestShardedHubFollowsAFailover(t *testing.T) {
+	redistest.Slow(t)
 	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{Heartbeat: 200 * time.Millisecond})
@@ -209,6 +212,7 @@ func moveSlot(t *testing.T, c *redistest.Cluster, key, from, to string) {
 // subscribes on the master that used to serve the slot, is answered MOVED,
 // and is regrouped onto the master that serves it now before it returns.
 func TestShardedWatchWithAStaleSlotMapIsRegrouped(t *testing.T) {
+	redistest.Slow(t)
 	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{})
@@ -231,6 +235,7 @@ func TestShardedWatchWithAStaleSlotMapIsRegrouped(t *testing.T) {
 }
 
 func TestShardedHubClosesCleanly(t *testing.T) {
+	redistest.Slow(t)
 	c := redistest.ClusterFor(t, 3, 1)
 	before := goleak.IgnoreCurrent()
 	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
@@ -267,6 +272,7 @@ func TestShardedHubClosesCleanly(t *testing.T) {
 // regrouped on the new master, and the connection to the replica it has
 // become is closed.
 func TestShardedHubFollowsAGracefulFailover(t *testing.T) {
+	redistest.Slow(t)
 	c := redistest.ClusterFor(t, 3, 1)
 	rdb := c.Client(t)
 	h := shardedHub(t, rdb, Options{})

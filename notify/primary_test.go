@@ -31,6 +31,7 @@ func moves(t *testing.T, h *Hub) int {
 // hand-over, and tells Options.Moved. Dials to the same primary move
 // nothing.
 func TestHubOfAFailoverClientMovesToTheNewPrimaryAtTheClientsFirstDialThere(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	set := redistest.SentinelFor(t, 1, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -97,6 +98,7 @@ func TestHubOfAFailoverClientMovesToTheNewPrimaryAtTheClientsFirstDialThere(t *t
 // A dial of the hub's own connection never counts as the client's: with
 // the primary where it was, rebuilding the connection moves nothing.
 func TestHubOfAFailoverClientDoesNotMoveOnItsOwnRedials(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	set := redistest.SentinelFor(t, 0, 1)
 	rdb := set.Client(t)

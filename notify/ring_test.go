@@ -56,6 +56,7 @@ func pubsubConns(t testing.TB, srv *redistest.Server) int {
 }
 
 func TestRingSubscribesEachChannelOnTheShardThatOwnsIt(t *testing.T) {
+	redistest.Slow(t)
 	ring, srvs := newRing(t, redis.RingOptions{})
 	h := newHub(t, ring, Options{})
 	channels := lockChannels(t, 40)
@@ -92,6 +93,7 @@ func TestRingSubscribesEachChannelOnTheShardThatOwnsIt(t *testing.T) {
 }
 
 func TestHubOverARingClosesCleanly(t *testing.T) {
+	redistest.Slow(t)
 	srvs := []*redistest.Server{startServer(t), startServer(t)}
 	before := goleak.IgnoreCurrent()
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": srvs[0].Addr, "b": srvs[1].Addr}})
@@ -117,6 +119,7 @@ func TestHubOverARingClosesCleanly(t *testing.T) {
 }
 
 func TestRingShardThatGoesDownHandsItsChannelsToTheLiveShard(t *testing.T) {
+	redistest.Slow(t)
 	ring, srvs := newRing(t, redis.RingOptions{HeartbeatFrequency: 20 * time.Millisecond})
 	h := newHub(t, ring, Options{Heartbeat: 100 * time.Millisecond})
 	channels := lockChannels(t, 20)

@@ -264,6 +264,7 @@ func TestCommandFigureSaysWhatItIs(t *testing.T) {
 }
 
 func TestCommandFigureSurvivesARestart(t *testing.T) {
+	redistest.Slow(t)
 	srv, err := redistest.Start()
 	require.NoError(t, err)
 	defer srv.Stop()

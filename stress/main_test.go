@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
@@ -140,6 +142,7 @@ func checkerCatchesTampering(t *testing.T, as []attempt) {
 }
 
 func TestRunInWorkerProcessesFindsNoViolation(t *testing.T) {
+	redistest.Slow(t)
 	code, out, errs := runCmd(t, append(smallLoad, "-procs", "2", "-clients", "2")...)
 	require.Equal(t, exitOK, code, "stderr: %s\nstdout: %s", errs, out)
 	r := decodeReport(t, out)
@@ -171,6 +174,7 @@ func TestRunTouchesOnlyItsOwnKeysAndDeletesThem(t *testing.T) {
 // Exit status 2 means nothing was checked: bad flags (below), or a Redis
 // that cannot be reached.
 func TestUnreachableRedisExitsWithStatus2(t *testing.T) {
+	redistest.Slow(t)
 	m := miniredis.NewMiniRedis()
 	require.NoError(t, m.Start())
 	addr := m.Addr()
@@ -187,6 +191,7 @@ func TestUnreachableRedisExitsWithStatus2(t *testing.T) {
 // Exit status 1 means the check found violations: here holds deleted
 // behind the lock's back, so that two holders overlap.
 func TestViolationsExitWithStatus1(t *testing.T) {
+	redistest.Slow(t)
 	m := miniredis.NewMiniRedis()
 	require.NoError(t, m.Start())
 	defer m.Close()

@@ -11,9 +11,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/internal/redistest"
 )
 
 func TestRunAgainstSentinelsFindsNoViolation(t *testing.T) {
+	redistest.Slow(t)
 	set := startSentinelSet(t)
 	via := strings.Join(set.sentinels, ",")
 	tests := []struct {
@@ -42,6 +45,7 @@ func TestRunAgainstSentinelsFindsNoViolation(t *testing.T) {
 }
 
 func TestCommandFigureSurvivesAFailover(t *testing.T) {
+	redistest.Slow(t)
 	set := startSentinelSet(t)
 	done := make(chan cmdResult, 1)
 	go func() { // the test waits for done below

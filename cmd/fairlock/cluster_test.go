@@ -15,6 +15,7 @@ import (
 
 // On a Redis Cluster of 3 masters, with locks on more than one master.
 func TestInspectListAndUnlockOnACluster(t *testing.T) {
+	redistest.Slow(t)
 	cl := redistest.ClusterFor(t, 3, 0)
 	p := redistest.Prefix(t)
 	r := &rig{t: t, rdb: cl.Client(t), prefix: p, flags: []string{"-cluster", strings.Join(cl.Addrs(), ","), "-prefix", p}}

@@ -153,6 +153,7 @@ func TestBadUsageExitsWithStatus2(t *testing.T) {
 // A Redis that cannot be reached is exit status 2, within the -timeout
 // and well before go-redis's default dial timeout.
 func TestUnreachableRedisExitsWithStatus2(t *testing.T) {
+	redistest.Slow(t)
 	addr := unreachable(t)
 	for _, args := range [][]string{
 		{"inspect", "x"},

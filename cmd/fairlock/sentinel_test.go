@@ -17,6 +17,7 @@ import (
 // sentinels promoted the replica, and it redraws on a hand-over made on
 // the new primary (its pattern subscription followed the primary).
 func TestWatchFollowsASentinelFailover(t *testing.T) {
+	redistest.Slow(t)
 	set := redistest.SentinelFor(t, 1, 3)
 	p := redistest.Prefix(t)
 	r := &rig{t: t, rdb: set.Client(t), prefix: p,

@@ -74,6 +74,7 @@ func TestWatchShowsTheNewHolderAfterAHandOver(t *testing.T) {
 // Redis goes away (its connections closed, new ones refused) and comes
 // back restarted, empty; the watch says both and goes on.
 func TestWatchSaysWhenRedisGoesAndComesBack(t *testing.T) {
+	redistest.Slow(t)
 	s, err := redistest.Start()
 	require.NoError(t, err)
 	defer s.Stop()

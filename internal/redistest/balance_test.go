@@ -13,6 +13,7 @@ import (
 // with none, as redis-cli --cluster create sometimes leaves them) is
 // balanced again by waitHealthy.
 func TestWaitHealthyMovesAnExtraReplicaToAMasterWithout(t *testing.T) {
+	Slow(t)
 	t.Parallel()
 	c, err := StartCluster(3, 1)
 	require.NoError(t, err)

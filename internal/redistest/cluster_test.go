@@ -12,6 +12,7 @@ import (
 )
 
 func TestClusterFailsOverAKilledMasterAndStopEndsEveryNode(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	start := time.Now()
 	c, err := redistest.StartCluster(3, 1)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestSentinelFailsOverGracefullyAndAfterAKill(t *testing.T) {
+	redistest.Slow(t)
 	t.Parallel()
 	start := time.Now()
 	ss, err := redistest.StartSentinel(2, 3)

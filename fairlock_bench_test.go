@@ -26,10 +26,22 @@ func BenchmarkUncontendedLockUnlockObserved(b *testing.B) {
 	benchUncontended(b, fairlock.WithObserver(fairlock.ObserverFunc(func(context.Context, fairlock.Event) {})))
 }
 
+// BenchmarkUncontendedLockUnlockDeadline is BenchmarkUncontendedLockUnlock
+// with a context that has a deadline, as most callers pass: a context that
+// can end, which Lock and Unlock must honour even if Redis stalls.
+func BenchmarkUncontendedLockUnlockDeadline(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	benchUncontendedWith(b, ctx)
+}
+
 func benchUncontended(b *testing.B, opts ...fairlock.Option) {
+	benchUncontendedWith(b, context.Background(), opts...)
+}
+
+func benchUncontendedWith(b *testing.B, ctx context.Context, opts ...fairlock.Option) {
 	e := newEnv(b)
 	m := e.client(opts...).Mutex("uncontended")
-	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
 		lctx, err := m.Lock(ctx)
@@ -47,7 +59,17 @@ func benchUncontended(b *testing.B, opts ...fairlock.Option) {
 // the head of the line. Reports grants per second and the mean time from a
 // release to the next holder starting.
 func BenchmarkHandOverContended(b *testing.B) {
-	const clients, perClient = 4, 4
+	benchHandOver(b, 4, 4)
+}
+
+// BenchmarkHandOverOneClient is BenchmarkHandOverContended with the 16
+// goroutines on one Client: every hand-over is a local hand-off, which
+// the Client makes itself from the release's reply.
+func BenchmarkHandOverOneClient(b *testing.B) {
+	benchHandOver(b, 1, 16)
+}
+
+func benchHandOver(b *testing.B, clients, perClient int) {
 	e := newEnv(b)
 	var mutexes []*fairlock.Mutex
 	for range clients {

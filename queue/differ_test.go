@@ -108,9 +108,6 @@ func (d *differ) apply(r *rig, c call) (want, got any, handsOver bool, err error
 		w := d.model.ReleaseFrom(c.id, c.owner, c.own, c.lease)
 		var g queue.Released
 		g, err = r.release(d.ctx, c.id, c.owner, c.own, c.lease)
-		if w.Wake != "" && g.Wake != "" {
-			g.Wake = d.sameTimes([]string{w.Wake}, []string{g.Wake})[0]
-		}
 		want, got, handsOver = w, g, w.Count == 0 && !hadReceipt
 		d.world.done(c, false)
 	case opRenew:
@@ -147,6 +144,12 @@ func (d *differ) compare(want, got any, handsOver, refused bool) {
 		seen, msgs, got = d.translate(s, msgs, got)
 	}
 	seen = d.sameReceiptTimes(m, seen)
+	if w, ok := want.(queue.Released); ok {
+		if g, ok := got.(queue.Released); ok && w.Wake != "" && g.Wake != "" {
+			g.Wake = d.sameTimes([]string{w.Wake}, []string{g.Wake})[0]
+			got = g
+		}
+	}
 	if !refused && want != got {
 		d.fail("reply: model %+v, scripts %+v", want, got)
 	}

@@ -59,6 +59,13 @@ local function leave_queue()
   end
 end
 
+-- 0. The path most calls take: a free lock nobody waits for (neither the
+--    hold nor the line exists) is granted at once, reading no more. Never
+--    to a re-entry, whose hold is gone (see below).
+if mode ~= 'reenter' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+  return {1, tonumber(take(owner, entry, lease, now_ms())), 1}
+end
+
 local hold = redis.call('HMGET', KEYS[1], 'owner', 'count', 'token', 'entry')
 local holder = hold[1]
 

@@ -131,13 +131,26 @@ end
 -- script's start, which may be ms before now. Redis 7 and later (which
 -- tell scripts their version) are given SET ... PXAT; older servers are
 -- given PX, which they count from the SET itself, after now was read.
+--
+-- On Redis 7 and later the counter is read and written by one SET ... GET:
+-- it writes the clock term and answers the counter it replaced; only when
+-- that counter was at or above the clock term (a second grant in one ms,
+-- a clock that went back) is the counter + 1 written over it.
 local function take(owner, entry, ttl, now)
-  local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
-  local token = string.format('%d', math.max(counter + 1, now * 1000))
   local keep = math.max(ttl, 1)
+  local token
   if redis.REDIS_VERSION then
-    redis.call('SET', KEYS[4], token, 'PXAT', string.format('%d', now + keep))
+    local at = string.format('%d', now + keep)
+    local clock = string.format('%d', now * 1000)
+    local counter = tonumber(redis.call('SET', KEYS[4], clock, 'PXAT', at, 'GET') or '0')
+    token = clock
+    if counter + 1 > now * 1000 then
+      token = string.format('%d', counter + 1)
+      redis.call('SET', KEYS[4], token, 'PXAT', at)
+    end
   else
+    local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+    token = string.format('%d', math.max(counter + 1, now * 1000))
     redis.call('SET', KEYS[4], token, 'PX', string.format('%d', keep))
   end
   redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', token, 'entry', entry)

@@ -59,10 +59,11 @@ local function leave_queue()
   end
 end
 
--- 0. The path most calls take: a free lock nobody waits for (neither the
---    hold nor the line exists) is granted at once, reading no more. Never
---    to a re-entry, whose hold is gone (see below).
-if mode ~= 'reenter' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
+-- 0. The path most calls take: the first attempt of a Lock (try mode)
+--    finds the lock free and nobody waiting (neither the hold nor the line
+--    exists), and is granted at once, reading no more. Polls of a waiting
+--    Lock, which mostly find the lock held, do not pay for the check.
+if mode == 'try' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
   return {1, tonumber(take(owner, entry, lease, now_ms())), 1}
 end
 

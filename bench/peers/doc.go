@@ -27,7 +27,8 @@
 // Every goroutine loops for the whole run: Lock, enter the critical
 // section, hold, leave, Unlock. -workloads takes the keys:
 //
-//	floor           no library: the cross-process floor, run first; see its section
+//	floor           no library: the cross-process floor, run right before hold0
+//	                (first when hold0 does not run); see its section
 //	uncontended     1 goroutine and 1 client on one lock name
 //	uncontended-bg  the same, with context.Background() for Lock and Unlock
 //	hold0           16 goroutines over 4 clients (4 × 4), one name, holding nothing

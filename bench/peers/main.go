@@ -110,7 +110,10 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	}
 	r.printHeader(out)
 	runID := rand.Text()[:8]
-	if sel.floor {
+	// The floor is measured right before the workload it is set against,
+	// hold0, so that the two share the machine's state as closely as they
+	// can; first when hold0 does not run.
+	floor := func() error {
 		warm := min(o.warmup, (o.duration / 6).Round(time.Millisecond))
 		fmt.Fprintf(log, "peers: %s: %v warm-up, %v measured\n", floorKey, warm, o.duration)
 		f, err := measureFloor(ctx, srv, o.duration, warm, runID)
@@ -120,8 +123,19 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		printFloor(out, f)
 		r.Workloads = append(r.Workloads, floorKey)
 		r.Floor = &f
+		return nil
+	}
+	if sel.floor && !slices.ContainsFunc(sel.workloads, func(w workload) bool { return w.key == hold0Key }) {
+		if err := floor(); err != nil {
+			return err
+		}
 	}
 	for _, w := range sel.workloads {
+		if w.key == hold0Key && sel.floor {
+			if err := floor(); err != nil {
+				return err
+			}
+		}
 		d := o.duration
 		if w.long {
 			d = o.waitersDuration

@@ -231,33 +231,13 @@ func measureFloor(ctx context.Context, srv *server, d, warm time.Duration, runID
 		}
 	}
 
-	if err := srv.resetStats(ctx); err != nil {
-		return floorResult{}, err
-	}
-	before, err := srv.stats(ctx)
+	var t ringTally
+	before, rd, elapsed, err := measureWindow(ctx, srv, r.hook, d, func(rctx context.Context) (err error) {
+		t, err = r.run(rctx, prefix+":count")
+		return err
+	})
 	if err != nil {
 		return floorResult{}, err
-	}
-	calls := r.hook.read()
-	rctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	end := make(chan reading, 1)
-	start := time.Now()
-	go func() {
-		<-rctx.Done()
-		rd := reading{at: time.Now(), calls: r.hook.read().minus(calls)}
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
-		defer cancel()
-		rd.server, rd.err = srv.stats(sctx)
-		end <- rd
-	}()
-	t, err := r.run(rctx, prefix+":count")
-	rd := <-end
-	if err != nil {
-		return floorResult{}, err
-	}
-	if rd.err != nil {
-		return floorResult{}, rd.err
 	}
 	h := t.handOvers()
 	per := func(x float64) float64 {
@@ -266,7 +246,6 @@ func measureFloor(ctx context.Context, srv *server, d, warm time.Duration, runID
 		}
 		return x / float64(h)
 	}
-	elapsed := rd.at.Sub(start)
 	return floorResult{
 		Parties:             len(r.rdbs),
 		Seconds:             elapsed.Seconds(),

@@ -73,32 +73,49 @@ func measure(ctx context.Context, srv *server, w workload, lib library, d, warm 
 		cancel()
 	}
 
-	if err := srv.resetStats(ctx); err != nil {
-		return result{}, err
-	}
-	before, err := srv.stats(ctx)
+	var t *tally
+	before, end, elapsed, err := measureWindow(ctx, srv, set.hook, d, func(rctx context.Context) error {
+		t = drive(rctx, w, set.lockers, prefix, w.goroutines)
+		return nil
+	})
 	if err != nil {
 		return result{}, err
 	}
-	calls := set.hook.read()
+	return summarize(w, lib, t, elapsed, end, before), nil
+}
+
+// measureWindow runs body for d on srv, whose statistics it resets
+// first, and reads the clients' round trips (hook) and the server's
+// counters at the deadline, so that what the deadline cut short (and
+// leaving a queue) is not counted. It returns the server's counters
+// before, the reading at the deadline, the measured time, and body's
+// error or the reading's.
+func measureWindow(ctx context.Context, srv *server, hook *roundTrips, d time.Duration, body func(context.Context) error) (before serverStats, end reading, elapsed time.Duration, err error) {
+	if err := srv.resetStats(ctx); err != nil {
+		return serverStats{}, reading{}, 0, err
+	}
+	if before, err = srv.stats(ctx); err != nil {
+		return serverStats{}, reading{}, 0, err
+	}
+	calls := hook.read()
 	rctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	end := make(chan reading, 1)
+	read := make(chan reading, 1)
 	start := time.Now()
 	go func() {
 		<-rctx.Done()
-		r := reading{at: time.Now(), calls: set.hook.read().minus(calls)}
+		r := reading{at: time.Now(), calls: hook.read().minus(calls)}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unlockTimeout)
 		defer cancel()
 		r.server, r.err = srv.stats(sctx)
-		end <- r
+		read <- r
 	}()
-	t := drive(rctx, w, set.lockers, prefix, w.goroutines)
-	r := <-end
-	if r.err != nil {
-		return result{}, r.err
+	err = body(rctx)
+	end = <-read
+	if err == nil {
+		err = end.err
 	}
-	return summarize(w, lib, t, r.at.Sub(start), r, before), nil
+	return before, end, end.at.Sub(start), err
 }
 
 // summarize turns a run's tally and counters into its result.

@@ -41,8 +41,7 @@ func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprint(stdout, stateText(st))
 	}
 	if !found(st) {
-		fmt.Fprintf(stderr, "fairlock inspect: lock %q not found: nobody holds it and nobody waits for it (prefix %q)\n", st.Name, c.prefix)
-		return exitNotFound
+		return c.notFound(stderr, st.Name, "")
 	}
 	return exitOK
 }

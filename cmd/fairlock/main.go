@@ -137,6 +137,13 @@ func (c *common) usageError(stderr io.Writer, err error) int {
 	return exitError
 }
 
+// notFound reports a lock that nobody holds and nobody waits for, with
+// more said after it if not empty, and returns its status.
+func (c *common) notFound(stderr io.Writer, name, more string) int {
+	fmt.Fprintf(stderr, "fairlock %s: lock %q not found: nobody holds it and nobody waits for it (prefix %q)%s\n", c.name, name, c.prefix, more)
+	return exitNotFound
+}
+
 // fail reports an error of Redis or of the library and returns its status.
 func (c *common) fail(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "fairlock %s: %s: %v\n", c.name, c.spec, err)

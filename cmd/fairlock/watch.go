@@ -93,8 +93,7 @@ func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		case err != nil:
 			return c.fail(stderr, err)
 		case !found(st):
-			fmt.Fprintf(stderr, "fairlock watch: lock %q not found: nobody holds it and nobody waits for it (prefix %q); -idle watches it all the same\n", name, c.prefix)
-			return exitNotFound
+			return c.notFound(stderr, name, "; -idle watches it all the same")
 		}
 	}
 	w := &watcher{c: &c, fl: fl, name: name, out: stdout, tty: isTerminal(stdout), every: every}

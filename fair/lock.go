@@ -349,7 +349,9 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 		if signalled != nil {
 			timer.Stop() // no stale tick can follow (Go 1.23 timers)
 			if token, ok := signalled.Grant(); ok {
-				pushed = clock.latency(signalled.GrantTime())
+				if l.e.observing() { // only the Observer is told the latency
+					pushed = clock.latency(signalled.GrantTime())
+				}
 				if span, trusted := l.pushedSpan(req, polled); trusted {
 					return granted(l.hold(ctx, req, entry, token, polled, span))
 				}

@@ -202,15 +202,15 @@ func (o *Observer) take(call string) trace.Span {
 // one.
 func (o *Observer) waitDone(ctx context.Context, e fairlock.Event) {
 	outcome := waitOutcome(ctx, e)
-	attrs := o.attrs(e.Lock, OutcomeKey.String(outcome))
+	attrs, lockOnly := o.attrs(e.Lock, OutcomeKey.String(outcome)), o.attrs(e.Lock)
 	o.waitDuration.Record(ctx, e.Waited.Seconds(), attrs)
 	if e.Kind == fairlock.Granted {
 		o.grants.Add(ctx, 1, attrs)
 		if e.HandOver > 0 {
-			o.handOver.Record(ctx, e.HandOver.Seconds(), o.attrs(e.Lock))
+			o.handOver.Record(ctx, e.HandOver.Seconds(), lockOnly)
 		}
 		if e.Grant != fairlock.GrantReentry {
-			o.holding.Add(ctx, 1, o.attrs(e.Lock))
+			o.holding.Add(ctx, 1, lockOnly)
 		}
 	} else {
 		o.giveUps.Add(ctx, 1, attrs)
@@ -219,7 +219,7 @@ func (o *Observer) waitDone(ctx context.Context, e fairlock.Event) {
 	if span == nil {
 		return
 	}
-	o.waiting.Add(ctx, -1, o.attrs(e.Lock))
+	o.waiting.Add(ctx, -1, lockOnly)
 	span.SetAttributes(OutcomeKey.String(outcome))
 	if e.Kind == fairlock.Granted {
 		granted := []attribute.KeyValue{attribute.Int64("fairlock.lock.token", e.Token)}

@@ -213,7 +213,7 @@ func TestFirstCallsHonourTheirDeadlineWhileRedisIsStopped(t *testing.T) {
 	unlock, freed := unlockOnHold(t, e)
 	calls["Unlock"] = unlock
 
-	resume := pause(t, e.rdb.(*redis.Client))
+	resume := redistest.Pause(t, e.rdb.(*redis.Client))
 	requireHung(t, e, nil)
 	requireDeadlinesHonoured(t, calls)
 	resume()

@@ -165,7 +165,7 @@ func TestInspectAndListHonourTheirDeadlineWhileRedisIsStopped(t *testing.T) {
 	hctx, err := c.Mutex("stopped").Lock(ctx)
 	require.NoError(t, err)
 
-	resume := pause(t, e.rdb.(*redis.Client))
+	resume := redistest.Pause(t, e.rdb.(*redis.Client))
 	calls := map[string]func(ctx context.Context) error{
 		"Inspect": func(ctx context.Context) error { _, err := c.Inspect(ctx, "stopped"); return err },
 		"List":    func(ctx context.Context) error { _, err := c.List(ctx, ""); return err },

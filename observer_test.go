@@ -269,7 +269,7 @@ func TestObserverSeesHoldsEndForEachCause(t *testing.T) {
 	// Renewals fail while the server is stopped, until the lease is lost.
 	_, err = c.Mutex("stopped").Lock(ctx)
 	require.NoError(t, err)
-	resume := pause(t, e.rdb.(*redis.Client))
+	resume := redistest.Pause(t, e.rdb.(*redis.Client))
 	failed := rec.awaitEvent(t, "stopped", func(e fairlock.Event) bool { return e.Kind == fairlock.RenewalFailed })
 	require.Error(t, failed.Err)
 	ev = ended("stopped")

@@ -107,7 +107,7 @@ func TestUnacknowledgedTryLockOnAScriptlessServerTakesOneTimeoutAndLeavesNothing
 	// it has acknowledged, so every WAIT runs out.
 	require.NoError(t, p.primary.ScriptFlush(bg).Err())
 	require.NoError(t, p.replica.ScriptFlush(bg).Err())
-	resume := pause(t, p.replica)
+	resume := redistest.Pause(t, p.replica)
 	require.NoError(t, p.primary.Set(bg, prefix+"moved", "1", 0).Err())
 
 	waits := waitsServed(t, p.primary)

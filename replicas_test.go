@@ -5,10 +5,8 @@ package fairlock_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -150,34 +148,6 @@ func nothingLeft(rdb *redis.Client, k queue.Keys) string {
 	return ""
 }
 
-// pause stops the server at addr (SIGSTOP) until the returned function or
-// the test's end resumes it. A stopped replica acknowledges nothing.
-func pause(t *testing.T, rdb *redis.Client) (resume func()) {
-	t.Helper()
-	info, err := rdb.Info(context.Background(), "server").Result()
-	require.NoError(t, err)
-	var pid int
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			pid, err = strconv.Atoi(v)
-			require.NoError(t, err)
-		}
-	}
-	require.Positive(t, pid, "INFO names the server's process")
-	p, err := os.FindProcess(pid)
-	require.NoError(t, err)
-	require.NoError(t, p.Signal(syscall.SIGSTOP))
-	resumed := false
-	resume = func() {
-		if !resumed {
-			resumed = true
-			_ = p.Signal(syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
-	return resume
-}
-
 func TestReplicatedGrantsOnSentinel(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()
@@ -226,7 +196,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 		// grant. (Two replicas asked for, with one connected, would fail
 		// at once: see TestPrimaryWithoutReplicasFailsAtOnce.)
 		m := rs.client(t, prefix, fairlock.WithReplicas(1, 100*time.Millisecond)).Mutex("lock")
-		resume := pause(t, rs.replica)
+		resume := redistest.Pause(t, rs.replica)
 		defer resume()
 
 		ctx, cancel := context.WithTimeout(bg, time.Second)
@@ -276,7 +246,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 		hctx, err := m.Lock(bg)
 		require.NoError(t, err)
 
-		resume := pause(t, rs.replica)
+		resume := redistest.Pause(t, rs.replica)
 		_, err = m.Lock(hctx)
 		require.ErrorIs(t, err, fairlock.ErrNotReplicated)
 		require.NoError(t, hctx.Err(), "the hold lives on")
@@ -307,7 +277,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 		require.Eventually(t, func() bool { return rs.primary.LLen(bg, k.Queue).Val() == 1 },
 			10*time.Second, 5*time.Millisecond, "the waiter joins the line")
 
-		resume := pause(t, rs.replica)
+		resume := redistest.Pause(t, rs.replica)
 		err = m.Unlock(hctx)
 		require.ErrorIs(t, err, fairlock.ErrNotReplicated)
 		require.ErrorContains(t, err, "sent again")
@@ -353,7 +323,7 @@ func TestReplicatedGrantsOnSentinel(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, m.Unlock(warm))
 
-		resume := pause(t, rs.replica)
+		resume := redistest.Pause(t, rs.replica)
 		p.LoseNextReply()
 		ctx, cancel := context.WithTimeout(bg, 1500*time.Millisecond)
 		defer cancel()

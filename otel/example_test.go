@@ -12,12 +12,13 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/otel"
 )
 
 // redisAddr is the address of the Redis the example uses; in your code,
 // the address of yours.
-func redisAddr() string { return sharedAddr }
+func redisAddr() string { return redistest.SharedAddr() }
 
 // Example exports a Client's metrics to Prometheus, labelled by the part
 // of each lock's name before the ':'.

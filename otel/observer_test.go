@@ -17,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/otel"
 )
 
@@ -40,7 +41,7 @@ func with(name, outcome string) string {
 
 func TestAnUncontendedLockRecordsAFreshGrantAndAnUnlockedHold(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr)
+	r := newRig(t, redistest.SharedAddr())
 	m := r.client().Mutex("free")
 	tracer := r.tp.Tracer("caller")
 	ctx, parent := tracer.Start(context.Background(), "request")
@@ -82,7 +83,7 @@ func TestAnUncontendedLockRecordsAFreshGrantAndAnUnlockedHold(t *testing.T) {
 
 func TestAHandOverBetweenTwoClientsIsOneWaitInLine(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr)
+	r := newRig(t, redistest.SharedAddr())
 	holder := r.client().Mutex("line")
 	waiter := r.client().Mutex("line")
 	ctx := context.Background()
@@ -134,7 +135,7 @@ func TestAHandOverBetweenTwoClientsIsOneWaitInLine(t *testing.T) {
 
 func TestAFailedTryLockIsAGiveUpThatNeverWaited(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr)
+	r := newRig(t, redistest.SharedAddr())
 	ctx := context.Background()
 	holder := r.plain().Mutex("busy")
 	hctx, err := holder.Lock(ctx)
@@ -154,7 +155,7 @@ func TestAFailedTryLockIsAGiveUpThatNeverWaited(t *testing.T) {
 
 func TestALockThatGivesUpAtItsDeadlineLeavesNoWaiter(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr)
+	r := newRig(t, redistest.SharedAddr())
 	ctx := context.Background()
 	holder := r.plain().Mutex("deadline")
 	hctx, err := holder.Lock(ctx)
@@ -184,7 +185,7 @@ func TestALockThatGivesUpAtItsDeadlineLeavesNoWaiter(t *testing.T) {
 
 func TestAReentryIsAGrantButNotAnotherHold(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr)
+	r := newRig(t, redistest.SharedAddr())
 	m := r.client().Mutex("again")
 	hctx, err := m.Lock(context.Background())
 	require.NoError(t, err)
@@ -211,7 +212,7 @@ func TestAReentryIsAGrantButNotAnotherHold(t *testing.T) {
 
 func TestALeaseLostToForceUnlockIsCounted(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr)
+	r := newRig(t, redistest.SharedAddr())
 	ctx := context.Background()
 	_, err := r.client(fairlock.WithLease(300 * time.Millisecond)).Mutex("lost").Lock(ctx)
 	require.NoError(t, err)
@@ -233,7 +234,7 @@ func TestALeaseLostToForceUnlockIsCounted(t *testing.T) {
 
 func TestAFixedLeaseThatRanOutIsCounted(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr)
+	r := newRig(t, redistest.SharedAddr())
 	_, err := r.client().Mutex("fixed", fairlock.WithFixedLease(100*time.Millisecond)).Lock(context.Background())
 	require.NoError(t, err)
 	r.awaitValue(with(leasesLost, otel.OutcomeLeaseRanOut), 1)
@@ -254,13 +255,13 @@ func TestAFixedLeaseThatRanOutIsCounted(t *testing.T) {
 // test's own while a hold is renewed on it.
 func TestRenewalsFailingUntilTheLeaseIsLostAreCounted(t *testing.T) {
 	t.Parallel()
-	srv, err := startRedis()
+	srv, err := redistest.Start()
 	require.NoError(t, err)
-	t.Cleanup(srv.stop)
-	r := newRig(t, srv.addr)
+	t.Cleanup(srv.Stop)
+	r := newRig(t, srv.Addr)
 	_, err = r.client(fairlock.WithLease(300 * time.Millisecond)).Mutex("stopped").Lock(context.Background())
 	require.NoError(t, err)
-	resume := srv.pause()
+	resume := redistest.Pause(t, srv.Client(t))
 	r.awaitValue(with(leasesLost, otel.OutcomeLeaseLost), 1)
 	resume()
 
@@ -281,7 +282,7 @@ func TestRenewalsFailingUntilTheLeaseIsLostAreCounted(t *testing.T) {
 
 func TestCloseEndsHoldsAndWaitsAndTheCountersReturnToZero(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr)
+	r := newRig(t, redistest.SharedAddr())
 	ctx := context.Background()
 	c := r.client()
 	other := r.plain().Mutex("waited")
@@ -327,7 +328,7 @@ func group(name string) (attribute.KeyValue, bool) {
 
 func TestWithLockAttributeLabelsMetricsAndSpansOnlyWhereItSays(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr, otel.WithLockAttribute(group))
+	r := newRig(t, redistest.SharedAddr(), otel.WithLockAttribute(group))
 	c := r.client()
 	ctx := context.Background()
 	for _, name := range []string{"invoice:1", "invoice:2", "plain"} {
@@ -364,7 +365,7 @@ func TestWithLockAttributeLabelsMetricsAndSpansOnlyWhereItSays(t *testing.T) {
 // re-entry has its hold, and the Observer keeps no span.
 func TestTheCountersReturnToZeroAfterAChurn(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, sharedAddr)
+	r := newRig(t, redistest.SharedAddr())
 	mutexes := []*fairlock.Mutex{r.client().Mutex("churn"), r.client().Mutex("churn")}
 	var wg sync.WaitGroup
 	for g := range 8 {

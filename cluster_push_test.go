@@ -197,13 +197,11 @@ func busPublishes(t *testing.T, cluster *redistest.Cluster, addrs []string) int 
 	for _, addr := range addrs {
 		info, err := cluster.Node(addr).Client(t).ClusterInfo(t.Context()).Result()
 		require.NoError(t, err)
-		for line := range strings.Lines(info) {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cluster_stats_messages_publish_sent:"); ok {
-				var m int
-				_, err := fmt.Sscan(v, &m)
-				require.NoError(t, err)
-				n += m
-			}
+		if v := redistest.InfoField(info, "cluster_stats_messages_publish_sent"); v != "" {
+			var m int
+			_, err := fmt.Sscan(v, &m)
+			require.NoError(t, err)
+			n += m
 		}
 	}
 	return n

@@ -170,15 +170,11 @@ func infoInt(t *testing.T, rdb redis.UniversalClient, section, field string) int
 	t.Helper()
 	info, err := rdb.Info(context.Background(), section).Result()
 	require.NoError(t, err)
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatalf("INFO %s has no %s", section, field)
-	return 0
+	v := redistest.InfoField(info, field)
+	require.NotEmpty(t, v, "INFO %s has no %s", section, field)
+	n, err := strconv.ParseInt(v, 10, 64)
+	require.NoError(t, err)
+	return n
 }
 
 // TestAFullServerStillReleasesAndHandsOver fills the server's memory while

@@ -4,7 +4,7 @@ package fairlock_test
 
 import (
 	"context"
-	"strconv"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -51,17 +51,7 @@ func startPair(t *testing.T) *pair {
 // connected returns how many replicas rdb reports connected.
 func connected(t *testing.T, rdb *redis.Client) int {
 	t.Helper()
-	info, err := rdb.Info(context.Background(), "replication").Result()
-	require.NoError(t, err)
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
-			n, err := strconv.Atoi(v)
-			require.NoError(t, err)
-			return n
-		}
-	}
-	t.Fatal("INFO replication names no connected_slaves")
-	return 0
+	return int(infoInt(t, rdb, "replication", "connected_slaves"))
 }
 
 // waitsServed returns how many WAIT commands rdb's server has answered.
@@ -69,14 +59,14 @@ func waitsServed(t *testing.T, rdb *redis.Client) int {
 	t.Helper()
 	info, err := rdb.Info(context.Background(), "commandstats").Result()
 	require.NoError(t, err)
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_wait:calls="); ok {
-			n, err := strconv.Atoi(v[:strings.IndexByte(v, ',')])
-			require.NoError(t, err)
-			return n
-		}
+	stats := redistest.InfoField(info, "cmdstat_wait") // "calls=N,usec=...", or none before the first WAIT
+	if stats == "" {
+		return 0
 	}
-	return 0
+	var n int
+	_, err = fmt.Sscanf(stats, "calls=%d,", &n)
+	require.NoError(t, err)
+	return n
 }
 
 // clientOf returns a Client over a redis client of its own of rdb's server.

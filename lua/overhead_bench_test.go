@@ -75,16 +75,10 @@ func evalshaMicros(b *testing.B, rdb *redis.Client) float64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for line := range strings.SplitSeq(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
-			var calls, usec int64
-			var per float64
-			if _, err := fmt.Sscanf(rest, "calls=%d,usec=%d,usec_per_call=%f", &calls, &usec, &per); err != nil {
-				b.Fatal(err)
-			}
-			return per
-		}
+	var calls, usec int64
+	var per float64
+	if _, err := fmt.Sscanf(redistest.InfoField(info, "cmdstat_evalsha"), "calls=%d,usec=%d,usec_per_call=%f", &calls, &usec, &per); err != nil {
+		b.Fatalf("INFO commandstats, evalsha: %v", err)
 	}
-	b.Fatal("no evalsha in INFO commandstats")
-	return 0
+	return per
 }

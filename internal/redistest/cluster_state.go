@@ -282,10 +282,10 @@ func (c *Cluster) health(ctx context.Context, wantReplicas int) error {
 		if err != nil {
 			return fmt.Errorf("%s: CLUSTER INFO: %w", s.Addr, err)
 		}
-		if st := infoField(info, "cluster_state"); st != "ok" {
+		if st := InfoField(info, "cluster_state"); st != "ok" {
 			return fmt.Errorf("%s: cluster_state:%s", s.Addr, st)
 		}
-		if n := infoField(info, "cluster_slots_ok"); n != strconv.Itoa(clusterSlots) {
+		if n := InfoField(info, "cluster_slots_ok"); n != strconv.Itoa(clusterSlots) {
 			return fmt.Errorf("%s: cluster_slots_ok:%s", s.Addr, n)
 		}
 		nodes, err := c.view(ctx, s.Addr)
@@ -316,7 +316,7 @@ func (c *Cluster) health(ctx context.Context, wantReplicas int) error {
 			if err != nil {
 				return fmt.Errorf("%s: INFO replication: %w", s.Addr, err)
 			}
-			if st := infoField(repl, "master_link_status"); st != "up" {
+			if st := InfoField(repl, "master_link_status"); st != "up" {
 				return fmt.Errorf("replica %s: master_link_status:%s", s.Addr, st)
 			}
 		}
@@ -352,8 +352,9 @@ func slotOwners(nodes []clusterNode) string {
 	return strings.Join(parts, " ")
 }
 
-// infoField returns the value of one "name:value" line of an INFO reply.
-func infoField(info, name string) string {
+// InfoField returns the value of one "name:value" line of an INFO reply
+// (or of CLUSTER INFO), "" when it has none.
+func InfoField(info, name string) string {
 	for line := range strings.Lines(info) {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
 			return v

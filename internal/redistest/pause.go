@@ -6,7 +6,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -23,16 +22,9 @@ func Pause(t testing.TB, rdb *redis.Client) (resume func()) {
 	if err != nil {
 		t.Fatalf("redistest: INFO server: %v", err)
 	}
-	pid := 0
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			if pid, err = strconv.Atoi(v); err != nil {
-				t.Fatalf("redistest: INFO process_id %q: %v", v, err)
-			}
-		}
-	}
-	if pid <= 0 {
-		t.Fatal("redistest: INFO names no process_id")
+	pid, err := strconv.Atoi(InfoField(info, "process_id"))
+	if err != nil || pid <= 0 {
+		t.Fatalf("redistest: INFO names no process_id: %v", err)
 	}
 	p, err := os.FindProcess(pid)
 	if err != nil {

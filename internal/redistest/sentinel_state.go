@@ -32,7 +32,7 @@ func (ss *SentinelSet) replicasInSync(ctx context.Context, addr string, n int) e
 	}
 	online := 0
 	for i := range n {
-		if strings.Contains(infoField(info, "slave"+strconv.Itoa(i)), "state=online") {
+		if strings.Contains(InfoField(info, "slave"+strconv.Itoa(i)), "state=online") {
 			online++
 		}
 	}
@@ -47,7 +47,7 @@ func (ss *SentinelSet) replicasInSync(ctx context.Context, addr string, n int) e
 		if err != nil {
 			return fmt.Errorf("replica %s: INFO replication: %w", s.Addr, err)
 		}
-		if st := infoField(repl, "master_link_status"); st != "up" {
+		if st := InfoField(repl, "master_link_status"); st != "up" {
 			return fmt.Errorf("replica %s: master_link_status:%s", s.Addr, st)
 		}
 	}
@@ -127,7 +127,7 @@ func (ss *SentinelSet) settled(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("primary %s: INFO replication: %w", primary, err)
 	}
-	if role := infoField(info, "role"); role != "master" {
+	if role := InfoField(info, "role"); role != "master" {
 		return "", fmt.Errorf("the sentinels report %s, which answers as %s", primary, role)
 	}
 	return primary, nil

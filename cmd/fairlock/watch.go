@@ -83,24 +83,19 @@ func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		wakes = ps.Channel()
 	}
-	if !idle {
-		ictx, cancel := context.WithTimeout(ctx, c.timeout)
-		st, err := fl.Inspect(ictx, name)
-		cancel()
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return exitOK // interrupted before the first view
-		case err != nil:
-			return c.fail(stderr, err)
-		case !found(st):
-			return c.notFound(stderr, name, "; -idle watches it all the same")
-		}
-	}
 	w := &watcher{c: &c, fl: fl, name: name, out: stdout, tty: isTerminal(stdout), every: every}
-	if err := w.refresh(ctx, "start"); err != nil {
-		if ctx.Err() != nil {
-			return exitOK // interrupted before the first view
-		}
+	// The first read is the first view, and without -idle it also tells
+	// whether the lock is in use at all.
+	st, err := w.read(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return exitOK // interrupted before the first view
+	case err != nil && !idle:
+		return c.fail(stderr, err)
+	case err == nil && !idle && !found(st):
+		return c.notFound(stderr, name, "; -idle watches it all the same")
+	}
+	if err := w.show(st, err, "start"); err != nil {
 		return c.fail(stderr, err)
 	}
 
@@ -132,12 +127,23 @@ type watcher struct {
 
 // refresh reads the lock and draws it, or draws why it could not.
 func (w *watcher) refresh(ctx context.Context, why string) error {
-	rctx, cancel := context.WithTimeout(ctx, w.c.timeout)
-	st, err := w.fl.Inspect(rctx, w.name)
-	cancel()
+	st, err := w.read(ctx)
 	if ctx.Err() != nil {
 		return ctx.Err() // the end of the watch, not a failure of Redis
 	}
+	return w.show(st, err, why)
+}
+
+// read reads the lock, bounded by -timeout.
+func (w *watcher) read(ctx context.Context) (fairlock.LockState, error) {
+	rctx, cancel := context.WithTimeout(ctx, w.c.timeout)
+	defer cancel()
+	return w.fl.Inspect(rctx, w.name)
+}
+
+// show draws st, read for why, or why it could not be read (err); it
+// returns err.
+func (w *watcher) show(st fairlock.LockState, err error, why string) error {
 	now := time.Now()
 	if err != nil {
 		if w.down.IsZero() {

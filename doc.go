@@ -26,6 +26,12 @@
 // hold of the lock (one derived from another lock's hold) takes a fresh
 // one.
 //
+// MultiLock takes several locks together, all or none: Lock returns one
+// context that carries a hold of every name and ends when any of them
+// does. Its names are taken in one order that every Client follows, so
+// callers of overlapping sets, and Mutex callers of single names, never
+// deadlock.
+//
 // A hold has a lease. By default a watchdog renews it every third of the
 // lease (WithLease, 30s), so a hold lasts until Unlock, and a crashed
 // holder's lock expires one lease after its last renewal. WithFixedLease

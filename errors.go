@@ -75,13 +75,18 @@ var (
 	// ErrInvalidOption: an option was given a value it does not accept
 	// (see each option), or New was given a nil client.
 	ErrInvalidOption = errs.ErrInvalidOption
+
+	// ErrTooManyNames: a MultiLock was given more than MaxMultiNames
+	// distinct names.
+	ErrTooManyNames = errs.ErrTooManyNames
 )
 
 // Errors for nil arguments: programming errors, reported instead of a panic.
 var (
-	errNilContext = errors.New("fairlock: nil context")
-	errNilMutex   = errors.New("fairlock: nil Mutex")
-	errNilClient  = errors.New("fairlock: Mutex of a nil Client")
+	errNilContext   = errors.New("fairlock: nil context")
+	errNilMutex     = errors.New("fairlock: nil Mutex")
+	errNilClient    = errors.New("fairlock: Mutex of a nil Client")
+	errNilMultiLock = errors.New("fairlock: nil MultiLock")
 	// errNilClientCall is returned by the Client's own methods when it is
 	// nil.
 	errNilClientCall = errors.New("fairlock: nil Client")

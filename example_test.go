@@ -300,3 +300,30 @@ func ExampleClient_Inspect() {
 	// true billing-1 1 true 0
 	// [invoice:42]
 }
+
+// A transfer locks both accounts; given in either order, the names are
+// taken in one order, so two opposite transfers never deadlock.
+func ExampleClient_MultiLock() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-multi"))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	accounts := locks.MultiLock([]string{"account:bob", "account:alice"})
+	ctx, err := accounts.Lock(context.Background()) // both, or none
+	if err != nil {
+		panic(err)
+	}
+	defer accounts.Unlock(ctx)
+
+	fmt.Println(accounts.Names())
+	alice, _ := accounts.Token(ctx, "account:alice")
+	fmt.Println("fencing token for alice's account:", alice > 0)
+	// Output:
+	// [account:alice account:bob]
+	// fencing token for alice's account: true
+}

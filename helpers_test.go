@@ -112,8 +112,13 @@ type result struct {
 	err error
 }
 
+// locker is what lockAsync calls: a Mutex or a MultiLock.
+type locker interface {
+	Lock(ctx context.Context) (context.Context, error)
+}
+
 // lockAsync calls m.Lock(ctx) in a goroutine.
-func lockAsync(ctx context.Context, m *fairlock.Mutex) <-chan result {
+func lockAsync(ctx context.Context, m locker) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
 		lctx, err := m.Lock(ctx)

@@ -88,18 +88,47 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error)
 	if err := m.usable(ctx); err != nil {
 		return nil, err
 	}
-	if ctx.Err() != nil {
-		return nil, ctxErr(ctx)
+	owner, explicit, err := lockOwner(ctx)
+	if err != nil {
+		return nil, err
 	}
-	owner, explicit := ownerFrom(ctx)
+	h, err := m.take(ctx, owner, explicit, wait)
+	if err != nil {
+		return nil, err
+	}
+	return withHold(ctx, m, h), nil
+}
+
+// lockOwner returns the owner a Lock call with ctx takes a fresh hold
+// for: the one ContextWithOwner named (shared), or else a new random one;
+// or the error that stops the call (ctx ended, an invalid owner).
+func lockOwner(ctx context.Context) (owner string, shared bool, err error) {
+	if ctx.Err() != nil {
+		return "", false, ctxErr(ctx)
+	}
+	owner, shared = ownerFrom(ctx)
+	if !shared {
+		return uuid.NewString(), false, nil
+	}
+	if err := queue.ValidateOwner(owner); err != nil {
+		return "", false, err
+	}
+	return owner, true, nil
+}
+
+// take re-enters the live hold of this lock that ctx carries, or else
+// takes a fresh hold for owner (shared: the owner came from
+// ContextWithOwner), waiting in line when wait is set. A carried hold is
+// re-entered only by its own owner when ctx names one.
+func (m *Mutex) take(ctx context.Context, owner string, shared, wait bool) (*fair.Hold, error) {
 	h, err := m.holdFrom(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if h != nil && (!explicit || owner == h.Owner()) {
+	if h != nil && (!shared || owner == h.Owner()) {
 		err := h.Enter(ctx)
 		if err == nil {
-			return withHold(ctx, m, h), nil
+			return h, nil
 		}
 		if !errors.Is(err, ErrNotHeld) {
 			// Lost or closed: a re-entry is never a fresh grant.
@@ -107,16 +136,7 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error)
 		}
 		// The carried hold was unlocked: take a new one.
 	}
-	if !explicit {
-		owner = uuid.NewString()
-	} else if err := queue.ValidateOwner(owner); err != nil {
-		return nil, err
-	}
-	h, err = m.lock.Lock(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: explicit})
-	if err != nil {
-		return nil, err
-	}
-	return withHold(ctx, m, h), nil
+	return m.lock.Lock(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: shared})
 }
 
 // Unlock gives up one level of the hold carried by ctx (the context Lock

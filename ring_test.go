@@ -97,3 +97,25 @@ func TestRingHandsOverByPushOnEveryShard(t *testing.T) {
 		require.NoError(t, waiters.Mutex(name).Unlock(r.ctx))
 	}
 }
+
+// The MultiLock core cases on a Ring of two shards: its names land on
+// both, and are taken in one order like any others.
+func TestRingMultiLock(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	ring := newRing(t)
+	dial := func(testing.TB) redis.UniversalClient { return ring }
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, e *env, base string)
+	}{
+		{"HoldsEveryNameUntilUnlock", multiLockHoldsEveryNameUntilUnlock},
+		{"TryLockIsAllOrNone", multiLockTryLockIsAllOrNone},
+		{"ThatGivesUpHoldsNothing", multiLockThatGivesUpHoldsNothing},
+		{"OverlappingSetsNeverDeadlock", multiLockOverlappingSetsNeverDeadlock},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c.run(t, &env{t: t, rdb: ring, prefix: redistest.Prefix(t), dial: dial}, "ring")
+		})
+	}
+}

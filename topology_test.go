@@ -111,6 +111,10 @@ func runCoreCases(t *testing.T, topo topology) {
 		{"ForceUnlockHandsOverAndHolderLearnsLeaseLost", forceUnlockHandsOverAndHolderLearnsLeaseLost},
 		{"WaiterDeadlineExceededIsReportedAndLeavesNoTrace", waiterDeadlineExceededIsReportedAndLeavesNoTrace},
 		{"CloseReturnsErrClosedToWaitersAndReleasesHolds", closeReturnsErrClosedToWaitersAndReleasesHolds},
+		{"MultiLockHoldsEveryNameUntilUnlock", multiLockHoldsEveryNameUntilUnlock},
+		{"MultiLockTryLockIsAllOrNone", multiLockTryLockIsAllOrNone},
+		{"MultiLockThatGivesUpHoldsNothing", multiLockThatGivesUpHoldsNothing},
+		{"MultiLockOverlappingSetsNeverDeadlock", multiLockOverlappingSetsNeverDeadlock},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

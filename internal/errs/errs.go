@@ -20,6 +20,7 @@ var (
 	ErrInvalidPrefix = errors.New("fairlock: invalid key prefix")
 	ErrInvalidOwner  = errors.New("fairlock: invalid owner id")
 	ErrInvalidOption = errors.New("fairlock: invalid option")
+	ErrTooManyNames  = errors.New("fairlock: too many lock names")
 )
 
 // ErrUnexpectedReply says Redis answered something fairlock does not read:

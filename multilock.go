@@ -1,0 +1,292 @@
+package fairlock
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+)
+
+// MaxMultiNames is the most names one MultiLock takes, counted after
+// duplicates are dropped.
+const MaxMultiNames = 64
+
+// MultiLock is a handle on several named locks taken together: all of
+// them or none. Its methods are safe for concurrent use. Each name is the
+// lock a Mutex of that name is, so MultiLock and Mutex callers of the same
+// names exclude each other.
+//
+// Lock takes the names one after another in one order that every Client
+// follows (bytewise on their Redis keys), waiting in each name's FIFO line
+// while it holds the names before it. Because every caller takes names in
+// that order, no two callers can each hold a name the other waits for, so
+// MultiLock callers whose sets overlap, and Mutex callers of single names,
+// never deadlock. The price: a waiting MultiLock holds the names that
+// come before the one it waits for.
+type MultiLock struct {
+	c     *Client
+	locks []*Mutex // in the order they are taken; nil when err != nil
+	err   error    // invalid names or option: returned by every method
+}
+
+// MultiLock returns a handle on the locks of names, taken together. A
+// name given twice counts once. opts apply to every name, as they do to a
+// Mutex. No names, an invalid name, or more than MaxMultiNames names make
+// every method fail: with ErrInvalidName, or ErrTooManyNames.
+func (c *Client) MultiLock(names []string, opts ...MutexOption) *MultiLock {
+	if c == nil {
+		return &MultiLock{err: errNilClient}
+	}
+	ml := &MultiLock{c: c}
+	if len(names) == 0 {
+		ml.err = fmt.Errorf("%w: a MultiLock needs at least one name", ErrInvalidName)
+		return ml
+	}
+	seen := make(map[string]bool, len(names))
+	for _, name := range names {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		m := c.Mutex(name, opts...)
+		if m.err != nil {
+			ml.err = m.err
+			return ml
+		}
+		ml.locks = append(ml.locks, m)
+	}
+	if len(ml.locks) > MaxMultiNames {
+		ml.err = fmt.Errorf("%w: %d names, more than %d", ErrTooManyNames, len(ml.locks), MaxMultiNames)
+		ml.locks = nil
+		return ml
+	}
+	slices.SortFunc(ml.locks, func(a, b *Mutex) int { return cmp.Compare(a.key.lock, b.key.lock) })
+	return ml
+}
+
+// Names returns the lock names, each once, in the order Lock takes them.
+func (ml *MultiLock) Names() []string {
+	if ml == nil {
+		return nil
+	}
+	names := make([]string, len(ml.locks))
+	for i, m := range ml.locks {
+		names[i] = m.name
+	}
+	return names
+}
+
+// usable returns the error that stops any call: a bad handle, a nil
+// context, a closed Client.
+func (ml *MultiLock) usable(ctx context.Context) error {
+	switch {
+	case ml == nil || (ml.err == nil && ml.c == nil):
+		return errNilMultiLock
+	case ml.err != nil:
+		return ml.err
+	}
+	return ml.locks[0].usable(ctx)
+}
+
+// Lock waits until it holds every name, or until ctx ends. It returns a
+// context that carries a hold of each name:
+//   - it keeps ctx's values but not its deadline or cancellation: ctx
+//     bounds only the wait;
+//   - it is cancelled as soon as any of the holds ends: after Unlock, or
+//     when a lease is lost (context.Cause is then ErrLeaseLost, naming the
+//     lock), or at Close (cause ErrClosed). Pass it to the work done under
+//     the locks.
+//
+// Each name is also held as by Mutex.Lock: the returned context works
+// with the Mutex of any of the names (Token, Unlock of that name alone,
+// re-entry). A context that already carries holds of some of the names
+// re-enters those, one level each, and takes the rest; the names it held
+// before stay held while Lock waits for the others, whatever their order.
+//
+// All or none: when Lock fails (ctx ended, Close, a Redis error), it
+// holds none of the names, has left every line it joined, and has given
+// back every name it took on the way, one level each for names it
+// re-entered. A give-back Redis does not answer goes on in the
+// background until Redis takes it or the lease runs out, as an Unlock's.
+func (ml *MultiLock) Lock(ctx context.Context) (context.Context, error) {
+	return ml.acquire(ctx, true)
+}
+
+// TryLock takes every name only if that needs no waiting: it never joins
+// a line, and fails with ErrLocked (naming the first lock it could not
+// take) when any name is held by another owner or has anyone waiting for
+// it. It then holds none of them. A context that carries live holds of
+// some names re-enters them, as with Lock.
+func (ml *MultiLock) TryLock(ctx context.Context) (context.Context, error) {
+	return ml.acquire(ctx, false)
+}
+
+func (ml *MultiLock) acquire(ctx context.Context, wait bool) (context.Context, error) {
+	if err := ml.usable(ctx); err != nil {
+		return nil, err
+	}
+	owner, explicit, err := lockOwner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The wait for each name ends too when a hold taken before it ends
+	// (its lease lost, Close): the call could not hold every name then.
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var unhooks []func() bool
+	defer func() {
+		for _, unhook := range unhooks {
+			unhook()
+		}
+	}()
+	holds := make([]*fair.Hold, 0, len(ml.locks))
+	for _, m := range ml.locks {
+		h, err := m.take(wctx, owner, explicit, wait)
+		if err != nil {
+			if ctx.Err() == nil && wctx.Err() != nil {
+				err = context.Cause(wctx) // a hold taken before ended
+			}
+			if undo := giveBack(ml.locks[:len(holds)], holds); undo != nil {
+				err = fmt.Errorf("%w (giving back the locks taken before: %w)", err, undo)
+			}
+			return nil, fmt.Errorf("fairlock: lock %q: %w", m.name, err)
+		}
+		holds = append(holds, h)
+		name := m.name
+		unhooks = append(unhooks, context.AfterFunc(h.Context(), func() { stop(endedCause(name, h.Context())) }))
+	}
+	return ml.withHolds(ctx, holds), nil
+}
+
+// endedCause is the cause a MultiLock's context, or its wait, ends with
+// when the hold of lock name (whose context is hctx) has ended: nil for
+// an Unlock, else the hold's cause (ErrLeaseLost, ErrClosed) naming the
+// lock.
+func endedCause(name string, hctx context.Context) error {
+	cause := context.Cause(hctx)
+	if cause == nil || errors.Is(cause, context.Canceled) {
+		return nil
+	}
+	return fmt.Errorf("lock %q: %w", name, cause)
+}
+
+// giveBack releases one level of each hold, the last taken first, after
+// a MultiLock could not take every name. The releases are bounded as an
+// Unlock with the call timeout is: one Redis does not answer goes on in
+// the background.
+func giveBack(locks []*Mutex, holds []*fair.Hold) error {
+	var errs []error
+	for i := len(holds) - 1; i >= 0; i-- {
+		ctx, cancel := context.WithTimeout(context.Background(), locks[i].c.cfg.callTimeout)
+		if err := holds[i].Unlock(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("lock %q: %w", locks[i].name, err))
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+// Unlock gives up one level of each name's hold carried by ctx (the
+// context Lock returned, or one derived from it), the last name taken
+// first. At a name's last level its lock goes to the next waiter, and the
+// context Lock returned is cancelled. It fails with ErrNotHeld when ctx
+// carries no live hold of any of the names; it releases every name it
+// can, and joins the errors of those it cannot (ErrNotHeld for a name ctx
+// carries no live hold of, ErrLeaseLost for one whose lease was lost),
+// each naming its lock. ctx's deadline bounds it as it bounds
+// Mutex.Unlock.
+func (ml *MultiLock) Unlock(ctx context.Context) error {
+	if err := ml.usable(ctx); err != nil {
+		return notHeld(err)
+	}
+	var errs []error
+	held := 0
+	for i := len(ml.locks) - 1; i >= 0; i-- {
+		m := ml.locks[i]
+		h, err := m.holdFrom(ctx)
+		switch {
+		case err != nil:
+		case h == nil:
+			err = ErrNotHeld
+		default:
+			held++
+			err = h.Unlock(ctx)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fairlock: lock %q: %w", m.name, err))
+		}
+	}
+	if held == 0 {
+		return ErrNotHeld
+	}
+	return errors.Join(errs...)
+}
+
+// Token returns the fencing token of the hold of name carried by ctx, as
+// Mutex.Token does. ErrInvalidName when name is not one of the MultiLock's
+// names, ErrNotHeld when ctx carries no live hold of it.
+func (ml *MultiLock) Token(ctx context.Context, name string) (int64, error) {
+	if err := ml.usable(ctx); err != nil {
+		return 0, notHeld(err)
+	}
+	for _, m := range ml.locks {
+		if m.name == name {
+			return m.Token(ctx)
+		}
+	}
+	return 0, fmt.Errorf("%w: %q is not a name of this MultiLock", ErrInvalidName, name)
+}
+
+// multiHeld is the context MultiLock.Lock returns: the values of the
+// caller's context, a hold of each name, and a cancellation that comes
+// when the first of those holds ends (no deadline).
+type multiHeld struct {
+	context.Context                         // the caller's context without its cancellation: values only
+	holds           map[holdKey]*carried    // each name's holds, newest first
+	ended           context.Context         // cancelled when any of the holds ends, with its cause
+	end             context.CancelCauseFunc // cancels ended; called when the first hold ends
+}
+
+// withHolds returns the context of holds, one per lock of ml in order,
+// on top of ctx.
+func (ml *MultiLock) withHolds(ctx context.Context, holds []*fair.Hold) context.Context {
+	ended, end := context.WithCancelCause(context.Background())
+	c := &multiHeld{Context: context.WithoutCancel(ctx), holds: make(map[holdKey]*carried, len(holds)), ended: ended, end: end}
+	for i, h := range holds {
+		m := ml.locks[i]
+		prev := m.carriedFrom(ctx)
+		chain := prev
+		if prev == nil || prev.h != h {
+			chain = &carried{h: h, next: prev}
+		}
+		c.holds[m.key] = chain
+		name := m.name
+		context.AfterFunc(h.Context(), func() { c.end(endedCause(name, h.Context())) })
+	}
+	return c
+}
+
+func (c *multiHeld) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *multiHeld) Done() <-chan struct{}       { return c.ended.Done() }
+func (c *multiHeld) Err() error                  { return c.ended.Err() }
+
+// Value finds the holds, then the caller's values, then those of the
+// context that ends with the first hold: as for a single hold, that last
+// step lets context.Cause and derived contexts see its cancellation.
+func (c *multiHeld) Value(key any) any {
+	if k, ok := key.(holdKey); ok {
+		if chain, ok := c.holds[k]; ok {
+			return chain
+		}
+	}
+	if v := c.Context.Value(key); v != nil {
+		return v
+	}
+	return c.ended.Value(key)
+}
+
+func (c *multiHeld) String() string { return fmt.Sprintf("fairlock.multiHeld(%d locks)", len(c.holds)) }

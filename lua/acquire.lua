@@ -64,7 +64,7 @@ end
 --    exists), and is granted at once, reading no more. Polls of a waiting
 --    Lock, which mostly find the lock held, do not pay for the check.
 if mode == 'try' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
-  return {1, tonumber(take(owner, entry, lease, now_ms())), 1}
+  return {1, tonumber(take(LOCK, owner, entry, lease, now_ms())), 1}
 end
 
 local hold = redis.call('HMGET', KEYS[1], 'owner', 'count', 'token', 'entry')
@@ -102,7 +102,7 @@ end
 -- A free lock still goes to the live head of the queue, as in step 2.
 if mode == 'reenter' then
   if not holder then
-    hand_over(nil, channel)
+    hand_over(LOCK, nil, channel)
   end
   return finish({0, 0, 0})
 end
@@ -113,15 +113,15 @@ end
 local now = nil
 if not holder then
   local head, deadline
-  head, deadline, now = prune(nil)
+  head, deadline, now = prune(LOCK, nil)
   if not head or head == entry then
     if head then
       redis.call('LPOP', KEYS[2])
       redis.call('ZREM', KEYS[3], head)
     end
-    return {1, tonumber(take(owner, entry, lease, now or now_ms())), 1}
+    return {1, tonumber(take(LOCK, owner, entry, lease, now or now_ms())), 1}
   end
-  hand_over(now, channel)
+  hand_over(LOCK, now, channel)
 end
 
 -- 3. Someone else holds the lock.

@@ -39,12 +39,12 @@ if hold[1] == owner and hold[2] == entry then
     redis.call('HDEL', KEYS[1], 'entry')
   else
     redis.call('DEL', KEYS[1])
-    hand_over(nil, channel)
+    hand_over(LOCK, nil, channel)
   end
   return finish(1)
 end
 
 if not hold[1] then
-  hand_over(nil, channel)
+  hand_over(LOCK, nil, channel)
 end
 return finish(0)

@@ -13,5 +13,5 @@
 -- would have been 1 or 0 as above.
 
 local removed = redis.call('DEL', KEYS[1])
-hand_over(nil, ARGV[1])
+hand_over(LOCK, nil, ARGV[1])
 return finish(removed)

@@ -35,6 +35,16 @@
 -- where PUBLISH is broadcast to every node of the cluster). Nothing else
 -- differs between the two sets.
 
+-- The helpers that read or write a lock take its keys as a table, lk:
+-- {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4]}
+-- for the lock the script was called for (LOCK), or the same keys of
+-- another lock made from its hash key by lock_keys.
+local function lock_keys(base)
+  return {hold = base, queue = base .. ':queue', deadline = base .. ':deadline', token = base .. ':token'}
+end
+
+local LOCK = {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4]}
+
 if redis.replicate_commands then
   redis.replicate_commands()
 end
@@ -89,19 +99,19 @@ end
 -- now is the server's time in ms, or nil: the clock is then read only if
 -- the queue has a head, so a call that finds nobody waiting never pays
 -- for TIME.
-local function prune(now)
+local function prune(lk, now)
   while true do
-    local head = redis.call('LINDEX', KEYS[2], 0)
+    local head = redis.call('LINDEX', lk.queue, 0)
     if not head then
       return nil, nil, now
     end
     now = now or now_ms()
-    local deadline = redis.call('ZSCORE', KEYS[3], head)
+    local deadline = redis.call('ZSCORE', lk.deadline, head)
     if deadline and tonumber(deadline) > now and parse_entry(head) then
       return head, tonumber(deadline), now
     end
-    redis.call('LPOP', KEYS[2])
-    redis.call('ZREM', KEYS[3], head)
+    redis.call('LPOP', lk.queue)
+    redis.call('ZREM', lk.deadline, head)
   end
 end
 
@@ -136,25 +146,25 @@ end
 -- it writes the clock term and answers the counter it replaced; only when
 -- that counter was at or above the clock term (a second grant in one ms,
 -- a clock that went back) is the counter + 1 written over it.
-local function take(owner, entry, ttl, now)
+local function take(lk, owner, entry, ttl, now)
   local keep = math.max(ttl, 1)
   local token
   if redis.REDIS_VERSION then
     local at = string.format('%d', now + keep)
     local clock = string.format('%d', now * 1000)
-    local counter = tonumber(redis.call('SET', KEYS[4], clock, 'PXAT', at, 'GET') or '0')
+    local counter = tonumber(redis.call('SET', lk.token, clock, 'PXAT', at, 'GET') or '0')
     token = clock
     if counter + 1 > now * 1000 then
       token = string.format('%d', counter + 1)
-      redis.call('SET', KEYS[4], token, 'PXAT', at)
+      redis.call('SET', lk.token, token, 'PXAT', at)
     end
   else
-    local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+    local counter = tonumber(redis.call('GET', lk.token) or '0')
     token = string.format('%d', math.max(counter + 1, now * 1000))
-    redis.call('SET', KEYS[4], token, 'PX', string.format('%d', keep))
+    redis.call('SET', lk.token, token, 'PX', string.format('%d', keep))
   end
-  redis.call('HSET', KEYS[1], 'owner', owner, 'count', 1, 'token', token, 'entry', entry)
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry)
+  redis.call('PEXPIRE', lk.hold, ttl)
   return token
 end
 
@@ -229,16 +239,16 @@ end
 -- is returned instead, for the Client to hand to its waiter itself (a
 -- local hand-off). Returns the head's entry and, for a local hand-off,
 -- its wake message; nil when nobody lives in line.
-local function hand_over(now, channel, own)
+local function hand_over(lk, now, channel, own)
   local head, deadline
-  head, deadline, now = prune(now)
+  head, deadline, now = prune(lk, now)
   if not head then
     return nil
   end
-  redis.call('LPOP', KEYS[2])
-  redis.call('ZREM', KEYS[3], head)
+  redis.call('LPOP', lk.queue)
+  redis.call('ZREM', lk.deadline, head)
   local owner, lease = parse_entry(head)
-  local token = take(owner, head, math.min(lease, deadline - now), now)
+  local token = take(lk, owner, head, math.min(lease, deadline - now), now)
   local target, timed, tag = wake_target(channel, head)
   local message = head .. ' ' .. token
   if timed then

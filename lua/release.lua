@@ -64,7 +64,7 @@ else
   if own == '' then
     own = nil
   end
-  local _, message = hand_over(nil, ARGV[3], own)
+  local _, message = hand_over(LOCK, nil, ARGV[3], own)
   if message then
     redis.call('SET', KEYS[5], '0 ' .. message, 'PX', ARGV[4])
     return {0, message}

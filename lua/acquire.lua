@@ -53,11 +53,6 @@ local waiter_ttl = tonumber(ARGV[4])
 local mode = ARGV[5]
 local channel = ARGV[6]
 
-local function leave_queue()
-  if redis.call('ZREM', KEYS[3], entry) == 1 then
-    redis.call('LREM', KEYS[2], 1, entry)
-  end
-end
 
 -- 0. The path most calls take: the first attempt of a Lock (try mode)
 --    finds the lock free and nobody waiting (neither the hold nor the line
@@ -80,7 +75,7 @@ if holder == owner then
       return {1, tonumber(token), tonumber(count)}
     end
   end
-  leave_queue()
+  leave(LOCK, entry)
   if lease > 0 then
     redis.call('PEXPIRE', KEYS[1], lease)
   end
@@ -129,25 +124,6 @@ if mode ~= 'wait' then
   return finish({0, 0, 0})
 end
 now = now or now_ms()
-local joined = 0
-if not redis.call('ZSCORE', KEYS[3], entry) then
-  joined = redis.call('RPUSH', KEYS[2], entry)
-else
-  -- A heartbeat grows nothing, and keeps the waiter's place on a full
-  -- server too: the ZREM, which cannot grow memory, goes first (see
-  -- lib.lua), and the ZADD puts the entry back with its new deadline.
-  redis.call('ZREM', KEYS[3], entry)
-end
-redis.call('ZADD', KEYS[3], now + waiter_ttl, entry)
+local joined = join(LOCK, entry, now + waiter_ttl)
 
--- Poll again when the hold expires (expiry publishes nothing), and at
--- least every third of the waiter TTL (the heartbeat that keeps our place).
-local hint = math.floor(waiter_ttl / 3)
-local pttl = redis.call('PTTL', KEYS[1])
-if pttl >= 0 and pttl + 1 < hint then
-  hint = pttl + 1
-end
-if hint < 1 then
-  hint = 1
-end
-return finish({0, hint, joined, clock_us or now * 1000})
+return finish({0, poll_hint({LOCK}, waiter_ttl), joined, clock_us or now * 1000})

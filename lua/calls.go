@@ -77,6 +77,31 @@ func (s *Scripts) Cancel(k queue.Keys, owner, entry string) Call {
 	return Call{Script: s.cancel, Keys: lockKeys(k), Args: []any{owner, entry, k.Wake}}
 }
 
+// MultiAcquire is multiacquire.lua: owner's MultiLock call with the
+// ticket entry takes every lock of ks (at least two, of one server, in
+// key order) at once, or waits in all their lines at once (mode ModeTry
+// or ModeWait). Times are in ms. Read its reply with ReadMultiAcquire.
+func (s *Scripts) MultiAcquire(ks []queue.Keys, owner, entry string, lease, waiterTTL int64, mode string) Call {
+	return Call{Script: s.multiAcquire, Keys: everyLock(ks), Args: []any{owner, entry, lease, waiterTTL, mode}}
+}
+
+// CancelTicket is cancel.lua for a MultiLock's ticket: owner's call with
+// the ticket entry gives up the lines of every lock of ks, and gives
+// back any lock handed to it. Read its reply with ReadFlag.
+func (s *Scripts) CancelTicket(ks []queue.Keys, owner, entry string) Call {
+	return Call{Script: s.cancel, Keys: everyLock(ks), Args: []any{owner, entry, ks[0].Wake}}
+}
+
+// everyLock returns the four keys of each lock of ks, one lock after
+// another.
+func everyLock(ks []queue.Keys) []string {
+	keys := make([]string, 0, 4*len(ks))
+	for _, k := range ks {
+		keys = append(keys, k.Lock, k.Queue, k.Deadline, k.Token)
+	}
+	return keys
+}
+
 // ForceUnlock is forceunlock.lua, the binding of Model.ForceUnlock. Read
 // its reply with ReadFlag: true when a hold was removed.
 func (s *Scripts) ForceUnlock(k queue.Keys) Call {
@@ -111,6 +136,28 @@ func ReadAcquire(cmd *redis.Cmd) (queue.Reply, error) {
 		return queue.Reply{Hint: n[1], Joined: n[2] >= 1, Position: int(n[2]), ServerTime: n[3]}, nil
 	}
 	return queue.Reply{}, fmt.Errorf("%w: acquire answered %v", errs.ErrUnexpectedReply, v)
+}
+
+// ReadMultiAcquire reads the reply of a MultiAcquire call of n locks:
+// {1, token of each} is a grant, {0, hint, position[, server time]} is
+// none, as ReadAcquire reads it.
+func ReadMultiAcquire(cmd *redis.Cmd, n int) (queue.Reply, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return queue.Reply{}, err
+	}
+	t, err := ints(v)
+	switch {
+	case err != nil:
+		return queue.Reply{}, err
+	case len(t) == n+1 && t[0] == 1:
+		return queue.Reply{Granted: true, Token: t[1], Count: 1, Tokens: t[1:]}, nil
+	case len(t) == 3 && t[0] == 0:
+		return queue.Reply{Hint: t[1], Joined: t[2] >= 1, Position: int(t[2])}, nil
+	case len(t) == 4 && t[0] == 0:
+		return queue.Reply{Hint: t[1], Joined: t[2] >= 1, Position: int(t[2]), ServerTime: t[3]}, nil
+	}
+	return queue.Reply{}, fmt.Errorf("%w: multiacquire answered %v", errs.ErrUnexpectedReply, v)
 }
 
 // ReadRelease reads the reply of a Release call: the owner's remaining

@@ -92,6 +92,68 @@ local function parse_entry(entry)
   return owner, tonumber(lease)
 end
 
+-- join puts entry at the end of lk's line with the waiter deadline
+-- deadline (ms on the server's clock), or, for an entry already in line,
+-- moves its deadline there (a heartbeat). It returns the entry's place in
+-- line when it joined (1 for the head), 0 for a heartbeat.
+--
+-- A heartbeat grows nothing, and keeps the waiter's place on a full
+-- server too: the ZREM, which cannot grow memory, goes first (see
+-- allow_full), and the ZADD puts the entry back with its new deadline.
+local function join(lk, entry, deadline)
+  local joined = 0
+  if not redis.call('ZSCORE', lk.deadline, entry) then
+    joined = redis.call('RPUSH', lk.queue, entry)
+  else
+    redis.call('ZREM', lk.deadline, entry)
+  end
+  redis.call('ZADD', lk.deadline, deadline, entry)
+  return joined
+end
+
+-- leave takes entry out of lk's line. The LREM is the only step whose
+-- cost grows with the line: paid once, by a waiter that gives up.
+local function leave(lk, entry)
+  if redis.call('ZREM', lk.deadline, entry) == 1 then
+    redis.call('LREM', lk.queue, 1, entry)
+  end
+end
+
+-- poll_hint returns how many ms a waiter in the lines of locks should
+-- wait before it polls again: when the first of their holds expires
+-- (expiry publishes nothing), and at least every third of the waiter TTL
+-- (the heartbeat that keeps its place).
+local function poll_hint(locks, waiter_ttl)
+  local hint = math.floor(waiter_ttl / 3)
+  for _, l in ipairs(locks) do
+    local pttl = redis.call('PTTL', l.hold)
+    if pttl >= 0 and pttl + 1 < hint then
+      hint = pttl + 1
+    end
+  end
+  return math.max(hint, 1)
+end
+
+-- A MultiLock whose locks live on one server joins all their lines at
+-- once with one entry, a ticket: its waiter id ends with the ticket
+-- version (2, after the tag; see wake_target), and each of its locks
+-- keeps a list of the hash keys of all of them, oldest first in key order,
+-- at ticket_key. The ticket is granted every lock at once, when it heads
+-- every line and none of the locks is held (see ticket_ready); until then
+-- it holds none of them, and a lock it heads stays free: nobody passes
+-- it. A ticket whose lists are gone (expired with its waiter) is dead.
+local TICKET_VERSION = '2'
+
+-- is_ticket reports whether entry is a MultiLock's ticket.
+local function is_ticket(entry)
+  return string.match(entry, '^' .. string.rep('%x', 24) .. TICKET_VERSION .. ':') ~= nil
+end
+
+-- ticket_key returns the key of the list of a ticket's locks kept by lk.
+local function ticket_key(lk, entry)
+  return lk.hold .. ':ticket:' .. string.match(entry, '^(%x+):')
+end
+
 -- prune drops waiters from the head of the queue while the head has no
 -- deadline, a deadline at or before now, or is malformed, and returns the
 -- live head, its deadline and now, or nil when the queue is empty. Each
@@ -107,7 +169,8 @@ local function prune(lk, now)
     end
     now = now or now_ms()
     local deadline = redis.call('ZSCORE', lk.deadline, head)
-    if deadline and tonumber(deadline) > now and parse_entry(head) then
+    if deadline and tonumber(deadline) > now and parse_entry(head) and
+        (not is_ticket(head) or redis.call('EXISTS', ticket_key(lk, head)) == 1) then
       return head, tonumber(deadline), now
     end
     redis.call('LPOP', lk.queue)
@@ -225,6 +288,80 @@ local function wake_target(channel, entry)
   return channel, false, nil
 end
 
+-- hand_over is defined below; the ticket helpers call it.
+local hand_over
+
+-- ticket_locks returns the keys of every lock of the ticket entry, which
+-- lk keeps, in key order; nil when the ticket is dead.
+local function ticket_locks(lk, entry)
+  local bases = redis.call('LRANGE', ticket_key(lk, entry), 0, -1)
+  if #bases == 0 then
+    return nil
+  end
+  local locks = {}
+  for i, base in ipairs(bases) do
+    locks[i] = lock_keys(base)
+  end
+  return locks
+end
+
+-- ticket_ready reports whether the ticket entry can be granted now: it
+-- heads the line of each of its locks, and none of them is held. A free
+-- lock of the ticket whose live head is a waiter of that lock alone is
+-- handed to it on the way (it was free only because nobody had handed it
+-- over yet: a holder's lease ran out), and the ticket waits for it. now is
+-- the server's time in ms.
+local function ticket_ready(locks, entry, now)
+  local ready = true
+  for _, l in ipairs(locks) do
+    if redis.call('EXISTS', l.hold) == 1 then
+      ready = false
+    else
+      local head = prune(l, now)
+      if head ~= entry then
+        ready = false
+        if head and not is_ticket(head) then
+          hand_over(l, now, l.hold .. ':wake')
+        end
+      end
+    end
+  end
+  return ready
+end
+
+-- grant_ticket gives every lock of the ticket entry, which heads each of
+-- their lines, to its owner, each under a fresh token, for its lease but
+-- no longer than the ticket's waiter deadline; and drops the ticket's
+-- lists. It returns the tokens, in the order of locks.
+local function grant_ticket(locks, entry, now)
+  local owner, lease = parse_entry(entry)
+  local tokens = {}
+  for i, l in ipairs(locks) do
+    local deadline = tonumber(redis.call('ZSCORE', l.deadline, entry))
+    redis.call('LPOP', l.queue)
+    redis.call('ZREM', l.deadline, entry)
+    tokens[i] = take(l, owner, entry, math.min(lease, deadline - now), now)
+    redis.call('DEL', ticket_key(l, entry))
+  end
+  return tokens
+end
+
+-- hand_over_ticket grants the ticket entry, the live head of the free
+-- lock lk, every one of its locks if it is ready (see ticket_ready), and
+-- publishes its wake message on the wake channel of its first lock, with
+-- the token of that lock: its Client then claims the rest with one poll.
+-- Returns the entry when it was granted, else nil.
+local function hand_over_ticket(lk, entry, now)
+  local locks = ticket_locks(lk, entry)
+  if not locks or not ticket_ready(locks, entry, now) then
+    return nil
+  end
+  local tokens = grant_ticket(locks, entry, now)
+  local target = wake_target(locks[1].hold .. ':wake', entry)
+  publish(target, entry .. ' ' .. tokens[1] .. ' ' .. string.format('%d', clock_us or now * 1000))
+  return entry
+end
+
 -- hand_over gives the free lock to the live head of the queue, if any: the
 -- head becomes the holder on the spot (so nobody can barge in between two
 -- holders) and is told through pub/sub with "<entry> <token>", followed
@@ -239,11 +376,14 @@ end
 -- is returned instead, for the Client to hand to its waiter itself (a
 -- local hand-off). Returns the head's entry and, for a local hand-off,
 -- its wake message; nil when nobody lives in line.
-local function hand_over(lk, now, channel, own)
+hand_over = function(lk, now, channel, own)
   local head, deadline
   head, deadline, now = prune(lk, now)
   if not head then
     return nil
+  end
+  if is_ticket(head) then
+    return hand_over_ticket(lk, head, now)
   end
   redis.call('LPOP', lk.queue)
   redis.call('ZREM', lk.deadline, head)

@@ -32,11 +32,12 @@ var files embed.FS
 
 // Script names, one per operation file.
 const (
-	acquireName     = "acquire"
-	releaseName     = "release"
-	renewName       = "renew"
-	cancelName      = "cancel"
-	forceUnlockName = "forceunlock"
+	acquireName      = "acquire"
+	releaseName      = "release"
+	renewName        = "renew"
+	cancelName       = "cancel"
+	forceUnlockName  = "forceunlock"
+	multiAcquireName = "multiacquire"
 	// versionName is no operation: it answers the server's version
 	// (redis.REDIS_VERSION), or nil before Redis 7. It needs none of the
 	// helpers.
@@ -90,20 +91,22 @@ func shardedSource(name string) string {
 type Scripts struct {
 	// Command is the command the set's scripts send wake messages with:
 	// "PUBLISH" or "SPUBLISH".
-	Command     string
-	acquire     *redis.Script
-	release     *redis.Script
-	cancel      *redis.Script
-	forceUnlock *redis.Script
+	Command      string
+	acquire      *redis.Script
+	release      *redis.Script
+	cancel       *redis.Script
+	forceUnlock  *redis.Script
+	multiAcquire *redis.Script
 }
 
 func newScripts(command string, source func(string) string) *Scripts {
 	return &Scripts{
-		Command:     command,
-		acquire:     redis.NewScript(source(acquireName)),
-		release:     redis.NewScript(source(releaseName)),
-		cancel:      redis.NewScript(source(cancelName)),
-		forceUnlock: redis.NewScript(source(forceUnlockName)),
+		Command:      command,
+		acquire:      redis.NewScript(source(acquireName)),
+		release:      redis.NewScript(source(releaseName)),
+		cancel:       redis.NewScript(source(cancelName)),
+		forceUnlock:  redis.NewScript(source(forceUnlockName)),
+		multiAcquire: redis.NewScript(source(multiAcquireName)),
 	}
 }
 

@@ -23,6 +23,11 @@ const (
 	// package's Clients, after the tag: the wake format they read, in
 	// which a hand-over's message carries its time (see Timed).
 	WakeVersion = "1"
+	// TicketVersion ends, in place of WakeVersion, the waiter id of a
+	// MultiLock's ticket: one entry in the lines of several locks of one
+	// server, granted all of them at once (see lua/lib.lua). Its
+	// hand-overs are published as WakeVersion's are.
+	TicketVersion = "2"
 )
 
 // Keys are the Redis keys and the pub/sub channel of one lock. Every key

@@ -28,6 +28,9 @@ type Reply struct {
 	// ServerTime, when not granted in wait mode, is the server's time
 	// when the call ran, in µs.
 	ServerTime int64
+	// Tokens, for a grant of several locks at once (a MultiLock's), are
+	// the fencing tokens of each, in key order; Token is the first.
+	Tokens []int64
 }
 
 // Acquire is acquire.lua: owner's Lock call with waiter entry entry takes

@@ -1,0 +1,120 @@
+-- multiacquire.lua: take several locks of one server at once, or wait in
+-- all their lines at once with one ticket (see lib.lua).
+--
+-- KEYS        the keys of each lock (see lib.lua), four by four, in key
+--             order; at least two locks
+-- ARGV[1]     owner id
+-- ARGV[2]     the ticket: the waiter entry of this MultiLock call, whose
+--             waiter id ends with the ticket version (see lib.lua)
+-- ARGV[3]     lease in ms of each hold
+-- ARGV[4]     waiter TTL in ms: how long a queued ticket keeps its place
+--             without polling again
+-- ARGV[5]     mode: "try" never enqueues; "wait" enqueues or heartbeats
+--
+-- Returns {1, token of each lock...} when the caller holds every lock
+-- after the call (a fresh grant, or a grant to the ticket it claims), or
+-- {0, hint, joined} when it holds none: hint is how many ms to wait
+-- before polling again (0 in try mode), joined the ticket's place in the
+-- longest of its lines when this call joined them (0 for a heartbeat and
+-- in try mode). In wait mode a fourth element follows: the server's time
+-- in us when the call ran.
+--
+-- All or none: a call never leaves the caller holding some of the locks.
+-- A ticket is granted only when it heads every one of its lines and none
+-- of its locks is held (ticket_ready), so the oldest ticket is never
+-- passed, and a ticket holds nothing while it waits.
+--
+-- A re-sent call answers as the first did: a grant made by the first is
+-- claimed (every hold records the ticket), and a join made by the first
+-- is found in line and becomes a heartbeat.
+--
+-- Handing free locks to the waiters at their heads, on the way, may
+-- publish; a refused PUBLISH is answered as in acquire.lua.
+
+local owner = ARGV[1]
+local entry = ARGV[2]
+local lease = tonumber(ARGV[3])
+local waiter_ttl = tonumber(ARGV[4])
+local mode = ARGV[5]
+
+local locks = {}
+for i = 1, #KEYS - 3, 4 do
+  locks[#locks + 1] = {hold = KEYS[i], queue = KEYS[i + 1], deadline = KEYS[i + 2], token = KEYS[i + 3]}
+end
+
+local function granted(tokens)
+  local reply = {1}
+  for i, token in ipairs(tokens) do
+    reply[i + 1] = tonumber(token)
+  end
+  return reply
+end
+
+-- 1. Every lock was given to this ticket (a hand-over, or this very call
+--    re-sent): claim it, with the full lease from now. When only some of
+--    them still are (the others' holds ran out before the claim), give
+--    those back: the ticket's grant is lost, and the call goes on as a
+--    fresh one.
+local tokens, mine = {}, 0
+for i, l in ipairs(locks) do
+  local hold = redis.call('HMGET', l.hold, 'owner', 'entry', 'token')
+  if hold[1] == owner and hold[2] == entry then
+    mine = mine + 1
+    tokens[i] = hold[3]
+  end
+end
+if mine == #locks then
+  for _, l in ipairs(locks) do
+    redis.call('PEXPIRE', l.hold, lease)
+  end
+  return granted(tokens)
+end
+if mine > 0 then
+  for i, l in ipairs(locks) do
+    if tokens[i] then
+      if redis.call('HINCRBY', l.hold, 'count', -1) > 0 then
+        redis.call('HDEL', l.hold, 'entry') -- other levels of a shared owner
+      else
+        redis.call('DEL', l.hold)
+        hand_over(l, nil, l.hold .. ':wake')
+      end
+    end
+  end
+end
+
+local now = now_ms()
+
+-- 2. Try: every lock free with nobody live in its line.
+if mode == 'try' then
+  for _, l in ipairs(locks) do
+    if redis.call('EXISTS', l.hold) == 1 or prune(l, now) then
+      return finish({0, 0, 0})
+    end
+  end
+  local fresh = {}
+  for i, l in ipairs(locks) do
+    fresh[i] = take(l, owner, entry, lease, now)
+  end
+  return finish(granted(fresh))
+end
+
+-- 3. Wait: join every line (or heartbeat), then take every lock if the
+--    ticket is ready.
+local joined = 0
+for _, l in ipairs(locks) do
+  joined = math.max(joined, join(l, entry, now + waiter_ttl))
+end
+for _, l in ipairs(locks) do
+  local list = ticket_key(l, entry)
+  if joined > 0 then
+    redis.call('DEL', list)
+    for _, other in ipairs(locks) do
+      redis.call('RPUSH', list, other.hold)
+    end
+  end
+  redis.call('PEXPIRE', list, waiter_ttl)
+end
+if ticket_ready(locks, entry, now) then
+  return finish(granted(grant_ticket(locks, entry, now)))
+end
+return finish({0, poll_hint(locks, waiter_ttl), joined, clock_us or now * 1000})

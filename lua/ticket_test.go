@@ -1,0 +1,201 @@
+package lua_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// ticketRig runs the scripts on the locks of one server, as a MultiLock
+// in one slot does.
+type ticketRig struct {
+	t   *testing.T
+	rdb *redis.Client
+	ks  map[string]queue.Keys
+}
+
+func newTicketRig(t *testing.T, names ...string) *ticketRig {
+	r := &ticketRig{t: t, rdb: redistest.Shared(t).Client(t), ks: map[string]queue.Keys{}}
+	prefix := redistest.Prefix(t)
+	for _, name := range names {
+		k, err := queue.For(prefix, name)
+		require.NoError(t, err)
+		r.ks[name] = k
+	}
+	return r
+}
+
+// ticket returns a ticket entry of owner, with a Client tag.
+func ticket(n int, owner string) string {
+	return queue.Entry(fmt.Sprintf("%016x", n)+"0000abcd"+queue.TicketVersion, time.Minute, owner)
+}
+
+func (r *ticketRig) keys(names ...string) []queue.Keys {
+	ks := make([]queue.Keys, len(names))
+	for i, name := range names {
+		ks[i] = r.ks[name]
+	}
+	return ks
+}
+
+func (r *ticketRig) multi(owner, entry, mode string, names ...string) queue.Reply {
+	r.t.Helper()
+	rep, err := lua.ReadMultiAcquire(lua.Classic.MultiAcquire(r.keys(names...), owner, entry, 60000, 30000, mode).Run(context.Background(), r.rdb), len(names))
+	require.NoError(r.t, err)
+	return rep
+}
+
+func (r *ticketRig) lock(name, owner string) queue.Reply {
+	r.t.Helper()
+	entry := queue.Entry(queue.NewID()+"0000abcd"+queue.WakeVersion, time.Minute, owner)
+	rep, err := lua.ReadAcquire(lua.Classic.Acquire(r.ks[name], queue.NewID(), owner, entry, 60000, 30000, queue.ModeWait, 20000).Run(context.Background(), r.rdb))
+	require.NoError(r.t, err)
+	return rep
+}
+
+func (r *ticketRig) release(name, owner string) {
+	r.t.Helper()
+	rep, err := lua.ReadRelease(lua.Classic.Release(r.ks[name], queue.NewID(), owner, "", 60000, 20000).Run(context.Background(), r.rdb))
+	require.NoError(r.t, err)
+	require.GreaterOrEqual(r.t, rep.Count, 0, "%s held by %s", name, owner)
+}
+
+func (r *ticketRig) holder(name string) string {
+	r.t.Helper()
+	owner, err := r.rdb.HGet(context.Background(), r.ks[name].Lock, "owner").Result()
+	if err == redis.Nil {
+		return ""
+	}
+	require.NoError(r.t, err)
+	return owner
+}
+
+func (r *ticketRig) line(name string) []string {
+	r.t.Helper()
+	q, err := r.rdb.LRange(context.Background(), r.ks[name].Queue, 0, -1).Result()
+	require.NoError(r.t, err)
+	return q
+}
+
+func TestATicketIsGrantedEveryLockAtOnceOrNone(t *testing.T) {
+	r := newTicketRig(t, "a", "b", "c")
+	// Free: granted at once, in try mode and in wait mode.
+	rep := r.multi("m", ticket(1, "m"), queue.ModeTry, "a", "b")
+	require.True(t, rep.Granted)
+	require.Len(t, rep.Tokens, 2)
+	require.Equal(t, "m", r.holder("a"))
+	require.Equal(t, "m", r.holder("b"))
+	// A re-sent grant claims it, with the same tokens.
+	again := r.multi("m", ticket(1, "m"), queue.ModeTry, "a", "b")
+	require.Equal(t, rep.Tokens, again.Tokens)
+
+	// b held: try fails and holds nothing; wait joins both lines, holds nothing.
+	rep = r.multi("n", ticket(2, "n"), queue.ModeTry, "b", "c")
+	require.False(t, rep.Granted)
+	require.Empty(t, r.holder("c"), "try holds nothing")
+	require.Empty(t, r.line("c"), "try never queues")
+	rep = r.multi("n", ticket(2, "n"), queue.ModeWait, "b", "c")
+	require.False(t, rep.Granted)
+	require.Equal(t, 1, rep.Position)
+	require.Empty(t, r.holder("c"), "a waiting ticket holds nothing")
+	require.Equal(t, []string{ticket(2, "n")}, r.line("b"))
+	require.Equal(t, []string{ticket(2, "n")}, r.line("c"))
+
+	// Nobody passes it on c, which stays free: a Mutex caller of c waits
+	// behind it.
+	rep = r.lock("c", "s")
+	require.False(t, rep.Granted)
+	require.Equal(t, 2, rep.Position)
+	require.Empty(t, r.holder("c"))
+
+	// The release of b (a Mutex's release script) grants the ticket both.
+	r.release("b", "m")
+	require.Equal(t, "n", r.holder("b"))
+	require.Equal(t, "n", r.holder("c"))
+	require.Empty(t, r.line("b"))
+	rep = r.multi("n", ticket(2, "n"), queue.ModeWait, "b", "c")
+	require.True(t, rep.Granted, "the poll claims the hand-over")
+	require.Len(t, rep.Tokens, 2)
+
+	// And its release of c hands c to the Mutex caller.
+	r.release("c", "n")
+	require.Equal(t, "s", r.holder("c"))
+	r.release("b", "n")
+	r.release("a", "m")
+}
+
+// The oldest ticket is never passed: a younger ticket whose locks are
+// free waits behind an older one that shares a line with it.
+func TestTheOldestTicketIsNeverPassed(t *testing.T) {
+	r := newTicketRig(t, "a", "b", "c")
+	require.True(t, r.lock("b", "h").Granted)
+	old := r.multi("o", ticket(1, "o"), queue.ModeWait, "a", "b")
+	require.False(t, old.Granted)
+	young := r.multi("y", ticket(2, "y"), queue.ModeWait, "a", "c")
+	require.False(t, young.Granted, "a is free but the older ticket heads its line")
+	require.Empty(t, r.holder("a"))
+	require.Empty(t, r.holder("c"))
+
+	r.release("b", "h")
+	require.Equal(t, "o", r.holder("a"))
+	require.Equal(t, "o", r.holder("b"))
+	require.Empty(t, r.holder("c"), "the young ticket holds nothing of its set")
+	r.release("a", "o")
+	require.Equal(t, "y", r.holder("a"))
+	require.Equal(t, "y", r.holder("c"))
+}
+
+// A ticket that gives up leaves every line, and the locks it headed go on
+// to the waiters behind it.
+func TestACancelledTicketLeavesEveryLine(t *testing.T) {
+	r := newTicketRig(t, "a", "b")
+	require.True(t, r.lock("b", "h").Granted)
+	tk := ticket(1, "m")
+	require.False(t, r.multi("m", tk, queue.ModeWait, "a", "b").Granted)
+	require.False(t, r.lock("a", "s").Granted, "behind the ticket")
+
+	released, err := lua.ReadFlag(lua.Classic.CancelTicket(r.keys("a", "b"), "m", tk).Run(context.Background(), r.rdb))
+	require.NoError(t, err)
+	require.False(t, released)
+	require.Equal(t, "s", r.holder("a"), "a goes to the waiter behind the ticket")
+	require.Empty(t, r.line("b"))
+	n, err := r.rdb.Exists(context.Background(), r.ks["a"].Lock+":ticket:"+queue.WaiterIDOf(tk), r.ks["b"].Lock+":ticket:"+queue.WaiterIDOf(tk)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the ticket's lists are gone")
+
+	// A ticket handed its locks, then cancelled, gives them back.
+	tk2 := ticket(2, "m")
+	require.False(t, r.multi("m", tk2, queue.ModeWait, "a", "b").Granted)
+	r.release("a", "s")
+	r.release("b", "h")
+	require.Equal(t, "m", r.holder("a"))
+	released, err = lua.ReadFlag(lua.Classic.CancelTicket(r.keys("a", "b"), "m", tk2).Run(context.Background(), r.rdb))
+	require.NoError(t, err)
+	require.True(t, released)
+	require.Empty(t, r.holder("a"))
+	require.Empty(t, r.holder("b"))
+}
+
+// A ticket whose waiter stopped polling is dropped once its deadline
+// passes, and stops no one.
+func TestADeadTicketIsPruned(t *testing.T) {
+	r := newTicketRig(t, "a", "b")
+	ctx := context.Background()
+	require.True(t, r.lock("b", "h").Granted)
+	tk := ticket(1, "m")
+	require.False(t, r.multi("m", tk, queue.ModeWait, "a", "b").Granted)
+	// Its lists expire with it: gone from a, it is dead.
+	require.NoError(t, r.rdb.Del(ctx, r.ks["a"].Lock+":ticket:"+queue.WaiterIDOf(tk)).Err())
+	rep := r.lock("a", "s")
+	require.True(t, rep.Granted, "a dead ticket stops no one")
+	r.release("b", "h")
+	require.Empty(t, r.holder("b"))
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,7 +151,7 @@ func (d *differ) compare(want, got any, handsOver, refused bool) {
 			got = g
 		}
 	}
-	if !refused && want != got {
+	if !refused && !reflect.DeepEqual(want, got) {
 		d.fail("reply: model %+v, scripts %+v", want, got)
 	}
 	d.log[len(d.log)-1] += fmt.Sprintf(" -> %+v", want)

@@ -135,6 +135,7 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 		m.err = mc.err
 	default:
 		m.lock = c.engine.Mutex(keys)
+		m.keys = keys
 		m.key = holdKey{lock: keys.Lock}
 	}
 	return m

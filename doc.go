@@ -28,9 +28,11 @@
 //
 // MultiLock takes several locks together, all or none: Lock returns one
 // context that carries a hold of every name and ends when any of them
-// does. Its names are taken in one order that every Client follows, so
-// callers of overlapping sets, and Mutex callers of single names, never
-// deadlock.
+// does. On one server it waits in every name's line at once and holds
+// nothing until it is granted all of them; on a Cluster or a Ring it takes
+// the names one after another in one order that every Client follows.
+// Either way, callers of overlapping sets, and Mutex callers of single
+// names, never deadlock.
 //
 // A hold has a lease. By default a watchdog renews it every third of the
 // lease (WithLease, 30s), so a hold lasts until Unlock, and a crashed

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // MaxMultiNames is the most names one MultiLock takes, counted after
@@ -20,13 +23,22 @@ const MaxMultiNames = 64
 // lock a Mutex of that name is, so MultiLock and Mutex callers of the same
 // names exclude each other.
 //
-// Lock takes the names one after another in one order that every Client
-// follows (bytewise on their Redis keys), waiting in each name's FIFO line
-// while it holds the names before it. Because every caller takes names in
-// that order, no two callers can each hold a name the other waits for, so
-// MultiLock callers whose sets overlap, and Mutex callers of single names,
-// never deadlock. The price: a waiting MultiLock holds the names that
-// come before the one it waits for.
+// How it waits depends on where the names live:
+//   - On one server (a *redis.Client, plain or following sentinels),
+//     Lock joins every name's line at once with one entry, a ticket, and
+//     is granted every name at once when its ticket heads every line and
+//     none of the names is held. It holds nothing while it waits, and
+//     nobody passes it: the oldest waiter of a name is served first,
+//     whether it waits for that name alone or for several.
+//   - On a Redis Cluster or a Ring, whose names live on different
+//     servers, Lock takes the names one after another in one order that
+//     every Client follows (bytewise on their Redis keys), waiting in
+//     each name's FIFO line while it holds the names before it. The
+//     price: a waiting MultiLock holds the names that come before the
+//     one it waits for.
+//
+// Either way, MultiLock callers whose sets overlap, and Mutex callers of
+// single names, never deadlock; docs/algorithm.md gives the argument.
 type MultiLock struct {
 	c     *Client
 	locks []*Mutex // in the order they are taken; nil when err != nil
@@ -73,11 +85,13 @@ func (ml *MultiLock) Names() []string {
 	if ml == nil {
 		return nil
 	}
-	names := make([]string, len(ml.locks))
-	for i, m := range ml.locks {
-		names[i] = m.name
-	}
-	return names
+	return ml.namesOf(func() []int {
+		all := make([]int, len(ml.locks))
+		for i := range all {
+			all[i] = i
+		}
+		return all
+	}())
 }
 
 // usable returns the error that stops any call: a bad handle, a nil
@@ -117,9 +131,9 @@ func (ml *MultiLock) Lock(ctx context.Context) (context.Context, error) {
 }
 
 // TryLock takes every name only if that needs no waiting: it never joins
-// a line, and fails with ErrLocked (naming the first lock it could not
-// take) when any name is held by another owner or has anyone waiting for
-// it. It then holds none of them. A context that carries live holds of
+// a line, and fails with ErrLocked (naming the locks it tried) when any
+// name is held by another owner or has anyone waiting for it. It then
+// holds none of them. A context that carries live holds of
 // some names re-enters them, as with Lock.
 func (ml *MultiLock) TryLock(ctx context.Context) (context.Context, error) {
 	return ml.acquire(ctx, false)
@@ -143,23 +157,81 @@ func (ml *MultiLock) acquire(ctx context.Context, wait bool) (context.Context, e
 			unhook()
 		}
 	}()
-	holds := make([]*fair.Hold, 0, len(ml.locks))
-	for _, m := range ml.locks {
-		h, err := m.take(wctx, owner, explicit, wait)
-		if err != nil {
-			if ctx.Err() == nil && wctx.Err() != nil {
-				err = context.Cause(wctx) // a hold taken before ended
-			}
-			if undo := giveBack(ml.locks[:len(holds)], holds); undo != nil {
-				err = fmt.Errorf("%w (giving back the locks taken before: %w)", err, undo)
-			}
-			return nil, fmt.Errorf("fairlock: lock %q: %w", m.name, err)
-		}
-		holds = append(holds, h)
-		name := m.name
+	holds := make([]*fair.Hold, len(ml.locks)) // holds[i] is the hold of ml.locks[i], once taken
+	var took []int                             // the indexes of holds taken, in the order taken
+	keep := func(i int, h *fair.Hold) {
+		holds[i] = h
+		took = append(took, i)
+		name := ml.locks[i].name
 		unhooks = append(unhooks, context.AfterFunc(h.Context(), func() { stop(endedCause(name, h.Context())) }))
 	}
+	fail := func(which string, err error) (context.Context, error) {
+		if ctx.Err() == nil && wctx.Err() != nil {
+			err = context.Cause(wctx) // a hold taken before ended
+		}
+		if undo := ml.giveBack(holds, took); undo != nil {
+			err = fmt.Errorf("%w (giving back the locks taken before: %w)", err, undo)
+		}
+		return nil, fmt.Errorf("fairlock: %s: %w", which, err)
+	}
+
+	// The names the context holds already are re-entered first.
+	var rest []int
+	for i, m := range ml.locks {
+		h, entered, err := m.reenter(ctx, owner, explicit)
+		switch {
+		case err != nil:
+			return fail(fmt.Sprintf("lock %q", m.name), err)
+		case entered:
+			keep(i, h)
+		default:
+			rest = append(rest, i)
+		}
+	}
+	// The rest, on one server, with one ticket that waits in all their
+	// lines at once; elsewhere one after another in key order.
+	if len(rest) >= 2 && ml.c.engine.OneServer() {
+		keys := make([]queue.Keys, len(rest))
+		for j, i := range rest {
+			keys[j] = ml.locks[i].keys
+		}
+		m := ml.locks[rest[0]]
+		hs, err := ml.c.engine.Ticket(keys).Lock(wctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: explicit})
+		if err != nil {
+			return fail("locks "+quoted(ml.namesOf(rest)), err)
+		}
+		for j, i := range rest {
+			keep(i, hs[j])
+		}
+		return ml.withHolds(ctx, holds), nil
+	}
+	for _, i := range rest {
+		m := ml.locks[i]
+		h, err := m.lock.Lock(wctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: explicit})
+		if err != nil {
+			return fail(fmt.Sprintf("lock %q", m.name), err)
+		}
+		keep(i, h)
+	}
 	return ml.withHolds(ctx, holds), nil
+}
+
+// quoted returns names quoted and joined with commas.
+func quoted(names []string) string {
+	q := make([]string, len(names))
+	for i, name := range names {
+		q[i] = strconv.Quote(name)
+	}
+	return strings.Join(q, ", ")
+}
+
+// namesOf returns the names of the locks at indexes.
+func (ml *MultiLock) namesOf(indexes []int) []string {
+	names := make([]string, len(indexes))
+	for j, i := range indexes {
+		names[j] = ml.locks[i].name
+	}
+	return names
 }
 
 // endedCause is the cause a MultiLock's context, or its wait, ends with
@@ -174,16 +246,17 @@ func endedCause(name string, hctx context.Context) error {
 	return fmt.Errorf("lock %q: %w", name, cause)
 }
 
-// giveBack releases one level of each hold, the last taken first, after
-// a MultiLock could not take every name. The releases are bounded as an
-// Unlock with the call timeout is: one Redis does not answer goes on in
-// the background.
-func giveBack(locks []*Mutex, holds []*fair.Hold) error {
+// giveBack releases one level of each hold taken (the indexes of holds
+// in took), the last taken first, after a MultiLock could not take every
+// name. The releases are bounded as an Unlock with the call timeout is:
+// one that Redis does not answer goes on in the background.
+func (ml *MultiLock) giveBack(holds []*fair.Hold, took []int) error {
 	var errs []error
-	for i := len(holds) - 1; i >= 0; i-- {
-		ctx, cancel := context.WithTimeout(context.Background(), locks[i].c.cfg.callTimeout)
-		if err := holds[i].Unlock(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("lock %q: %w", locks[i].name, err))
+	for j := len(took) - 1; j >= 0; j-- {
+		m := ml.locks[took[j]]
+		ctx, cancel := context.WithTimeout(context.Background(), m.c.cfg.callTimeout)
+		if err := holds[took[j]].Unlock(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("lock %q: %w", m.name, err))
 		}
 		cancel()
 	}

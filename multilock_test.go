@@ -26,6 +26,19 @@ func (e *env) requireLocked(want bool, names ...string) {
 	}
 }
 
+// requireNoTickets asserts that no ticket of a MultiLock is left in Redis
+// under the env's prefix.
+func (e *env) requireNoTickets() {
+	e.t.Helper()
+	var left []string
+	iter := e.rdb.Scan(context.Background(), 0, e.prefix+":*:ticket:*", 100).Iterator()
+	for iter.Next(context.Background()) {
+		left = append(left, iter.Val())
+	}
+	require.NoError(e.t, iter.Err())
+	require.Empty(e.t, left, "tickets left behind")
+}
+
 func TestMultiLockHoldsEveryNameUntilUnlock(t *testing.T) {
 	multiLockHoldsEveryNameUntilUnlock(t, newEnv(t), "acct")
 }
@@ -163,14 +176,22 @@ func multiLockThatGivesUpHoldsNothing(t *testing.T, e *env, base string) {
 	for _, name := range names {
 		e.requireClean(name)
 	}
+	e.requireNoTickets()
 	require.NoError(t, holder.Unlock(hctx))
 	e.requireLocked(false, names...)
 }
 
 // A MultiLock waits in each name's line: a holder of one name makes it
-// wait, and callers behind it on a name are served after it.
+// wait, and callers behind it on a name are served after it. On one
+// server it holds nothing while it waits.
 func TestMultiLockWaitsInLineAndIsServedInOrder(t *testing.T) {
-	e := newEnv(t)
+	multiLockWaitsInLineAndIsServedInOrder(t, newEnv(t), false)
+}
+
+// multiLockWaitsInLineAndIsServedInOrder: ordered says whether the
+// MultiLock takes its names one after another (a Cluster, a Ring), and so
+// holds a while it waits for b.
+func multiLockWaitsInLineAndIsServedInOrder(t *testing.T, e *env, ordered bool) {
 	bg := context.Background()
 	holder := e.client().Mutex("b")
 	hctx, err := holder.Lock(bg)
@@ -179,9 +200,10 @@ func TestMultiLockWaitsInLineAndIsServedInOrder(t *testing.T) {
 	ml := e.client().MultiLock([]string{"a", "b"})
 	multi := lockAsync(bg, ml)
 	e.waitQueued("b", 1)
-	e.requireLocked(true, "a") // held while it waits for b
+	e.requireLocked(ordered, "a")
 	single := lockAsync(bg, e.client().Mutex("a"))
-	e.waitQueued("a", 1)
+	e.waitQueued("a", map[bool]int{true: 1, false: 2}[ordered])
+	e.requireLocked(ordered, "a") // nobody passes the MultiLock
 
 	require.NoError(t, holder.Unlock(hctx))
 	r := await(t, multi, 10*time.Second)
@@ -195,6 +217,32 @@ func TestMultiLockWaitsInLineAndIsServedInOrder(t *testing.T) {
 	s := await(t, single, 10*time.Second)
 	require.NoError(t, s.err)
 	require.NoError(t, e.client().Mutex("a").Unlock(s.ctx))
+}
+
+// The oldest waiter is never passed: a younger MultiLock whose names are
+// free waits behind an older one that shares a name with it.
+func TestMultiLockTheOldestIsNeverPassed(t *testing.T) {
+	e := newEnv(t)
+	bg := context.Background()
+	holder := e.client().Mutex("b")
+	hctx, err := holder.Lock(bg)
+	require.NoError(t, err)
+	older := e.client().MultiLock([]string{"a", "b"})
+	first := lockAsync(bg, older)
+	e.waitQueued("b", 1)
+	younger := e.client().MultiLock([]string{"a", "c"})
+	second := lockAsync(bg, younger)
+	e.waitQueued("a", 2)
+	e.requireLocked(false, "a", "c")
+
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, first, 10*time.Second)
+	require.NoError(t, r.err)
+	e.requireLocked(false, "c")
+	require.NoError(t, older.Unlock(r.ctx))
+	r = await(t, second, 10*time.Second)
+	require.NoError(t, r.err)
+	require.NoError(t, younger.Unlock(r.ctx))
 }
 
 // Callers whose sets overlap, given in any order, and single-name callers
@@ -340,10 +388,10 @@ func TestMultiLockContextEndsWhenALeaseIsLost(t *testing.T) {
 	e.requireLocked(false, "a", "b")
 }
 
-// A MultiLock that loses a name it took while it waits for a later one
-// gives up: it returns ErrLeaseLost naming that lock, and holds nothing.
-func TestMultiLockGivesUpWhenANameItTookIsLost(t *testing.T) {
-	e := newEnv(t)
+// A MultiLock that takes its names one after another (on a Cluster, a
+// Ring) and loses a name it took while it waits for a later one gives
+// up: it returns ErrLeaseLost naming that lock, and holds nothing.
+func multiLockGivesUpWhenANameItTookIsLost(t *testing.T, e *env) {
 	bg := context.Background()
 	holder := e.client().Mutex("b")
 	hctx, err := holder.Lock(bg)
@@ -395,4 +443,36 @@ func TestMultiLockUnlockOfAPartlyHeldContext(t *testing.T) {
 	require.ErrorIs(t, err, fairlock.ErrNotHeld)
 	require.Contains(t, err.Error(), `"a"`, "the error names the lock not held")
 	e.requireLocked(false, "a", "b")
+}
+
+// On one server a waiting MultiLock is woken by a push, not by its polls:
+// with polls 10 s apart, a grant within a few seconds of the release was
+// pushed. Its Queued event says where it stands in its longest line.
+func TestMultiLockOnOneServerIsWokenByPush(t *testing.T) {
+	e := newEnv(t)
+	bg := context.Background()
+	holder := e.client().Mutex("b")
+	hctx, err := holder.Lock(bg)
+	require.NoError(t, err)
+	var queued atomic.Int32
+	c := e.client(fairlock.WithWaiterTTL(30*time.Second), fairlock.WithObserver(fairlock.ObserverFunc(func(_ context.Context, ev fairlock.Event) {
+		if ev.Kind == fairlock.Queued {
+			queued.Store(int32(ev.Position))
+		}
+	})))
+	ml := c.MultiLock([]string{"a", "b"})
+	multi := lockAsync(bg, ml)
+	e.waitQueued("b", 1)
+	require.Eventually(t, func() bool { return queued.Load() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // past the first poll
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, multi, 3*time.Second)
+	require.NoError(t, r.err)
+	for _, name := range []string{"a", "b"} {
+		tok, err := ml.Token(r.ctx, name)
+		require.NoError(t, err)
+		require.Positive(t, tok)
+	}
+	require.NoError(t, ml.Unlock(r.ctx))
+	e.requireNoTickets()
 }

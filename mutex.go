@@ -19,6 +19,7 @@ type Mutex struct {
 	c     *Client
 	name  string
 	lock  *fair.Mutex // nil when err != nil
+	keys  queue.Keys  // the lock's keys, when err == nil
 	key   holdKey
 	lease time.Duration
 	fixed bool
@@ -121,22 +122,31 @@ func lockOwner(ctx context.Context) (owner string, shared bool, err error) {
 // ContextWithOwner), waiting in line when wait is set. A carried hold is
 // re-entered only by its own owner when ctx names one.
 func (m *Mutex) take(ctx context.Context, owner string, shared, wait bool) (*fair.Hold, error) {
-	h, err := m.holdFrom(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if h != nil && (!shared || owner == h.Owner()) {
-		err := h.Enter(ctx)
-		if err == nil {
-			return h, nil
-		}
-		if !errors.Is(err, ErrNotHeld) {
-			// Lost or closed: a re-entry is never a fresh grant.
-			return nil, err
-		}
-		// The carried hold was unlocked: take a new one.
+	h, entered, err := m.reenter(ctx, owner, shared)
+	if err != nil || entered {
+		return h, err
 	}
 	return m.lock.Lock(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: shared})
+}
+
+// reenter re-enters the live hold of this lock that ctx carries, if any:
+// it reports whether it did. A carried hold is re-entered only by its own
+// owner when ctx names one (shared); one that was unlocked is no hold to
+// re-enter, and one that was lost fails the call: a re-entry is never a
+// fresh grant.
+func (m *Mutex) reenter(ctx context.Context, owner string, shared bool) (*fair.Hold, bool, error) {
+	h, err := m.holdFrom(ctx)
+	if err != nil || h == nil || (shared && owner != h.Owner()) {
+		return nil, false, err
+	}
+	switch err := h.Enter(ctx); {
+	case err == nil:
+		return h, true, nil
+	case errors.Is(err, ErrNotHeld):
+		return nil, false, nil
+	default:
+		return nil, false, err
+	}
 }
 
 // Unlock gives up one level of the hold carried by ctx (the context Lock

@@ -113,6 +113,8 @@ func TestRingMultiLock(t *testing.T) {
 		{"TryLockIsAllOrNone", multiLockTryLockIsAllOrNone},
 		{"ThatGivesUpHoldsNothing", multiLockThatGivesUpHoldsNothing},
 		{"OverlappingSetsNeverDeadlock", multiLockOverlappingSetsNeverDeadlock},
+		{"WaitsInLineHoldingTheNamesBefore", func(t *testing.T, e *env, _ string) { multiLockWaitsInLineAndIsServedInOrder(t, e, true) }},
+		{"GivesUpWhenANameItTookIsLost", func(t *testing.T, e *env, _ string) { multiLockGivesUpWhenANameItTookIsLost(t, e) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, &env{t: t, rdb: ring, prefix: redistest.Prefix(t), dial: dial}, "ring")

@@ -193,7 +193,7 @@ func (e *Engine) rebuilt() {
 
 // Mutex returns the lock with the given keys.
 func (e *Engine) Mutex(keys queue.Keys) *Mutex {
-	return &Mutex{e: e, keys: keys, wake: keys.ClientWake(e.tag)}
+	return &Mutex{e: e, keys: keys, wakeChannel: keys.ClientWake(e.tag)}
 }
 
 // begin registers a call in flight, or fails with errs.ErrClosed.

@@ -131,10 +131,17 @@ func endKind(cause error, ranOut bool) EndKind {
 // observeEnd reports the end of a Lock call that began at start: a grant
 // of h, or err.
 func (l *Mutex) observeEnd(ctx context.Context, req Request, entry string, start time.Time, h *Hold, err error) {
-	if !l.e.observing() {
+	observeEnd(l, ctx, req, entry, start, h, err)
+}
+
+// observeEnd reports the end of a Lock call in ln that began at start: a
+// grant whose (first) hold is h, or err.
+func observeEnd[G any](ln line[G], ctx context.Context, req Request, entry string, start time.Time, h *Hold, err error) {
+	e := ln.engine()
+	if !e.observing() {
 		return
 	}
-	ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait, Waited: time.Since(start)}
+	ev := Event{Lock: ln.name(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait, Waited: time.Since(start)}
 	if err != nil {
 		ev.Kind, ev.Err = EventWaitEnded, err
 	} else {
@@ -143,5 +150,5 @@ func (l *Mutex) observeEnd(ctx context.Context, req Request, entry string, start
 			ev.Grant, ev.HandOver = GrantHandOver, h.handOver
 		}
 	}
-	l.e.observe(ctx, ev)
+	e.observe(ctx, ev)
 }

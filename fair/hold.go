@@ -163,7 +163,7 @@ func (h *Hold) enter(ctx context.Context) error {
 		lease = 0 // re-entry never extends a fixed lease
 	}
 	req := Request{Owner: h.owner, Lease: lease}
-	rep, err := h.l.callWithin(ctx, req, "", queue.ModeReenter, h.l.giveBackIfGranted(ctx, req))
+	rep, err := callWithin(h.l, ctx, req, "", queue.ModeReenter, giveBackIfGranted(h.l, ctx, req))
 	if err != nil && !unacked(err) {
 		return err
 	}
@@ -182,7 +182,7 @@ func (h *Hold) enter(ctx context.Context) error {
 		// Counted on the primary, but the replicas did not acknowledge
 		// it: a failover could lose the level. Give it back; the hold
 		// keeps the levels it had.
-		return h.l.dropUnacked(ctx, req, err)
+		return dropUnacked(h.l, ctx, req, err)
 	}
 	// The level counts only once granted, so that a Release of every
 	// level (Close, a lost lease) that ran meanwhile did not count it:
@@ -200,7 +200,7 @@ func (h *Hold) enter(ctx context.Context) error {
 		return errors.Join(errs.ErrNotHeld, h.l.giveBack(ctx, req))
 	case ctx.Err() != nil:
 		// Granted, but the caller's context ended meanwhile.
-		return errors.Join(ctx.Err(), h.l.soon(func() error { return h.l.giveBack(ctx, req) }))
+		return errors.Join(ctx.Err(), h.l.e.soon(func() error { return h.l.giveBack(ctx, req) }))
 	}
 	return nil
 }

@@ -147,30 +147,30 @@ func (s *shared[T]) do(e *Engine, ctx context.Context, f func() (T, error)) (T, 
 // caller's goroutine: a Close meanwhile is answered when the call is (a
 // grant then finds the engine closed and is given back; see hold), at the
 // latest at the bound of Close, which cuts every call short.
-func (l *Mutex) callWithin(ctx context.Context, req Request, entry, mode string, orphan func(queue.Reply, error)) (queue.Reply, error) {
-	return within(l.e, ctx, func() (queue.Reply, error) { return l.call(ctx, req, entry, mode) }, orphan)
+func callWithin[G any](ln line[G], ctx context.Context, req Request, entry, mode string, orphan func(queue.Reply, error)) (queue.Reply, error) {
+	return within(ln.engine(), ctx, func() (queue.Reply, error) { return ln.poll(ctx, req, entry, mode) }, orphan)
 }
 
 // giveBackIfGranted is the orphan of a call that was not queued: a grant
 // it made is given back, acknowledged by the replicas or not (then
 // without waiting for them: see giveBackUnacked).
-func (l *Mutex) giveBackIfGranted(ctx context.Context, req Request) func(queue.Reply, error) {
+func giveBackIfGranted[G any](ln line[G], ctx context.Context, req Request) func(queue.Reply, error) {
 	return func(rep queue.Reply, err error) {
 		switch {
 		case err == nil && rep.Granted:
-			_ = l.giveBack(ctx, req)
+			_ = ln.giveBack(ctx, req)
 		case unacked(err) && rep.Granted:
-			_ = l.giveBackUnacked(ctx, req)
+			_ = ln.giveBackUnacked(ctx, req)
 		}
 	}
 }
 
 // leaveQueue is the orphan of a poll of a waiter that gave up: a grant the
 // poll made is given back, and the entry leaves the queue.
-func (l *Mutex) leaveQueue(ctx context.Context, req Request, entry string) func(queue.Reply, error) {
+func leaveQueue[G any](ln line[G], ctx context.Context, req Request, entry string) func(queue.Reply, error) {
 	return func(rep queue.Reply, err error) {
-		l.giveBackIfGranted(ctx, req)(rep, err)
-		_ = l.giveUp(ctx, req.Owner, entry)
+		giveBackIfGranted(ln, ctx, req)(rep, err)
+		_ = giveUp(ln, ctx, req.Owner, entry)
 	}
 }
 
@@ -206,8 +206,8 @@ func (e *Engine) sendAgain(until time.Time, send func(ctx context.Context) (done
 // cleanupGrace. It returns cleanup's error, or nil when it is still
 // running (its failure is logged by cleanup itself). Must run within an
 // operation of the engine (begin).
-func (l *Mutex) soon(cleanup func() error) error {
-	err, _ := graced(l.background(cleanup))
+func (e *Engine) soon(cleanup func() error) error {
+	err, _ := graced(e.background(cleanup))
 	return err
 }
 
@@ -219,8 +219,8 @@ var errStillGivingBack = errors.New("fairlock: the primary has not answered the 
 // has). It returns cleanup's error, or errStillGivingBack when cleanup is
 // still running then (its failure is logged by cleanup itself). Must run
 // within an operation of the engine (begin).
-func (l *Mutex) awaitCleanup(ctx context.Context, cleanup func() error) error {
-	done := l.background(cleanup)
+func (e *Engine) awaitCleanup(ctx context.Context, cleanup func() error) error {
+	done := e.background(cleanup)
 	select {
 	case err := <-done:
 		return err
@@ -234,9 +234,9 @@ func (l *Mutex) awaitCleanup(ctx context.Context, cleanup func() error) error {
 
 // background runs f on a goroutine the engine waits for; its error
 // arrives on the channel.
-func (l *Mutex) background(f func() error) <-chan error {
+func (e *Engine) background(f func() error) <-chan error {
 	done := make(chan error, 1)
-	l.e.wg.Go(func() { done <- f() })
+	e.wg.Go(func() { done <- f() })
 	return done
 }
 

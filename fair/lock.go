@@ -14,9 +14,9 @@ import (
 // Mutex is one named lock of an engine. It is a cheap handle, safe for
 // concurrent use.
 type Mutex struct {
-	e    *Engine
-	keys queue.Keys
-	wake string // the engine's wake channel of the lock: keys.ClientWake(e.tag)
+	e           *Engine
+	keys        queue.Keys
+	wakeChannel string // the engine's wake channel of the lock: keys.ClientWake(e.tag)
 }
 
 // Request is one attempt to take a lock.
@@ -40,34 +40,42 @@ type Request struct {
 // back a hand-over that raced with the cancellation) and returns ctx's
 // error: the caller then holds nothing and Redis keeps nothing of it.
 func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
+	return lockIn[*Hold](l, ctx, req)
+}
+
+// lockIn is Lock in the line ln: one lock's, or the lines of several
+// locks that one ticket waits in. Its grant makes a G.
+func lockIn[G any](ln line[G], ctx context.Context, req Request) (G, error) {
+	var none G
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return none, err
 	}
-	if err := l.e.begin(); err != nil {
-		return nil, err
+	e := ln.engine()
+	if err := e.begin(); err != nil {
+		return none, err
 	}
-	defer l.e.ops.Done()
-	l.e.announce()
+	defer e.ops.Done()
+	e.announce()
 	// Fast path: one attempt, no subscription. Its entry is the one the
 	// caller waits under if it must, so that a grant whose reply was lost
 	// is claimed by the first poll, not counted again.
-	entry := l.entry(req)
+	entry := ln.entry(req)
 	var start time.Time
-	if l.e.observing() {
+	if e.observing() {
 		start = time.Now()
-		l.e.observe(ctx, Event{Kind: EventWaitStarted, Lock: l.keys.Name, Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait})
+		e.observe(ctx, Event{Kind: EventWaitStarted, Lock: ln.name(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait})
 	}
-	if err := l.e.checkServer(ctx); err != nil {
-		l.observeEnd(ctx, req, entry, start, nil, err)
-		return nil, err
+	if err := e.checkServer(ctx); err != nil {
+		ln.observeEnd(ctx, req, entry, start, none, err)
+		return none, err
 	}
-	h, err := l.take(ctx, req, entry)
+	g, err := take(ln, ctx, req, entry)
 	if err != nil && !errors.Is(err, errs.ErrLocked) {
 		// Whatever the call left in Redis is a trace once it returns.
-		l.e.audit.ended(l, req, entry, nil, "")
+		ln.ended(req, entry)
 	}
-	l.observeEnd(ctx, req, entry, start, h, err)
-	return h, err
+	ln.observeEnd(ctx, req, entry, start, g, err)
+	return g, err
 }
 
 // entry returns the queue entry of one Lock call: a fresh waiter id that
@@ -77,50 +85,52 @@ func (l *Mutex) entry(req Request) string {
 }
 
 // take is Lock once the engine's checks passed, under entry.
-func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, error) {
-	if req.Wait && l.e.hub.Subscribed(l.wake) {
+func take[G any](ln line[G], ctx context.Context, req Request, entry string) (G, error) {
+	var none G
+	e := ln.engine()
+	if req.Wait && e.hub.Subscribed(ln.wake()) {
 		// Other waiters of this Client keep its wake channel of the lock
 		// subscribed: the lock is contended. Joining them costs no round
 		// trip, and the first wait-mode poll grants a free lock as a try
 		// would, or else takes a place in line: one round trip where a try
 		// first would make two.
-		return l.wait(ctx, req, entry, nil)
+		return wait(ln, ctx, req, entry, nil)
 	}
 	sent := time.Now()
-	rep, err := l.callWithin(ctx, req, entry, queue.ModeTry, l.giveBackIfGranted(ctx, req))
+	rep, err := callWithin(ln, ctx, req, entry, queue.ModeTry, giveBackIfGranted(ln, ctx, req))
 	switch {
 	case unacked(err) && rep.Count > 1:
 		// Granted, but as one more level of a hold that the owner (an id
 		// shared by several callers) already had: a re-entry. Polling
 		// again would count another level, so it is given back instead.
-		return nil, l.dropUnacked(ctx, req, err)
+		return none, dropUnacked(ln, ctx, req, err)
 	case err != nil && req.Wait && retryable(err) && ctx.Err() == nil && !errors.Is(err, errs.ErrClosed):
 		// Redis unreachable, or failing over, or a grant that the
 		// replicas did not acknowledge: wait in line, which keeps trying
 		// (and claims such a grant without counting it again), bounded
 		// by ctx.
-		l.e.log.Warn("fairlock: lock attempt failed, waiting", "lock", l.keys.Name, "err", err)
+		e.log.Warn("fairlock: lock attempt failed, waiting", "lock", ln.name(), "err", err)
 		var pending error
 		if unacked(err) {
 			pending = err
 		}
-		return l.wait(ctx, req, entry, pending)
+		return wait(ln, ctx, req, entry, pending)
 	case unacked(err):
 		// Granted, not acknowledged, and not to be waited for (TryLock,
 		// a context that ended, a WAIT refused): give it back.
-		return nil, l.dropUnacked(ctx, req, err)
+		return none, dropUnacked(ln, ctx, req, err)
 	case err != nil:
-		return nil, err
-	case rep.Granted && !l.late(req, sent):
-		return l.hold(ctx, req, entry, rep.Token, sent, req.Lease)
+		return none, err
+	case rep.Granted && !late(req, sent):
+		return ln.grant(ctx, req, entry, rep, sent, req.Lease, handing{})
 	case rep.Granted && req.Wait:
-		return l.wait(ctx, req, entry, nil) // its first poll claims the grant
+		return wait(ln, ctx, req, entry, nil) // its first poll claims the grant
 	case rep.Granted:
-		return l.claimTry(ctx, req, entry)
+		return claimTry(ln, ctx, req, entry)
 	case !req.Wait:
-		return nil, errs.ErrLocked
+		return none, errs.ErrLocked
 	}
-	return l.wait(ctx, req, entry, nil)
+	return wait(ln, ctx, req, entry, nil)
 }
 
 // dropUnacked gives back a level that a call granted but the replicas did
@@ -131,8 +141,8 @@ func (l *Mutex) take(ctx context.Context, req Request, entry string) (*Hold, err
 // the primary, unless the primary did not answer before ctx ended (then
 // at most cleanupGrace later, and the error says the give-back is still
 // under way). Must run within an operation of the engine (begin).
-func (l *Mutex) dropUnacked(ctx context.Context, req Request, err error) error {
-	return errors.Join(ctx.Err(), err, l.awaitCleanup(ctx, func() error { return l.giveBackUnacked(ctx, req) }))
+func dropUnacked[G any](ln line[G], ctx context.Context, req Request, err error) error {
+	return errors.Join(ctx.Err(), err, ln.engine().awaitCleanup(ctx, func() error { return ln.giveBackUnacked(ctx, req) }))
 }
 
 // lateClaims bounds how often a grant that was answered late is claimed
@@ -147,32 +157,33 @@ const lateClaims = 3
 // it in time and would declare it lost at once. Such a grant is claimed
 // with one more call under the same entry, which sets the full lease from
 // a send time that is known and counts no level twice.
-func (l *Mutex) late(req Request, sent time.Time) bool {
+func late(req Request, sent time.Time) bool {
 	return !time.Now().Before(sent.Add(req.Lease - req.Lease/3))
 }
 
 // claimTry claims a late grant of a TryLock (see late).
-func (l *Mutex) claimTry(ctx context.Context, req Request, entry string) (*Hold, error) {
+func claimTry[G any](ln line[G], ctx context.Context, req Request, entry string) (G, error) {
+	var none G
 	var rep queue.Reply
 	var sent time.Time
 	for range lateClaims {
 		sent = time.Now()
 		var err error
-		rep, err = l.callWithin(ctx, req, entry, queue.ModeTry, l.giveBackIfGranted(ctx, req))
+		rep, err = callWithin(ln, ctx, req, entry, queue.ModeTry, giveBackIfGranted(ln, ctx, req))
 		switch {
 		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.ErrClosed)):
-			return nil, err // the orphan gives a grant back
+			return none, err // the orphan gives a grant back
 		case unacked(err):
-			return nil, l.dropUnacked(ctx, req, err)
+			return none, dropUnacked(ln, ctx, req, err)
 		case err != nil:
-			return nil, errors.Join(err, l.soon(func() error { return l.giveBack(ctx, req) }))
+			return none, errors.Join(err, ln.engine().soon(func() error { return ln.giveBack(ctx, req) }))
 		case !rep.Granted:
-			return nil, errs.ErrLocked // the late grant expired meanwhile
-		case !l.late(req, sent):
-			return l.hold(ctx, req, entry, rep.Token, sent, req.Lease)
+			return none, errs.ErrLocked // the late grant expired meanwhile
+		case !late(req, sent):
+			return ln.grant(ctx, req, entry, rep, sent, req.Lease, handing{})
 		}
 	}
-	return l.hold(ctx, req, entry, rep.Token, sent, req.Lease)
+	return ln.grant(ctx, req, entry, rep, sent, req.Lease, handing{})
 }
 
 // retryable reports whether a call that failed with err may succeed when
@@ -186,8 +197,8 @@ func retryable(err error) bool {
 	return !redisError(err) || transient(err)
 }
 
-// call runs one acquire on a context detached from ctx.
-func (l *Mutex) call(ctx context.Context, req Request, entry, mode string) (queue.Reply, error) {
+// poll runs one acquire on a context detached from ctx.
+func (l *Mutex) poll(ctx context.Context, req Request, entry, mode string) (queue.Reply, error) {
 	if entry == "" {
 		entry = l.entry(req)
 	}
@@ -202,8 +213,10 @@ func (l *Mutex) call(ctx context.Context, req Request, entry, mode string) (queu
 // pending is the error of the fast path's attempt when it granted the lock
 // to entry but the replicas did not acknowledge it: the first poll claims
 // that grant (the count stays) and waits for the replicas again.
-func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending error) (*Hold, error) {
-	w, err := l.e.hub.Watch(ctx, l.wake, entry)
+func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pending error) (G, error) {
+	var none G
+	e := ln.engine()
+	w, err := e.hub.Watch(ctx, ln.wake(), entry)
 	if err != nil {
 		if !errors.Is(err, errs.ErrClosed) {
 			err = refusal(err)
@@ -211,12 +224,12 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 		if pending != nil {
 			// The unacknowledged grant is entry's: leaving the queue gives
 			// it back.
-			return nil, errors.Join(err, pending, l.soon(func() error { return l.giveUp(ctx, req.Owner, entry) }))
+			return none, errors.Join(err, pending, e.soon(func() error { return giveUp(ln, ctx, req.Owner, entry) }))
 		}
-		return nil, err
+		return none, err
 	}
 	defer w.Stop()
-	shared := l.watchShared(ctx, entry)
+	shared := watchShared(ln, ctx, entry)
 	var sharedC <-chan struct{} // nil when not watched: never ready
 	if shared != nil {
 		defer shared.Stop()
@@ -232,12 +245,6 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 	queued := false          // a poll left the caller in line: a grant is a hand-over
 	var clock serverClock    // the last poll that left the caller in line, on both clocks
 	var pushed time.Duration // the latency of a timed hand-over that was pushed, else 0
-	granted := func(h *Hold, err error) (*Hold, error) {
-		if h != nil {
-			h.waited, h.handOver = queued, pushed
-		}
-		return h, err
-	}
 	// unackedErr is the error of the last poll when it granted the lock
 	// but the replicas did not acknowledge it (nil otherwise): the reason
 	// the wait goes on, reported if it ends before a grant counts.
@@ -251,8 +258,8 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 	for {
 		sent := time.Now()
 		left := make(chan struct{}) // closed once the poll's orphan, if any, left the queue
-		leave := l.leaveQueue(ctx, req, entry)
-		rep, err := l.callWithin(ctx, req, entry, queue.ModeWait, func(rep queue.Reply, err error) {
+		leave := leaveQueue(ln, ctx, req, entry)
+		rep, err := callWithin(ln, ctx, req, entry, queue.ModeWait, func(rep queue.Reply, err error) {
 			leave(rep, err)
 			close(left)
 		})
@@ -267,16 +274,16 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			// The caller gave up, or the Client closed, during the poll;
 			// the poll's orphan leaves the queue once it is answered.
 			if unackedErr == nil {
-				return nil, err
+				return none, err
 			}
 			// The error says ErrNotReplicated: the grant it names is
 			// given back when Lock returns, or the error says that is
 			// still under way. The orphan leaves the queue (which gives
 			// the grant back); a poll that was answered has none.
 			orphaned := err == ctx.Err() || err == errs.ErrClosed
-			return nil, errors.Join(withUnacked(err), l.awaitCleanup(ctx, func() error {
+			return none, errors.Join(withUnacked(err), e.awaitCleanup(ctx, func() error {
 				if !orphaned {
-					return l.giveUp(ctx, req.Owner, entry)
+					return giveUp(ln, ctx, req.Owner, entry)
 				}
 				<-left
 				return nil
@@ -285,9 +292,9 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			// A re-entry of a hold the owner id already had (see Lock),
 			// not a claim of entry's own grant: give it back. The poll
 			// took entry out of the queue.
-			return nil, l.dropUnacked(ctx, req, err)
-		case err == nil && rep.Granted && (!l.late(req, sent) || claims >= lateClaims):
-			return granted(l.hold(ctx, req, entry, rep.Token, sent, req.Lease))
+			return none, dropUnacked(ln, ctx, req, err)
+		case err == nil && rep.Granted && (!late(req, sent) || claims >= lateClaims):
+			return ln.grant(ctx, req, entry, rep, sent, req.Lease, handing{waited: queued, handOver: pushed})
 		case err == nil && rep.Granted:
 			// Answered late (see late): claim it with one more poll now.
 			claims++
@@ -296,14 +303,14 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			answered := time.Now()
 			queued = true
 			clock = serverClock{sent: sent, answered: answered, server: rep.ServerTime}
-			if l.e.observing() {
-				ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: true, Sent: sent, Answered: answered}
+			if e.observing() {
+				ev := Event{Lock: ln.name(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: true, Sent: sent, Answered: answered}
 				if rep.Joined {
 					ev.Kind, ev.Position = EventQueued, rep.Position
-					l.e.observe(ctx, ev)
+					e.observe(ctx, ev)
 				}
 				ev.Kind, ev.Position = EventPolled, 0
-				l.e.observe(ctx, ev)
+				e.observe(ctx, ev)
 			}
 			retry = retryMin
 			timer.Reset(time.Duration(rep.Hint) * time.Millisecond)
@@ -311,7 +318,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			// The server refused the script (wrong key type, ...), or the
 			// WAIT after a grant: waiting longer will not help. Leaving
 			// the queue gives back a grant to entry.
-			return nil, errors.Join(err, l.giveUp(ctx, req.Owner, entry))
+			return none, errors.Join(err, giveUp(ln, ctx, req.Owner, entry))
 		default:
 			// Connection trouble, or a server that is loading, failing
 			// over or moving slots, or a grant to entry that the replicas
@@ -322,7 +329,7 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			if unacked(err) {
 				unackedErr = err
 			}
-			l.e.log.Warn("fairlock: poll failed, retrying", "lock", l.keys.Name, "err", err, "retry", retry)
+			e.log.Warn("fairlock: poll failed, retrying", "lock", ln.name(), "err", err, "retry", retry)
 			timer.Reset(retry)
 			retry = min(2*retry, retryMax)
 		}
@@ -335,25 +342,25 @@ func (l *Mutex) wait(ctx context.Context, req Request, entry string, pending err
 			signalled = shared
 		case <-timer.C:
 		case <-ctx.Done():
-			leave := func() error { return l.giveUp(ctx, req.Owner, entry) }
+			leave := func() error { return giveUp(ln, ctx, req.Owner, entry) }
 			if unackedErr != nil {
 				// The error says ErrNotReplicated: the grant it names
 				// is given back (leaving the queue does it) when Lock
 				// returns, or the error says that is still under way.
-				return nil, errors.Join(withUnacked(ctx.Err()), l.awaitCleanup(ctx, leave))
+				return none, errors.Join(withUnacked(ctx.Err()), e.awaitCleanup(ctx, leave))
 			}
-			return nil, errors.Join(ctx.Err(), l.soon(leave))
-		case <-l.e.closing:
-			return nil, errors.Join(withUnacked(errs.ErrClosed), l.giveUp(ctx, req.Owner, entry))
+			return none, errors.Join(ctx.Err(), e.soon(leave))
+		case <-e.closing:
+			return none, errors.Join(withUnacked(errs.ErrClosed), giveUp(ln, ctx, req.Owner, entry))
 		}
 		if signalled != nil {
 			timer.Stop() // no stale tick can follow (Go 1.23 timers)
 			if token, ok := signalled.Grant(); ok {
-				if l.e.observing() { // only the Observer is told the latency
+				if e.observing() { // only the Observer is told the latency
 					pushed = clock.latency(signalled.GrantTime())
 				}
-				if span, trusted := l.pushedSpan(req, polled); trusted {
-					return granted(l.hold(ctx, req, entry, token, polled, span))
+				if span, trusted := pushedSpan(ln, req, polled); trusted {
+					return ln.grant(ctx, req, entry, queue.Reply{Granted: true, Token: token, Count: 1}, polled, span, handing{waited: queued, handOver: pushed})
 				}
 				// Claim the hold with one more poll, which answers
 				// granted and sets the full lease from now.
@@ -395,10 +402,15 @@ func (c serverClock) latency(at int64, heard time.Time) time.Duration {
 // a client's release still reaches this waiter by push. It returns nil
 // when the hub cannot watch the channel: the waiter then learns of such
 // a hand-over at its next poll, as it would of any unheard one.
-func (l *Mutex) watchShared(ctx context.Context, entry string) *notify.Waiter {
-	w, err := l.e.hub.Watch(ctx, l.keys.Wake, entry)
+func watchShared[G any](ln line[G], ctx context.Context, entry string) *notify.Waiter {
+	channel := ln.sharedWake()
+	if channel == "" {
+		return nil
+	}
+	e := ln.engine()
+	w, err := e.hub.Watch(ctx, channel, entry)
 	if err != nil {
-		l.e.log.Debug("fairlock: not watching the shared wake channel", "lock", l.keys.Name, "err", err)
+		e.log.Debug("fairlock: not watching the shared wake channel", "lock", ln.name(), "err", err)
 		return nil
 	}
 	return w
@@ -430,11 +442,12 @@ func pushedTo(w *notify.Waiter) bool {
 // With replicas to wait for, a push is never taken as it is either: the
 // hand-over was made by another caller's script, and the waiter's grant
 // counts only once a poll of its own has been acknowledged.
-func (l *Mutex) pushedSpan(req Request, polled time.Time) (time.Duration, bool) {
-	if req.Fixed || l.e.repl != nil {
+func pushedSpan[G any](ln line[G], req Request, polled time.Time) (time.Duration, bool) {
+	e := ln.engine()
+	if req.Fixed || e.repl != nil || !ln.pushGrants() {
 		return 0, false
 	}
-	span := min(req.Lease, l.e.cfg.WaiterTTL)
+	span := min(req.Lease, e.cfg.WaiterTTL)
 	return span, time.Until(polled.Add(span-span/3)) > 0
 }
 
@@ -446,19 +459,20 @@ const (
 // giveUp takes a waiter that stops waiting out of the queue; if the lock
 // was handed to it meanwhile, the cancel script passes it on. The error is
 // nil when Redis keeps nothing of the waiter.
-func (l *Mutex) giveUp(ctx context.Context, owner, entry string) error {
-	cctx, cancel := l.e.detached(ctx)
+func giveUp[G any](ln line[G], ctx context.Context, owner, entry string) error {
+	e := ln.engine()
+	cctx, cancel := e.detached(ctx)
 	defer cancel()
-	_, err := l.cancel(cctx, owner, entry)
+	_, err := ln.cancel(cctx, owner, entry)
 	if publishRefused(err) {
 		return fmt.Errorf("fairlock: left the queue and handed the lock on, but %w", err)
 	}
-	if err != nil && retryable(err) && l.e.goUnlessClosed(func() { l.leaveLater(owner, entry) }) {
+	if err != nil && retryable(err) && e.goUnlessClosed(func() { leaveLater(ln, owner, entry) }) {
 		return fmt.Errorf("fairlock: leaving the queue: %w (sent again in the background until Redis answers)", err)
 	}
 	if err != nil {
-		l.e.log.Warn("fairlock: could not leave the queue; the entry expires after the waiter TTL",
-			"lock", l.keys.Name, "err", err)
+		e.log.Warn("fairlock: could not leave the queue; the entry expires after the waiter TTL",
+			"lock", ln.name(), "err", err)
 		return fmt.Errorf("fairlock: leaving the queue: %w", err)
 	}
 	return nil
@@ -468,14 +482,15 @@ func (l *Mutex) giveUp(ctx context.Context, owner, entry string) error {
 // answers it, until the waiter TTL has passed (the entry has expired by
 // then: its last poll was before this give-up) or until the engine
 // closes. A cancel may run twice: the second finds nothing to do.
-func (l *Mutex) leaveLater(owner, entry string) {
-	done, closed := l.e.sendAgain(time.Now().Add(l.e.cfg.WaiterTTL), func(ctx context.Context) bool {
-		_, err := l.cancel(ctx, owner, entry)
+func leaveLater[G any](ln line[G], owner, entry string) {
+	e := ln.engine()
+	done, closed := e.sendAgain(time.Now().Add(e.cfg.WaiterTTL), func(ctx context.Context) bool {
+		_, err := ln.cancel(ctx, owner, entry)
 		return err == nil || !retryable(err)
 	})
 	if !done && !closed {
-		l.e.log.Warn("fairlock: could not leave the queue; the entry expired after the waiter TTL",
-			"lock", l.keys.Name)
+		e.log.Warn("fairlock: could not leave the queue; the entry expired after the waiter TTL",
+			"lock", ln.name())
 	}
 }
 
@@ -485,8 +500,9 @@ func (l *Mutex) leaveLater(owner, entry string) {
 // The grant is known to last span from the send time of the call that
 // made it (from): the lease, or for a hand-over no more than the waiter
 // deadline. The watchdog renews it from that (see watchdog).
-func (l *Mutex) hold(ctx context.Context, req Request, entry string, token int64, from time.Time, span time.Duration) (*Hold, error) {
+func (l *Mutex) hold(ctx context.Context, req Request, entry string, token int64, from time.Time, span time.Duration, how handing) (*Hold, error) {
 	h := newHold(l, req, entry, token, from, span)
+	h.waited, h.handOver = how.waited, how.handOver
 	fail := ctx.Err()
 	if fail == nil && l.e.observing() {
 		// Before the hold is visible to Close, which may end it at once.
@@ -498,7 +514,7 @@ func (l *Mutex) hold(ctx context.Context, req Request, entry string, token int64
 	if fail != nil {
 		h.observed = nil // never handed out: nothing to report
 		h.end(fail)
-		return nil, errors.Join(fail, l.soon(func() error { return l.giveBack(ctx, req) }))
+		return nil, errors.Join(fail, l.e.soon(func() error { return l.giveBack(ctx, req) }))
 	}
 	h.start()
 	return h, nil

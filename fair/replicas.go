@@ -100,12 +100,12 @@ const minWait = time.Millisecond
 //     time either, and the call is reported unacknowledged (see
 //     acknowledged) with the change made on the primary;
 //   - otherwise with a WAIT for what is left of the timeout.
-func (l *Mutex) runScript(ctx context.Context, call lua.Call, receipt string, receiptTTL int64) waited {
-	r := l.e.repl
+func (e *Engine) runScript(ctx context.Context, call lua.Call, receipt string, receiptTTL int64) waited {
+	r := e.repl
 	if r == nil {
-		return waited{cmd: call.Run(ctx, l.e.rdb)}
+		return waited{cmd: call.Run(ctx, e.rdb)}
 	}
-	node, err := l.e.primaryFor(ctx, call.Keys[0])
+	node, err := e.primaryFor(ctx, call.Keys[0])
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -121,7 +121,9 @@ func (l *Mutex) runScript(ctx context.Context, call lua.Call, receipt string, re
 		}
 		var wait *redis.IntCmd
 		if timeout > 0 {
-			pipe.PExpire(ctx, receipt, time.Duration(receiptTTL)*time.Millisecond)
+			if receipt != "" {
+				pipe.PExpire(ctx, receipt, time.Duration(receiptTTL)*time.Millisecond)
+			}
 			wait = redis.NewIntCmd(ctx, "wait", r.n, max(timeout, minWait).Milliseconds())
 			_ = pipe.Process(ctx, wait)
 		}
@@ -177,14 +179,14 @@ func redirected(msg string) bool {
 // wraps tooFewReplicas, which says both numbers, and is not retried. When
 // the node does not say (INFO refused, a network error), the short count
 // is all the error says, and it is retried as before.
-func (l *Mutex) acknowledged(ctx context.Context, w waited) error {
+func (e *Engine) acknowledged(ctx context.Context, w waited) error {
 	if w.wait == nil {
 		return nil
 	}
-	r := l.e.repl
+	r := e.repl
 	got, err := w.wait.Result()
 	if err != nil {
-		l.e.topo.failed(err)
+		e.topo.failed(err)
 		return fmt.Errorf("%w: WAIT: %w", errs.ErrNotReplicated, refusal(err))
 	}
 	if got >= int64(r.n) {

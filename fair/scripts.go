@@ -23,7 +23,7 @@ func (l *Mutex) acquireCall(ctx context.Context, call, owner, entry string, leas
 		return queue.Reply{}, err
 	}
 	ttl := l.e.receiptTTL()
-	w := l.runScript(ctx, s.Acquire(l.keys, call, owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, ttl), l.keys.Call(call), ttl)
+	w := l.e.runScript(ctx, s.Acquire(l.keys, call, owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, ttl), l.keys.Call(call), ttl)
 	rep, err := lua.ReadAcquire(w.cmd)
 	l.e.topo.failed(err)
 	switch {
@@ -32,7 +32,7 @@ func (l *Mutex) acquireCall(ctx context.Context, call, owner, entry string, leas
 	case rep.Granted:
 		// Only a grant must reach the replicas: a caller told "busy"
 		// holds nothing that a failover could lose.
-		return rep, l.acknowledged(ctx, w)
+		return rep, l.e.acknowledged(ctx, w)
 	}
 	return rep, nil
 }
@@ -52,7 +52,7 @@ func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.
 	if err != nil {
 		return 0, err
 	}
-	w := l.runScript(ctx, s.Release(l.keys, call, owner, l.e.tag, ms(lease), receiptTTL), l.keys.Call(call), receiptTTL)
+	w := l.e.runScript(ctx, s.Release(l.keys, call, owner, l.e.tag, ms(lease), receiptTTL), l.keys.Call(call), receiptTTL)
 	rep, err := lua.ReadRelease(w.cmd)
 	l.e.topo.failed(err)
 	if err != nil {
@@ -62,7 +62,7 @@ func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.
 	if rep.Count < 0 {
 		return -1, nil // not held: nothing changed, nothing to acknowledge
 	}
-	return rep.Count, l.acknowledged(ctx, w)
+	return rep.Count, l.e.acknowledged(ctx, w)
 }
 
 // handOff hands the wake message of a release to the engine's own waiter,
@@ -72,7 +72,7 @@ func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.
 // ignores it, as it would a push.
 func (l *Mutex) handOff(rep queue.Released) {
 	if rep.Wake != "" {
-		l.e.hub.Deliver(l.wake, rep.Wake)
+		l.e.hub.Deliver(l.wakeChannel, rep.Wake)
 	}
 }
 

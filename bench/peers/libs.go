@@ -18,6 +18,10 @@ type locker interface {
 	// lock waits until the lock called name is granted or ctx ends, and
 	// returns the function that releases it.
 	lock(ctx context.Context, name string) (unlock func(context.Context) error, err error)
+	// lockAll waits until it holds every lock of names at once, or ctx
+	// ends, and returns the function that releases them all and the
+	// attempts it made at the whole set (multi.go).
+	lockAll(ctx context.Context, names []string) (unlock func(context.Context) error, attempts int64, err error)
 }
 
 // libConfig is the part of each library's configuration that the command
@@ -26,6 +30,7 @@ type libConfig struct {
 	ttl              time.Duration // lease of fairlock, expiry of redsync, TTL of redislock
 	redsyncDelay     time.Duration // redsync's delay between two tries
 	redislockBackoff time.Duration // redislock's linear backoff between two tries
+	multiWait        time.Duration // the peers' multi-lock loop waits at random up to this between two attempts
 }
 
 // A library makes one locker per go-redis client.
@@ -54,13 +59,15 @@ func libraries(cfg libConfig) []library {
 					redsync.WithTries(1 << 30), // the run's deadline ends a wait, not a count
 					redsync.WithRetryDelay(cfg.redsyncDelay),
 				},
+				multiWait: cfg.multiWait,
 			}, noClose, nil
 		}},
 		{name: "redislock", open: func(rdb *redis.Client) (locker, func() error, error) {
 			return redislockLocker{
-				c:    redislock.New(rdb),
-				ttl:  cfg.ttl,
-				opts: &redislock.Options{RetryStrategy: redislock.LinearBackoff(cfg.redislockBackoff)},
+				c:         redislock.New(rdb),
+				ttl:       cfg.ttl,
+				opts:      &redislock.Options{RetryStrategy: redislock.LinearBackoff(cfg.redislockBackoff)},
+				multiWait: cfg.multiWait,
 			}, noClose, nil
 		}},
 	}
@@ -86,8 +93,9 @@ func (f fairLocker) lock(ctx context.Context, name string) (func(context.Context
 // redsyncLocker takes redsync mutexes over one pool. A redsync.Mutex keeps
 // the value of its hold, so every lock makes a new one.
 type redsyncLocker struct {
-	rs   *redsync.Redsync
-	opts []redsync.Option
+	rs        *redsync.Redsync
+	opts      []redsync.Option
+	multiWait time.Duration
 }
 
 var _ locker = redsyncLocker{}
@@ -111,9 +119,10 @@ func (r redsyncLocker) lock(ctx context.Context, name string) (func(context.Cont
 
 // redislockLocker obtains bsm/redislock locks through one Client.
 type redislockLocker struct {
-	c    *redislock.Client
-	ttl  time.Duration
-	opts *redislock.Options
+	c         *redislock.Client
+	ttl       time.Duration
+	opts      *redislock.Options
+	multiWait time.Duration
 }
 
 var _ locker = redislockLocker{}

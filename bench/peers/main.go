@@ -41,14 +41,15 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.lib.ttl, "ttl", 30*time.Second, "fairlock's lease, redsync's expiry and redislock's TTL")
 	fs.DurationVar(&o.lib.redsyncDelay, "redsync-delay", defaultRedsyncDelay, "redsync's retry delay")
 	fs.DurationVar(&o.lib.redislockBackoff, "redislock-backoff", defaultRedislockBackoff, "redislock's linear backoff")
+	fs.DurationVar(&o.lib.multiWait, "multi-wait", defaultMultiWait, "in the multi workload, the longest random wait of the peers between two attempts at a set of locks")
 	fs.IntVar(&o.scale.waiters, "scale-waiters", 10000, "waiters of the scale part's large hand-over and of its waiters measurement")
 	fs.IntVar(&o.scale.holds, "scale-holds", 10000, "locks the scale part holds at once through one Client")
 	fs.DurationVar(&o.scale.window, "scale-window", 3*time.Second, "time over which the scale part counts the renewals of its holds")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	if o.duration <= 0 || o.waitersDuration <= 0 || o.warmup < 0 || o.lib.ttl <= 0 || o.scale.window <= 0 {
-		return options{}, errors.New("durations must be positive")
+	if o.duration <= 0 || o.waitersDuration <= 0 || o.warmup < 0 || o.lib.ttl <= 0 || o.scale.window <= 0 || o.lib.multiWait < 0 {
+		return options{}, errors.New("durations must be positive (-warmup and -multi-wait may be 0)")
 	}
 	if o.scale.waiters <= 0 || o.scale.holds <= 0 {
 		return options{}, errors.New("-scale-waiters and -scale-holds must be positive")
@@ -60,6 +61,7 @@ func parseFlags(args []string) (options, error) {
 const (
 	defaultRedsyncDelay     = 10 * time.Millisecond
 	defaultRedislockBackoff = 10 * time.Millisecond
+	defaultMultiWait        = time.Millisecond
 )
 
 func main() {
@@ -107,6 +109,9 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		RedsyncDelay:    o.lib.redsyncDelay.String(),
 		RedislockDelay:  o.lib.redislockBackoff.String(),
 		libs:            libs,
+	}
+	if slices.ContainsFunc(sel.workloads, func(w workload) bool { return w.multi[1] > 0 }) {
+		r.MultiWait = o.lib.multiWait.String()
 	}
 	r.printHeader(out)
 	runID := rand.Text()[:8]

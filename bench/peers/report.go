@@ -21,6 +21,7 @@ type report struct {
 	TTL             string       `json:"ttl"`
 	RedsyncDelay    string       `json:"redsync_retry_delay"`
 	RedislockDelay  string       `json:"redislock_linear_backoff"`
+	MultiWait       string       `json:"multi_max_wait,omitempty"` // set when the multi workload runs
 	Workloads       []string     `json:"workloads"`
 	Results         []result     `json:"results"`
 	Floor           *floorResult `json:"floor,omitempty"` // the cross-process floor; nil when it did not run
@@ -45,19 +46,32 @@ func (r *report) printHeader(w io.Writer) {
 		r.Warmup, r.Duration, r.WaitersDuration)
 	fmt.Fprintf(w, "Lease, expiry and TTL %s for all; redsync retries every %s, redislock backs off %s (linear).\n",
 		r.TTL, r.RedsyncDelay, r.RedislockDelay)
+	if r.MultiWait != "" {
+		fmt.Fprintf(w, "Several locks at once: the peers try every name, give all back when one is taken, and wait at random up to %s.\n", r.MultiWait)
+	}
 }
 
-// printWorkload prints the table of one workload's results.
+// printWorkload prints the table of one workload's results; a multi
+// workload's has a column of attempts per grant after the waits.
 func printWorkload(w io.Writer, wl workload, rows []result) {
+	multi := wl.multi[1] > 0
 	fmt.Fprintf(w, "\n## %s (%s)\n\n", wl.title, wl.shape())
-	fmt.Fprintln(w, "| library | grants/s | × best peer | Jain | starved | wait p50 ms | wait p99 ms | wait max ms "+
-		"| round trips/grant | commands/grant | dials | server µs/grant | EVALSHA µs/call | errors | violations |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	head, align := "", ""
+	if multi {
+		head, align = " attempts/grant |", " ---: |"
+	}
+	fmt.Fprintln(w, "| library | grants/s | × best peer | Jain | starved | wait p50 ms | wait p99 ms | wait max ms |"+head+
+		" round trips/grant | commands/grant | dials | server µs/grant | EVALSHA µs/call | errors | violations |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"+align+" ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
-		fmt.Fprintf(w, "| %s | %s | %s | %.3f | %d | %s | %s | %s | %s | %s | %d | %s | %s | %d | %d |\n",
+		attempts := ""
+		if multi {
+			attempts = " " + ifGranted(r, "%.2f", r.AttemptsPerGrant) + " |"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.3f | %d | %s | %s | %s |%s %s | %s | %d | %s | %s | %d | %d |\n",
 			r.Library, group(round(r.GrantsPerSec)), ratio(r.VsBestPeer), r.Jain, r.Starved,
 			ifGranted(r, "%.2f", r.WaitP50ms), ifGranted(r, "%.2f", r.WaitP99ms), ifGranted(r, "%.1f", r.WaitMaxms),
-			ifGranted(r, "%.2f", r.RoundTripsPerGrant), ifGranted(r, "%.2f", r.CommandsPerGrant), r.Dials,
+			attempts, ifGranted(r, "%.2f", r.RoundTripsPerGrant), ifGranted(r, "%.2f", r.CommandsPerGrant), r.Dials,
 			ifGranted(r, "%.1f", r.ServerUsPerGrant), evalsha(r), r.Errors, r.Violations)
 	}
 	for _, r := range rows {

@@ -24,6 +24,7 @@ type result struct {
 	WaitP50ms          float64 `json:"wait_p50_ms"`
 	WaitP99ms          float64 `json:"wait_p99_ms"`
 	WaitMaxms          float64 `json:"wait_max_ms"`
+	AttemptsPerGrant   float64 `json:"attempts_per_grant,omitempty"` // multi workload: attempts at the whole set per grant, 1 when none was retried
 	RoundTripsPerGrant float64 `json:"round_trips_per_grant"`
 	Dials              int64   `json:"dials"`
 	ServerUsPerGrant   float64 `json:"server_cpu_us_per_grant"`
@@ -148,6 +149,9 @@ func summarize(w workload, lib library, t *tally, elapsed time.Duration, end rea
 		CommandsPerGrant:   perGrant(float64(end.server.commands - before.commands)),
 		Errors:             t.errors.Load(),
 		Violations:         t.violations.Load(),
+	}
+	if w.multi[1] > 0 {
+		res.AttemptsPerGrant = t.attemptsPerGrant()
 	}
 	if end.server.evalshaCalls > 0 {
 		res.EvalshaUsPerCall = float64(end.server.evalshaUsec) / float64(end.server.evalshaCalls)

@@ -11,8 +11,9 @@ import (
 // tally is what the goroutines of one run counted. Each goroutine writes
 // only its own slot of counts and waits; the atomic fields are shared.
 type tally struct {
-	counts []int64           // grants per goroutine, granted before the deadline
-	waits  [][]time.Duration // per goroutine: the wait of each counted grant
+	counts   []int64           // grants per goroutine, granted before the deadline
+	attempts []int64           // per goroutine: the attempts the counted grants took
+	waits    [][]time.Duration // per goroutine: the wait of each counted grant
 
 	errors     atomic.Int64 // failed Lock or Unlock calls that the deadline did not end
 	violations atomic.Int64 // grants that found another holder in the critical section
@@ -23,14 +24,17 @@ type tally struct {
 
 func newTally(goroutines int) *tally {
 	return &tally{
-		counts: make([]int64, goroutines),
-		waits:  make([][]time.Duration, goroutines),
+		counts:   make([]int64, goroutines),
+		attempts: make([]int64, goroutines),
+		waits:    make([][]time.Duration, goroutines),
 	}
 }
 
-// grant records one grant of goroutine g after a wait of d.
-func (t *tally) grant(g int, d time.Duration) {
+// grant records one grant of goroutine g after a wait of d and the given
+// attempts at the locks.
+func (t *tally) grant(g int, d time.Duration, attempts int64) {
 	t.counts[g]++
+	t.attempts[g] += attempts
 	t.waits[g] = append(t.waits[g], d)
 }
 
@@ -58,6 +62,19 @@ func (t *tally) grants() int64 {
 		n += c
 	}
 	return n
+}
+
+// attemptsPerGrant returns the attempts the counted grants took, over
+// the grants; 0 when there were none.
+func (t *tally) attemptsPerGrant() float64 {
+	var n int64
+	for _, a := range t.attempts {
+		n += a
+	}
+	if g := t.grants(); g > 0 {
+		return float64(n) / float64(g)
+	}
+	return 0
 }
 
 // starved returns how many goroutines were never granted the lock.

@@ -75,16 +75,22 @@ func TestSummarizeWaitsMergesEveryGoroutine(t *testing.T) {
 	}
 }
 
-func TestTallyCountsGrantsAndStarvedGoroutines(t *testing.T) {
+func TestTallyCountsGrantsAttemptsAndStarvedGoroutines(t *testing.T) {
 	tl := newTally(3)
-	tl.grant(0, time.Millisecond)
-	tl.grant(0, time.Millisecond)
-	tl.grant(2, time.Millisecond)
+	if got := tl.attemptsPerGrant(); got != 0 {
+		t.Errorf("attempts per grant with no grant = %v, want 0", got)
+	}
+	tl.grant(0, time.Millisecond, 1)
+	tl.grant(0, time.Millisecond, 4)
+	tl.grant(2, time.Millisecond, 1)
 	if got := tl.grants(); got != 3 {
 		t.Errorf("grants = %d, want 3", got)
 	}
 	if got := tl.starved(); got != 1 {
 		t.Errorf("starved = %d, want 1", got)
+	}
+	if got := tl.attemptsPerGrant(); got != 2 {
+		t.Errorf("attempts per grant = %v, want 2: 6 attempts over 3 grants", got)
 	}
 }
 

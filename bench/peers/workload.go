@@ -18,7 +18,7 @@ type workload struct {
 	title      string
 	goroutines int
 	clients    int
-	names      int           // lock names; each grant picks one at random
+	names      int           // lock names; each grant picks one at random (several: multi)
 	hold       time.Duration // time in the critical section
 	long       bool          // measured for -waiters-duration instead of -duration
 	// background makes Lock and Unlock take context.Background(), which
@@ -26,6 +26,10 @@ type workload struct {
 	// which has a deadline. Only for a workload whose Lock never waits:
 	// nothing but the lock's grant ends such a Lock.
 	background bool
+	// multi, when set, makes each grant take several distinct names at
+	// once, from multi[0] to multi[1] of them, picked at random and in a
+	// random order (lockAll), instead of one.
+	multi [2]int
 }
 
 // workloads are every workload, in the order they run.
@@ -36,11 +40,15 @@ var workloads = []workload{
 	{key: "hold0-1x16", title: "contended, hold 0, 1 client × 16 goroutines", goroutines: 16, clients: 1, names: 1},
 	{key: "hold5ms", title: "contended, hold 5 ms", goroutines: 16, clients: 4, names: 1, hold: 5 * time.Millisecond},
 	{key: "many", title: "many locks", goroutines: 64, clients: 4, names: 1000},
+	{key: multiKey, title: "several locks at once", goroutines: 16, clients: 4, names: 16, hold: time.Millisecond, multi: [2]int{2, 4}},
 	{key: "waiters", title: "10,000 waiters on one lock", goroutines: 10000, clients: 4, names: 1, long: true},
 }
 
 // hold0Key is the workload the cross-process floor is compared with.
 const hold0Key = "hold0"
+
+// multiKey is the workload that takes several names at once.
+const multiKey = "multi"
 
 // shape describes w in a few words for the report.
 func (w workload) shape() string {
@@ -51,9 +59,12 @@ func (w workload) shape() string {
 	case w.clients == 1:
 		s = fmt.Sprintf("%s goroutines in 1 client", group(int64(w.goroutines)))
 	}
-	if w.names == 1 {
+	switch {
+	case w.multi[1] > 0:
+		s += fmt.Sprintf(", %d to %d of %s locks at once", w.multi[0], w.multi[1], group(int64(w.names)))
+	case w.names == 1:
 		s += ", 1 lock"
-	} else {
+	default:
 		s += fmt.Sprintf(", %s locks", group(int64(w.names)))
 	}
 	if w.hold > 0 {
@@ -120,13 +131,45 @@ func unlockWithin(unlock func(context.Context) error, background bool) error {
 	return unlock(ctx)
 }
 
+// pick appends to dst the indexes, below w.names, of the locks of one
+// grant: one at random, or for a multi workload from w.multi[0] to
+// w.multi[1] distinct ones, in a random order.
+func (w workload) pick(rng *rand.Rand, dst []int) []int {
+	if w.multi[1] == 0 {
+		return append(dst, rng.IntN(w.names))
+	}
+	n := w.multi[0] + rng.IntN(w.multi[1]-w.multi[0]+1)
+	for len(dst) < n {
+		if i := rng.IntN(w.names); !slices.Contains(dst, i) {
+			dst = append(dst, i)
+		}
+	}
+	return dst
+}
+
+// take takes the locks of names at indexes picked, with lk.lock for one
+// name or lk.lockAll for a multi workload, and returns the function that
+// releases them and the attempts it made (1 for lk.lock).
+func (w workload) take(ctx context.Context, lk locker, names []string, picked []int) (func(context.Context) error, int64, error) {
+	if w.multi[1] == 0 {
+		unlock, err := lk.lock(ctx, names[picked[0]])
+		return unlock, 1, err
+	}
+	set := make([]string, len(picked))
+	for j, i := range picked {
+		set[j] = names[i]
+	}
+	return lk.lockAll(ctx, set)
+}
+
 // drive runs goroutines goroutines of w, spread round-robin over lockers,
 // on locks named prefix:0, prefix:1, ..., until ctx ends; ctx must have a
-// deadline. Each loops: lock, enter the critical section, hold, leave,
-// unlock. Lock takes ctx, or context.Background() when w.background is
-// set, and then so does Unlock. A grant counts when it came before the
-// deadline; a Lock that the deadline ended counts as nothing. drive
-// returns once every goroutine has unlocked and stopped.
+// deadline. Each loops: lock (one name, or several at once in a multi
+// workload), enter the critical section of each, hold, leave, unlock.
+// Lock takes ctx, or context.Background() when w.background is set, and
+// then so does Unlock. A grant counts when it came before the deadline; a
+// Lock that the deadline ended counts as nothing. drive returns once
+// every goroutine has unlocked and stopped.
 func drive(ctx context.Context, w workload, lockers []locker, prefix string, goroutines int) *tally {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -148,11 +191,12 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 	for g := range goroutines {
 		lk := lockers[g%len(lockers)]
 		rng := rand.New(rand.NewPCG(uint64(g), uint64(deadline.UnixNano())))
+		picked := make([]int, 0, max(1, w.multi[1])) // the indexes of the locks of a grant
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				i := rng.IntN(len(names))
+				picked = w.pick(rng, picked[:0])
 				start := time.Now()
-				unlock, err := lk.lock(lockCtx, names[i])
+				unlock, attempts, err := w.take(lockCtx, lk, names, picked)
 				granted := time.Now()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -160,15 +204,21 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 					}
 					continue
 				}
-				if inside[i].Add(1) != 1 {
+				shared := false
+				for _, i := range picked {
+					shared = inside[i].Add(1) != 1 || shared
+				}
+				if shared {
 					t.violations.Add(1)
 				}
 				if w.hold > 0 {
 					time.Sleep(w.hold)
 				}
-				inside[i].Add(-1)
+				for _, i := range picked {
+					inside[i].Add(-1)
+				}
 				if granted.Before(deadline) {
-					t.grant(g, granted.Sub(start))
+					t.grant(g, granted.Sub(start), attempts)
 				}
 				if err := unlockWithin(unlock, w.background); err != nil {
 					t.fail(fmt.Errorf("unlock: %w", err))

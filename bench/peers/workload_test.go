@@ -35,6 +35,11 @@ func (c *ctxRecorder) lock(ctx context.Context, _ string) (func(context.Context)
 	}, nil
 }
 
+func (c *ctxRecorder) lockAll(ctx context.Context, names []string) (func(context.Context) error, int64, error) {
+	unlock, err := c.lock(ctx, names[0])
+	return unlock, 1, err
+}
+
 func TestBackgroundWorkloadLocksAndUnlocksWithoutDeadlineOrDone(t *testing.T) {
 	for _, key := range []string{"uncontended", "uncontended-bg"} {
 		t.Run(key, func(t *testing.T) {

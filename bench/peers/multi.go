@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+)
+
+// The multi workload takes several names at once. fairlock has a call for
+// it, MultiLock, which waits in each name's line in one order that every
+// Client follows, so it never has to give up and try again. Neither peer
+// has one in a release (bsm/redislock's ObtainMulti is on its main branch
+// only, after v0.9.4, the latest release), so each takes the names with
+// tryAll, a loop in the manner of Redisson's RedissonMultiLock built on
+// the peer's own single-name try.
+
+// errTaken is what a single-name try returns when another owner holds the
+// name.
+var errTaken = errors.New("taken")
+
+// tryOne tries once to take the lock called name, without waiting, and
+// returns the function that releases it, or errTaken.
+type tryOne func(ctx context.Context, name string) (release func(context.Context) error, err error)
+
+// tryAll takes names in the order given, each with one try that does not
+// wait. When a name is taken, it releases the names it took, waits a
+// random time from 0 to maxWait, and starts again from the first name.
+// It returns once it holds every name, with the function that releases
+// them (the last taken first), or when a try fails otherwise or ctx ends;
+// and in both cases the attempts at the whole set it started.
+func tryAll(ctx context.Context, names []string, maxWait time.Duration, try tryOne) (func(context.Context) error, int64, error) {
+	var attempts int64
+	for {
+		attempts++
+		held := make([]func(context.Context) error, 0, len(names))
+		var err error
+		for _, name := range names {
+			var release func(context.Context) error
+			if release, err = try(ctx, name); err != nil {
+				break
+			}
+			held = append(held, release)
+		}
+		unlock := releaseAll(held)
+		if err == nil {
+			return unlock, attempts, nil
+		}
+		if uerr := unlockWithin(unlock, false); uerr != nil {
+			return nil, attempts, errors.Join(err, uerr)
+		}
+		if !errors.Is(err, errTaken) {
+			return nil, attempts, err
+		}
+		if err := sleep(ctx, randomWait(maxWait)); err != nil {
+			return nil, attempts, err
+		}
+	}
+}
+
+// releaseAll returns the function that calls each release, the last first,
+// and joins their errors.
+func releaseAll(releases []func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var errs []error
+		for i := len(releases) - 1; i >= 0; i-- {
+			errs = append(errs, releases[i](ctx))
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// randomWait returns a random duration from 0 to max, or 0 when max is
+// not positive.
+func randomWait(max time.Duration) time.Duration {
+	if max <= 0 {
+		return 0
+	}
+	return rand.N(max + 1)
+}
+
+// sleep waits for d, or returns ctx's error when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// lockAll takes names with one MultiLock: a single call, which waits in
+// each name's line and makes one attempt.
+func (f fairLocker) lockAll(ctx context.Context, names []string) (func(context.Context) error, int64, error) {
+	ml := f.c.MultiLock(names)
+	held, err := ml.Lock(ctx)
+	if err != nil {
+		return nil, 1, err
+	}
+	// Unlock is bounded by the Client's call timeout, not by a context.
+	return func(context.Context) error { return ml.Unlock(held) }, 1, nil
+}
+
+// lockAll takes names with tryAll, each name with a redsync Mutex's
+// TryLockContext.
+func (r redsyncLocker) lockAll(ctx context.Context, names []string) (func(context.Context) error, int64, error) {
+	return tryAll(ctx, names, r.multiWait, func(ctx context.Context, name string) (func(context.Context) error, error) {
+		m := r.rs.NewMutex(name, r.opts...)
+		if err := m.TryLockContext(ctx); err != nil {
+			if _, taken := errors.AsType[*redsync.ErrTaken](err); taken {
+				return nil, errTaken
+			}
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			ok, err := m.UnlockContext(ctx)
+			if err == nil && !ok {
+				err = errNotReleased
+			}
+			return err
+		}, nil
+	})
+}
+
+// lockAll takes names with tryAll, each name with one redislock Obtain
+// that does not retry.
+func (r redislockLocker) lockAll(ctx context.Context, names []string) (func(context.Context) error, int64, error) {
+	return tryAll(ctx, names, r.multiWait, func(ctx context.Context, name string) (func(context.Context) error, error) {
+		l, err := r.c.Obtain(ctx, name, r.ttl, nil) // nil options: no retry
+		if errors.Is(err, redislock.ErrNotObtained) {
+			return nil, errTaken
+		}
+		if err != nil {
+			return nil, err
+		}
+		return l.Release, nil
+	})
+}

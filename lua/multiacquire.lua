@@ -104,13 +104,15 @@ local joined = 0
 for _, l in ipairs(locks) do
   joined = math.max(joined, join(l, entry, now + waiter_ttl))
 end
+local bases = {}
+for i, l in ipairs(locks) do
+  bases[i] = l.hold
+end
 for _, l in ipairs(locks) do
   local list = ticket_key(l, entry)
   if joined > 0 then
     redis.call('DEL', list)
-    for _, other in ipairs(locks) do
-      redis.call('RPUSH', list, other.hold)
-    end
+    redis.call('RPUSH', list, unpack(bases))
   end
   redis.call('PEXPIRE', list, waiter_ttl)
 end

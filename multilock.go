@@ -190,7 +190,27 @@ func (ml *MultiLock) acquire(ctx context.Context, wait bool) (context.Context, e
 	}
 	// The rest, on one server, with one ticket that waits in all their
 	// lines at once; elsewhere one after another in key order.
-	if len(rest) >= 2 && ml.c.engine.OneServer() {
+	oneServer := len(rest) >= 2 && ml.c.engine.OneServer()
+	if oneServer && explicit {
+		// A shared owner may hold some of them already, through another
+		// Client: those are joined, as Lock would re-enter them, so that
+		// the ticket never waits for its own owner.
+		var unheld []int
+		for _, i := range rest {
+			m := ml.locks[i]
+			h, err := m.lock.Join(wctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Shared: true})
+			switch {
+			case errors.Is(err, ErrNotHeld):
+				unheld = append(unheld, i)
+			case err != nil:
+				return fail(fmt.Sprintf("lock %q", m.name), err)
+			default:
+				keep(i, h)
+			}
+		}
+		rest = unheld
+	}
+	if len(rest) >= 2 && oneServer {
 		keys := make([]queue.Keys, len(rest))
 		for j, i := range rest {
 			keys[j] = ml.locks[i].keys

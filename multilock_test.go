@@ -476,3 +476,26 @@ func TestMultiLockOnOneServerIsWokenByPush(t *testing.T) {
 	require.NoError(t, ml.Unlock(r.ctx))
 	e.requireNoTickets()
 }
+
+// An owner shared by several Clients (ContextWithOwner) that holds some
+// of the names already re-enters them, as Lock would, and never waits for
+// itself.
+func TestMultiLockOfASharedOwnerReentersWhatItHoldsElsewhere(t *testing.T) {
+	e := newEnv(t)
+	bg := fairlock.ContextWithOwner(context.Background(), "job-7")
+	a := e.client().Mutex("a")
+	actx, err := a.Lock(bg)
+	require.NoError(t, err)
+
+	ml := e.client().MultiLock([]string{"a", "b", "c"})
+	r := await(t, lockAsync(bg, ml), 5*time.Second)
+	require.NoError(t, r.err)
+	n, err := a.HoldCount(r.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "a is re-entered, not waited for")
+	require.NoError(t, ml.Unlock(r.ctx))
+	e.requireLocked(false, "b", "c")
+	e.requireLocked(true, "a")
+	require.NoError(t, a.Unlock(actx))
+	e.requireLocked(false, "a")
+}

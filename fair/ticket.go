@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -169,4 +170,32 @@ func (t *Ticket) observeEnd(ctx context.Context, req Request, entry string, star
 func (e *Engine) OneServer() bool {
 	_, ok := e.rdb.(*redis.Client)
 	return ok
+}
+
+// Join adds a level to the hold that req.Owner already has of the lock in
+// Redis (an owner id shared with other callers: see Request.Shared), as
+// a hold of its own, the way Lock re-enters such a hold; errs.ErrNotHeld
+// when the owner holds no level. It never takes a free lock and never
+// waits. A MultiLock on one server joins the holds its owner already has
+// before its ticket waits for the rest, as Lock would re-enter them one
+// by one, so that it never waits for its own owner.
+func (l *Mutex) Join(ctx context.Context, req Request) (*Hold, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := l.e.begin(); err != nil {
+		return nil, err
+	}
+	defer l.e.ops.Done()
+	sent := time.Now()
+	rep, err := callWithin(l, ctx, req, "", queue.ModeReenter, giveBackIfGranted(l, ctx, req))
+	switch {
+	case unacked(err):
+		return nil, dropUnacked(l, ctx, req, err)
+	case err != nil:
+		return nil, err
+	case !rep.Granted:
+		return nil, errs.ErrNotHeld
+	}
+	return l.hold(ctx, req, l.entry(req), rep.Token, sent, req.Lease, handing{})
 }

@@ -455,9 +455,20 @@ func TestMultiLockOnOneServerIsWokenByPush(t *testing.T) {
 	hctx, err := holder.Lock(bg)
 	require.NoError(t, err)
 	var queued atomic.Int32
+	var mu sync.Mutex
+	var waitLocks [][]string // the Locks of each wait event
 	c := e.client(fairlock.WithWaiterTTL(30*time.Second), fairlock.WithObserver(fairlock.ObserverFunc(func(_ context.Context, ev fairlock.Event) {
-		if ev.Kind == fairlock.Queued {
+		switch ev.Kind {
+		case fairlock.Queued:
 			queued.Store(int32(ev.Position))
+			fallthrough
+		case fairlock.WaitStarted, fairlock.Granted:
+			mu.Lock()
+			waitLocks = append(waitLocks, ev.Locks)
+			mu.Unlock()
+			if ev.Lock != "a,b" {
+				t.Errorf("%v names lock %q", ev.Kind, ev.Lock)
+			}
 		}
 	})))
 	ml := c.MultiLock([]string{"a", "b"})
@@ -475,6 +486,12 @@ func TestMultiLockOnOneServerIsWokenByPush(t *testing.T) {
 	}
 	require.NoError(t, ml.Unlock(r.ctx))
 	e.requireNoTickets()
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, waitLocks, 3, "WaitStarted, Queued, Granted")
+	for _, locks := range waitLocks {
+		require.Equal(t, []string{"a", "b"}, locks)
+	}
 }
 
 // An owner shared by several Clients (ContextWithOwner) that holds some

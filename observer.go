@@ -163,8 +163,14 @@ func (k EndKind) String() string {
 // Event is one step of a Lock call or of a hold. Which fields are set
 // depends on Kind; the others are zero.
 type Event struct {
-	Kind  EventKind
-	Lock  string // the lock's name
+	Kind EventKind
+	Lock string // the lock's name
+	// Locks are, for the WaitStarted, Queued, Polled, Granted and
+	// WaitEnded events of a MultiLock that waits in the lines of several
+	// locks at once (on one server), their names in key order; Lock then
+	// joins them with commas. nil for a Mutex, and for the holds a
+	// MultiLock takes: each hold's events name its own lock.
+	Locks []string
 	Owner string // owner id of the call or hold
 	// Call identifies one Lock or TryLock call and the hold it took, the
 	// same in each of their events; "" for a re-entry.
@@ -233,6 +239,7 @@ func (h *observerHook) observe(ctx context.Context, e fair.Event) {
 	h.o.Observe(ctx, Event{
 		Kind:     EventKind(e.Kind),
 		Lock:     e.Lock,
+		Locks:    e.Locks,
 		Owner:    e.Owner,
 		Call:     e.Call,
 		Wait:     e.Wait,

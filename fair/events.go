@@ -74,8 +74,11 @@ const (
 // Event is one step of a Lock call or of a hold, reported to the
 // engine's Config.Observe. Which fields are set depends on Kind.
 type Event struct {
-	Kind  EventKind
-	Lock  string // the lock's name
+	Kind EventKind
+	Lock string // the lock's name; for a ticket, its locks' names joined with commas
+	// Locks are, for the wait events of a Ticket, its locks' names in key
+	// order; nil for a Mutex.
+	Locks []string
 	Owner string // owner id of the call or hold
 	Call  string // the waiter id of the Lock call, unique to it; "" for a re-entry
 	Wait  bool   // the call waits in line when it must (Lock); false for TryLock
@@ -141,7 +144,7 @@ func observeEnd[G any](ln line[G], ctx context.Context, req Request, entry strin
 	if !e.observing() {
 		return
 	}
-	ev := Event{Lock: ln.name(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait, Waited: time.Since(start)}
+	ev := Event{Lock: ln.name(), Locks: ln.names(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait, Waited: time.Since(start)}
 	if err != nil {
 		ev.Kind, ev.Err = EventWaitEnded, err
 	} else {

@@ -16,8 +16,10 @@ import (
 // many locks the entry waits for.
 type line[G any] interface {
 	engine() *Engine
-	// name names the line in logs and events: the lock's name.
+	// name names the line in logs and events: the lock's name; names
+	// are the names of a line's several locks, nil for one lock's line.
 	name() string
+	names() []string
 	// entry returns the waiter entry of one Lock call.
 	entry(req Request) string
 	// wake is the engine's channel on which hand-overs to the line's
@@ -60,6 +62,7 @@ var _ line[*Hold] = (*Mutex)(nil)
 
 func (l *Mutex) engine() *Engine    { return l.e }
 func (l *Mutex) name() string       { return l.keys.Name }
+func (l *Mutex) names() []string    { return nil }
 func (l *Mutex) wake() string       { return l.wakeChannel }
 func (l *Mutex) sharedWake() string { return l.keys.Wake }
 func (l *Mutex) pushGrants() bool   { return true }

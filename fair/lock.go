@@ -63,7 +63,7 @@ func lockIn[G any](ln line[G], ctx context.Context, req Request) (G, error) {
 	var start time.Time
 	if e.observing() {
 		start = time.Now()
-		e.observe(ctx, Event{Kind: EventWaitStarted, Lock: ln.name(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait})
+		e.observe(ctx, Event{Kind: EventWaitStarted, Lock: ln.name(), Locks: ln.names(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait})
 	}
 	if err := e.checkServer(ctx); err != nil {
 		ln.observeEnd(ctx, req, entry, start, none, err)
@@ -304,7 +304,7 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 			queued = true
 			clock = serverClock{sent: sent, answered: answered, server: rep.ServerTime}
 			if e.observing() {
-				ev := Event{Lock: ln.name(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: true, Sent: sent, Answered: answered}
+				ev := Event{Lock: ln.name(), Locks: ln.names(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: true, Sent: sent, Answered: answered}
 				if rep.Joined {
 					ev.Kind, ev.Position = EventQueued, rep.Position
 					e.observe(ctx, ev)

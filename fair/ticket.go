@@ -50,12 +50,15 @@ var _ line[[]*Hold] = (*Ticket)(nil)
 func (t *Ticket) engine() *Engine { return t.e }
 
 // name joins the locks' names with commas.
-func (t *Ticket) name() string {
+func (t *Ticket) name() string { return strings.Join(t.names(), ",") }
+
+// names returns the locks' names, in key order.
+func (t *Ticket) names() []string {
 	names := make([]string, len(t.keys))
 	for i, k := range t.keys {
 		names[i] = k.Name
 	}
-	return strings.Join(names, ",")
+	return names
 }
 
 func (t *Ticket) entry(req Request) string {

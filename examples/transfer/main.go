@@ -255,9 +255,9 @@ func (b *bank) total(ctx context.Context) (sum, lowest int64, err error) {
 func (b *bank) transfer(ctx context.Context, br branch, from, to int, amount int64) (moved bool, err error) {
 	if !b.nolock {
 		both := br.locks.MultiLock([]string{lockName(from), lockName(to)})
-		held, err := both.Lock(ctx)
-		if err != nil {
-			return false, err
+		held, lerr := both.Lock(ctx)
+		if lerr != nil {
+			return false, lerr
 		}
 		defer func() {
 			if uerr := both.Unlock(held); err == nil {

@@ -23,6 +23,8 @@ const (
 	leaseLost  violationKind = "lease-lost"  // a hold's context ended with ErrLeaseLost
 	errored    violationKind = "error"       // an unexpected error
 	workerDied violationKind = "worker"      // a worker process failed
+	partial    violationKind = "all-or-none" // a MultiLock held some of its names, not all or none
+	misordered violationKind = "name-order"  // MultiLocks took two names in different orders
 )
 
 // violation is one broken property.
@@ -41,7 +43,10 @@ func (v violation) String() string {
 }
 
 // check verifies a run's history: exclusive holds, FIFO grants, no barging,
-// increasing tokens, every attempt ended, no lease lost, no error. waiterTTL
+// increasing tokens, every attempt ended, no lease lost, no error; and
+// for MultiLock attempts, all or none of their names held, and one order
+// of the names. Each name's line is checked over the Mutex attempts on it
+// and the parts of the MultiLock attempts that reached it. waiterTTL
 // is the clients' waiter TTL: a waiter is only sure to keep its place that
 // long after it joined (0: forever). It returns the violations found,
 // oldest first.
@@ -52,12 +57,15 @@ func check(attempts []attempt, waiterTTL time.Duration) []violation {
 			c.origin = attempts[i].Start
 		}
 	}
-	byLock := map[string][]*attempt{}
 	for i := range attempts {
 		a := &attempts[i]
-		byLock[a.Lock] = append(byLock[a.Lock], a)
 		c.ending(a)
+		if a.multi() {
+			c.allOrNone(a)
+		}
 	}
+	c.nameOrder(attempts)
+	byLock := lines(attempts)
 	for _, name := range slices.Sorted(maps.Keys(byLock)) {
 		as := byLock[name]
 		var holds []*attempt
@@ -97,15 +105,15 @@ func (c *checker) ending(a *attempt) {
 	if a.Outcome == outPending {
 		switch {
 		case !a.Held():
-			c.add(leftBehind, a.Lock, a.Start, "%s still waiting at the end (called %s)", a.Worker, c.t(a.Start))
+			c.add(leftBehind, a.Lock, a.Start, "%s still waiting at the end (called %s)%s", a.Worker, c.t(a.Start), a.waitingFor())
 		case a.UnlockStart.IsZero():
-			c.add(leftBehind, a.Lock, a.Granted, "%s still holding at the end (granted %s, token %d)", a.Worker, c.t(a.Granted), a.Token)
+			c.add(leftBehind, a.Lock, a.Granted, "%s still holding at the end (granted %s, %s)", a.Worker, c.t(a.Granted), a.tokenText())
 		default:
 			c.add(leftBehind, a.Lock, a.UnlockStart, "%s still unlocking at the end (called %s)", a.Worker, c.t(a.UnlockStart))
 		}
 	}
 	if a.LeaseLost {
-		c.add(leaseLost, a.Lock, a.Granted, "%s lost the lease of its hold (granted %s, token %d)", a.Worker, c.t(a.Granted), a.Token)
+		c.add(leaseLost, a.Lock, a.Granted, "%s lost the lease of its hold (granted %s, %s)", a.Worker, c.t(a.Granted), a.tokenText())
 	}
 	if a.Err != "" {
 		c.add(errored, a.Lock, firstSet(a.Ended, a.UnlockEnd, a.Granted, a.Start), "%s (%s): %s", a.Worker, a.Kind, a.Err)

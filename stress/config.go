@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,8 @@ type config struct {
 	deploy.Spec        // the deployment; none: the embedded Redis
 	Prefix      string `json:"prefix"` // key prefix of the run
 
+	Kind       string        `json:"kind"`  // runMutex or runMultiLock
+	Names      nameRange     `json:"names"` // names per attempt of the multilock kind
 	Locks      int           `json:"locks"`
 	Clients    int           `json:"clients"`
 	Goroutines int           `json:"goroutines"`
@@ -62,6 +65,7 @@ func (e usageError) Error() string {
 // flag.ErrHelp; any other error is a usageError.
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
+	c.Names = nameRange{2, 3}
 	c.Hold = span{0, 2 * time.Millisecond}
 	c.Patience = span{time.Millisecond, 20 * time.Millisecond}
 	fs := flag.NewFlagSet("stress", flag.ContinueOnError)
@@ -70,10 +74,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fmt.Fprintf(stderr, "Usage: stress [flags]\n\n"+
 			"Hammers fairlock locks from many clients and checks that every hold was\n"+
 			"exclusive, every grant came in FIFO order, and nothing was left behind.\n"+
+			"With -kind multilock each attempt takes several names at once with a\n"+
+			"MultiLock, and the check adds all-or-none and one order of the names.\n"+
 			"Without -redis, -cluster or -sentinel it runs against an embedded Redis.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	c.Spec.Flags(fs, "(default: an embedded Redis)")
+	fs.StringVar(&c.Kind, "kind", runMutex, "what each attempt takes: "+runMutex+" (one name) or "+runMultiLock+" (several, see -names)")
+	fs.Var(&c.Names, "names", "names per attempt of -kind "+runMultiLock+", `N` or LO..HI (uniform), drawn from the -locks names; one name is taken with a Mutex")
 	fs.IntVar(&c.Locks, "locks", 3, "number of lock names")
 	fs.IntVar(&c.Clients, "clients", 4, "number of fairlock clients, each with its own connections")
 	fs.IntVar(&c.Goroutines, "goroutines", 4, "goroutines per client")
@@ -106,11 +114,22 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
+	namesSet := false
+	fs.Visit(func(f *flag.Flag) { namesSet = namesSet || f.Name == "names" })
+	if namesSet && c.Kind != runMultiLock {
+		return c, usageError{fmt.Errorf("-names needs -kind %s", runMultiLock)}
+	}
 	if err := c.validate(); err != nil {
 		return c, usageError{err}
 	}
 	return c, nil
 }
+
+// The kinds of run: what each attempt takes.
+const (
+	runMutex     = "mutex"     // one name, with a Mutex
+	runMultiLock = "multilock" // several names at once, with a MultiLock
+)
 
 // Bounds that keep a typo from starting a million goroutines.
 const (
@@ -125,8 +144,12 @@ func (c *config) validate() error {
 		return err
 	}
 	switch {
+	case c.Kind != runMutex && c.Kind != runMultiLock:
+		return fmt.Errorf("-kind %q: want %s or %s", c.Kind, runMutex, runMultiLock)
 	case c.Locks < 1 || c.Locks > maxLocks:
 		return fmt.Errorf("-locks %d: want 1 to %d", c.Locks, maxLocks)
+	case c.Kind == runMultiLock && (c.Names.Lo < 1 || c.Names.Hi > min(c.Locks, fairlock.MaxMultiNames)):
+		return fmt.Errorf("-names %v: want 1 <= LO <= HI <= -locks %d (and at most %d)", &c.Names, c.Locks, fairlock.MaxMultiNames)
 	case c.Clients < 1 || c.Goroutines < 1:
 		return fmt.Errorf("-clients %d -goroutines %d: want at least 1 each", c.Clients, c.Goroutines)
 	case c.Clients*c.Goroutines > maxWorkers || c.Clients > maxWorkers || c.Goroutines > maxWorkers:
@@ -203,4 +226,54 @@ func (s span) draw(r *rand.Rand) time.Duration {
 		return s.Min
 	}
 	return s.Min + time.Duration(r.Int64N(int64(s.Max-s.Min)+1))
+}
+
+// nameRange is how many names an attempt takes: a number, or a range to
+// draw from uniformly.
+type nameRange struct {
+	Lo int `json:"lo"`
+	Hi int `json:"hi"`
+}
+
+var _ flag.Value = (*nameRange)(nil)
+
+// String returns "N" or "LO..HI". The flag package may call it on a nil
+// nameRange.
+func (r *nameRange) String() string {
+	switch {
+	case r == nil:
+		return "0"
+	case r.Lo == r.Hi:
+		return strconv.Itoa(r.Lo)
+	}
+	return fmt.Sprintf("%d..%d", r.Lo, r.Hi)
+}
+
+// Set parses "N" or "LO..HI"; whether the numbers fit the run is left to
+// config.validate.
+func (r *nameRange) Set(v string) error {
+	lo, hi, isRange := strings.Cut(v, "..")
+	a, err := strconv.Atoi(strings.TrimSpace(lo))
+	if err != nil {
+		return fmt.Errorf("want a number or LO..HI: %v", err)
+	}
+	b := a
+	if isRange {
+		if b, err = strconv.Atoi(strings.TrimSpace(hi)); err != nil {
+			return fmt.Errorf("want a number or LO..HI: %v", err)
+		}
+	}
+	if b < a {
+		return fmt.Errorf("%q: want LO <= HI", v)
+	}
+	*r = nameRange{a, b}
+	return nil
+}
+
+// draw returns a number from r.
+func (r nameRange) draw(rng *rand.Rand) int {
+	if r.Hi <= r.Lo {
+		return r.Lo
+	}
+	return r.Lo + rng.IntN(r.Hi-r.Lo+1)
 }

@@ -51,8 +51,15 @@ type join struct {
 // event: a grant happened before Granted, a release after UnlockStart.
 type attempt struct {
 	Worker string      `json:"worker"` // "p<process>/c<client>/g<goroutine>"
-	Lock   string      `json:"lock"`
+	Lock   string      `json:"lock"`   // a MultiLock's: its names joined by "+"
 	Kind   attemptKind `json:"kind"`
+
+	// A MultiLock attempt's names, in the order it takes them (empty for
+	// a Mutex attempt), what it did on each name, and the token of each
+	// name that MultiLock.Token read once it was granted.
+	Names  []string         `json:"names,omitempty"`
+	Parts  []part           `json:"parts,omitempty"`
+	Tokens map[string]int64 `json:"tokens,omitempty"`
 
 	Start       time.Time `json:"start"`                 // Lock or TryLock called
 	Joins       []join    `json:"joins,omitempty"`       // appended to the queue; more than one: it lost its place
@@ -78,14 +85,23 @@ type attempt struct {
 // (and, finding the line empty, granted without joining again), so Kept
 // stops growing there.
 func (a *attempt) keep(sent, answered time.Time, ttl time.Duration, broken *bool) {
+	keep(&a.Kept, sent, answered, ttl, broken)
+}
+
+// keep moves kept, the end of a waiter's certain place, for one answered
+// poll: see attempt.keep.
+func keep(kept *time.Time, sent, answered time.Time, ttl time.Duration, broken *bool) {
 	switch {
 	case *broken:
-	case a.Kept.IsZero() || answered.Before(a.Kept):
-		a.Kept = sent.Add(ttl)
+	case kept.IsZero() || answered.Before(*kept):
+		*kept = sent.Add(ttl)
 	default:
 		*broken = true
 	}
 }
+
+// multi reports whether the attempt was a MultiLock's.
+func (a *attempt) multi() bool { return len(a.Names) > 0 }
 
 // Held reports whether the attempt was granted the lock.
 func (a *attempt) Held() bool { return !a.Granted.IsZero() }

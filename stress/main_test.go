@@ -248,6 +248,14 @@ func TestBadFlagsExitWithStatus2(t *testing.T) {
 		{[]string{"-prefix", "x"}, "flag provided but not defined: -prefix"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined"},
 		{[]string{"extra"}, "unexpected argument"},
+		{[]string{"-kind", "rwlock"}, `-kind "rwlock": want mutex or multilock`},
+		{[]string{"-names", "2"}, "-names needs -kind multilock"},
+		{[]string{"-kind", "mutex", "-names", "2"}, "-names needs -kind multilock"},
+		{[]string{"-kind", "multilock", "-names", "0..2"}, "-names 0..2: want 1 <= LO <= HI <= -locks 3"},
+		{[]string{"-kind", "multilock", "-names", "2..4"}, "-names 2..4: want 1 <= LO <= HI <= -locks 3"},
+		{[]string{"-kind", "multilock", "-names", "3..2"}, "want LO <= HI"},
+		{[]string{"-kind", "multilock", "-names", "two"}, "want a number or LO..HI"},
+		{[]string{"-kind", "multilock", "-names", "2..", "-locks", "8"}, "want a number or LO..HI"},
 	}
 	for _, tt := range tests {
 		code, out, errs := runCmd(t, tt.args...)

@@ -68,8 +68,9 @@ func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr
 		p.clients = append(p.clients, c)
 		for g := range cfg.Goroutines {
 			w := &worker{
-				id:  fmt.Sprintf("p%d/c%d/g%d", cfg.Proc, ci, g),
-				rng: rand.New(rand.NewPCG(cfg.Seed, uint64(ci)<<20|uint64(g))),
+				id:     fmt.Sprintf("p%d/c%d/g%d", cfg.Proc, ci, g),
+				client: c,
+				rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(ci)<<20|uint64(g))),
 			}
 			for _, n := range names {
 				w.mutexes = append(w.mutexes, c.Mutex(n))

@@ -18,6 +18,8 @@ type report struct {
 	Redis       string  `json:"redis"`
 	Prefix      string  `json:"prefix"`
 	Seed        uint64  `json:"seed"`
+	Kind        string  `json:"kind"`            // what each attempt took: runMutex or runMultiLock
+	Names       string  `json:"names,omitempty"` // names per attempt of the multilock kind, "LO..HI"
 	Workload    string  `json:"workload"`
 	Elapsed     float64 `json:"elapsed_s"`
 	Interrupted bool    `json:"interrupted,omitempty"`
@@ -92,13 +94,23 @@ func latency(ds []time.Duration) latencyStats {
 // buildReport computes the report of a run.
 func buildReport(cfg config, redis string, attempts []attempt, vs []violation, elapsed time.Duration, cmds cmdTally, snaps map[string]string) *report {
 	r := &report{
-		Redis: redis, Prefix: cfg.Prefix, Seed: cfg.Seed, Workload: workload(cfg),
+		Redis: redis, Prefix: cfg.Prefix, Seed: cfg.Seed, Kind: cmp.Or(cfg.Kind, runMutex), Workload: workload(cfg),
 		Elapsed: elapsed.Seconds(), Attempts: len(attempts), Outcomes: map[outcome]int{},
 		Snapshots: snaps,
 	}
 	grants := map[string]int{}
 	var waits, pushes []time.Duration
-	byLock := map[string][]*attempt{}
+	byLock := map[string][]*attempt{} // the holds of each name
+	for name, as := range lines(attempts) {
+		for _, a := range as {
+			if a.Held() {
+				byLock[name] = append(byLock[name], a)
+			}
+			if a.Push > 0 {
+				pushes = append(pushes, time.Duration(a.Push*float64(time.Millisecond)))
+			}
+		}
+	}
 	for i := range attempts {
 		a := &attempts[i]
 		r.Outcomes[a.Outcome]++
@@ -113,10 +125,6 @@ func buildReport(cfg config, redis string, attempts []attempt, vs []violation, e
 			continue
 		}
 		grants[a.Worker]++
-		byLock[a.Lock] = append(byLock[a.Lock], a)
-		if a.Push > 0 {
-			pushes = append(pushes, time.Duration(a.Push*float64(time.Millisecond)))
-		}
 		if a.Kind == kindLock {
 			w := a.Granted.Sub(a.Start)
 			waits = append(waits, w)
@@ -125,6 +133,9 @@ func buildReport(cfg config, redis string, attempts []attempt, vs []violation, e
 				r.Fairness.LargestWaitBy = a.Worker + " on " + a.Lock
 			}
 		}
+	}
+	if cfg.Kind == runMultiLock {
+		r.Names = cfg.Names.String()
 	}
 	r.Wait = latency(waits)
 	r.Pause = ms(longestPause(attempts))
@@ -157,6 +168,16 @@ func longestPause(attempts []attempt) time.Duration {
 		}
 		for _, j := range a.Joins {
 			ts = append(ts, j.Sent, j.Answered)
+		}
+		for _, p := range a.Parts {
+			for _, t := range []time.Time{p.Start, p.Granted, p.Ended} {
+				if !t.IsZero() {
+					ts = append(ts, t)
+				}
+			}
+			for _, j := range p.Joins {
+				ts = append(ts, j.Sent, j.Answered)
+			}
 		}
 	}
 	slices.SortFunc(ts, time.Time.Compare)
@@ -230,9 +251,16 @@ func workload(c config) string {
 	if c.Ops > 0 {
 		length = fmt.Sprintf("%d attempts", c.Ops)
 	}
-	return fmt.Sprintf("%d locks, %d clients × %d goroutines %s, %s; hold %v, re-entry up to %d, "+
+	kind := ""
+	if c.Kind == runMultiLock {
+		kind = fmt.Sprintf("%s of %v names among ", runMultiLock, &c.Names)
+		if c.Names.Lo == 1 {
+			kind = fmt.Sprintf("%s of %v names (one: a Mutex) among ", runMultiLock, &c.Names)
+		}
+	}
+	return fmt.Sprintf("%s%d locks, %d clients × %d goroutines %s, %s; hold %v, re-entry up to %d, "+
 		"give-up %.0f%% (after %v), TryLock %.0f%%, lease %v, waiter TTL %v",
-		c.Locks, c.Clients, c.Goroutines, where, length, &c.Hold, c.Reentry,
+		kind, c.Locks, c.Clients, c.Goroutines, where, length, &c.Hold, c.Reentry,
 		100*c.GiveUp, &c.Patience, 100*c.Try, c.Lease, c.WaiterTTL)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -32,7 +33,8 @@ func writeSVGFile(path string, attempts []attempt, locks []string, vs []violatio
 // writeSVG draws the run as a timeline: one row per worker, a bar per hold
 // (from grant to the end of Unlock) coloured by lock, a thin line per
 // wait, a dark tick where a waiter gave up, and a red line at each
-// violation. Hovering over a bar or line shows what it is.
+// violation. A MultiLock's hold is a bar of stripes, one per name.
+// Hovering over a bar or line shows what it is.
 func writeSVG(out io.Writer, attempts []attempt, locks []string, vs []violation) error {
 	var workers []string
 	row := map[string]int{}
@@ -106,6 +108,10 @@ func writeSVG(out io.Writer, attempts []attempt, locks []string, vs []violation)
 			continue
 		}
 		end := firstSet(a.UnlockEnd, a.UnlockStart, to)
+		if a.multi() {
+			stripes(&b, a, y, x, colour, end)
+			continue
+		}
 		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%d" fill="%s"><title>%s held %s, token %d, %v</title></rect>`+"\n",
 			x(a.Granted), y, max(x(end)-x(a.Granted), 0.5), svgBar, c, esc(a.Worker), esc(a.Lock), a.Token, end.Sub(a.Granted))
 	}
@@ -119,6 +125,19 @@ func writeSVG(out io.Writer, attempts []attempt, locks []string, vs []violation)
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(out, b.String())
 	return err
+}
+
+// stripes draws the holds of a granted MultiLock attempt on its row, y: a
+// stripe per name, coloured by lock, from the grant of the name to end.
+func stripes(b *strings.Builder, a *attempt, y float64, x func(time.Time) float64, colour map[string]string, end time.Time) {
+	h := float64(svgBar) / float64(len(a.Parts))
+	for i, p := range a.Parts {
+		if p.Granted.IsZero() {
+			continue
+		}
+		fmt.Fprintf(b, `<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s"><title>%s held %s, token %d, %v, in its MultiLock of %s</title></rect>`+"\n",
+			x(p.Granted), y+h*float64(i), max(x(end)-x(p.Granted), 0.5), h, cmp.Or(colour[p.Name], "gray"), esc(a.Worker), esc(p.Name), p.Token, end.Sub(p.Granted), esc(a.Lock))
+	}
 }
 
 // legend draws a coloured box per lock.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 // locks of its client.
 type worker struct {
 	id      string
+	client  *fairlock.Client  // the worker's client
 	mutexes []*fairlock.Mutex // one per lock name, of the worker's client
 	rng     *rand.Rand        // used by the worker's goroutine only
 
@@ -82,27 +82,48 @@ func (w *worker) abandon() (attempt, bool) {
 	if w.cur == nil {
 		return attempt{}, false
 	}
-	a := *w.cur
-	a.Joins = slices.Clone(a.Joins)
+	a := w.cur.clone()
 	a.Outcome = outPending
 	return a, true
 }
 
-// attempt makes one attempt on a random lock: TryLock or Lock (maybe with
-// a short deadline), then, when granted, re-enters the hold, keeps it for
-// a while and unlocks every level.
-func (w *worker) attempt(cfg *config, rec recorder) {
-	m := w.mutexes[w.rng.IntN(len(w.mutexes))]
-	kind := kindLock
-	if w.rng.Float64() < cfg.Try {
-		kind = kindTry
-	}
-	giveUp := kind == kindLock && w.rng.Float64() < cfg.GiveUp
-	patience := cfg.Patience.draw(w.rng)
-	holdFor := cfg.Hold.draw(w.rng)
-	depth := w.rng.IntN(cfg.Reentry + 1)
+// plan is what an attempt does, drawn before it starts.
+type plan struct {
+	kind     attemptKind
+	giveUp   bool          // a Lock with a deadline: it may give up
+	patience time.Duration // how long it waits, when giveUp
+	holdFor  time.Duration
+	depth    int // nested Lock calls with the held context
+}
 
-	if !w.begin(&attempt{Worker: w.id, Lock: m.Name(), Kind: kind, Outcome: outPending}) {
+// draw draws the plan of an attempt from cfg.
+func (w *worker) draw(cfg *config) plan {
+	p := plan{kind: kindLock}
+	if w.rng.Float64() < cfg.Try {
+		p.kind = kindTry
+	}
+	p.giveUp = p.kind == kindLock && w.rng.Float64() < cfg.GiveUp
+	p.patience = cfg.Patience.draw(w.rng)
+	p.holdFor = cfg.Hold.draw(w.rng)
+	p.depth = w.rng.IntN(cfg.Reentry + 1)
+	return p
+}
+
+// attempt makes one attempt of the run's kind.
+func (w *worker) attempt(cfg *config, rec recorder) {
+	if cfg.Kind == runMultiLock {
+		w.multiAttempt(cfg, rec)
+		return
+	}
+	m := w.mutexes[w.rng.IntN(len(w.mutexes))]
+	w.lockOne(m, w.draw(cfg), cfg, rec)
+}
+
+// lockOne makes one attempt on m: TryLock or Lock (maybe with a short
+// deadline), then, when granted, re-enters the hold, keeps it for a while
+// and unlocks every level.
+func (w *worker) lockOne(m *fairlock.Mutex, p plan, cfg *config, rec recorder) {
+	if !w.begin(&attempt{Worker: w.id, Lock: m.Name(), Kind: p.kind, Outcome: outPending}) {
 		return
 	}
 	defer w.finish(rec)
@@ -119,20 +140,12 @@ func (w *worker) attempt(cfg *config, rec recorder) {
 			}
 		}
 	})
-	cancel := context.CancelFunc(func() {})
-	start := time.Now()
-	if giveUp {
-		deadline := start.Add(patience)
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		w.update(func(a *attempt) { a.Deadline = wall(deadline) })
-	}
-	w.update(func(a *attempt) { a.Start = wall(start) })
-
+	ctx, cancel := w.started(ctx, p)
 	var (
 		held context.Context
 		err  error
 	)
-	if kind == kindTry {
+	if p.kind == kindTry {
 		held, err = m.TryLock(ctx)
 	} else {
 		held, err = m.Lock(ctx)
@@ -140,20 +153,7 @@ func (w *worker) attempt(cfg *config, rec recorder) {
 	end := wall(time.Now())
 	cancel()
 	if err != nil {
-		w.update(func(a *attempt) {
-			a.Ended = end
-			switch {
-			case kind == kindTry && errors.Is(err, fairlock.ErrLocked):
-				a.Outcome = outTryFailed
-			case giveUp && errors.Is(err, context.DeadlineExceeded):
-				// If leaving the queue failed too, the entry is left in
-				// Redis: the final inspection reports it.
-				a.Outcome = outGaveUp
-			default:
-				a.Outcome = outFailed
-				a.Err = err.Error()
-			}
-		})
+		w.failed(p, end, err)
 		return
 	}
 	token, err := m.Token(held)
@@ -161,7 +161,41 @@ func (w *worker) attempt(cfg *config, rec recorder) {
 	if err != nil {
 		w.fail("token: %v", err)
 	}
-	w.hold(m, held, token, holdFor, depth)
+	w.hold(m, held, token, p.holdFor, p.depth)
+}
+
+// started records the start of the attempt in progress, now, and returns
+// the context of its call: ctx, with the deadline of a Lock that may give
+// up.
+func (w *worker) started(ctx context.Context, p plan) (context.Context, context.CancelFunc) {
+	cancel := context.CancelFunc(func() {})
+	start := time.Now()
+	if p.giveUp {
+		deadline := start.Add(p.patience)
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		w.update(func(a *attempt) { a.Deadline = wall(deadline) })
+	}
+	w.update(func(a *attempt) { a.Start = wall(start) })
+	return ctx, cancel
+}
+
+// failed records how the call of the attempt in progress failed with err,
+// returning at end.
+func (w *worker) failed(p plan, end time.Time, err error) {
+	w.update(func(a *attempt) {
+		a.Ended = end
+		switch {
+		case p.kind == kindTry && errors.Is(err, fairlock.ErrLocked):
+			a.Outcome = outTryFailed
+		case p.giveUp && errors.Is(err, context.DeadlineExceeded):
+			// If leaving the queue failed too, the entry is left in
+			// Redis: the final inspection reports it.
+			a.Outcome = outGaveUp
+		default:
+			a.Outcome = outFailed
+			a.Err = err.Error()
+		}
+	})
 }
 
 // hold keeps a granted lock: depth nested Lock calls with the held

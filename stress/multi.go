@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/pause"
+)
+
+// part is what a MultiLock attempt did on one of its names. MultiLock
+// takes each name with a call of that name's Mutex, one after the other,
+// and the Client's Observer reports each call's steps; every time is read
+// by the Observer on the call's goroutine, so each brackets its event as
+// an attempt's times do.
+type part struct {
+	Name     string    `json:"name"`
+	Call     string    `json:"call"`              // the Observer's id of the call
+	Start    time.Time `json:"start"`             // WaitStarted seen: before the call sent anything
+	Joins    []join    `json:"joins,omitempty"`   // appended to the name's queue
+	Kept     time.Time `json:"kept,omitzero"`     // its place in line is certain until then (see keep)
+	Granted  time.Time `json:"granted,omitzero"`  // Granted seen: after the grant
+	Token    int64     `json:"token,omitempty"`   // the grant's fencing token
+	Push     float64   `json:"push_ms,omitempty"` // a pushed hand-over's latency (fairlock.Event.HandOver)
+	Ended    time.Time `json:"ended,omitzero"`    // WaitEnded seen: the call failed, before anything it failed for was given back
+	Released time.Time `json:"released,omitzero"` // HoldEnded seen: the hold of the name had ended
+
+	broken bool // a poll came too late to be sure of the place (see keep)
+}
+
+// part returns the part of the call call, or nil.
+func (a *attempt) part(call string) *part {
+	for i := range a.Parts {
+		if a.Parts[i].Call == call {
+			return &a.Parts[i]
+		}
+	}
+	return nil
+}
+
+// clone returns a copy of a that shares nothing with it.
+func (a *attempt) clone() attempt {
+	b := *a
+	b.Joins = slices.Clone(a.Joins)
+	b.Names = slices.Clone(a.Names)
+	b.Parts = slices.Clone(a.Parts)
+	for i := range b.Parts {
+		b.Parts[i].Joins = slices.Clone(b.Parts[i].Joins)
+	}
+	b.Tokens = maps.Clone(a.Tokens)
+	return b
+}
+
+// multiAttempt makes one attempt on a random set of names: TryLock or
+// Lock (maybe with a short deadline) of a MultiLock, then, when granted,
+// re-enters the holds, keeps them for a while and unlocks every level. A
+// set of one name is taken with that name's Mutex, so that Mutex and
+// MultiLock callers mix.
+func (w *worker) multiAttempt(cfg *config, rec recorder) {
+	n := cfg.Names.draw(w.rng)
+	picked := w.rng.Perm(len(w.mutexes))[:n]
+	p := w.draw(cfg)
+	if n == 1 {
+		w.lockOne(w.mutexes[picked[0]], p, cfg, rec)
+		return
+	}
+	names := make([]string, n)
+	for i, j := range picked {
+		names[i] = w.mutexes[j].Name()
+	}
+	ml := w.client.MultiLock(names)
+	names = ml.Names()
+	a := &attempt{Worker: w.id, Lock: strings.Join(names, "+"), Kind: p.kind, Names: names, Outcome: outPending}
+	if !w.begin(a) {
+		return
+	}
+	defer w.finish(rec)
+	ctx := context.WithValue(context.Background(), steps{}, w.partSteps(cfg.WaiterTTL))
+	ctx, cancel := w.started(ctx, p)
+	var (
+		held context.Context
+		err  error
+	)
+	if p.kind == kindTry {
+		held, err = ml.TryLock(ctx)
+	} else {
+		held, err = ml.Lock(ctx)
+	}
+	end := wall(time.Now())
+	cancel()
+	if err != nil {
+		w.failed(p, end, err)
+		return
+	}
+	tokens := make(map[string]int64, len(names))
+	for _, name := range names {
+		t, err := ml.Token(held, name)
+		if err != nil {
+			w.fail("token of %s: %v", name, err)
+		}
+		tokens[name] = t
+	}
+	w.update(func(a *attempt) { a.Granted, a.Tokens = end, tokens })
+	w.holdAll(ml, held, tokens, p.holdFor, p.depth)
+}
+
+// partSteps returns the record of a MultiLock attempt's steps: each event
+// of a call goes to the part of that call. Re-entries (no call id) and
+// the events of calls that are not the attempt's are left out.
+func (w *worker) partSteps(ttl time.Duration) func(fairlock.Event) {
+	return func(e fairlock.Event) {
+		now := wall(time.Now())
+		if e.Call == "" {
+			return
+		}
+		w.update(func(a *attempt) {
+			if e.Kind == fairlock.WaitStarted {
+				a.Parts = append(a.Parts, part{Name: e.Lock, Call: e.Call, Start: now})
+				return
+			}
+			p := a.part(e.Call)
+			if p == nil {
+				return
+			}
+			switch e.Kind {
+			case fairlock.Queued:
+				p.Joins = append(p.Joins, join{Sent: wall(e.Sent), Answered: wall(e.Answered)})
+			case fairlock.Polled:
+				keep(&p.Kept, wall(e.Sent), wall(e.Answered), ttl, &p.broken)
+			case fairlock.Granted:
+				p.Granted, p.Token = now, e.Token
+				if e.HandOver > 0 {
+					p.Push = ms(e.HandOver)
+				}
+			case fairlock.WaitEnded:
+				p.Ended = now
+			case fairlock.HoldEnded:
+				p.Released = now
+			}
+		})
+	}
+}
+
+// holdAll keeps the holds of a granted MultiLock: depth nested Lock calls
+// with the held context, each of which must carry the same tokens, a
+// sleep of d (cut short if a hold ends), the nested Unlocks, then the
+// outer Unlock.
+func (w *worker) holdAll(ml *fairlock.MultiLock, held context.Context, tokens map[string]int64, d time.Duration, depth int) {
+	lost := func(err error) bool {
+		if errors.Is(err, fairlock.ErrLeaseLost) {
+			w.update(func(a *attempt) { a.LeaseLost = true })
+			return true
+		}
+		return false
+	}
+	inner := make([]context.Context, 0, depth)
+	for range depth {
+		ictx, err := ml.Lock(held)
+		if err != nil {
+			if !lost(err) && !lost(context.Cause(held)) {
+				w.fail("re-entry: %v", err)
+			}
+			break
+		}
+		for name, token := range tokens {
+			if t, err := ml.Token(ictx, name); err != nil || t != token {
+				w.fail("re-entry has token %d of %s (%v), the hold %d", t, name, err, token)
+			}
+		}
+		inner = append(inner, ictx)
+	}
+	w.update(func(a *attempt) { a.Depth = len(inner) })
+
+	pause.For(held, d)
+	lost(context.Cause(held))
+	for i := len(inner) - 1; i >= 0; i-- {
+		if err := ml.Unlock(inner[i]); err != nil && !lost(err) {
+			w.fail("nested unlock: %v", err)
+		}
+	}
+	w.update(func(a *attempt) { a.UnlockStart = wall(time.Now()) })
+	err := ml.Unlock(held)
+	w.update(func(a *attempt) {
+		a.UnlockEnd = wall(time.Now())
+		a.Outcome = outGranted
+	})
+	if err != nil && !lost(err) {
+		w.fail("unlock: %v", err)
+	}
+}

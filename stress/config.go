@@ -80,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		fs.PrintDefaults()
 	}
 	c.Spec.Flags(fs, "(default: an embedded Redis)")
-	fs.StringVar(&c.Kind, "kind", runMutex, "what each attempt takes: "+runMutex+" (one name) or "+runMultiLock+" (several, see -names)")
+	fs.StringVar(&c.Kind, "kind", runMutex, "`KIND` of attempt: "+runMutex+" (one name each) or "+runMultiLock+" (several at once, see -names)")
 	fs.Var(&c.Names, "names", "names per attempt of -kind "+runMultiLock+", `N` or LO..HI (uniform), drawn from the -locks names; one name is taken with a Mutex")
 	fs.IntVar(&c.Locks, "locks", 3, "number of lock names")
 	fs.IntVar(&c.Clients, "clients", 4, "number of fairlock clients, each with its own connections")

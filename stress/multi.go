@@ -62,7 +62,12 @@ func (a *attempt) clone() attempt {
 // MultiLock callers mix.
 func (w *worker) multiAttempt(cfg *config, rec recorder) {
 	n := cfg.Names.draw(w.rng)
-	picked := w.rng.Perm(len(w.mutexes))[:n]
+	picked := make([]int, 0, n) // n distinct names; n is at most len(w.mutexes)
+	for len(picked) < n {
+		if i := w.rng.IntN(len(w.mutexes)); !slices.Contains(picked, i) {
+			picked = append(picked, i)
+		}
+	}
 	p := w.draw(cfg)
 	if n == 1 {
 		w.lockOne(w.mutexes[picked[0]], p, cfg, rec)

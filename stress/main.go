@@ -4,6 +4,12 @@
 // strictly increased, no waiter was left behind, and Redis kept nothing
 // after the run.
 //
+// With -kind multilock each attempt takes several of the -locks names at
+// once with a MultiLock (-names LO..HI of them; a set of one is taken with
+// a Mutex), and the check covers each name's line over Mutex and
+// MultiLock callers alike, and adds that every MultiLock held all of its
+// names or none, and that all of them took the names in one order.
+//
 // Usage:
 //
 //	go run ./stress                                   # embedded Redis, ~10 s
@@ -12,6 +18,8 @@
 //	go run ./stress -sentinel host:26379,host:26380 -master mymaster
 //	                                                  # a primary watched by sentinels
 //	go run ./stress -procs 3 -svg timeline.svg        # workers in 3 processes
+//	go run ./stress -kind multilock -names 2..4 -locks 8
+//	                                                  # MultiLocks of 2 to 4 names
 //	go run ./stress -json -history attempts.jsonl     # for machines
 //
 // A run uses keys under a random prefix of its own ("fairlock-stress-..."),

@@ -24,7 +24,7 @@ const (
 	errored    violationKind = "error"       // an unexpected error
 	workerDied violationKind = "worker"      // a worker process failed
 	partial    violationKind = "all-or-none" // a MultiLock held some of its names, not all or none
-	misordered violationKind = "name-order"  // MultiLocks took two names in different orders
+	misordered violationKind = "name-order"  // MultiLocks that take names one by one took two in different orders
 )
 
 // violation is one broken property.
@@ -44,13 +44,15 @@ func (v violation) String() string {
 
 // check verifies a run's history: exclusive holds, FIFO grants, no barging,
 // increasing tokens, every attempt ended, no lease lost, no error; and
-// for MultiLock attempts, all or none of their names held, and one order
+// for MultiLock attempts, all or none of their names held, taken the way
+// the deployment promises (way): on one server with one ticket, granted
+// every name at once; on a Cluster one name after another, in one order
 // of the names. Each name's line is checked over the Mutex attempts on it
-// and the parts of the MultiLock attempts that reached it. waiterTTL
-// is the clients' waiter TTL: a waiter is only sure to keep its place that
-// long after it joined (0: forever). It returns the violations found,
-// oldest first.
-func check(attempts []attempt, waiterTTL time.Duration) []violation {
+// and the parts of the MultiLock attempts that reached it (a ticket is in
+// the line of each of its names). waiterTTL is the clients' waiter TTL: a
+// waiter is only sure to keep its place that long after it joined (0:
+// forever). It returns the violations found, oldest first.
+func check(attempts []attempt, waiterTTL time.Duration, way multiWay) []violation {
 	c := checker{}
 	for i := range attempts {
 		if c.origin.IsZero() || attempts[i].Start.Before(c.origin) {
@@ -61,10 +63,13 @@ func check(attempts []attempt, waiterTTL time.Duration) []violation {
 		a := &attempts[i]
 		c.ending(a)
 		if a.multi() {
+			c.taken(a, way)
 			c.allOrNone(a)
 		}
 	}
-	c.nameOrder(attempts)
+	if way == oneByOne {
+		c.nameOrder(attempts)
+	}
 	byLock := lines(attempts)
 	for _, name := range slices.Sorted(maps.Keys(byLock)) {
 		as := byLock[name]

@@ -72,9 +72,9 @@ func cleanHistory() []attempt {
 }
 
 func TestCheckerAcceptsCleanHistory(t *testing.T) {
-	assert.Empty(t, check(cleanHistory(), 0))
-	assert.Empty(t, check(cleanHistory(), 3*time.Millisecond))
-	assert.Empty(t, check(nil, 0))
+	assert.Empty(t, check(cleanHistory(), 0, oneTicket))
+	assert.Empty(t, check(cleanHistory(), 3*time.Millisecond, oneTicket))
+	assert.Empty(t, check(nil, 0, oneTicket))
 }
 
 func TestCheckerReportsOverlap(t *testing.T) {
@@ -82,7 +82,7 @@ func TestCheckerReportsOverlap(t *testing.T) {
 		hold("w1", 0, 1, 5, 1),
 		queued("w2", 2, 2, 4, 6, 2), // granted at 4, w1 unlocked only at 5
 	}
-	vs := check(h, 0)
+	vs := check(h, 0, oneTicket)
 	require.Equal(t, map[violationKind]int{overlapped: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "w2 was granted")
 	assert.Equal(t, "a", vs[0].Lock)
@@ -94,7 +94,7 @@ func TestCheckerReportsOverlapWithAnyEarlierHold(t *testing.T) {
 		hold("w2", 0, 2, 3, 2),  // overlaps w1
 		hold("w3", 0, 4, 5, 3),  // overlaps w1 too, not w2
 	}
-	assert.Equal(t, map[violationKind]int{overlapped: 2}, kinds(check(h, 0)))
+	assert.Equal(t, map[violationKind]int{overlapped: 2}, kinds(check(h, 0, oneTicket)))
 }
 
 func TestCheckerReportsOutOfOrderGrant(t *testing.T) {
@@ -103,7 +103,7 @@ func TestCheckerReportsOutOfOrderGrant(t *testing.T) {
 		queued("a", 1, 1, 8, 9, 3), // joined first
 		queued("b", 3, 3, 6, 7, 2), // joined after a, granted before it
 	}
-	vs := check(h, 0)
+	vs := check(h, 0, oneTicket)
 	require.Equal(t, map[violationKind]int{outOfOrder: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "a joined the queue before b")
 }
@@ -114,13 +114,13 @@ func TestCheckerReportsGrantWhileEarlierWaiterStillInLine(t *testing.T) {
 		gaveUp("a", 1, 1, 10),      // in line until at least 10
 		queued("b", 3, 3, 5, 6, 2), // granted at 5: a was still ahead
 	}
-	vs := check(h, 0)
+	vs := check(h, 0, oneTicket)
 	require.Equal(t, map[violationKind]int{outOfOrder: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "still in line")
 
 	// Granted after a's deadline: a may have left first.
 	h[2] = queued("b", 3, 3, 10.1, 11, 2)
-	assert.Empty(t, check(h, 0))
+	assert.Empty(t, check(h, 0, oneTicket))
 }
 
 func TestCheckerTrustsAPlaceInLineOnlyForTheWaiterTTL(t *testing.T) {
@@ -129,9 +129,9 @@ func TestCheckerTrustsAPlaceInLineOnlyForTheWaiterTTL(t *testing.T) {
 		queued("a", 1, 1, 8, 9, 3), // joined at 1: its place is certain until 1+TTL
 		queued("b", 3, 3, 6, 7, 2), // granted at 6
 	}
-	assert.Equal(t, map[violationKind]int{outOfOrder: 1}, kinds(check(h, 5500*time.Microsecond)))
+	assert.Equal(t, map[violationKind]int{outOfOrder: 1}, kinds(check(h, 5500*time.Microsecond, oneTicket)))
 	// With a 5ms TTL, a may have stalled and been dropped before 6.
-	assert.Empty(t, check(h, 5*time.Millisecond))
+	assert.Empty(t, check(h, 5*time.Millisecond, oneTicket))
 }
 
 func TestCheckerIgnoresWaiterThatLostItsPlace(t *testing.T) {
@@ -142,7 +142,7 @@ func TestCheckerIgnoresWaiterThatLostItsPlace(t *testing.T) {
 		a,
 		queued("b", 3, 3, 6, 7, 2),
 	}
-	assert.Empty(t, check(h, 0))
+	assert.Empty(t, check(h, 0, oneTicket))
 }
 
 func TestCheckerReportsTokenGoingBack(t *testing.T) {
@@ -150,7 +150,7 @@ func TestCheckerReportsTokenGoingBack(t *testing.T) {
 		hold("w1", 0, 1, 2, 5),
 		hold("w2", 0, 3, 4, 4),
 	}
-	vs := check(h, 0)
+	vs := check(h, 0, oneTicket)
 	require.Equal(t, map[violationKind]int{tokenOrder: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "went back from 5")
 }
@@ -161,7 +161,7 @@ func TestCheckerReportsRepeatedToken(t *testing.T) {
 		hold("w2", 0, 3, 4, 6),
 		hold("w3", 0, 5, 6, 5),
 	}
-	vs := check(h, 0)
+	vs := check(h, 0, oneTicket)
 	require.Equal(t, map[violationKind]int{tokenOrder: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "token 5 granted twice")
 }
@@ -172,18 +172,18 @@ func TestCheckerReportsBargingTryLock(t *testing.T) {
 		queued("w", 1, 1, 4, 5, 3), // in line behind h
 		try("t", 2.6, 2.7, 3, 2),   // took the lock before w
 	}
-	vs := check(h, 0)
+	vs := check(h, 0, oneTicket)
 	require.Equal(t, map[violationKind]int{barged: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "TryLock by t")
 
 	// Called before w joined, but granted after h unlocked: it barged.
 	h[2] = try("t", 1.2, 2.7, 3, 2)
-	assert.Equal(t, map[violationKind]int{barged: 1}, kinds(check(h, 0)))
+	assert.Equal(t, map[violationKind]int{barged: 1}, kinds(check(h, 0, oneTicket)))
 
 	// Granted after the deadline of a waiter that gave up: it may have
 	// left the line first.
 	h[1] = gaveUp("w", 1, 1, 2.65)
-	assert.Empty(t, check(h, 0))
+	assert.Empty(t, check(h, 0, oneTicket))
 }
 
 func TestCheckerReportsBargingPastWaiterWhoGaveUpLater(t *testing.T) {
@@ -193,28 +193,28 @@ func TestCheckerReportsBargingPastWaiterWhoGaveUpLater(t *testing.T) {
 		hold("l", 4, 4.5, 5, 2),   // a Lock granted on its first try
 		gaveUp("x", 11, 11, 12.5), // joined after everyone
 	}
-	assert.Equal(t, map[violationKind]int{barged: 2}, kinds(check(h, 0)))
+	assert.Equal(t, map[violationKind]int{barged: 2}, kinds(check(h, 0, oneTicket)))
 }
 
 func TestCheckerReportsWaiterLeftBehind(t *testing.T) {
 	waiting := attempt{Worker: "w2", Lock: "a", Kind: kindLock, Outcome: outPending,
 		Start: at(1), Joins: []join{{Sent: at(1), Answered: at(1.5)}}}
 	h := []attempt{hold("w1", 0, 0.5, 3, 1), waiting}
-	vs := check(h, 0)
+	vs := check(h, 0, oneTicket)
 	require.Equal(t, map[violationKind]int{leftBehind: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "still waiting")
 
 	// A waiter left behind while someone who joined later was granted is
 	// out of order too.
 	h = append(h, queued("w3", 2, 2, 4, 5, 2))
-	assert.Equal(t, map[violationKind]int{leftBehind: 1, outOfOrder: 1}, kinds(check(h, 0)))
+	assert.Equal(t, map[violationKind]int{leftBehind: 1, outOfOrder: 1}, kinds(check(h, 0, oneTicket)))
 }
 
 func TestCheckerReportsLeaseLostAndErrors(t *testing.T) {
 	lost := hold("w1", 0, 1, 2, 1)
 	lost.LeaseLost = true
 	failed := attempt{Worker: "w2", Lock: "a", Kind: kindLock, Outcome: outFailed, Start: at(3), Ended: at(4), Err: "boom"}
-	vs := check([]attempt{lost, failed}, 0)
+	vs := check([]attempt{lost, failed}, 0, oneTicket)
 	assert.Equal(t, map[violationKind]int{leaseLost: 1, errored: 1}, kinds(vs), "%v", vs)
 }
 
@@ -251,12 +251,12 @@ func TestCheckerTrustsAPlaceAsLongAsPollsKeepIt(t *testing.T) {
 		w2,
 		queued("w3", 4, 4, 15, 16, 2),
 	}
-	assert.Equal(t, map[violationKind]int{outOfOrder: 1}, kinds(check(history, ttl)))
+	assert.Equal(t, map[violationKind]int{outOfOrder: 1}, kinds(check(history, ttl, oneTicket)))
 
 	// Without the polls, w2's place is certain only until 5ms: nothing is
 	// proven.
 	history[1].Kept = time.Time{}
-	assert.Empty(t, check(history, ttl))
+	assert.Empty(t, check(history, ttl, oneTicket))
 }
 
 func TestAPollAnsweredPastTheDeadlineEndsTheCertainPlace(t *testing.T) {

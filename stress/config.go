@@ -75,7 +75,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"Hammers fairlock locks from many clients and checks that every hold was\n"+
 			"exclusive, every grant came in FIFO order, and nothing was left behind.\n"+
 			"With -kind multilock each attempt takes several names at once with a\n"+
-			"MultiLock, and the check adds all-or-none and one order of the names.\n"+
+			"MultiLock, and the check adds all-or-none, and what the deployment\n"+
+			"promises of how the names are taken: one ticket on one server, granted\n"+
+			"every name at once, or one order of the names on a cluster.\n"+
 			"Without -redis, -cluster or -sentinel it runs against an embedded Redis.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
@@ -138,6 +140,16 @@ const (
 	maxProcs   = 64
 	maxReentry = 100
 )
+
+// multiWay returns how the run's MultiLocks take their names: with one
+// ticket on one server (-redis, -sentinel, the embedded Redis), whose
+// client is a *redis.Client, one name after another on a -cluster.
+func (c *config) multiWay() multiWay {
+	if len(c.Cluster) > 0 {
+		return oneByOne
+	}
+	return oneTicket
+}
 
 func (c *config) validate() error {
 	if err := c.Spec.Validate(); err != nil {

@@ -8,7 +8,9 @@
 // once with a MultiLock (-names LO..HI of them; a set of one is taken with
 // a Mutex), and the check covers each name's line over Mutex and
 // MultiLock callers alike, and adds that every MultiLock held all of its
-// names or none, and that all of them took the names in one order.
+// names or none, and took them as the deployment promises: on one server
+// with one ticket in every name's line, granted every name at once; on a
+// cluster one after another, all MultiLocks in one order of the names.
 //
 // Usage:
 //
@@ -144,7 +146,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmds = smp.stop(pctx)
 	}
 	attempts := hist.Attempts()
-	violations := append(check(attempts, cfg.WaiterTTL), failures...)
+	violations := append(check(attempts, cfg.WaiterTTL, cfg.multiWay()), failures...)
 	snaps := finalState(pctx, admin, cfg, &violations)
 	if _, err := cleanup(pctx, admin, cfg.Prefix); err != nil {
 		fmt.Fprintf(stderr, "stress: deleting the keys under %s: %v\n", cfg.Prefix, err)

@@ -101,7 +101,7 @@ func readHistory(t *testing.T, path string) []attempt {
 func checkerCatchesTampering(t *testing.T, as []attempt) {
 	t.Helper()
 	const ttl = 5 * time.Second
-	require.Empty(t, check(as, ttl))
+	require.Empty(t, check(as, ttl, oneTicket))
 
 	// Consecutive holds of one lock, the second granted to a waiter that
 	// joined while the first held the lock.
@@ -131,7 +131,7 @@ func checkerCatchesTampering(t *testing.T, as []attempt) {
 	tamper := func(f func(h []attempt)) []violation {
 		h := slices.Clone(as)
 		f(h)
-		return check(h, ttl)
+		return check(h, ttl, oneTicket)
 	}
 	overlap := tamper(func(h []attempt) { h[second].Granted = h[first].UnlockStart.Add(-time.Microsecond) })
 	assert.Contains(t, kinds(overlap), overlapped)

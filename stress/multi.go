@@ -12,34 +12,32 @@ import (
 	"github.com/fairlock/fairlock/internal/pause"
 )
 
-// part is what a MultiLock attempt did on one of its names. MultiLock
-// takes each name with a call of that name's Mutex, one after the other,
-// and the Client's Observer reports each call's steps; every time is read
-// by the Observer on the call's goroutine, so each brackets its event as
-// an attempt's times do.
+// part is what a MultiLock attempt did on one of its names, as the
+// Client's Observer reported it. Every time is read by the Observer on
+// the goroutine of the call, so each brackets its event as an attempt's
+// times do. How the names are taken depends on the deployment:
+//   - on one server, with one call, a ticket, that joins every name's line
+//     at once and is granted every name at once: its wait events carry
+//     the names (fairlock.Event.Locks), and the attempt keeps one part per
+//     name, each with the call's id and every time of its wait (Ticket);
+//   - on a Cluster, one name after another, each with a call of that
+//     name's Mutex: one part per call.
+//
+// Each hold ends with an event of its own name either way.
 type part struct {
 	Name     string    `json:"name"`
 	Call     string    `json:"call"`              // the Observer's id of the call
+	Ticket   bool      `json:"ticket,omitempty"`  // the call was a ticket for all the parts that share it
 	Start    time.Time `json:"start"`             // WaitStarted seen: before the call sent anything
 	Joins    []join    `json:"joins,omitempty"`   // appended to the name's queue
 	Kept     time.Time `json:"kept,omitzero"`     // its place in line is certain until then (see keep)
 	Granted  time.Time `json:"granted,omitzero"`  // Granted seen: after the grant
-	Token    int64     `json:"token,omitempty"`   // the grant's fencing token
-	Push     float64   `json:"push_ms,omitempty"` // a pushed hand-over's latency (fairlock.Event.HandOver)
+	Token    int64     `json:"token,omitempty"`   // the grant's fencing token, as the Observer gave it (a ticket's: its first name's only)
+	Push     float64   `json:"push_ms,omitempty"` // a pushed hand-over's latency (fairlock.Event.HandOver; a ticket's: on its first name)
 	Ended    time.Time `json:"ended,omitzero"`    // WaitEnded seen: the call failed, before anything it failed for was given back
 	Released time.Time `json:"released,omitzero"` // HoldEnded seen: the hold of the name had ended
 
 	broken bool // a poll came too late to be sure of the place (see keep)
-}
-
-// part returns the part of the call call, or nil.
-func (a *attempt) part(call string) *part {
-	for i := range a.Parts {
-		if a.Parts[i].Call == call {
-			return &a.Parts[i]
-		}
-	}
-	return nil
 }
 
 // clone returns a copy of a that shares nothing with it.
@@ -114,8 +112,10 @@ func (w *worker) multiAttempt(cfg *config, rec recorder) {
 }
 
 // partSteps returns the record of a MultiLock attempt's steps: each event
-// of a call goes to the part of that call. Re-entries (no call id) and
-// the events of calls that are not the attempt's are left out.
+// of a call goes to the parts of that call (a HoldEnded to the part of its
+// own name), and a ticket's Granted token to the part of its first name,
+// the one whose token the event carries. Re-entries (no call id) and the
+// events of calls that are not the attempt's are left out.
 func (w *worker) partSteps(ttl time.Duration) func(fairlock.Event) {
 	return func(e fairlock.Event) {
 		now := wall(time.Now())
@@ -124,27 +124,43 @@ func (w *worker) partSteps(ttl time.Duration) func(fairlock.Event) {
 		}
 		w.update(func(a *attempt) {
 			if e.Kind == fairlock.WaitStarted {
-				a.Parts = append(a.Parts, part{Name: e.Lock, Call: e.Call, Start: now})
-				return
-			}
-			p := a.part(e.Call)
-			if p == nil {
-				return
-			}
-			switch e.Kind {
-			case fairlock.Queued:
-				p.Joins = append(p.Joins, join{Sent: wall(e.Sent), Answered: wall(e.Answered)})
-			case fairlock.Polled:
-				keep(&p.Kept, wall(e.Sent), wall(e.Answered), ttl, &p.broken)
-			case fairlock.Granted:
-				p.Granted, p.Token = now, e.Token
-				if e.HandOver > 0 {
-					p.Push = ms(e.HandOver)
+				if len(e.Locks) == 0 {
+					a.Parts = append(a.Parts, part{Name: e.Lock, Call: e.Call, Start: now})
 				}
-			case fairlock.WaitEnded:
-				p.Ended = now
-			case fairlock.HoldEnded:
-				p.Released = now
+				for _, name := range e.Locks {
+					a.Parts = append(a.Parts, part{Name: name, Call: e.Call, Ticket: true, Start: now})
+				}
+				return
+			}
+			tokenOf := e.Lock // the name whose token a Granted event carries
+			if len(e.Locks) > 0 {
+				tokenOf = e.Locks[0]
+			}
+			for i := range a.Parts {
+				p := &a.Parts[i]
+				if p.Call != e.Call {
+					continue
+				}
+				switch e.Kind {
+				case fairlock.Queued:
+					p.Joins = append(p.Joins, join{Sent: wall(e.Sent), Answered: wall(e.Answered)})
+				case fairlock.Polled:
+					keep(&p.Kept, wall(e.Sent), wall(e.Answered), ttl, &p.broken)
+				case fairlock.Granted:
+					p.Granted = now
+					if p.Name == tokenOf {
+						p.Token = e.Token
+						if e.HandOver > 0 {
+							p.Push = ms(e.HandOver)
+						}
+					}
+				case fairlock.WaitEnded:
+					p.Ended = now
+				case fairlock.HoldEnded:
+					if p.Name == e.Lock {
+						p.Released = now
+					}
+				}
 			}
 		})
 	}

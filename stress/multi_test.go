@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"io"
 	"math/rand/v2"
 	"path/filepath"
@@ -59,97 +60,152 @@ func TestMultiLockRunOnRedisServerFindsNoViolation(t *testing.T) {
 	assert.Zero(t, r.ViolationSums.Total, "%v", r.ViolationSums)
 	assert.Equal(t, runMultiLock, r.Kind)
 	assert.Equal(t, "1..3", r.Names)
-	assert.Contains(t, r.Workload, "multilock of 1..3 names (one: a Mutex) among 4 locks")
+	assert.Contains(t, r.Workload, "multilock of 1..3 names (one: a Mutex; more: one ticket each) among 4 locks")
 	assert.Positive(t, r.Reentries)
 
 	as := readHistory(t, history)
 	count := map[string]int{}
 	for i := range as {
 		a := &as[i]
-		switch {
-		case !a.multi():
+		if !a.multi() {
 			count["mutex"]++
+			continue
+		}
+		// One server: one ticket for all the names, its events naming
+		// each of them in key order.
+		require.Len(t, a.Parts, len(a.Names), "%+v", a)
+		for j, p := range a.Parts {
+			require.True(t, p.Ticket && p.Call == a.Parts[0].Call && p.Name == a.Names[j], "%+v", a)
+		}
+		switch {
+		case a.Held() && len(a.Parts[0].Joins) > 0:
+			count["ticket granted in line"]++
 		case a.Held():
-			count["multi granted"]++
-			require.Len(t, a.Parts, len(a.Names))
+			count["ticket granted at once"]++
 		case a.Outcome == outTryFailed:
-			count["multi try failed"]++
-		case slices.ContainsFunc(a.Parts, func(p part) bool { return !p.Granted.IsZero() }):
-			count["multi gave back a name"]++
+			count["ticket try failed"]++
+		case a.Outcome == outGaveUp:
+			count["ticket gave up"]++
 		}
 	}
-	for _, k := range []string{"mutex", "multi granted", "multi try failed", "multi gave back a name"} {
+	// (A ticket granted at once needs every line of its names empty: in
+	// this contended run it may never happen.)
+	for _, k := range []string{"mutex", "ticket granted in line", "ticket try failed", "ticket gave up"} {
 		assert.Positive(t, count[k], "%s: %v", k, count)
 	}
-	multiCheckerCatchesTampering(t, as)
+	ticketCheckerCatchesTampering(t, as)
 }
 
-// multiCheckerCatchesTampering shows that the checker's rules for
-// MultiLocks can fail on a real history: it passes as recorded, and each
-// kind of tampering is caught.
-func multiCheckerCatchesTampering(t *testing.T, as []attempt) {
+// holdRef is a hold of a name in a history: the Mutex attempt as[a]
+// (p < 0), or the part p of MultiLock attempt as[a].
+type holdRef struct{ a, p int }
+
+// holdsByName returns the holds of each name in as, in the order of
+// their tokens (the order they were granted in).
+func holdsByName(as []attempt) map[string][]holdRef {
+	token := func(h holdRef) int64 {
+		if h.p < 0 {
+			return as[h.a].Token
+		}
+		return as[h.a].Tokens[as[h.a].Parts[h.p].Name]
+	}
+	byName := map[string][]holdRef{}
+	for i := range as {
+		switch a := &as[i]; {
+		case !a.Held():
+		case !a.multi():
+			byName[a.Lock] = append(byName[a.Lock], holdRef{i, -1})
+		default:
+			for j := range a.Parts {
+				byName[a.Parts[j].Name] = append(byName[a.Parts[j].Name], holdRef{i, j})
+			}
+		}
+	}
+	for _, hs := range byName {
+		slices.SortFunc(hs, func(x, y holdRef) int { return cmp.Compare(token(x), token(y)) })
+	}
+	return byName
+}
+
+// ticketCheckerCatchesTampering shows that the checker's rules for
+// tickets can fail on a real history of one server: it passes as
+// recorded, and each kind of tampering is caught.
+func ticketCheckerCatchesTampering(t *testing.T, as []attempt) {
 	t.Helper()
 	const ttl = 5 * time.Second
-	require.Empty(t, check(as, ttl))
+	require.Empty(t, check(as, ttl, oneTicket))
 
-	// Two granted MultiLocks, one holding a name right after the other.
-	type at struct{ a, p int } // attempt and part
-	var holds []at
-	for i := range as {
-		if as[i].multi() && as[i].Held() {
-			for j := range as[i].Parts {
-				holds = append(holds, at{i, j})
+	// Two tickets that held a name one after the other, and a ticket that
+	// waited in line and was granted a name right after another hold.
+	first, second, before, waited := holdRef{-1, -1}, holdRef{-1, -1}, holdRef{-1, -1}, holdRef{-1, -1}
+	for _, hs := range holdsByName(as) {
+		for i := 1; i < len(hs); i++ {
+			x, y := hs[i-1], hs[i]
+			if x.p >= 0 && y.p >= 0 {
+				first, second = x, y
+			}
+			if y.p >= 0 && as[y.a].Kind == kindLock && len(as[y.a].Parts[y.p].Joins) == 1 {
+				before, waited = x, y
 			}
 		}
 	}
-	partOf := func(x at) *part { return &as[x.a].Parts[x.p] }
-	// Tokens of a name rise with every grant, so the hold after x is the
-	// one with the next higher token of the same name.
-	next := func(x at) at {
-		n := at{-1, -1}
-		for _, y := range holds {
-			px, py := partOf(x), partOf(y)
-			if px.Name == py.Name && py.Token > px.Token && (n.a < 0 || py.Token < partOf(n).Token) {
-				n = y
-			}
-		}
-		return n
-	}
-	first, second := at{-1, -1}, at{-1, -1}
-	for _, x := range holds {
-		if y := next(x); y.a >= 0 {
-			first, second = x, y
-			break
-		}
-	}
-	require.GreaterOrEqual(t, first.a, 0, "no name held by two MultiLocks")
+	require.GreaterOrEqual(t, first.a, 0, "no name held by two tickets one after the other")
+	require.GreaterOrEqual(t, waited.a, 0, "no ticket granted after waiting in line")
 	tamper := func(f func(h []attempt)) map[violationKind]int {
-		h := slices.Clone(as)
-		for i := range h {
+		h := make([]attempt, len(as))
+		for i := range as {
 			h[i] = as[i].clone()
 		}
 		f(h)
-		return kinds(check(h, ttl))
+		return kinds(check(h, ttl, oneTicket))
 	}
+	name := as[first.a].Parts[first.p].Name
+
 	overlap := tamper(func(h []attempt) {
-		h[second.a].Parts[second.p].Granted = h[first.a].UnlockStart.Add(-time.Microsecond)
+		for j := range h[second.a].Parts {
+			h[second.a].Parts[j].Granted = h[first.a].UnlockStart.Add(-time.Microsecond)
+		}
 	})
 	assert.Contains(t, overlap, overlapped)
 	backwards := tamper(func(h []attempt) {
-		p, q := &h[first.a].Parts[first.p], &h[second.a].Parts[second.p]
-		p.Token, q.Token = q.Token, p.Token
+		x, y := h[first.a].Tokens, h[second.a].Tokens
+		x[name], y[name] = y[name], x[name]
+		for _, r := range []holdRef{first, second} {
+			if p := &h[r.a].Parts[r.p]; p.Token != 0 {
+				p.Token = h[r.a].Tokens[name] // the Observer's token of a ticket's first name
+			}
+		}
 	})
 	assert.Contains(t, backwards, tokenOrder)
+	someNames := tamper(func(h []attempt) { h[first.a].Parts[first.p].Granted = time.Time{} })
+	assert.Contains(t, someNames, partial)
+	lastDropped := tamper(func(h []attempt) { h[first.a].Parts = h[first.a].Parts[:len(h[first.a].Parts)-1] })
+	assert.Contains(t, lastDropped, partial)
 
-	partialHold := tamper(func(h []attempt) { h[first.a].Parts = h[first.a].Parts[:len(h[first.a].Parts)-1] })
-	assert.Contains(t, partialHold, partial)
-	kept := -1
-	for i := range as {
-		if as[i].multi() && !as[i].Held() && as[i].Outcome != outPending && !as[i].Parts[0].Granted.IsZero() {
-			kept = i
+	// The waiting ticket's join moved to before the hold granted ahead of
+	// it took its place: it was passed.
+	passed := tamper(func(h []attempt) {
+		var entered time.Time
+		if before.p < 0 {
+			entered = h[before.a].Entered()
+		} else {
+			entered = firstSet(lastJoinSent(h[before.a].Parts[before.p]), h[before.a].Parts[before.p].Start)
 		}
+		w := &h[waited.a]
+		w.Start = entered.Add(-3 * time.Microsecond)
+		for j := range w.Parts {
+			p := &w.Parts[j]
+			p.Start, p.Kept = w.Start, time.Time{}
+			p.Joins = []join{{Sent: entered.Add(-2 * time.Microsecond), Answered: entered.Add(-time.Microsecond)}}
+		}
+	})
+	assert.Contains(t, passed, outOfOrder)
+}
+
+// lastJoinSent returns when part p sent its last join, or zero.
+func lastJoinSent(p part) time.Time {
+	if n := len(p.Joins); n > 0 {
+		return p.Joins[n-1].Sent
 	}
-	require.GreaterOrEqual(t, kept, 0, "no MultiLock gave a name back")
-	notGivenBack := tamper(func(h []attempt) { h[kept].Parts[0].Released = time.Time{} })
-	assert.Contains(t, notGivenBack, partial)
+	return time.Time{}
 }

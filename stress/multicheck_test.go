@@ -9,6 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// The histories of this file are of MultiLocks on a Cluster, which take
+// their names one after another (oneByOne); ticketcheck_test.go has
+// those of one server, where one ticket takes them all.
+
 // took is a name a MultiLock attempt was granted, at granted (ms), with
 // token.
 type took struct {
@@ -62,8 +66,9 @@ func on(name string, a attempt) attempt {
 	return a
 }
 
-// cleanMultiHistory is a run of MultiLocks over a, b and c, with a Mutex
-// on c, a MultiLock that gave up and one whose TryLock failed.
+// cleanMultiHistory is a run of MultiLocks over a, b and c on a Cluster,
+// with a Mutex on c, a MultiLock that gave up and one whose TryLock
+// failed.
 func cleanMultiHistory() []attempt {
 	waited := multiHold("w3", 2, 9, took{"b", 6, 2}, took{"c", 6.5, 2})
 	waited.Parts[0].Joins = []join{{Sent: at(2.2), Answered: at(2.7)}} // behind w1 on b
@@ -79,9 +84,9 @@ func cleanMultiHistory() []attempt {
 	}
 }
 
-func TestCheckerAcceptsCleanMultiLockHistory(t *testing.T) {
-	assert.Empty(t, check(cleanMultiHistory(), 0))
-	assert.Empty(t, check(cleanMultiHistory(), 3*time.Millisecond))
+func TestCheckerAcceptsCleanHistoryOfNamesTakenOneByOne(t *testing.T) {
+	assert.Empty(t, check(cleanMultiHistory(), 0, oneByOne))
+	assert.Empty(t, check(cleanMultiHistory(), 3*time.Millisecond, oneByOne))
 }
 
 func TestCheckerReportsOverlapOnANameOfTwoMultiLocks(t *testing.T) {
@@ -89,7 +94,7 @@ func TestCheckerReportsOverlapOnANameOfTwoMultiLocks(t *testing.T) {
 		multiHold("w1", 0, 5, took{"a", 0.5, 1}, took{"b", 1, 1}),
 		multiHold("w2", 0, 8, took{"b", 4, 2}, took{"c", 4.5, 1}), // b granted at 4, w1 unlocked it at 5
 	}
-	vs := check(h, 0)
+	vs := check(h, 0, oneByOne)
 	require.Equal(t, map[violationKind]int{overlapped: 1}, kinds(vs), "%v", vs)
 	assert.Equal(t, "b", vs[0].Lock)
 	assert.Contains(t, vs[0].Detail, "w2 (MultiLock b+c) was granted")
@@ -101,13 +106,13 @@ func TestCheckerReportsOverlapWithANameGivenBackLater(t *testing.T) {
 		multiGaveUp("w1", 0, 10, "b", 2, took{"a", 1, 1}),
 		on("a", hold("w2", 3, 5, 6, 2)), // a granted at 5
 	}
-	vs := check(h, 0)
+	vs := check(h, 0, oneByOne)
 	require.Equal(t, map[violationKind]int{overlapped: 1}, kinds(vs), "%v", vs)
 	assert.Equal(t, "a", vs[0].Lock)
 
 	// Granted after the wait for b had ended: a may have been given back.
 	h[1] = on("a", hold("w2", 3, 10.1, 11, 2))
-	assert.Empty(t, check(h, 0))
+	assert.Empty(t, check(h, 0, oneByOne))
 }
 
 func TestCheckerReportsPartialHolds(t *testing.T) {
@@ -117,7 +122,7 @@ func TestCheckerReportsPartialHolds(t *testing.T) {
 		want   string
 	}{
 		{"granted without a name", func(h []attempt) { h[0].Parts = h[0].Parts[:1] }, "without a grant of b"},
-		{"no token of a name", func(h []attempt) { delete(h[0].Tokens, "b") }, "carrying token 0 of b"},
+		{"no token of a name", func(h []attempt) { delete(h[0].Tokens, "b") }, "carrying no token of b"},
 		{"a hold that ended early", func(h []attempt) { h[0].Parts[0].Released = at(3) }, "no longer held a"},
 		{"a name kept after giving up", func(h []attempt) { h[3].Parts[0].Released = time.Time{} }, "its hold of a (token 2"},
 		{"a name given back after Lock returned", func(h []attempt) { h[3].Parts[0].Released = at(9) }, "had not ended by then"},
@@ -127,7 +132,7 @@ func TestCheckerReportsPartialHolds(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := cleanMultiHistory()
 			tt.tamper(h)
-			vs := check(h, 0)
+			vs := check(h, 0, oneByOne)
 			require.Equal(t, map[violationKind]int{partial: 1}, kinds(vs), "%v", vs)
 			assert.Contains(t, vs[0].Detail, tt.want)
 		})
@@ -137,14 +142,14 @@ func TestCheckerReportsPartialHolds(t *testing.T) {
 func TestCheckerReportsTokenGoingBackOnAName(t *testing.T) {
 	h := cleanMultiHistory()
 	h[3].Parts[0].Token = 5 // the name w4 gave back; w6's grant after it has 3
-	vs := check(h, 0)
+	vs := check(h, 0, oneByOne)
 	require.Equal(t, map[violationKind]int{tokenOrder: 1}, kinds(vs), "%v", vs)
 	assert.Equal(t, "a", vs[0].Lock)
 	assert.Contains(t, vs[0].Detail, "went back from 5")
 
 	h = cleanMultiHistory()
 	h[5].Parts[0].Token, h[5].Tokens["a"] = 1, 1 // w1's token of a
-	vs = check(h, 0)
+	vs = check(h, 0, oneByOne)
 	require.Equal(t, map[violationKind]int{tokenOrder: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "token 1 granted twice")
 }
@@ -155,7 +160,7 @@ func TestCheckerReportsFIFOBrokenOnTheLineOfAName(t *testing.T) {
 	later := multiHold("w3", 3, 7, took{"b", 6, 2}, took{"c", 6.5, 1})
 	later.Parts[0].Joins = []join{{Sent: at(3), Answered: at(3.5)}} // joined b after w2, granted first
 	h := []attempt{on("b", hold("w1", 0, 0.5, 5, 1)), first, later}
-	vs := check(h, 0)
+	vs := check(h, 0, oneByOne)
 	require.Equal(t, map[violationKind]int{outOfOrder: 1}, kinds(vs), "%v", vs)
 	assert.Equal(t, "b", vs[0].Lock)
 	assert.Contains(t, vs[0].Detail, "w2 (MultiLock a+b) joined the queue before w3 (MultiLock b+c)")
@@ -166,7 +171,7 @@ func TestCheckerReportsNamesTakenInTwoOrders(t *testing.T) {
 		multiHold("w1", 0, 2, took{"a", 0.5, 1}, took{"b", 1, 1}),
 		multiHold("w2", 3, 5, took{"b", 3.5, 2}, took{"a", 4, 2}),
 	}
-	vs := check(h, 0)
+	vs := check(h, 0, oneByOne)
 	require.Equal(t, map[violationKind]int{misordered: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "takes b before a, w1's of a+b the other way round")
 
@@ -174,7 +179,7 @@ func TestCheckerReportsNamesTakenInTwoOrders(t *testing.T) {
 	h = h[:1]
 	h[0].Parts[0].Name, h[0].Parts[1].Name = "b", "a"
 	h[0].Tokens = map[string]int64{"a": 1, "b": 1}
-	vs = check(h, 0)
+	vs = check(h, 0, oneByOne)
 	require.Equal(t, map[violationKind]int{misordered: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "took b as its name number 1")
 }
@@ -183,7 +188,7 @@ func TestCheckerSaysWhatAMultiLockLeftBehindHeld(t *testing.T) {
 	a := multiGaveUp("w1", 0, 10, "b", 2, took{"a", 1, 1})
 	a.Outcome, a.Deadline, a.Ended = outPending, time.Time{}, time.Time{}
 	a.Parts[0].Released, a.Parts[1].Ended = time.Time{}, time.Time{}
-	vs := check([]attempt{a}, 0)
+	vs := check([]attempt{a}, 0, oneByOne)
 	require.Equal(t, map[violationKind]int{leftBehind: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "still waiting at the end (called +0.000000s); holding a, waiting for b")
 }

@@ -253,10 +253,14 @@ func workload(c config) string {
 	}
 	kind := ""
 	if c.Kind == runMultiLock {
-		kind = fmt.Sprintf("%s of %v names among ", runMultiLock, &c.Names)
-		if c.Names.Lo == 1 {
-			kind = fmt.Sprintf("%s of %v names (one: a Mutex) among ", runMultiLock, &c.Names)
+		way := "one ticket each"
+		if c.multiWay() == oneByOne {
+			way = "one name after another"
 		}
+		if c.Names.Lo == 1 {
+			way = "one: a Mutex; more: " + way
+		}
+		kind = fmt.Sprintf("%s of %v names (%s) among ", runMultiLock, &c.Names, way)
 	}
 	return fmt.Sprintf("%s%d locks, %d clients × %d goroutines %s, %s; hold %v, re-entry up to %d, "+
 		"give-up %.0f%% (after %v), TryLock %.0f%%, lease %v, waiter TTL %v",

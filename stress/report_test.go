@@ -14,7 +14,7 @@ import (
 func TestReportSummarisesAHistory(t *testing.T) {
 	h := cleanHistory()
 	h[1].Push, h[4].Push = 0.25, 0.75 // two pushes whose latency the Observer knew
-	vs := check(h, 0)
+	vs := check(h, 0, oneTicket)
 	r := buildReport(config{}, "test", h, vs, 2e9, cmdTally{Detailed: true, Total: 50, Calls: map[string]int64{"evalsha": 20, "get": 30}, Span: 2e9}, nil)
 	assert.Equal(t, len(h), r.Attempts)
 	assert.Equal(t, 5, r.Outcomes[outGranted])
@@ -42,7 +42,7 @@ func TestReportSummarisesAHistory(t *testing.T) {
 
 func TestReportShowsViolationsAndSnapshots(t *testing.T) {
 	h := []attempt{hold("w1", 0, 1, 5, 1), queued("w2", 2, 2, 4, 6, 2)}
-	vs := check(h, 0)
+	vs := check(h, 0, oneTicket)
 	require.NotEmpty(t, vs)
 	snaps := map[string]string{"a": "lock \"a\" at ... (server clock)\n  free\n"}
 	r := buildReport(config{}, "test", h, vs, time.Second, cmdTally{Err: errors.New("refused")}, snaps)

@@ -2,6 +2,7 @@ package fairlock_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -262,4 +263,34 @@ func helperMain() int {
 
 func redisZ(member string, at time.Time) redis.Z {
 	return redis.Z{Member: member, Score: float64(at.UnixMilli())}
+}
+
+// clusterEnv is an env on a Redis Cluster, through cluster clients.
+func clusterEnv(t *testing.T, cluster *redistest.Cluster) *env {
+	return &env{t: t, rdb: cluster.Client(t), prefix: redistest.Prefix(t),
+		dial: func(t testing.TB) redis.UniversalClient { return cluster.Client(t) }}
+}
+
+// clusterNames returns one lock name per master of the cluster, made
+// from base, and the master of each.
+func clusterNames(t *testing.T, cluster *redistest.Cluster, base string) ([]string, map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	masters, err := cluster.Masters(ctx)
+	require.NoError(t, err)
+	masterOf := map[string]string{}
+	taken := map[string]bool{}
+	var names []string
+	for i := 0; len(names) < len(masters); i++ {
+		require.Less(t, i, 1000, "no names on every master")
+		name := fmt.Sprintf("%s-%d", base, i)
+		m, err := cluster.MasterOf(ctx, "{"+name+"}")
+		require.NoError(t, err)
+		if !taken[m] {
+			taken[m] = true
+			masterOf[name] = m
+			names = append(names, name)
+		}
+	}
+	return names, masterOf
 }

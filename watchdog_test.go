@@ -64,3 +64,40 @@ func TestHoldsShareOneWatchdogThatPipelinesTheirRenewals(t *testing.T) {
 		require.NoError(t, m.Unlock(held[i]))
 	}
 }
+
+// On a Cluster the renewals of holds on different masters do not wait for
+// one another: a master that stops answering costs the holds on it, and
+// only those. (A Cluster's pipeline is answered only when every master in
+// it has answered: one pipeline for all the renewals due would have the
+// silent master hold up those of the live ones until they too were lost.)
+func TestASilentMasterLosesOnlyTheHoldsOnIt(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	// A node timeout longer than the test: the silent master is never
+	// failed, so the other masters go on serving their slots.
+	cluster := redistest.ClusterFor(t, 3, 0, "--cluster-node-timeout", "60000")
+	ctx := context.Background()
+	e := clusterEnv(t, cluster)
+	names, masterOf := clusterNames(t, cluster, "renew")
+	const lease = 1500 * time.Millisecond
+	c := e.client(fairlock.WithLease(lease))
+	held := map[string]context.Context{}
+	for _, name := range names {
+		hctx, err := c.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+		held[name] = hctx
+	}
+
+	silent := names[0]
+	resume := redistest.Pause(t, cluster.Node(masterOf[silent]).Client(t))
+	requireDone(t, held[silent], 2*lease)
+	require.ErrorIs(t, context.Cause(held[silent]), fairlock.ErrLeaseLost)
+	time.Sleep(lease) // a lease past the loss: the others live only if renewed all along
+	for _, name := range names[1:] {
+		require.NoError(t, held[name].Err(), "the hold of %q, on a live master, was lost: %v", name, context.Cause(held[name]))
+	}
+	resume()
+	for _, name := range names[1:] {
+		require.NoError(t, c.Mutex(name).Unlock(held[name]))
+	}
+}

@@ -24,8 +24,9 @@ import (
 //
 // Holds wait in a heap by the time of their next renewal. Renewals that
 // fall due together (within a thirtieth of their lease, at most
-// coalesce) go out in one pipeline, so holds cost one goroutine in all
-// and about holds/(lease/3) renewals per second, in fewer round trips.
+// coalesce) go out in one pipeline per server (see byServer), so holds
+// cost one goroutine in all and about holds/(lease/3) renewals per
+// second, in fewer round trips.
 //
 // h.valid is a time until which the hold is known to last: the send time
 // of the last call that set the expiry, plus the expiry it set (h.span).
@@ -156,28 +157,71 @@ func (h *Hold) early() time.Duration {
 	return min(h.lease/30, coalesce)
 }
 
-// renew renews holds in one pipeline and settles each one's outcome. It
-// waits for the answer at most the call timeout, and no later than the
-// earliest time at which one of them must be declared lost: go-redis
-// bounds a read by its own ReadTimeout, not by the context's deadline, so
-// a pipeline on a silent connection could otherwise keep a loss from
-// being declared in time. A pipeline still out then goes on in the
-// background, and its answers are dropped.
+// renew renews holds, one pipeline per server they live on, and settles
+// each one's outcome. It waits for each pipeline's answer at most the call
+// timeout, and no later than the earliest time at which one of its holds
+// must be declared lost: go-redis bounds a read by its own ReadTimeout,
+// not by the context's deadline, so a pipeline on a silent connection
+// could otherwise keep a loss from being declared in time. A pipeline
+// still out then goes on in the background, and its answers are dropped.
 func (w *watchdog) renew(holds []*Hold) {
 	sent := time.Now()
-	budget := w.e.cfg.CallTimeout
 	live := holds[:0]
 	for _, h := range holds {
-		left := h.giveUp().Sub(sent)
-		if left <= 0 {
+		if !h.giveUp().After(sent) {
 			w.settle(h, sent, false, context.DeadlineExceeded)
 			continue
 		}
-		budget = min(budget, left)
 		live = append(live, h)
 	}
-	if len(live) == 0 {
-		return
+	groups := w.byServer(live)
+	for _, g := range groups[min(1, len(groups)):] {
+		w.e.wg.Go(func() { w.renewOn(sent, g) })
+	}
+	if len(groups) > 0 {
+		w.renewOn(sent, groups[0])
+	}
+}
+
+// byServer splits holds by the server their lock lives on: a Cluster's
+// master, a Ring's shard; all of them together on one server, or when
+// the client cannot tell. A Cluster's or a Ring's pipeline is answered
+// only once every server in it has answered, so one pipeline for all
+// would let a dead master hold up the renewals of the holds on live ones
+// until those too were declared lost.
+func (w *watchdog) byServer(holds []*Hold) [][]*Hold {
+	if len(holds) < 2 || w.e.OneServer() {
+		if len(holds) == 0 {
+			return nil
+		}
+		return [][]*Hold{holds}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.e.cfg.CallTimeout)
+	defer cancel()
+	index := map[pipeliner]int{}
+	var groups [][]*Hold
+	for _, h := range holds {
+		server, err := w.e.primaryFor(ctx, h.l.keys.Lock)
+		if err != nil {
+			server = nil // unknown: renewed together with the other unknown
+		}
+		i, ok := index[server]
+		if !ok {
+			i = len(groups)
+			index[server] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], h)
+	}
+	return groups
+}
+
+// renewOn renews holds of one server, sent at sent, in one pipeline, and
+// settles each one's outcome.
+func (w *watchdog) renewOn(sent time.Time, holds []*Hold) {
+	budget := w.e.cfg.CallTimeout
+	for _, h := range holds {
+		budget = min(budget, h.giveUp().Sub(sent))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel() // once we stop waiting, go-redis need not retry
@@ -185,7 +229,7 @@ func (w *watchdog) renew(holds []*Hold) {
 	defer stop()
 
 	done := make(chan outcomes, 1)
-	w.e.wg.Go(func() { done <- w.send(ctx, live) })
+	w.e.wg.Go(func() { done <- w.send(ctx, holds) })
 	var out outcomes
 	select {
 	case out = <-done:
@@ -193,13 +237,13 @@ func (w *watchdog) renew(holds []*Hold) {
 		select {
 		case out = <-done: // answered at the deadline: the answers count
 		default:
-			out = outcomes{oks: make([]bool, len(live)), errs: make([]error, len(live))}
+			out = outcomes{oks: make([]bool, len(holds)), errs: make([]error, len(holds))}
 			for i := range out.errs {
 				out.errs[i] = ctx.Err()
 			}
 		}
 	}
-	for i, h := range live {
+	for i, h := range holds {
 		w.settle(h, sent, out.oks[i], out.errs[i])
 	}
 }

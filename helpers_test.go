@@ -265,6 +265,21 @@ func redisZ(member string, at time.Time) redis.Z {
 	return redis.Z{Member: member, Score: float64(at.UnixMilli())}
 }
 
+// replicated waits until a replica has every write its primary took
+// (WAIT), so that a kill after it loses none.
+func replicated(t *testing.T, primary redis.UniversalClient) {
+	t.Helper()
+	n, err := primary.Do(context.Background(), "WAIT", 1, 5000).Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "a replica acknowledged every write")
+}
+
+// sentinelEnv is an env on a Sentinel set, through failover clients.
+func sentinelEnv(t *testing.T, set *redistest.SentinelSet) *env {
+	return &env{t: t, rdb: set.Client(t), prefix: redistest.Prefix(t),
+		dial: func(t testing.TB) redis.UniversalClient { return set.Client(t) }}
+}
+
 // clusterEnv is an env on a Redis Cluster, through cluster clients.
 func clusterEnv(t *testing.T, cluster *redistest.Cluster) *env {
 	return &env{t: t, rdb: cluster.Client(t), prefix: redistest.Prefix(t),

@@ -458,3 +458,46 @@ func TestInspectShowsTheNamesOfTheClients(t *testing.T) {
 		require.ErrorIs(t, err, fairlock.ErrInvalidOption, "%q", bad)
 	}
 }
+
+// A Client that only reads (Inspect, IsLocked) follows a Cluster failover
+// as one that takes locks does: a read that finds the master dead asks
+// for a fresh map of the cluster, so reads reach the new master within
+// seconds, not when go-redis reloads its map by itself (about a minute).
+func TestReadsThroughAClusterFollowAFailover(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	cluster := redistest.ClusterFor(t, 3, 1)
+	e := clusterEnv(t, cluster)
+	ctx := context.Background()
+	const name = "read-only"
+	holder := e.client(fairlock.WithLease(time.Minute)).Mutex(name)
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	reader := e.client()
+	st, err := reader.Inspect(ctx, name)
+	require.NoError(t, err)
+	require.True(t, st.Held)
+	key := e.keys(name).Lock
+	master, err := cluster.MasterOf(ctx, key)
+	require.NoError(t, err)
+	replicated(t, cluster.Node(master).Client(t))
+
+	require.NoError(t, cluster.Kill(master))
+	_, err = cluster.WaitFailover(key, master, 30*time.Second)
+	require.NoError(t, err)
+	switched := time.Now()
+	require.Eventually(t, func() bool {
+		st, err := reader.Inspect(ctx, name)
+		return err == nil && st.Held
+	}, 20*time.Second, 50*time.Millisecond, "Inspect of the new master")
+	t.Logf("Inspect read the new master %v after the switch", time.Since(switched))
+	locked, err := reader.Mutex(name).IsLocked(ctx)
+	require.NoError(t, err)
+	require.True(t, locked)
+	// The holder's Client has sent nothing since the failover: its release
+	// may find the old master, and is then sent again until the new one
+	// answers.
+	if err := holder.Unlock(hctx); err != nil {
+		t.Logf("unlock after the failover: %v", err)
+	}
+}

@@ -11,12 +11,18 @@ import (
 
 // read runs one read of Redis for a caller (see within): it returns when
 // ctx ends, with ctx's error, even while Redis does not answer, and the
-// read, bounded by the call timeout, ends in the background.
+// read, bounded by the call timeout, ends in the background. A read that
+// fails in a way a failover explains asks for a fresh map of the
+// deployment, as a script's call does (see topology): a Client that only
+// reads would otherwise send its reads to a dead master until the client
+// library reloads its map by itself.
 func read[T any](e *Engine, ctx context.Context, f func(ctx context.Context) (T, error)) (T, error) {
 	return within(e, ctx, func() (T, error) {
 		rctx, cancel := e.bounded(ctx)
 		defer cancel()
-		return f(rctx)
+		v, err := f(rctx)
+		e.topo.failed(err)
+		return v, err
 	}, nil)
 }
 

@@ -69,9 +69,9 @@ local holder = hold[1]
 if holder == owner then
   if hold[4] ~= entry then
     -- A re-entry; if this very call ran before, answer what it did.
-    local receipt = redis.call('GET', KEYS[5])
-    if receipt then
-      local token, count = string.match(receipt, '^(%d+):(%d+)$')
+    local kept = receipt(KEYS[5])
+    if kept then
+      local token, count = string.match(kept, '^(%d+):(%d+)$')
       return {1, tonumber(token), tonumber(count)}
     end
   end
@@ -88,7 +88,7 @@ if holder == owner then
   -- Re-entry: one more level of the same hold. token is the decimal
   -- string of the hash field, never a number: see take in lib.lua.
   local count = redis.call('HINCRBY', KEYS[1], 'count', 1)
-  redis.call('SET', KEYS[5], hold[3] .. ':' .. count, 'PX', ARGV[7])
+  keep_receipt(KEYS[5], hold[3] .. ':' .. count, ARGV[7])
   return {1, tonumber(hold[3]), count}
 end
 

@@ -400,3 +400,22 @@ hand_over = function(lk, now, channel, own)
   publish(target, message)
   return head
 end
+
+-- A call that changes a hold in a way it cannot tell from the hold
+-- afterwards (a re-entry, a release) leaves a receipt: its answer, kept
+-- under the key of its call id for a while, so that the same call sent
+-- again by the client library (its reply was lost) answers what it
+-- answered the first time instead of counting twice. A grant needs none:
+-- the hold records the entry it was given to, and a call under that entry
+-- claims it.
+
+-- receipt returns the answer kept under key, or nil when the call has not
+-- run (or its receipt has expired).
+local function receipt(key)
+  return redis.call('GET', key) or nil
+end
+
+-- keep_receipt keeps answer under key for ttl ms.
+local function keep_receipt(key, answer, ttl)
+  redis.call('SET', key, answer, 'PX', ttl)
+end

@@ -26,13 +26,13 @@
 --
 -- It works on a full server (maxmemory reached; see lib.lua).
 
-local receipt = redis.call('GET', KEYS[5])
-if receipt then
-  local count, message = string.match(receipt, '^(%d+) (.+)$')
+local kept = receipt(KEYS[5])
+if kept then
+  local count, message = string.match(kept, '^(%d+) (.+)$')
   if message then
     return {tonumber(count), message}
   end
-  return tonumber(receipt)
+  return tonumber(kept)
 end
 
 local hold = redis.call('HMGET', KEYS[1], 'owner', 'count')
@@ -66,9 +66,9 @@ else
   end
   local _, message = hand_over(LOCK, nil, ARGV[3], own)
   if message then
-    redis.call('SET', KEYS[5], '0 ' .. message, 'PX', ARGV[4])
+    keep_receipt(KEYS[5], '0 ' .. message, ARGV[4])
     return {0, message}
   end
 end
-redis.call('SET', KEYS[5], count, 'PX', ARGV[4])
+keep_receipt(KEYS[5], count, ARGV[4])
 return finish(count)

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock/internal/redistest"
-	"github.com/fairlock/fairlock/queue"
 )
 
 var (
@@ -60,14 +59,8 @@ func TestScriptsMatchModelOnMiniredis(t *testing.T) {
 	for _, seed := range seeds(t, 4) {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			t.Parallel()
-			d := &differ{
-				t:     t,
-				ctx:   context.Background(),
-				model: queue.NewModel(rigStart, receiptTTL),
-				rig:   newMiniRig(t, receiptTTL),
-				world: &world{scale: 1},
-				about: reproduce("TestScriptsMatchModelOnMiniredis", seed),
-			}
+			d := newDiffer(t, newMiniRig(t, receiptTTL), newWorld(1, false, "lock"), rigStart, 0,
+				reproduce("TestScriptsMatchModelOnMiniredis", seed))
 			d.run(newRandSource(seed), steps())
 		})
 	}
@@ -87,16 +80,55 @@ func TestScriptsMatchModelOnRedisServer(t *testing.T) {
 			r := newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*scale)
 			now, err := r.now(context.Background())
 			require.NoError(t, err)
-			d := &differ{
-				t:      t,
-				ctx:    context.Background(),
-				model:  queue.NewModel(now, receiptTTL*scale),
-				rig:    r,
-				world:  &world{scale: scale, timeless: true},
-				tol:    1000,
-				tokens: map[int64]int64{0: 0},
-				about:  reproduce("TestScriptsMatchModelOnRedisServer", seed),
-			}
+			d := newDiffer(t, r, newWorld(scale, true, "lock"), now, 1000,
+				reproduce("TestScriptsMatchModelOnRedisServer", seed))
+			d.run(newRandSource(seed), steps()/2)
+		})
+	}
+}
+
+// halfIfShort returns n, or half of it with -short: a call on several
+// locks costs about twice one on one lock (the differ reads every lock
+// after each call).
+func halfIfShort(n int) int {
+	if testing.Short() {
+		return max(n/2, 1)
+	}
+	return n
+}
+
+// lockNames are the locks of the runs on several locks of one server, in
+// key order: MultiLocks take two or three of them at once, with tickets,
+// among the calls on each one alone.
+var lockNames = []string{"a", "b", "c", "d"}
+
+// The same on several locks of one server, with MultiLocks' tickets: every
+// lock's state (tickets' lists included) and every wake message are
+// compared after each step, and the invariants of tickets checked.
+func TestScriptsOfSeveralLocksMatchModelOnMiniredis(t *testing.T) {
+	for _, seed := range seeds(t, halfIfShort(4)) {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			t.Parallel()
+			d := newDiffer(t, newMiniRig(t, receiptTTL, lockNames...), newWorld(1, false, lockNames...), rigStart, 0,
+				reproduce("TestScriptsOfSeveralLocksMatchModelOnMiniredis", seed))
+			d.run(newRandSource(seed), steps())
+		})
+	}
+}
+
+func TestScriptsOfSeveralLocksMatchModelOnRedisServer(t *testing.T) {
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	const scale = 100_000
+	for _, seed := range seeds(t, halfIfShort(2)) {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*scale, lockNames...)
+			now, err := r.now(context.Background())
+			require.NoError(t, err)
+			d := newDiffer(t, r, newWorld(scale, true, lockNames...), now, 1000,
+				reproduce("TestScriptsOfSeveralLocksMatchModelOnRedisServer", seed))
 			d.run(newRandSource(seed), steps()/2)
 		})
 	}
@@ -125,14 +157,25 @@ func FuzzScriptsMatchModel(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		d := &differ{
-			t:     t,
-			ctx:   context.Background(),
-			model: queue.NewModel(rigStart, receiptTTL),
-			rig:   newMiniRig(t, receiptTTL),
-			world: &world{scale: 1},
-			about: "a fuzz input",
+		d := newDiffer(t, newMiniRig(t, receiptTTL), newWorld(1, false, "lock"), rigStart, 0, "a fuzz input")
+		d.run(&bytesSource{data}, 400)
+	})
+}
+
+// FuzzScriptsOfSeveralLocksMatchModel is FuzzScriptsMatchModel on the
+// locks lockNames, four bytes a call (the fourth picks the lock, or the
+// locks of a MultiLock).
+func FuzzScriptsOfSeveralLocksMatchModel(f *testing.F) {
+	for seed := range uint64(3) {
+		b := make([]byte, 800)
+		src := newRandSource(seed)
+		for i := range b {
+			b[i], _ = src.next()
 		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d := newDiffer(t, newMiniRig(t, receiptTTL, lockNames...), newWorld(1, false, lockNames...), rigStart, 0, "a fuzz input")
 		d.run(&bytesSource{data}, 400)
 	})
 }

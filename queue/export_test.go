@@ -12,3 +12,6 @@ func (m *Model) ExpireHold() { m.hold = nil }
 
 // ParseEntry is parseEntry.
 var ParseEntry = parseEntry
+
+// IsTicket is isTicket.
+var IsTicket = isTicket

@@ -2,20 +2,25 @@ package queue_test
 
 import (
 	"fmt"
-	"math/rand/v2"
+	"math/bits"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock/queue"
 )
 
-// The generator turns bytes into realistic calls on one lock: a few owners
-// (one with a ':' in its id), a few waiting Lock calls that poll, stop
-// polling (die) or give up, fast-path tries, re-entries, releases,
-// renewals, force-unlocks, calls re-sent under the same call id, and time
-// passing by small steps or exactly to (and around) the next deadline or
-// expiry. The bytes come from a seeded generator or from the fuzzer, and
-// the calls are resolved against the model's state as they are made.
+// The generator turns bytes into realistic calls on one lock, or on a few
+// locks of one server: a few owners (one with a ':' in its id), a few
+// waiting calls that poll, stop polling (die) or give up, fast-path
+// tries, re-entries, releases, renewals, force-unlocks, calls re-sent
+// under the same call id, and time passing by small steps or exactly to
+// (and around) the next deadline or expiry. On several locks, half the
+// waiting calls and tries are a MultiLock's, on two or three of the locks
+// at once (multiacquire with a ticket, and cancel of the ticket), and the
+// other calls are each made on one lock. The bytes come from a seeded
+// generator or from the fuzzer, and the calls are resolved against the
+// model's state as they are made.
 
 var (
 	owners     = []string{"ann", "bob", "c:d", "eve"}
@@ -30,108 +35,46 @@ const (
 	receiptTTL = 50 // ms, in model units
 )
 
-// A source yields bytes; ok is false when it has run out.
-type source interface{ next() (b byte, ok bool) }
-
-type randSource struct{ r *rand.Rand }
-
-func (s randSource) next() (byte, bool) { return byte(s.r.Uint32()), true }
-
-func newRandSource(seed uint64) randSource {
-	return randSource{rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
-}
-
-type bytesSource struct{ b []byte }
-
-func (s *bytesSource) next() (byte, bool) {
-	if len(s.b) == 0 {
-		return 0, false
-	}
-	b := s.b[0]
-	s.b = s.b[1:]
-	return b, true
-}
-
-// An op is one decoded choice: what kind of call, and two argument bytes.
-type op struct{ kind, a, b byte }
-
-// Op kinds, by weight: the kind is kinds[first byte % len(kinds)].
-const (
-	opPoll    = iota // a waiting Lock call polls (acquire, wait mode)
-	opTry            // the fast path of a Lock call (acquire, try mode)
-	opReenter        // a holder re-enters (acquire, try mode, maybe lease 0)
-	opRelease
-	opRenew
-	opCancel  // a waiting Lock call gives up
-	opDie     // a waiting Lock call stops polling for good
-	opForce   // force-unlock
-	opAdvance // time passes
-	opResend  // a recent acquire or release is re-sent under its call id
-)
-
-var kinds = []byte{
-	opPoll, opPoll, opPoll, opPoll, opTry, opReenter, opRelease, opRelease,
-	opRenew, opCancel, opDie, opForce, opAdvance, opAdvance, opAdvance, opResend,
-}
-
-// nextOp decodes one op; ok is false when the source ran out.
-func nextOp(src source) (o op, ok bool) {
-	var b [3]byte
-	for i := range b {
-		if b[i], ok = src.next(); !ok {
-			return op{}, false
-		}
-	}
-	return op{kind: kinds[int(b[0])%len(kinds)], a: b[1], b: b[2]}, true
-}
-
-// call is one concrete call, as applied to the model and the scripts.
-type call struct {
-	kind         byte
-	id           string
-	owner, entry string
-	lease, ttl   int64
-	mode         string
-	own          string // opRelease: the releasing Client's tag, "" for none
-	d            int64  // opAdvance: ms
-}
-
-func (c call) String() string {
-	switch c.kind {
-	case opPoll, opTry, opReenter:
-		return fmt.Sprintf("acquire(call=%s owner=%s entry=%s lease=%d waiterTTL=%d mode=%s)",
-			c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
-	case opRelease:
-		return fmt.Sprintf("release(call=%s owner=%s own=%q lease=%d)", c.id, c.owner, c.own, c.lease)
-	case opRenew:
-		return fmt.Sprintf("renew(owner=%s lease=%d)", c.owner, c.lease)
-	case opCancel:
-		return fmt.Sprintf("cancel(owner=%s entry=%s)", c.owner, c.entry)
-	case opForce:
-		return "forceunlock()"
-	case opAdvance:
-		return fmt.Sprintf("advance(%d ms)", c.d)
-	}
-	return "none"
-}
-
-// waiter is one waiting Lock call of the pool.
+// waiter is one waiting Lock or MultiLock call of the pool.
 type waiter struct {
 	owner, entry string
 	lease, ttl   int64
-	dead         bool // stopped polling; a new call takes its slot
+	lock         int   // a Lock call's lock
+	locks        []int // a MultiLock call's locks; nil for a Lock call
+	dead         bool  // stopped polling; a new call takes its slot
 }
 
-// world is the generator's side of the run: the pool of waiting calls
-// and the calls that may be re-sent. scale multiplies every duration (a
-// real server's clock cannot be moved, so there everything lasts long).
+// world is the generator's side of the run: the locks' names, the pool of
+// waiting calls and the calls that may be re-sent. scale multiplies every
+// duration (a real server's clock cannot be moved, so there everything
+// lasts long).
 type world struct {
 	scale      int64
-	timeless   bool // time never advances: advance ops are skipped
+	timeless   bool     // time never advances: advance ops are skipped
+	names      []string // the locks, in key order: one name, or a few
+	sets       [][]int  // every set of two or three of the locks, by index
 	seq        int
 	waiters    [slots]*waiter
 	history    []call
 	lastCancel call
+}
+
+// newWorld returns a world of the locks names, in key order.
+func newWorld(scale int64, timeless bool, names ...string) *world {
+	w := &world{scale: scale, timeless: timeless, names: names}
+	n := len(names)
+	for mask := range 1 << n {
+		if k := bits.OnesCount(uint(mask)); k == 2 || k == 3 {
+			var set []int
+			for i := range n {
+				if mask&(1<<i) != 0 {
+					set = append(set, i)
+				}
+			}
+			w.sets = append(w.sets, set)
+		}
+	}
+	return w
 }
 
 // releasers are the tags a release is made under: none, or the tag of
@@ -154,16 +97,60 @@ func (w *world) id() string {
 	return fmt.Sprintf("%016x", w.seq)
 }
 
+// ticketID returns a fresh waiter id of a MultiLock's ticket, with the
+// tag of one of a few Clients in lower or upper case.
+func (w *world) ticketID() string {
+	w.seq++
+	if w.seq%2 == 0 {
+		return fmt.Sprintf("%016x%08X%s", w.seq, 10+w.seq%3, queue.TicketVersion)
+	}
+	return fmt.Sprintf("%016x%08x%s", w.seq, w.seq%3, queue.TicketVersion)
+}
+
+// owner picks the owner of a call on lock m: mostly its holder.
 func (w *world) owner(m *queue.Model, a byte) string {
 	if h := m.State().Hold; h != nil && a%4 != 0 {
-		return h.Owner // mostly the holder
+		return h.Owner
 	}
 	return owners[int(a/4)%len(owners)]
 }
 
-// resolve turns an op into a call against the model's current state; ok
-// is false when the op does nothing here.
-func (w *world) resolve(m *queue.Model, o op) (c call, ok bool) {
+// multi reports whether the lock byte of an op on several locks picks a
+// MultiLock, and which locks: one of every set of two or three of them.
+// On one lock it never does.
+func (w *world) multi(b byte) (locks []int, ok bool) {
+	if len(w.sets) == 0 || b%2 != 0 {
+		return nil, false
+	}
+	return w.sets[int(b/2)%len(w.sets)], true
+}
+
+// pick returns the lock a single-lock call of an op with lock byte b is
+// made on.
+func (w *world) pick(b byte) int { return int(b/2) % len(w.names) }
+
+// at fills in the lock of a single-lock call.
+func (w *world) at(c *call, lock int) {
+	c.lock = lock
+	if len(w.names) > 1 {
+		c.names = w.names[lock]
+	}
+}
+
+// onMulti fills in the locks of a MultiLock's call.
+func (w *world) onMulti(c *call, locks []int) {
+	c.locks = locks
+	names := make([]string, len(locks))
+	for i, l := range locks {
+		names[i] = w.names[l]
+	}
+	c.names = strings.Join(names, ",")
+}
+
+// resolve turns an op into a call against the current state of the
+// models of the locks (in key order); ok is false when the op does
+// nothing here.
+func (w *world) resolve(ms []*queue.Model, o op) (c call, ok bool) {
 	c.kind = o.kind
 	switch o.kind {
 	case opPoll:
@@ -171,28 +158,54 @@ func (w *world) resolve(m *queue.Model, o op) (c call, ok bool) {
 		if wt == nil || wt.dead {
 			wt = &waiter{owner: owners[int(o.b)%len(owners)], lease: leases[int(o.b/4)%len(leases)] * w.scale,
 				ttl: waiterTTLs[int(o.b/16)%len(waiterTTLs)] * w.scale}
-			wt.entry = queue.Entry(w.id(), time.Duration(wt.lease)*time.Millisecond, wt.owner)
-			if o.b >= 250 {
-				wt.entry = "not-hex:" + wt.entry // malformed: pruned at the head
+			lease := time.Duration(wt.lease) * time.Millisecond
+			if locks, ok := w.multi(o.lock); ok {
+				wt.locks, wt.entry = locks, queue.Entry(w.ticketID(), lease, wt.owner)
+			} else {
+				wt.lock, wt.entry = w.pick(o.lock), queue.Entry(w.id(), lease, wt.owner)
+				if o.b >= 250 {
+					wt.entry = "not-hex:" + wt.entry // malformed: pruned at the head
+				}
 			}
 			w.waiters[int(o.a)%slots] = wt
 		}
-		c.id, c.owner, c.entry, c.lease, c.ttl, c.mode = w.id(), wt.owner, wt.entry, wt.lease, wt.ttl, queue.ModeWait
+		c.owner, c.entry, c.lease, c.ttl, c.mode = wt.owner, wt.entry, wt.lease, wt.ttl, queue.ModeWait
+		if wt.locks != nil {
+			c.kind = opMulti
+			w.onMulti(&c, wt.locks)
+		} else {
+			c.id = w.id()
+			w.at(&c, wt.lock)
+		}
 	case opTry, opReenter:
 		c.owner, c.lease, c.mode = owners[int(o.a)%len(owners)], leases[int(o.b)%len(leases)]*w.scale, queue.ModeTry
+		c.ttl = waiterTTLs[int(o.b/8)%len(waiterTTLs)] * w.scale
+		lease := time.Duration(c.lease) * time.Millisecond
+		if locks, ok := w.multi(o.lock); ok && o.kind == opTry {
+			c.kind, c.entry = opMulti, queue.Entry(w.ticketID(), lease, c.owner)
+			w.onMulti(&c, locks)
+			return c, true
+		}
+		w.at(&c, w.pick(o.lock))
 		if o.kind == opReenter {
-			c.owner = w.owner(m, o.a)
-			if o.b%2 == 0 {
-				c.lease = 0 // a fixed lease: re-entry keeps the expiry
-			}
+			c.owner = w.owner(ms[c.lock], o.a)
 			if o.b%3 != 0 {
 				c.mode = queue.ModeReenter
 			}
+			// A fixed lease: re-entry keeps the expiry. A try with lease
+			// 0 that finds the lock free takes it for 0 ms, and its token
+			// counter lives 1 ms: on a real server, whose clock runs on,
+			// it may be gone before the differ reads it, so there only
+			// re-entries have lease 0.
+			if o.b%2 == 0 && (c.mode == queue.ModeReenter || !w.timeless) {
+				c.lease = 0
+			}
+			lease = time.Duration(c.lease) * time.Millisecond
 		}
-		c.id, c.ttl = w.id(), waiterTTLs[int(o.b/8)%len(waiterTTLs)]*w.scale
-		c.entry = queue.Entry(w.id(), time.Duration(c.lease)*time.Millisecond, c.owner)
+		c.id, c.entry = w.id(), queue.Entry(w.id(), lease, c.owner)
 	case opRelease, opRenew:
-		c.id, c.owner, c.lease = w.id(), w.owner(m, o.a), leases[int(o.b)%len(leases)]*w.scale
+		w.at(&c, w.pick(o.lock))
+		c.id, c.owner, c.lease = w.id(), w.owner(ms[c.lock], o.a), leases[int(o.b)%len(leases)]*w.scale
 		if o.kind == opRelease && o.b%2 == 0 {
 			c.lease = 0
 		}
@@ -206,10 +219,16 @@ func (w *world) resolve(m *queue.Model, o op) (c call, ok bool) {
 		wt := w.waiters[int(o.a)%slots]
 		if wt == nil || wt.dead {
 			c = w.lastCancel // a re-sent cancel
-			return c, c.kind == opCancel
+			return c, c.kind == opCancel || c.kind == opCancelTicket
 		}
 		w.waiters[int(o.a)%slots] = nil
 		c.owner, c.entry = wt.owner, wt.entry
+		if wt.locks != nil {
+			c.kind = opCancelTicket
+			w.onMulti(&c, wt.locks)
+		} else {
+			w.at(&c, wt.lock)
+		}
 		w.lastCancel = c
 	case opDie:
 		if wt := w.waiters[int(o.a)%slots]; wt != nil {
@@ -217,9 +236,10 @@ func (w *world) resolve(m *queue.Model, o op) (c call, ok bool) {
 		}
 		return c, false
 	case opForce:
+		w.at(&c, w.pick(o.lock))
 		return c, o.a < 64 // rarer than the others
 	case opAdvance:
-		c.d = w.advance(m, o)
+		c.d = w.advance(ms, o)
 		return c, !w.timeless
 	case opResend:
 		if len(w.history) == 0 {
@@ -231,34 +251,41 @@ func (w *world) resolve(m *queue.Model, o op) (c call, ok bool) {
 }
 
 // advance picks how long time passes: a small step, or exactly to one of
-// the next instants at which something expires, or 1 ms either side.
-func (w *world) advance(m *queue.Model, o op) int64 {
+// the next instants at which something of any lock expires, or 1 ms
+// either side.
+func (w *world) advance(ms []*queue.Model, o op) int64 {
 	var at []int64
-	s := m.State()
-	if s.Hold != nil && s.Hold.ExpiresAt != 0 {
-		at = append(at, s.Hold.ExpiresAt)
-	}
-	for _, d := range s.Deadlines {
-		at = append(at, d)
-	}
-	for _, r := range s.Receipts {
-		at = append(at, r.ExpiresAt)
-	}
-	if s.LastToken > 0 {
-		at = append(at, s.TokenEnd)
+	now := ms[0].Now()
+	for _, m := range ms {
+		s := m.State()
+		if s.Hold != nil && s.Hold.ExpiresAt != 0 {
+			at = append(at, s.Hold.ExpiresAt)
+		}
+		for _, d := range s.Deadlines {
+			at = append(at, d)
+		}
+		for _, r := range s.Receipts {
+			at = append(at, r.ExpiresAt)
+		}
+		for _, l := range s.Tickets {
+			at = append(at, l.ExpiresAt)
+		}
+		if s.LastToken > 0 {
+			at = append(at, s.TokenEnd)
+		}
 	}
 	if o.a%2 == 0 || len(at) == 0 {
 		return advances[int(o.b)%len(advances)]
 	}
 	slices.Sort(at)
 	t := at[int(o.b)%len(at)] + int64(o.a/2%3) - 1
-	return max(t-s.Now, 0)
+	return max(t-now, 0)
 }
 
 // done records what a call's answer means for the pool: a waiter that was
 // granted returns from Lock, and acquires and releases may be re-sent.
 func (w *world) done(c call, granted bool) {
-	if c.kind == opPoll && granted {
+	if (c.kind == opPoll || c.kind == opMulti) && granted {
 		for i, wt := range w.waiters {
 			if wt != nil && wt.entry == c.entry {
 				w.waiters[i] = nil
@@ -266,7 +293,7 @@ func (w *world) done(c call, granted bool) {
 		}
 	}
 	switch c.kind {
-	case opPoll, opTry, opReenter, opRelease:
+	case opPoll, opTry, opReenter, opRelease, opMulti:
 		w.history = append(w.history, c)
 		if len(w.history) > historyLen {
 			w.history = w.history[1:]

@@ -12,11 +12,17 @@ import (
 // written to be read next to docs/algorithm.md, and the tests run it side
 // by side with the scripts to check that they agree after every step.
 //
+// A Model is one lock of a Server: the locks of one Redis server share
+// its clock, and a MultiLock's ticket waits in the lines of several of
+// them at once (see Server). NewModel makes a lock alone on a server of
+// its own, which is all the calls of one lock need.
+//
 // Time is in milliseconds of the server's clock and moves only when
-// Advance is called. A hold, the token counter or a receipt is gone once
-// the clock reaches the time at which it expires, as a key whose PEXPIRE
-// (or PX) has run down to 0 (a real Redis server keeps such a key for
-// that last millisecond, and drops it once its clock passes the expiry).
+// Advance is called. A hold, the token counter, a receipt or a ticket's
+// list is gone once the clock reaches the time at which it expires, as a
+// key whose PEXPIRE (or PX) has run down to 0 (a real Redis server keeps
+// such a key for that last millisecond, and drops it once its clock
+// passes the expiry).
 //
 // A waiter that dies simply stops calling: nothing in the model marks it.
 // Its entry stays in the queue with the deadline of its last poll, and is
@@ -28,16 +34,16 @@ import (
 //
 // A Model is not safe for concurrent use.
 type Model struct {
-	now        int64
-	receiptTTL int64
+	srv *Server // the server the lock lives on: its clock, its other locks
+	key string  // the hash key P:{N}, which the lists of tickets name
 
-	hold      *HoldState         // the hash P:{N}; nil when the lock is free
-	queue     []string           // the list P:{N}:queue, oldest first
-	deadlines map[string]int64   // the zset P:{N}:deadline: entry -> ms
-	lastToken int64              // the counter P:{N}:token: the latest token; 0 when gone
-	tokenEnd  int64              // when lastToken > 0: server time (ms) at which the counter expires
-	receipts  map[string]Receipt // the keys P:{N}:call:<id>, by call id
-	published []string           // messages on P:{N}:wake not yet drained
+	hold      *HoldState            // the hash P:{N}; nil when the lock is free
+	queue     []string              // the list P:{N}:queue, oldest first
+	deadlines map[string]int64      // the zset P:{N}:deadline: entry -> ms
+	lastToken int64                 // the counter P:{N}:token: the latest token; 0 when gone
+	tokenEnd  int64                 // when lastToken > 0: server time (ms) at which the counter expires
+	receipts  map[string]Receipt    // the keys P:{N}:call:<id>, by call id
+	tickets   map[string]TicketList // the lists P:{N}:ticket:<waiter id>, by waiter id
 }
 
 // HoldState is the hold of a lock: the fields of its hash and its expiry.
@@ -57,53 +63,60 @@ type Receipt struct {
 	ExpiresAt int64 // server time (ms)
 }
 
-// State is everything the model holds at one instant.
+// TicketList is the list a lock keeps of the locks of a ticket waiting in
+// its line: their hash keys, in key order, and when the list expires (it
+// expires with the ticket's waiter deadline; a ticket whose list is gone
+// is dead).
+type TicketList struct {
+	Locks     []string
+	ExpiresAt int64 // server time (ms); 0: never
+}
+
+// State is everything the model holds of one lock at one instant.
 type State struct {
 	Now       int64
-	Hold      *HoldState         // nil when the lock is free
-	Queue     []string           // oldest first
-	Deadlines map[string]int64   // entry -> server time (ms)
-	LastToken int64              // the fencing counter; 0 when there is none
-	TokenEnd  int64              // when LastToken > 0: server time (ms) at which the counter expires
-	Receipts  map[string]Receipt // by call id
+	Hold      *HoldState            // nil when the lock is free
+	Queue     []string              // oldest first
+	Deadlines map[string]int64      // entry -> server time (ms)
+	LastToken int64                 // the fencing counter; 0 when there is none
+	TokenEnd  int64                 // when LastToken > 0: server time (ms) at which the counter expires
+	Receipts  map[string]Receipt    // by call id
+	Tickets   map[string]TicketList // by waiter id
 }
 
-// NewModel returns the model of a lock that has never been used, at the
-// server time now (ms). Receipts of acquire and release calls live for
-// receiptTTL ms, which must be positive (SET refuses other values).
+// NewModel returns the model of a lock that has never been used, alone on
+// a server whose clock reads now (ms); its hash key is "". Receipts of
+// acquire and release calls live for receiptTTL ms, which must be
+// positive (SET refuses other values).
 func NewModel(now, receiptTTL int64) *Model {
-	if receiptTTL <= 0 {
-		panic("queue: NewModel with a receipt TTL that is not positive")
-	}
-	return &Model{
-		now:        now,
-		receiptTTL: receiptTTL,
-		deadlines:  map[string]int64{},
-		receipts:   map[string]Receipt{},
-	}
+	return NewServer(now, receiptTTL).Lock("")
 }
 
-// Now returns the model's clock (ms).
-func (m *Model) Now() int64 { return m.now }
+// Now returns the model's clock (ms): its server's.
+func (m *Model) Now() int64 { return m.srv.now }
 
-// Advance lets d ms pass. Holds, the token counter and receipts whose
-// expiry is reached are gone; nothing else happens, in particular nobody
-// is told that a hold expired, and dead waiters stay in line until a
-// script prunes them.
-func (m *Model) Advance(d int64) {
-	if d < 0 {
-		panic("queue: Model.Advance with a negative duration")
-	}
-	m.now += d
-	if m.hold != nil && m.hold.ExpiresAt != 0 && m.now >= m.hold.ExpiresAt {
+// Advance lets d ms pass on the clock of the lock's server, for every lock
+// of it (see Server.Advance).
+func (m *Model) Advance(d int64) { m.srv.Advance(d) }
+
+// expire drops what has expired by the server's clock: the hold, the token
+// counter, receipts and tickets' lists.
+func (m *Model) expire() {
+	now := m.srv.now
+	if m.hold != nil && m.hold.ExpiresAt != 0 && now >= m.hold.ExpiresAt {
 		m.hold = nil
 	}
-	if m.lastToken > 0 && m.now >= m.tokenEnd {
+	if m.lastToken > 0 && now >= m.tokenEnd {
 		m.lastToken, m.tokenEnd = 0, 0
 	}
 	for call, r := range m.receipts {
-		if m.now >= r.ExpiresAt {
+		if now >= r.ExpiresAt {
 			delete(m.receipts, call)
+		}
+	}
+	for id, l := range m.tickets {
+		if l.ExpiresAt != 0 && now >= l.ExpiresAt {
+			delete(m.tickets, id)
 		}
 	}
 }
@@ -111,25 +124,31 @@ func (m *Model) Advance(d int64) {
 // State returns a copy of the model's state.
 func (m *Model) State() State {
 	s := State{
-		Now:       m.now,
+		Now:       m.srv.now,
 		Queue:     slices.Clone(m.queue),
 		Deadlines: maps.Clone(m.deadlines),
 		LastToken: m.lastToken,
 		TokenEnd:  m.tokenEnd,
 		Receipts:  maps.Clone(m.receipts),
+		Tickets:   make(map[string]TicketList, len(m.tickets)),
 	}
 	if m.hold != nil {
 		h := *m.hold
 		s.Hold = &h
 	}
+	for id, l := range m.tickets {
+		s.Tickets[id] = TicketList{Locks: slices.Clone(l.Locks), ExpiresAt: l.ExpiresAt}
+	}
 	return s
 }
 
-// Drain returns the messages published on the wake channel since the last
-// Drain, oldest first, and forgets them.
+// Drain returns the messages published on the lock's wake channels since
+// they were last drained, oldest first, and forgets them.
 func (m *Model) Drain() []string {
-	msgs := m.published
-	m.published = nil
+	var msgs []string
+	for _, w := range m.srv.drain(m.key) {
+		msgs = append(msgs, w.Message)
+	}
 	return msgs
 }
 
@@ -140,7 +159,7 @@ func (m *Model) expireHold(ttl int64) {
 		m.hold = nil
 		return
 	}
-	m.hold.ExpiresAt = m.now + ttl
+	m.hold.ExpiresAt = m.srv.now + ttl
 }
 
 // pttl is PTTL on the hold: ms left, -1 when it never expires, -2 when
@@ -152,7 +171,7 @@ func (m *Model) pttl() int64 {
 	case m.hold.ExpiresAt == 0:
 		return -1
 	}
-	return m.hold.ExpiresAt - m.now
+	return m.hold.ExpiresAt - m.srv.now
 }
 
 // lrem is LREM queue 1 entry: the oldest occurrence of entry leaves the
@@ -169,6 +188,44 @@ func (m *Model) popHead() string {
 	m.queue = m.queue[1:]
 	delete(m.deadlines, head)
 	return head
+}
+
+// join puts entry at the end of the line with the waiter deadline
+// deadline, or, for an entry already in line, moves its deadline there (a
+// heartbeat). It returns the entry's place in line when it joined (1 for
+// the head), 0 for a heartbeat.
+func (m *Model) join(entry string, deadline int64) int {
+	place := 0
+	if _, queued := m.deadlines[entry]; !queued {
+		m.queue = append(m.queue, entry)
+		place = len(m.queue)
+	}
+	m.deadlines[entry] = deadline
+	return place
+}
+
+// leave takes entry out of the line: out of the deadline set, and, when it
+// was there, out of the queue (the only step whose cost grows with the
+// line, paid once by a waiter that gives up).
+func (m *Model) leave(entry string) {
+	if _, queued := m.deadlines[entry]; queued {
+		delete(m.deadlines, entry)
+		m.lrem(entry)
+	}
+}
+
+// pollHint returns how many ms a waiter in the lines of locks should wait
+// before it polls again: right after the first of their holds expires
+// (expiry publishes nothing), and at least three times per waiter TTL
+// (the heartbeat that keeps its place).
+func pollHint(locks []*Model, waiterTTL int64) int64 {
+	hint := floorDiv(waiterTTL, 3)
+	for _, l := range locks {
+		if pttl := l.pttl(); pttl >= 0 && pttl+1 < hint {
+			hint = pttl + 1
+		}
+	}
+	return max(hint, 1)
 }
 
 // luaEntry is the pattern lib.lua matches an entry against: hex digits,
@@ -194,14 +251,16 @@ func parseEntry(entry string) (owner string, lease int64, ok bool) {
 }
 
 // prune drops waiters from the head of the queue while the head has no
-// deadline, a deadline at or before now, or is malformed, and returns the
-// live head and its deadline; ok is false when the queue is empty. Dead
-// waiters further back stay until they reach the head.
+// deadline, a deadline at or before now, is malformed, or is a ticket
+// whose list this lock kept is gone (expired with its waiter), and returns
+// the live head and its deadline; ok is false when the queue is empty.
+// Dead waiters further back stay until they reach the head.
 func (m *Model) prune() (head string, deadline int64, ok bool) {
 	for len(m.queue) > 0 {
 		head := m.queue[0]
 		deadline, has := m.deadlines[head]
-		if _, _, wellFormed := parseEntry(head); has && deadline > m.now && wellFormed {
+		_, _, wellFormed := parseEntry(head)
+		if has && deadline > m.srv.now && wellFormed && (!isTicket(head) || m.hasTicket(head)) {
 			return head, deadline, true
 		}
 		m.popHead()
@@ -226,8 +285,9 @@ const tokensPerMs = 1000
 // is below (now + 1) * tokensPerMs, so a grant that finds the counter
 // gone, at now + 1 or later, takes a higher token from the clock alone.
 func (m *Model) take(owner, entry string, ttl int64) int64 {
-	m.lastToken = max(m.lastToken+1, m.now*tokensPerMs)
-	m.tokenEnd = m.now + max(ttl, 1)
+	now := m.srv.now
+	m.lastToken = max(m.lastToken+1, now*tokensPerMs)
+	m.tokenEnd = now + max(ttl, 1)
 	m.hold = &HoldState{Owner: owner, Count: 1, Token: m.lastToken, Entry: entry}
 	m.expireHold(ttl)
 	return m.lastToken
@@ -240,25 +300,34 @@ func (m *Model) take(owner, entry string, ttl int64) int64 {
 // head's lease, but no longer than its waiter deadline: a dead head's hold
 // expires like a dead waiter would.
 //
+// A head that is a ticket is granted every one of its locks if it is
+// ready, or none (see Server.handOverTicket); the lock then stays free.
+//
 // own is the tag of the Client that makes the call, or "": when the head
 // waits in that Client (its TagOf is own), nothing is published, and the
 // wake message is returned for the Client to hand over itself (a local
-// hand-off). Otherwise it returns "".
+// hand-off). Otherwise it returns "". A ticket's hand-over is always
+// published.
 func (m *Model) handOver(own string) string {
 	head, deadline, ok := m.prune()
 	if !ok {
 		return ""
 	}
+	if isTicket(head) {
+		m.srv.handOverTicket(m, head)
+		return ""
+	}
 	m.popHead()
 	owner, lease, _ := parseEntry(head)
-	token := m.take(owner, head, min(lease, deadline-m.now))
+	now := m.srv.now
+	token := m.take(owner, head, min(lease, deadline-now))
 	msg := head + " " + strconv.FormatInt(token, 10)
 	if Timed(head) {
-		msg += " " + strconv.FormatInt(m.now*1000, 10) // the model's clock has ms only
+		msg += " " + strconv.FormatInt(now*1000, 10) // the model's clock has ms only
 	}
 	if own != "" && TagOf(head) == own {
 		return msg
 	}
-	m.published = append(m.published, msg)
+	m.srv.publish(m.key, msg)
 	return ""
 }

@@ -59,10 +59,7 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 				return Reply{Granted: true, Token: t, Count: c}
 			}
 		}
-		if _, queued := m.deadlines[entry]; queued {
-			delete(m.deadlines, entry)
-			m.lrem(entry)
-		}
+		m.leave(entry)
 		if lease > 0 {
 			m.expireHold(lease)
 		}
@@ -109,26 +106,18 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 	}
 	// Wait mode joins the line, or keeps its place there: the deadline
 	// moves to now + waiterTTL at every poll (the waiter's heartbeat).
-	joined, position := false, 0
-	if _, queued := m.deadlines[entry]; !queued {
-		m.queue = append(m.queue, entry)
-		joined, position = true, len(m.queue)
-	}
-	m.deadlines[entry] = m.now + waiterTTL
 	// Poll again right after the hold expires (expiry publishes nothing),
 	// and at least three times per waiter TTL.
-	hint := floorDiv(waiterTTL, 3)
-	if pttl := m.pttl(); pttl >= 0 && pttl+1 < hint {
-		hint = pttl + 1
-	}
-	return Reply{Hint: max(hint, 1), Joined: joined, Position: position, ServerTime: m.now * 1000}
+	now := m.srv.now
+	position := m.join(entry, now+waiterTTL)
+	return Reply{Hint: pollHint([]*Model{m}, waiterTTL), Joined: position > 0, Position: position, ServerTime: now * 1000}
 }
 
 // reentered writes the receipt of a re-entry and answers granted.
 func (m *Model) reentered(call string, token int64, count int) Reply {
 	m.receipts[call] = Receipt{
 		Answer:    strconv.FormatInt(token, 10) + ":" + strconv.Itoa(count),
-		ExpiresAt: m.now + m.receiptTTL,
+		ExpiresAt: m.srv.now + m.srv.receiptTTL,
 	}
 	return Reply{Granted: true, Token: token, Count: count}
 }
@@ -187,7 +176,7 @@ func (m *Model) ReleaseFrom(call, owner, own string, lease int64) Released {
 	if wake != "" {
 		answer += " " + wake
 	}
-	m.receipts[call] = Receipt{Answer: answer, ExpiresAt: m.now + m.receiptTTL}
+	m.receipts[call] = Receipt{Answer: answer, ExpiresAt: m.srv.now + m.srv.receiptTTL}
 	return Released{Count: count, Wake: wake}
 }
 
@@ -207,29 +196,9 @@ func (m *Model) Renew(owner string, lease int64) bool {
 // meanwhile, that level is released, which hands the lock on; if the lock
 // is free, it goes to the live head. It returns true when a level handed
 // to the entry was given back. A re-sent cancel finds nothing more to do.
+// (Server.CancelTicket is the same script for the locks of a ticket.)
 func (m *Model) Cancel(owner, entry string) bool {
-	// Leave the deadline set and the line: the only step whose cost grows
-	// with the queue, paid once by a waiter that gives up.
-	if _, queued := m.deadlines[entry]; queued {
-		delete(m.deadlines, entry)
-		m.lrem(entry)
-	}
-	if m.hold != nil && m.hold.Owner == owner && m.hold.Entry != "" && m.hold.Entry == entry {
-		m.hold.Count--
-		if m.hold.Count > 0 {
-			// A shared owner keeps other levels: forget the entry, so a
-			// re-sent cancel releases nothing more.
-			m.hold.Entry = ""
-		} else {
-			m.hold = nil
-			m.handOver("")
-		}
-		return true
-	}
-	if m.hold == nil {
-		m.handOver("")
-	}
-	return false
+	return m.srv.cancel([]*Model{m}, owner, entry)
 }
 
 // ForceUnlock is forceunlock.lua: the hold is removed whoever owns it, and

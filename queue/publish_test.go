@@ -62,16 +62,7 @@ func TestRefusedPublishLeavesTheWholeStateChangeAndSaysNOPERM(t *testing.T) {
 			r := newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL*1000)
 			now, err := r.now(ctx)
 			require.NoError(t, err)
-			d := &differ{
-				t:      t,
-				ctx:    ctx,
-				model:  queue.NewModel(now, receiptTTL*1000),
-				rig:    r,
-				world:  &world{scale: 1000, timeless: true},
-				tol:    1000,
-				tokens: map[int64]int64{0: 0},
-				about:  "a refused PUBLISH",
-			}
+			d := newDiffer(t, r, newWorld(1000, true, "lock"), now, 1000, "a refused PUBLISH")
 			for _, c := range append(setup, tt.before...) {
 				d.step(c)
 			}
@@ -79,20 +70,20 @@ func TestRefusedPublishLeavesTheWholeStateChangeAndSaysNOPERM(t *testing.T) {
 				// The hold's lease ran out (expiry runs no script).
 				d.log = append(d.log, "the hold expires")
 				require.NoError(t, r.rdb.Del(ctx, r.keys.Lock).Err())
-				d.model.ExpireHold()
+				d.model(0).ExpireHold()
 			}
 
 			asUser := *r
 			asUser.rdb = user
-			want, _, handsOver, err := d.apply(&asUser, tt.refused)
+			res, err := d.apply(&asUser, tt.refused)
 			var rerr redis.Error
 			require.True(t, errors.As(err, &rerr), "a server error reply, not %v", err)
 			prefix := "NOPERM fairlock: state changed, but PUBLISH to " + r.keys.Wake + " was refused: "
 			require.True(t, strings.HasPrefix(err.Error(), prefix), "%q", err)
 			require.Greater(t, len(err.Error()), len(prefix), "the server's message follows")
-			t.Logf("%s (in place of %+v)", err, want)
-			d.compare(want, nil, handsOver, true)
-			require.Equal(t, tt.owner, d.model.State().Hold.Owner)
+			t.Logf("%s (in place of %+v)", err, res.want)
+			d.compare(tt.refused, res, true)
+			require.Equal(t, tt.owner, d.model(0).State().Hold.Owner)
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,13 +22,15 @@ import (
 // rigStart is the server time at which a miniredis rig starts.
 const rigStart = 1_700_000_000_000
 
-// rig runs the scripts against one lock on a Redis server, through the
-// bindings of package lua that the fair package runs them with, and reads
-// the lock's state back in the model's terms.
+// rig runs the scripts against the locks of one Redis server, through
+// the bindings of package lua that the fair package runs them with, and
+// reads the locks' state back in the model's terms. Its single-lock calls
+// go to keys, the first of its locks (on aims them at another).
 type rig struct {
 	rdb        *redis.Client
-	keys       queue.Keys
-	ps         *redis.PubSub        // subscribed to keys.Wake
+	keys       queue.Keys           // the lock of the single-lock calls
+	locks      []queue.Keys         // every lock of the rig, in key order
+	ps         *redis.PubSub        // subscribed to the wake channels of every lock
 	mr         *miniredis.Miniredis // nil on a real server
 	clock      time.Time            // miniredis's clock
 	receiptTTL int64
@@ -36,11 +39,12 @@ type rig struct {
 
 // newMiniRig returns a rig on a fresh miniredis whose clock starts at
 // rigStart and moves only with advance; TTLs run down with that clock.
-func newMiniRig(t testing.TB, receiptTTL int64) *rig {
+// Its locks are named names (in key order), or "lock" alone.
+func newMiniRig(t testing.TB, receiptTTL int64, names ...string) *rig {
 	mr := miniredis.RunT(t)
 	mr.SetTime(time.UnixMilli(rigStart))
 	mr.ClockTTL(true)
-	r := newRig(t, mr.Addr(), "m", receiptTTL)
+	r := newRig(t, mr.Addr(), "m", receiptTTL, names...)
 	r.mr, r.clock = mr, time.UnixMilli(rigStart)
 	return r
 }
@@ -55,24 +59,45 @@ func newServerRig(t testing.TB, receiptTTL int64) (*redistest.Server, *rig) {
 	return srv, newRig(t, srv.Addr, redistest.Prefix(t), receiptTTL)
 }
 
-// newRig returns a rig on the server at addr, with the lock's wake
-// channels (the shared one and every Client's) subscribed by pattern and
-// the subscription confirmed.
-func newRig(t testing.TB, addr, prefix string, receiptTTL int64) *rig {
+// newRig returns a rig on the server at addr with the locks names (in key
+// order), or the lock "lock" alone, with every wake channel of each (the
+// shared one and every Client's) subscribed by pattern and the
+// subscriptions confirmed.
+func newRig(t testing.TB, addr, prefix string, receiptTTL int64, names ...string) *rig {
 	t.Helper()
+	if len(names) == 0 {
+		names = []string{"lock"}
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	k, err := queue.For(prefix, "lock")
-	require.NoError(t, err)
+	r := &rig{rdb: rdb, receiptTTL: receiptTTL}
+	patterns := make([]string, len(names))
+	for i, name := range names {
+		k, err := queue.For(prefix, name)
+		require.NoError(t, err)
+		r.locks = append(r.locks, k)
+		patterns[i] = k.Wake + "*"
+	}
+	require.True(t, slices.IsSortedFunc(r.locks, func(a, b queue.Keys) int { return strings.Compare(a.Lock, b.Lock) }), "locks in key order")
+	r.keys = r.locks[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ps := rdb.PSubscribe(ctx, k.Wake+"*")
-	t.Cleanup(func() { _ = ps.Close() })
-	// The first reply on the subscription is the server's confirmation.
-	msg, err := ps.Receive(ctx)
-	require.NoError(t, err)
-	require.IsType(t, &redis.Subscription{}, msg)
-	return &rig{rdb: rdb, keys: k, ps: ps, receiptTTL: receiptTTL}
+	r.ps = rdb.PSubscribe(ctx, patterns...)
+	t.Cleanup(func() { _ = r.ps.Close() })
+	// The first replies on the subscription are the server's confirmations.
+	for range patterns {
+		msg, err := r.ps.Receive(ctx)
+		require.NoError(t, err)
+		require.IsType(t, &redis.Subscription{}, msg)
+	}
+	return r
+}
+
+// on returns the rig with its single-lock calls aimed at its i-th lock.
+func (r *rig) on(i int) *rig {
+	c := *r
+	c.keys = r.locks[i]
+	return &c
 }
 
 // advance moves miniredis's clock by d ms.
@@ -101,61 +126,145 @@ func (r *rig) forceUnlock(ctx context.Context) (bool, error) {
 	return lua.ReadFlag(lua.Classic.ForceUnlock(r.keys).Run(ctx, r.rdb))
 }
 
+func (r *rig) multiAcquire(ctx context.Context, locks []queue.Keys, owner, entry string, lease, waiterTTL int64, mode string) (queue.Reply, error) {
+	return lua.ReadMultiAcquire(lua.Classic.MultiAcquire(locks, owner, entry, lease, waiterTTL, mode).Run(ctx, r.rdb), len(locks))
+}
+
+func (r *rig) cancelTicket(ctx context.Context, locks []queue.Keys, owner, entry string) (bool, error) {
+	return lua.ReadFlag(lua.Classic.CancelTicket(locks, owner, entry).Run(ctx, r.rdb))
+}
+
 // now returns the server's clock in ms.
 func (r *rig) now(ctx context.Context) (int64, error) {
 	tm, err := r.rdb.Time(ctx).Result()
 	return tm.UnixMilli(), err
 }
 
-// state reads the lock's keys and receipts, and the messages the wake
-// channel carried since the last call: a barrier message published after
-// the reads arrives after every message published before it.
+// state reads the state of the rig's first lock, and the messages its
+// wake channels carried since the last call (see states): what the tests
+// of one lock compare.
 func (r *rig) state(ctx context.Context) (queue.State, []string, error) {
+	ss, wakes, err := r.states(ctx)
+	if err != nil {
+		return queue.State{}, nil, err
+	}
+	var msgs []string
+	for _, w := range wakes {
+		msgs = append(msgs, w.Message)
+	}
+	return ss[0], msgs, nil
+}
+
+// lockReads is what states reads of one lock: its keys, then the
+// receipts and tickets' lists they name.
+type lockReads struct {
+	hold                  *redis.MapStringStringCmd
+	pttl, tokenTTL        *redis.DurationCmd
+	line                  *redis.StringSliceCmd
+	dls                   *redis.ZSliceCmd
+	token                 *redis.StringCmd
+	calls, ticketLists    *redis.StringSliceCmd
+	receipts              []*redis.StringCmd      // of calls, in order
+	lists                 []*redis.StringSliceCmd // of ticketLists, in order
+	receiptTTLs, listTTLs []*redis.DurationCmd
+}
+
+// states reads the keys, receipts and tickets' lists of every lock, and
+// the messages their wake channels carried since the last call, in the
+// order they were published: a barrier message published after the reads
+// arrives after every message published before it.
+func (r *rig) states(ctx context.Context) ([]queue.State, []queue.Wake, error) {
 	r.barriers++
 	barrier := "barrier " + strconv.Itoa(r.barriers)
 	p := r.rdb.Pipeline()
 	tm := p.Time(ctx)
-	hold := p.HGetAll(ctx, r.keys.Lock)
-	pttl := p.PTTL(ctx, r.keys.Lock)
-	line := p.LRange(ctx, r.keys.Queue, 0, -1)
-	dls := p.ZRangeWithScores(ctx, r.keys.Deadline, 0, -1)
-	token := p.Get(ctx, r.keys.Token)
-	tokenTTL := p.PTTL(ctx, r.keys.Token)
-	calls := p.Keys(ctx, r.keys.Call("*"))
-	p.Publish(ctx, r.keys.Wake, barrier)
+	reads := make([]lockReads, len(r.locks))
+	for i, k := range r.locks {
+		reads[i] = lockReads{
+			hold:        p.HGetAll(ctx, k.Lock),
+			pttl:        p.PTTL(ctx, k.Lock),
+			line:        p.LRange(ctx, k.Queue, 0, -1),
+			dls:         p.ZRangeWithScores(ctx, k.Deadline, 0, -1),
+			token:       p.Get(ctx, k.Token),
+			tokenTTL:    p.PTTL(ctx, k.Token),
+			calls:       p.Keys(ctx, k.Call("*")),
+			ticketLists: p.Keys(ctx, ticketKey(k, "*")),
+		}
+	}
+	p.Publish(ctx, r.locks[0].Wake, barrier)
 	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return queue.State{}, nil, err
+		return nil, nil, err
 	}
-	s := queue.State{Now: tm.Val().UnixMilli(), Queue: line.Val(), Deadlines: map[string]int64{}, Receipts: map[string]queue.Receipt{}}
-	if h := hold.Val(); len(h) > 0 {
-		hs, err := holdState(h)
+	p = r.rdb.Pipeline()
+	for i := range reads {
+		rd := &reads[i]
+		for _, key := range rd.calls.Val() {
+			rd.receipts = append(rd.receipts, p.Get(ctx, key))
+			rd.receiptTTLs = append(rd.receiptTTLs, p.PTTL(ctx, key))
+		}
+		for _, key := range rd.ticketLists.Val() {
+			rd.lists = append(rd.lists, p.LRange(ctx, key, 0, -1))
+			rd.listTTLs = append(rd.listTTLs, p.PTTL(ctx, key))
+		}
+	}
+	if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, err
+	}
+	now := tm.Val().UnixMilli()
+	ss := make([]queue.State, len(r.locks))
+	for i, k := range r.locks {
+		s, err := lockState(k, now, reads[i])
 		if err != nil {
-			return queue.State{}, nil, err
+			return nil, nil, err
 		}
-		if d := pttl.Val(); d >= 0 {
-			hs.ExpiresAt = s.Now + d.Milliseconds()
-		}
-		s.Hold = &hs
-	}
-	for _, z := range dls.Val() {
-		s.Deadlines[z.Member.(string)] = int64(z.Score)
-	}
-	if token.Err() == nil {
-		n, err := strconv.ParseInt(token.Val(), 10, 64)
-		if err != nil {
-			return queue.State{}, nil, fmt.Errorf("token counter %q: %w", token.Val(), err)
-		}
-		s.LastToken = n
-		if d := tokenTTL.Val(); d >= 0 {
-			s.TokenEnd = s.Now + d.Milliseconds()
-		}
-	}
-	if err := r.receipts(ctx, s, calls.Val()); err != nil {
-		return queue.State{}, nil, err
+		ss[i] = s
 	}
 	msgs, err := r.messagesUntil(ctx, barrier)
-	return s, msgs, err
+	return ss, msgs, err
 }
+
+// lockState makes the state of the lock k, at server time now, from what
+// states read of it.
+func lockState(k queue.Keys, now int64, rd lockReads) (queue.State, error) {
+	s := queue.State{Now: now, Queue: rd.line.Val(), Deadlines: map[string]int64{},
+		Receipts: map[string]queue.Receipt{}, Tickets: map[string]queue.TicketList{}}
+	expiry := func(d time.Duration) int64 {
+		if d < 0 {
+			return 0 // never, or gone
+		}
+		return now + d.Milliseconds()
+	}
+	if h := rd.hold.Val(); len(h) > 0 {
+		hs, err := holdState(h)
+		if err != nil {
+			return queue.State{}, err
+		}
+		hs.ExpiresAt = expiry(rd.pttl.Val())
+		s.Hold = &hs
+	}
+	for _, z := range rd.dls.Val() {
+		s.Deadlines[z.Member.(string)] = int64(z.Score)
+	}
+	if rd.token.Err() == nil {
+		n, err := strconv.ParseInt(rd.token.Val(), 10, 64)
+		if err != nil {
+			return queue.State{}, fmt.Errorf("token counter %q: %w", rd.token.Val(), err)
+		}
+		s.LastToken, s.TokenEnd = n, expiry(rd.tokenTTL.Val())
+	}
+	for i, key := range rd.calls.Val() {
+		s.Receipts[strings.TrimPrefix(key, k.Call(""))] = queue.Receipt{Answer: rd.receipts[i].Val(), ExpiresAt: expiry(rd.receiptTTLs[i].Val())}
+	}
+	for i, key := range rd.ticketLists.Val() {
+		s.Tickets[strings.TrimPrefix(key, ticketKey(k, ""))] = queue.TicketList{Locks: rd.lists[i].Val(), ExpiresAt: expiry(rd.listTTLs[i].Val())}
+	}
+	return s, nil
+}
+
+// ticketKey is the key of the list of a ticket's locks that the lock k
+// keeps, for the ticket whose waiter id is id (see ticket_key in
+// lua/lib.lua).
+func ticketKey(k queue.Keys, id string) string { return k.Lock + ":ticket:" + id }
 
 // holdState converts the fields of the hold's hash.
 func holdState(h map[string]string) (queue.HoldState, error) {
@@ -181,36 +290,12 @@ func holdState(h map[string]string) (queue.HoldState, error) {
 	return hs, errors.Join(err1, err2)
 }
 
-// receipts reads the receipts named by keys into s.
-func (r *rig) receipts(ctx context.Context, s queue.State, keys []string) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	p := r.rdb.Pipeline()
-	vals := make([]*redis.StringCmd, len(keys))
-	ttls := make([]*redis.DurationCmd, len(keys))
-	for i, k := range keys {
-		vals[i] = p.Get(ctx, k)
-		ttls[i] = p.PTTL(ctx, k)
-	}
-	if _, err := p.Exec(ctx); err != nil {
-		return err
-	}
-	for i, k := range keys {
-		rc := queue.Receipt{Answer: vals[i].Val()}
-		if d := ttls[i].Val(); d >= 0 {
-			rc.ExpiresAt = s.Now + d.Milliseconds()
-		}
-		s.Receipts[strings.TrimPrefix(k, r.keys.Call(""))] = rc
-	}
-	return nil
-}
-
-// messagesUntil returns the wake messages that arrive before barrier.
-func (r *rig) messagesUntil(ctx context.Context, barrier string) ([]string, error) {
+// messagesUntil returns the wake messages that arrive before barrier,
+// with the lock on whose channels each came.
+func (r *rig) messagesUntil(ctx context.Context, barrier string) ([]queue.Wake, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var msgs []string
+	var msgs []queue.Wake
 	for {
 		m, err := r.ps.ReceiveMessage(ctx)
 		if err != nil {
@@ -219,12 +304,16 @@ func (r *rig) messagesUntil(ctx context.Context, barrier string) ([]string, erro
 		if m.Payload == barrier {
 			return msgs, nil
 		}
+		i := slices.IndexFunc(r.locks, func(k queue.Keys) bool { return k.Wake+"*" == m.Pattern })
+		if i < 0 {
+			return msgs, fmt.Errorf("wake message %q on %s, which matches none of the rig's patterns", m.Payload, m.Channel)
+		}
 		// A message names the entry the lock was handed to, and must go
 		// out on that entry's channel.
 		entry, _, _ := strings.Cut(m.Payload, " ")
-		if want := r.keys.WakeOf(entry); m.Channel != want {
+		if want := r.locks[i].WakeOf(entry); m.Channel != want {
 			return msgs, fmt.Errorf("wake message %q published on %s, not %s", m.Payload, m.Channel, want)
 		}
-		msgs = append(msgs, m.Payload)
+		msgs = append(msgs, queue.Wake{Lock: r.locks[i].Lock, Message: m.Payload})
 	}
 }

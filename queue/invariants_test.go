@@ -1,0 +1,193 @@
+package queue_test
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/fairlock/fairlock/queue"
+)
+
+// The invariants the differ checks after every step, on the scripts'
+// states: those of each lock alone (checkLock), and those of several
+// locks of one server and the tickets waiting in their lines.
+
+// checkLock checks the invariants of one lock that hold after every
+// script, in s, against the state before the step and top, the highest
+// token any earlier state showed (in the hold or the counter).
+//
+// The counter expires, so it may be gone (0) while the lock is held, and
+// a token is checked against top, not only against the counter: a fresh
+// grant (a counter that changed to a token, a hold with another token
+// than before) must be above every token issued before it.
+func checkLock(prev, s queue.State, top int64) error {
+	seen := map[string]bool{}
+	for _, e := range s.Queue {
+		if seen[e] {
+			return fmt.Errorf("entry %q is queued twice", e)
+		}
+		seen[e] = true
+		if _, ok := s.Deadlines[e]; !ok {
+			return fmt.Errorf("entry %q is queued without a deadline", e)
+		}
+	}
+	if len(s.Deadlines) != len(s.Queue) {
+		return fmt.Errorf("%d deadlines for %d queued entries", len(s.Deadlines), len(s.Queue))
+	}
+	if s.LastToken > 0 && s.LastToken != prev.LastToken && s.LastToken <= top {
+		return fmt.Errorf("the token counter went from %d to %d, not above the earlier token %d", prev.LastToken, s.LastToken, top)
+	}
+	if s.LastToken > 0 && s.TokenEnd == 0 {
+		return fmt.Errorf("the token counter %d never expires", s.LastToken)
+	}
+	if h := s.Hold; h != nil {
+		if h.Count < 1 || h.Token < 1 || (s.LastToken > 0 && h.Token > s.LastToken) {
+			return fmt.Errorf("hold %+v with token counter %d", *h, s.LastToken)
+		}
+		if p := prev.Hold; (p == nil || h.Token != p.Token) && h.Token <= top {
+			return fmt.Errorf("token %d granted after token %d", h.Token, top)
+		}
+	}
+	return nil
+}
+
+// live reports whether entry is a live waiter in the line of the lock
+// whose state is s, as prune reads it: it has a deadline after now, is
+// well formed, and, for a ticket, the lock keeps its list.
+func live(s queue.State, entry string) bool {
+	deadline, ok := s.Deadlines[entry]
+	if !ok || deadline <= s.Now {
+		return false
+	}
+	if _, _, ok := queue.ParseEntry(entry); !ok {
+		return false
+	}
+	if queue.IsTicket(entry) {
+		_, ok := s.Tickets[queue.WaiterIDOf(entry)]
+		return ok
+	}
+	return true
+}
+
+// waitsAlone returns the head of a free lock when it is a live waiter of
+// that lock alone, which nothing keeps from the lock.
+func waitsAlone(s queue.State) (string, bool) {
+	if s.Hold != nil || len(s.Queue) == 0 {
+		return "", false
+	}
+	head := s.Queue[0]
+	return head, live(s, head) && !queue.IsTicket(head)
+}
+
+// checkSettled checks invariant 3 of docs/algorithm.md, as tickets
+// change it: the lock is never free while a live waiter heads the queue,
+// except between a hold's expiry (which runs no script) and the next
+// script that hands the lock over; and a free lock headed by a live
+// ticket stays free (the ticket waits for its other locks, and nobody
+// passes it). So after a step, every lock the step's script handed over
+// (res.handed) is held or free with no live waiter of it alone at its
+// head; and so is every lock of a ticket found at the head of one of
+// them (hand_over looked at each for that ticket). Every lock a waiting
+// ticket looked at (res.readied) is held or free with no live waiter of
+// it alone at its head.
+func checkSettled(ss []queue.State, keys []string, res result) error {
+	settled := func(i int) error {
+		if head, ok := waitsAlone(ss[i]); ok {
+			return fmt.Errorf("%s is free while %q (deadline %d) heads its line", keys[i], head, ss[i].Deadlines[head])
+		}
+		return nil
+	}
+	for _, i := range res.readied {
+		if err := settled(i); err != nil {
+			return err
+		}
+	}
+	for _, i := range res.handed {
+		if err := settled(i); err != nil {
+			return err
+		}
+		s := ss[i]
+		if s.Hold != nil || len(s.Queue) == 0 || !live(s, s.Queue[0]) {
+			continue
+		}
+		for _, key := range s.Tickets[queue.WaiterIDOf(s.Queue[0])].Locks {
+			j := slices.Index(keys, key)
+			if j < 0 {
+				return fmt.Errorf("the ticket %q heading %s names the lock %s, which is none of the run's", s.Queue[0], keys[i], key)
+			}
+			if err := settled(j); err != nil {
+				return fmt.Errorf("%w, a lock of the ticket %q that heads %s", err, s.Queue[0], keys[i])
+			}
+		}
+	}
+	return nil
+}
+
+// checkTickets checks, in the states ss after a step and prev before it,
+// what tickets promise:
+//
+//   - All or none: a ticket granted one of its locks in the step was
+//     granted every one of them in it (sets gives each ticket's locks).
+//   - A ticket holds nothing while it waits: a ticket that holds a lock
+//     stands in no line and no lock keeps its list.
+//   - Nobody is passed: a lock granted afresh in the step went to the
+//     first live waiter of its line; no waiter that was live ahead of it
+//     is still in the line.
+func checkTickets(prev, ss []queue.State, keys []string, sets map[string][]int) error {
+	fresh := func(i int) bool {
+		h, p := ss[i].Hold, prev[i].Hold
+		return h != nil && (p == nil || p.Token != h.Token)
+	}
+	for i, s := range ss {
+		if !fresh(i) {
+			continue
+		}
+		if err := notPassed(prev[i], s, keys[i]); err != nil {
+			return err
+		}
+		e := s.Hold.Entry
+		if !queue.IsTicket(e) {
+			continue
+		}
+		set, ok := sets[e]
+		if !ok || !slices.Contains(set, i) {
+			return fmt.Errorf("%s was granted to the ticket %q, whose locks are %v", keys[i], e, set)
+		}
+		for _, j := range set {
+			if !fresh(j) || ss[j].Hold.Entry != e {
+				return fmt.Errorf("the ticket %q was granted %s but not %s (hold %+v)", e, keys[i], keys[j], ss[j].Hold)
+			}
+		}
+	}
+	for i, s := range ss {
+		if s.Hold == nil || !queue.IsTicket(s.Hold.Entry) {
+			continue
+		}
+		e := s.Hold.Entry
+		for j, o := range ss {
+			if slices.Contains(o.Queue, e) {
+				return fmt.Errorf("the ticket %q holds %s and waits in the line of %s", e, keys[i], keys[j])
+			}
+			if _, ok := o.Tickets[queue.WaiterIDOf(e)]; ok {
+				return fmt.Errorf("the ticket %q holds %s and %s keeps its list", e, keys[i], keys[j])
+			}
+		}
+	}
+	return nil
+}
+
+// notPassed checks that the fresh grant of a lock, whose state was prev
+// before the step and is s after it, went to the first live waiter of its
+// line: every entry that was live ahead of the grantee (or anywhere in
+// line, for a grantee that was not in it) is gone from the line.
+func notPassed(prev, s queue.State, key string) error {
+	ahead := prev.Queue
+	if k := slices.Index(prev.Queue, s.Hold.Entry); k >= 0 {
+		ahead = prev.Queue[:k]
+	}
+	for _, e := range ahead {
+		if live(prev, e) && slices.Contains(s.Queue, e) {
+			return fmt.Errorf("%s was granted to %q, passing %q, which was live ahead of it and still waits", key, s.Hold.Entry, e)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,191 @@
+package queue
+
+import (
+	"regexp"
+	"slices"
+	"strconv"
+)
+
+// Server is the model of the locks of one Redis server: one Model per
+// lock, by the hash key P:{N} of the lock, all on the server's clock.
+// The scripts of one lock reach the others only through tickets: a
+// MultiLock's ticket is one waiter entry in the lines of several locks of
+// the server at once, granted every one of them at once when it heads
+// every line and none of them is held; until then it holds nothing, and a
+// free lock it heads stays free (see MultiAcquire and lua/lib.lua).
+//
+// A Server is not safe for concurrent use.
+type Server struct {
+	now        int64
+	receiptTTL int64
+	locks      map[string]*Model // by hash key; a lock is made when first named
+	published  []Wake            // wake messages not yet drained, oldest first
+}
+
+// Wake is a wake message, and the lock on whose wake channels it was
+// published (the lock's channel of the entry's Client; see Keys.WakeOf).
+type Wake struct {
+	Lock    string // the lock's hash key
+	Message string
+}
+
+// NewServer returns the model of a server whose clock reads now (ms), on
+// which no lock has ever been used. Receipts of acquire and release calls
+// live for receiptTTL ms, which must be positive (SET refuses other
+// values).
+func NewServer(now, receiptTTL int64) *Server {
+	if receiptTTL <= 0 {
+		panic("queue: NewServer with a receipt TTL that is not positive")
+	}
+	return &Server{now: now, receiptTTL: receiptTTL, locks: map[string]*Model{}}
+}
+
+// Lock returns the model of the lock whose hash key is key (its Keys.Lock).
+func (s *Server) Lock(key string) *Model {
+	m, ok := s.locks[key]
+	if !ok {
+		m = &Model{
+			srv:       s,
+			key:       key,
+			deadlines: map[string]int64{},
+			receipts:  map[string]Receipt{},
+			tickets:   map[string]TicketList{},
+		}
+		s.locks[key] = m
+	}
+	return m
+}
+
+// locksOf returns the models of the locks whose hash keys are keys, in
+// that order.
+func (s *Server) locksOf(keys []string) []*Model {
+	locks := make([]*Model, len(keys))
+	for i, key := range keys {
+		locks[i] = s.Lock(key)
+	}
+	return locks
+}
+
+// Now returns the server's clock (ms).
+func (s *Server) Now() int64 { return s.now }
+
+// Advance lets d ms pass. In every lock, holds, token counters, receipts
+// and tickets' lists whose expiry is reached are gone; nothing else
+// happens, in particular nobody is told that a hold expired, and dead
+// waiters stay in line until a script prunes them.
+func (s *Server) Advance(d int64) {
+	if d < 0 {
+		panic("queue: Advance with a negative duration")
+	}
+	s.now += d
+	for _, m := range s.locks {
+		m.expire()
+	}
+}
+
+// publish sends msg on the wake channel of the lock key.
+func (s *Server) publish(key, msg string) {
+	s.published = append(s.published, Wake{Lock: key, Message: msg})
+}
+
+// Drain returns the wake messages published on every lock since the last
+// Drain, oldest first, and forgets them.
+func (s *Server) Drain() []Wake {
+	msgs := s.published
+	s.published = nil
+	return msgs
+}
+
+// drain returns the wake messages published on the lock key, oldest
+// first, and forgets them.
+func (s *Server) drain(key string) []Wake {
+	var mine []Wake
+	s.published = slices.DeleteFunc(s.published, func(w Wake) bool {
+		if w.Lock == key {
+			mine = append(mine, w)
+			return true
+		}
+		return false
+	})
+	return mine
+}
+
+// luaTicket is the pattern of lib.lua's is_ticket: a waiter id of 24 hex
+// digits (the call's 16 and its Client's tag) and the ticket version.
+var luaTicket = regexp.MustCompile(`^[0-9A-Fa-f]{24}` + TicketVersion + `:`)
+
+// isTicket reports whether entry is a MultiLock's ticket.
+func isTicket(entry string) bool { return luaTicket.MatchString(entry) }
+
+// hasTicket reports whether the lock keeps the list of the ticket entry:
+// whether the ticket is alive (a ticket whose lists expired is dead).
+func (m *Model) hasTicket(entry string) bool {
+	_, ok := m.tickets[WaiterIDOf(entry)]
+	return ok
+}
+
+// ticketLocks returns the locks of the ticket entry, as the list the lock
+// m keeps of them names them, in key order; nil when the ticket is dead.
+func (m *Model) ticketLocks(entry string) []*Model {
+	list, ok := m.tickets[WaiterIDOf(entry)]
+	if !ok {
+		return nil
+	}
+	return m.srv.locksOf(list.Locks)
+}
+
+// ticketReady reports whether the ticket entry can be granted now: it
+// heads the line of each of its locks, and none of them is held. Every
+// lock of it that is free is pruned on the way, and one whose live head
+// is a waiter of that lock alone is handed to it (it was free only
+// because nobody had handed it over yet: a holder's lease ran out); the
+// ticket then waits for it.
+func (s *Server) ticketReady(locks []*Model, entry string) bool {
+	ready := true
+	for _, l := range locks {
+		if l.hold != nil {
+			ready = false
+			continue
+		}
+		head, _, ok := l.prune()
+		if !ok || head != entry {
+			ready = false
+			if ok && !isTicket(head) {
+				l.handOver("")
+			}
+		}
+	}
+	return ready
+}
+
+// grantTicket gives every lock of the ticket entry, which heads each of
+// their lines, to its owner, each under a fresh token, for its lease but
+// no longer than the ticket's waiter deadline; and drops the ticket's
+// lists. It returns the tokens, in the order of locks.
+func (s *Server) grantTicket(locks []*Model, entry string) []int64 {
+	owner, lease, _ := parseEntry(entry)
+	tokens := make([]int64, len(locks))
+	for i, l := range locks {
+		deadline := l.deadlines[entry]
+		l.popHead()
+		tokens[i] = l.take(owner, entry, min(lease, deadline-s.now))
+		delete(l.tickets, WaiterIDOf(entry))
+	}
+	return tokens
+}
+
+// handOverTicket grants the ticket entry, the live head of the free lock
+// m, every one of its locks if it is ready (see ticketReady), and
+// publishes its wake message on its first lock: "<entry> <token of the
+// first lock> <time in µs>". Its Client then claims the rest with one
+// poll. It reports whether the ticket was granted.
+func (s *Server) handOverTicket(m *Model, entry string) bool {
+	locks := m.ticketLocks(entry)
+	if locks == nil || !s.ticketReady(locks, entry) {
+		return false
+	}
+	tokens := s.grantTicket(locks, entry)
+	msg := entry + " " + strconv.FormatInt(tokens[0], 10) + " " + strconv.FormatInt(s.now*1000, 10) // the model's clock has ms only
+	s.publish(locks[0].key, msg)
+	return true
+}

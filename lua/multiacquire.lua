@@ -98,8 +98,31 @@ if mode == 'try' then
   return finish(granted(fresh))
 end
 
--- 3. Wait: join every line (or heartbeat), then take every lock if the
---    ticket is ready.
+-- 3. Wait: keep the ticket's place in every line (a heartbeat), or join
+--    every line at its end, then take every lock if the ticket is ready.
+--
+--    The ticket keeps its places only while all its lists are there;
+--    else it left every line (a grant, a cancel) or is dead (its lists
+--    expired with it, and it may already be pruned from some lines but
+--    not from others). It then leaves each line it is still in, and joins
+--    every one anew. So the places of a ticket in its lines are always
+--    those one call gave it, and two tickets stand in the same order in
+--    every line they share: a ticket that rejoined some lines and kept
+--    its old place in others could stand behind another in one line and
+--    ahead of it in another, each would head a line the other waits in,
+--    and neither would ever be granted. (A ticket new to every line
+--    writes nothing before it joins, so that a full server refuses it.)
+local lists = {}
+for i, l in ipairs(locks) do
+  lists[i] = ticket_key(l, entry)
+end
+if redis.call('EXISTS', unpack(lists)) < #locks then
+  for _, l in ipairs(locks) do
+    if redis.call('ZSCORE', l.deadline, entry) then
+      leave(l, entry)
+    end
+  end
+end
 local joined = 0
 for _, l in ipairs(locks) do
   joined = math.max(joined, join(l, entry, now + waiter_ttl))
@@ -108,8 +131,8 @@ local bases = {}
 for i, l in ipairs(locks) do
   bases[i] = l.hold
 end
-for _, l in ipairs(locks) do
-  local list = ticket_key(l, entry)
+for i, l in ipairs(locks) do
+  local list = lists[i]
   if joined > 0 then
     redis.call('DEL', list)
     redis.call('RPUSH', list, unpack(bases))

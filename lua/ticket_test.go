@@ -199,3 +199,51 @@ func TestADeadTicketIsPruned(t *testing.T) {
 	r.release("b", "h")
 	require.Empty(t, r.holder("b"))
 }
+
+// dies makes the ticket entry dead in the lines of names, as if its
+// waiter had stopped polling for the waiter TTL: its deadlines are past,
+// and its lists expired with them.
+func (r *ticketRig) dies(entry string, names ...string) {
+	r.t.Helper()
+	ctx := context.Background()
+	for _, name := range names {
+		k := r.ks[name]
+		require.NoError(r.t, r.rdb.ZAdd(ctx, k.Deadline, redis.Z{Score: 1, Member: entry}).Err())
+		require.NoError(r.t, r.rdb.Del(ctx, k.Lock+":ticket:"+queue.WaiterIDOf(entry)).Err())
+	}
+}
+
+// A ticket pruned from one of its lines (it was dead there) that polls
+// again must not keep its old place in the others: it would then stand
+// behind another ticket in one line and ahead of it in another, each
+// would head a line the other waits in, and neither would ever be
+// granted, however long both polled. It rejoins every line at the end.
+func TestTwoTicketsNeverWaitForEachOther(t *testing.T) {
+	r := newTicketRig(t, "a", "b")
+	require.True(t, r.lock("a", "h1").Granted)
+	require.True(t, r.lock("b", "h2").Granted)
+	t1, t2 := ticket(1, "o1"), ticket(2, "o2")
+	require.False(t, r.multi("o1", t1, queue.ModeWait, "a", "b").Granted)
+	require.False(t, r.multi("o2", t2, queue.ModeWait, "a", "b").Granted)
+
+	// t1 stops polling past its deadline; the release of a prunes it
+	// there, and t2 heads a, which stays free for it while b is held.
+	r.dies(t1, "a", "b")
+	r.release("a", "h1")
+	require.Empty(t, r.holder("a"))
+	require.Equal(t, []string{t2}, r.line("a"))
+	require.Equal(t, []string{t1, t2}, r.line("b"), "t1 is dead in b, where nobody pruned it yet")
+
+	// t1 polls again, late.
+	require.False(t, r.multi("o1", t1, queue.ModeWait, "a", "b").Granted)
+	require.Equal(t, []string{t2, t1}, r.line("a"))
+	require.Equal(t, []string{t2, t1}, r.line("b"), "t1 rejoined every line behind t2")
+
+	r.release("b", "h2")
+	for range 3 {
+		r.multi("o1", t1, queue.ModeWait, "a", "b")
+		r.multi("o2", t2, queue.ModeWait, "a", "b")
+	}
+	require.Equal(t, "o2", r.holder("a"))
+	require.Equal(t, "o2", r.holder("b"))
+}

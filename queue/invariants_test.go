@@ -132,6 +132,9 @@ func checkSettled(ss []queue.State, keys []string, res result) error {
 //   - Nobody is passed: a lock granted afresh in the step went to the
 //     first live waiter of its line; no waiter that was live ahead of it
 //     is still in the line.
+//   - Two tickets stand in the same order in every line they share; else
+//     each could head a line the other waits in, and neither would ever
+//     be granted.
 func checkTickets(prev, ss []queue.State, keys []string, sets map[string][]int) error {
 	fresh := func(i int) bool {
 		h, p := ss[i].Hold, prev[i].Hold
@@ -172,7 +175,7 @@ func checkTickets(prev, ss []queue.State, keys []string, sets map[string][]int) 
 			}
 		}
 	}
-	return nil
+	return sameOrder(ss, keys)
 }
 
 // notPassed checks that the fresh grant of a lock, whose state was prev
@@ -187,6 +190,29 @@ func notPassed(prev, s queue.State, key string) error {
 	for _, e := range ahead {
 		if live(prev, e) && slices.Contains(s.Queue, e) {
 			return fmt.Errorf("%s was granted to %q, passing %q, which was live ahead of it and still waits", key, s.Hold.Entry, e)
+		}
+	}
+	return nil
+}
+
+// sameOrder checks that two tickets stand in the same order in every line
+// they share.
+func sameOrder(ss []queue.State, keys []string) error {
+	before := map[[2]string]int{} // two tickets -> a lock in whose line the first stands before the second
+	for i, s := range ss {
+		var tickets []string
+		for _, e := range s.Queue {
+			if queue.IsTicket(e) {
+				tickets = append(tickets, e)
+			}
+		}
+		for a, first := range tickets {
+			for _, second := range tickets[a+1:] {
+				if j, ok := before[[2]string{second, first}]; ok {
+					return fmt.Errorf("the tickets %q and %q stand in one order in the line of %s and in the other in that of %s", second, first, keys[j], keys[i])
+				}
+				before[[2]string{first, second}] = i
+			}
 		}
 	}
 	return nil

@@ -63,10 +63,29 @@ func (s *Server) MultiAcquire(keys []string, owner, entry string, lease, waiterT
 		return granted(tokens)
 	}
 
-	// 3. Wait: join every line, or keep the ticket's place in each (its
-	// heartbeat), and keep the ticket's list in each lock; the lists are
-	// written anew whenever the ticket joined a line, and expire with its
+	// 3. Wait: keep the ticket's place in every line (its heartbeat), or
+	// join every line at its end; keep the ticket's list in each lock,
+	// written anew whenever the ticket joined, expiring with its
 	// deadline. Then take every lock if the ticket is ready.
+	//
+	// The ticket keeps its places only while all its lists are there;
+	// else it left every line (a grant, a cancel) or is dead, and may be
+	// pruned from some lines and not from others. It then leaves every
+	// line and joins each anew: the places of a ticket are always those
+	// one call gave it, so two tickets stand in the same order in every
+	// line they share. (One that kept an old place in some lines and
+	// rejoined others could stand behind another ticket in one line and
+	// ahead of it in another; each would head a line the other waits
+	// in, and neither would ever be granted.)
+	placed := true
+	for _, l := range locks {
+		placed = placed && l.hasTicket(entry)
+	}
+	if !placed {
+		for _, l := range locks {
+			l.leave(entry)
+		}
+	}
 	deadline := s.now + waiterTTL
 	joined := 0
 	for _, l := range locks {

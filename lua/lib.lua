@@ -330,17 +330,25 @@ local function ticket_ready(locks, entry, now)
 end
 
 -- grant_ticket gives every lock of the ticket entry, which heads each of
--- their lines, to its owner, each under a fresh token, for its lease but
--- no longer than the ticket's waiter deadline; and drops the ticket's
--- lists. It returns the tokens, in the order of locks.
-local function grant_ticket(locks, entry, now)
-  local owner, lease = parse_entry(entry)
+-- their lines, to its owner, each under a fresh token, and drops the
+-- ticket's lists. It returns the tokens, in the order of locks.
+--
+-- lease is the holds' TTL in ms when the ticket's own call takes them:
+-- its waiter is there to hold them, as a Mutex's poll that finds the lock
+-- free is given its full lease. For a hand-over, which may reach a waiter
+-- that is gone, lease is nil: each hold lasts the entry's lease, but no
+-- longer than the ticket's waiter deadline (see hand_over).
+local function grant_ticket(locks, entry, now, lease)
+  local owner, entry_lease = parse_entry(entry)
   local tokens = {}
   for i, l in ipairs(locks) do
-    local deadline = tonumber(redis.call('ZSCORE', l.deadline, entry))
+    local ttl = lease
+    if not ttl then
+      ttl = math.min(entry_lease, tonumber(redis.call('ZSCORE', l.deadline, entry)) - now)
+    end
     redis.call('LPOP', l.queue)
     redis.call('ZREM', l.deadline, entry)
-    tokens[i] = take(l, owner, entry, math.min(lease, deadline - now), now)
+    tokens[i] = take(l, owner, entry, ttl, now)
     redis.call('DEL', ticket_key(l, entry))
   end
   return tokens

@@ -12,12 +12,12 @@
 -- ARGV[5]     mode: "try" never enqueues; "wait" enqueues or heartbeats
 --
 -- Returns {1, token of each lock...} when the caller holds every lock
--- after the call (a fresh grant, or a grant to the ticket it claims), or
--- {0, hint, joined} when it holds none: hint is how many ms to wait
--- before polling again (0 in try mode), joined the ticket's place in the
--- longest of its lines when this call joined them (0 for a heartbeat and
--- in try mode). In wait mode a fourth element follows: the server's time
--- in us when the call ran.
+-- after the call (a fresh grant, or a grant to the ticket it claims),
+-- each hold lasting lease from now, or {0, hint, joined} when it holds
+-- none: hint is how many ms to wait before polling again (0 in try
+-- mode), joined the ticket's place in the longest of its lines when this
+-- call joined them (0 for a heartbeat and in try mode). In wait mode a
+-- fourth element follows: the server's time in us when the call ran.
 --
 -- All or none: a call never leaves the caller holding some of the locks.
 -- A ticket is granted only when it heads every one of its lines and none
@@ -99,7 +99,8 @@ if mode == 'try' then
 end
 
 -- 3. Wait: keep the ticket's place in every line (a heartbeat), or join
---    every line at its end, then take every lock if the ticket is ready.
+--    every line at its end, then take every lock, for the full lease, if
+--    the ticket is ready.
 --
 --    The ticket keeps its places only while all its lists are there;
 --    else it left every line (a grant, a cancel) or is dead (its lists
@@ -140,6 +141,6 @@ for i, l in ipairs(locks) do
   redis.call('PEXPIRE', list, waiter_ttl)
 end
 if ticket_ready(locks, entry, now) then
-  return finish(granted(grant_ticket(locks, entry, now)))
+  return finish(granted(grant_ticket(locks, entry, now, lease)))
 end
 return finish({0, poll_hint(locks, waiter_ttl), joined, clock_us or now * 1000})

@@ -247,3 +247,43 @@ func TestTwoTicketsNeverWaitForEachOther(t *testing.T) {
 	require.Equal(t, "o2", r.holder("a"))
 	require.Equal(t, "o2", r.holder("b"))
 }
+
+// A ticket granted by its own poll holds every lock for its lease, as a
+// Mutex's poll that finds the lock free and itself first in line does,
+// and as a claim of a hand-over does: its waiter is there to hold them.
+// Only a hand-over, which may reach a waiter that is gone, is bounded by
+// the ticket's waiter deadline.
+func TestATicketGrantedByItsOwnPollHoldsForItsLease(t *testing.T) {
+	const lease, waiterTTL = 60_000, 30_000 // as multi sends them
+	r := newTicketRig(t, "a", "b")
+	ctx := context.Background()
+	pttls := func() []time.Duration {
+		var d []time.Duration
+		for _, name := range []string{"a", "b"} {
+			d = append(d, r.rdb.PTTL(ctx, r.ks[name].Lock).Val())
+		}
+		return d
+	}
+
+	require.True(t, r.multi("m", ticket(1, "m"), queue.ModeWait, "a", "b").Granted, "free: granted at once")
+	for _, d := range pttls() {
+		require.Greater(t, d, time.Duration(waiterTTL)*time.Millisecond, "the lease, not the waiter TTL")
+	}
+	r.release("a", "m")
+	r.release("b", "m")
+
+	// Granted by a hand-over: no longer than the waiter deadline, until
+	// its poll claims the lease.
+	require.True(t, r.lock("b", "h").Granted)
+	tk := ticket(2, "n")
+	require.False(t, r.multi("n", tk, queue.ModeWait, "a", "b").Granted)
+	r.release("b", "h")
+	require.Equal(t, "n", r.holder("a"))
+	for _, d := range pttls() {
+		require.LessOrEqual(t, d, time.Duration(waiterTTL)*time.Millisecond, "a hand-over is bounded by the waiter deadline")
+	}
+	require.True(t, r.multi("n", tk, queue.ModeWait, "a", "b").Granted)
+	for _, d := range pttls() {
+		require.Greater(t, d, time.Duration(waiterTTL)*time.Millisecond, "the claim: the lease")
+	}
+}

@@ -159,16 +159,23 @@ func (s *Server) ticketReady(locks []*Model, entry string) bool {
 }
 
 // grantTicket gives every lock of the ticket entry, which heads each of
-// their lines, to its owner, each under a fresh token, for its lease but
-// no longer than the ticket's waiter deadline; and drops the ticket's
-// lists. It returns the tokens, in the order of locks.
-func (s *Server) grantTicket(locks []*Model, entry string) []int64 {
-	owner, lease, _ := parseEntry(entry)
+// their lines, to its owner, each under a fresh token, and drops the
+// ticket's lists. It returns the tokens, in the order of locks.
+//
+// When own, the ticket's own call takes them, and each hold lasts lease
+// ms: its waiter is there to hold them. Otherwise (a hand-over, which may
+// reach a waiter that is gone) each lasts the entry's lease, but no
+// longer than the ticket's waiter deadline.
+func (s *Server) grantTicket(locks []*Model, entry string, lease int64, own bool) []int64 {
+	owner, entryLease, _ := parseEntry(entry)
 	tokens := make([]int64, len(locks))
 	for i, l := range locks {
-		deadline := l.deadlines[entry]
+		ttl := lease
+		if !own {
+			ttl = min(entryLease, l.deadlines[entry]-s.now)
+		}
 		l.popHead()
-		tokens[i] = l.take(owner, entry, min(lease, deadline-s.now))
+		tokens[i] = l.take(owner, entry, ttl)
 		delete(l.tickets, WaiterIDOf(entry))
 	}
 	return tokens
@@ -184,7 +191,7 @@ func (s *Server) handOverTicket(m *Model, entry string) bool {
 	if locks == nil || !s.ticketReady(locks, entry) {
 		return false
 	}
-	tokens := s.grantTicket(locks, entry)
+	tokens := s.grantTicket(locks, entry, 0, false)
 	msg := entry + " " + strconv.FormatInt(tokens[0], 10) + " " + strconv.FormatInt(s.now*1000, 10) // the model's clock has ms only
 	s.publish(locks[0].key, msg)
 	return true

@@ -66,7 +66,8 @@ func (s *Server) MultiAcquire(keys []string, owner, entry string, lease, waiterT
 	// 3. Wait: keep the ticket's place in every line (its heartbeat), or
 	// join every line at its end; keep the ticket's list in each lock,
 	// written anew whenever the ticket joined, expiring with its
-	// deadline. Then take every lock if the ticket is ready.
+	// deadline. Then take every lock, for the full lease, if the ticket
+	// is ready.
 	//
 	// The ticket keeps its places only while all its lists are there;
 	// else it left every line (a grant, a cancel) or is dead, and may be
@@ -99,7 +100,7 @@ func (s *Server) MultiAcquire(keys []string, owner, entry string, lease, waiterT
 		l.expireTicket(id, waiterTTL)
 	}
 	if s.ticketReady(locks, entry) {
-		return granted(s.grantTicket(locks, entry))
+		return granted(s.grantTicket(locks, entry, lease, true))
 	}
 	return Reply{Hint: pollHint(locks, waiterTTL), Joined: joined > 0, Position: joined, ServerTime: s.now * 1000}
 }

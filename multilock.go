@@ -143,97 +143,159 @@ func (ml *MultiLock) acquire(ctx context.Context, wait bool) (context.Context, e
 	if err := ml.usable(ctx); err != nil {
 		return nil, err
 	}
-	owner, explicit, err := lockOwner(ctx)
+	owner, shared, err := lockOwner(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// The wait for each name ends too when a hold taken before it ends
-	// (its lease lost, Close): the call could not hold every name then.
-	wctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	var unhooks []func() bool
-	defer func() {
-		for _, unhook := range unhooks {
-			unhook()
+	a := ml.begin(ctx, owner, shared, wait)
+	defer a.end()
+	// The names the context holds already are re-entered first; then, on
+	// one server, the holds a shared owner has elsewhere are joined, and
+	// the rest taken with one ticket; elsewhere the rest are taken one
+	// after another in key order.
+	rest, err := a.reenter()
+	if err == nil && len(rest) >= 2 && ml.c.engine.OneServer() {
+		if rest, err = a.join(rest); err == nil {
+			err = a.ticket(rest)
 		}
-	}()
-	holds := make([]*fair.Hold, len(ml.locks)) // holds[i] is the hold of ml.locks[i], once taken
-	var took []int                             // the indexes of holds taken, in the order taken
-	keep := func(i int, h *fair.Hold) {
-		holds[i] = h
-		took = append(took, i)
-		name := ml.locks[i].name
-		unhooks = append(unhooks, context.AfterFunc(h.Context(), func() { stop(endedCause(name, h.Context())) }))
+	} else if err == nil {
+		err = a.oneByOne(rest)
 	}
-	fail := func(which string, err error) (context.Context, error) {
-		if ctx.Err() == nil && wctx.Err() != nil {
-			err = context.Cause(wctx) // a hold taken before ended
-		}
-		if undo := ml.giveBack(holds, took); undo != nil {
-			err = fmt.Errorf("%w (giving back the locks taken before: %w)", err, undo)
-		}
-		return nil, fmt.Errorf("fairlock: %s: %w", which, err)
+	if err != nil {
+		return nil, a.fail(err)
 	}
+	return ml.withHolds(ctx, a.holds), nil
+}
 
-	// The names the context holds already are re-entered first.
+// acquisition is one Lock or TryLock call of a MultiLock under way.
+type acquisition struct {
+	ml    *MultiLock
+	ctx   context.Context         // the caller's
+	wctx  context.Context         // ctx, and also ended when a hold taken ends
+	stop  context.CancelCauseFunc // ends wctx
+	req   fair.Request            // Lease and Fixed are set per lock
+	holds []*fair.Hold            // holds[i] is the hold of ml.locks[i], once taken
+	took  []int                   // the indexes of the holds taken, in the order taken
+	// unhooks stop the watches of the holds taken (see keep).
+	unhooks []func() bool
+}
+
+func (ml *MultiLock) begin(ctx context.Context, owner string, shared, wait bool) *acquisition {
+	wctx, stop := context.WithCancelCause(ctx)
+	return &acquisition{ml: ml, ctx: ctx, wctx: wctx, stop: stop,
+		req: fair.Request{Owner: owner, Wait: wait, Shared: shared}, holds: make([]*fair.Hold, len(ml.locks))}
+}
+
+// end stops what the acquisition watches; the holds it took stay.
+func (a *acquisition) end() {
+	for _, unhook := range a.unhooks {
+		unhook()
+	}
+	a.stop(nil)
+}
+
+// request returns the request for the lock of m.
+func (a *acquisition) request(m *Mutex) fair.Request {
+	req := a.req
+	req.Lease, req.Fixed = m.lease, m.fixed
+	return req
+}
+
+// keep records the hold of ml.locks[i]. The wait for the names still to
+// take ends when it ends (its lease lost, Close): the call could not hold
+// every name then.
+func (a *acquisition) keep(i int, h *fair.Hold) {
+	a.holds[i] = h
+	a.took = append(a.took, i)
+	name := a.ml.locks[i].name
+	a.unhooks = append(a.unhooks, context.AfterFunc(h.Context(), func() { a.stop(endedCause(name, h.Context())) }))
+}
+
+// fail gives back every hold taken and returns the call's error: err, or
+// the cause of a hold taken that ended meanwhile.
+func (a *acquisition) fail(err error) error {
+	if a.ctx.Err() == nil && a.wctx.Err() != nil {
+		err = context.Cause(a.wctx)
+	}
+	if undo := a.ml.giveBack(a.holds, a.took); undo != nil {
+		err = fmt.Errorf("%w (giving back the locks taken before: %w)", err, undo)
+	}
+	return err
+}
+
+// reenter re-enters the names whose live holds the caller's context
+// carries, and returns the indexes of the others.
+func (a *acquisition) reenter() ([]int, error) {
 	var rest []int
-	for i, m := range ml.locks {
-		h, entered, err := m.reenter(ctx, owner, explicit)
+	for i, m := range a.ml.locks {
+		h, entered, err := m.reenter(a.ctx, a.req.Owner, a.req.Shared)
 		switch {
 		case err != nil:
-			return fail(fmt.Sprintf("lock %q", m.name), err)
+			return nil, fmt.Errorf("fairlock: lock %q: %w", m.name, err)
 		case entered:
-			keep(i, h)
+			a.keep(i, h)
 		default:
 			rest = append(rest, i)
 		}
 	}
-	// The rest, on one server, with one ticket that waits in all their
-	// lines at once; elsewhere one after another in key order.
-	oneServer := len(rest) >= 2 && ml.c.engine.OneServer()
-	if oneServer && explicit {
-		// A shared owner may hold some of them already, through another
-		// Client: those are joined, as Lock would re-enter them, so that
-		// the ticket never waits for its own owner.
-		var unheld []int
-		for _, i := range rest {
-			m := ml.locks[i]
-			h, err := m.lock.Join(wctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Shared: true})
-			switch {
-			case errors.Is(err, ErrNotHeld):
-				unheld = append(unheld, i)
-			case err != nil:
-				return fail(fmt.Sprintf("lock %q", m.name), err)
-			default:
-				keep(i, h)
-			}
-		}
-		rest = unheld
+	return rest, nil
+}
+
+// join joins, for a shared owner, the holds of the locks at indexes that
+// the owner has already through another Client, as Lock would re-enter
+// them, so that a ticket never waits for its own owner; it returns the
+// indexes of the others.
+func (a *acquisition) join(indexes []int) ([]int, error) {
+	if !a.req.Shared {
+		return indexes, nil
 	}
-	if len(rest) >= 2 && oneServer {
-		keys := make([]queue.Keys, len(rest))
-		for j, i := range rest {
-			keys[j] = ml.locks[i].keys
+	var rest []int
+	for _, i := range indexes {
+		m := a.ml.locks[i]
+		h, err := m.lock.Join(a.wctx, a.request(m))
+		switch {
+		case errors.Is(err, ErrNotHeld):
+			rest = append(rest, i)
+		case err != nil:
+			return nil, fmt.Errorf("fairlock: lock %q: %w", m.name, err)
+		default:
+			a.keep(i, h)
 		}
-		m := ml.locks[rest[0]]
-		hs, err := ml.c.engine.Ticket(keys).Lock(wctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: explicit})
+	}
+	return rest, nil
+}
+
+// ticket takes the locks at indexes (on one server) at once, waiting in
+// all their lines with one ticket; one lock alone is taken as a Mutex.
+func (a *acquisition) ticket(indexes []int) error {
+	if len(indexes) < 2 {
+		return a.oneByOne(indexes)
+	}
+	keys := make([]queue.Keys, len(indexes))
+	for j, i := range indexes {
+		keys[j] = a.ml.locks[i].keys
+	}
+	hs, err := a.ml.c.engine.Ticket(keys).Lock(a.wctx, a.request(a.ml.locks[indexes[0]]))
+	if err != nil {
+		return fmt.Errorf("fairlock: locks %s: %w", quoted(a.ml.namesOf(indexes)), err)
+	}
+	for j, i := range indexes {
+		a.keep(i, hs[j])
+	}
+	return nil
+}
+
+// oneByOne takes the locks at indexes one after another, in key order.
+func (a *acquisition) oneByOne(indexes []int) error {
+	for _, i := range indexes {
+		m := a.ml.locks[i]
+		h, err := m.lock.Lock(a.wctx, a.request(m))
 		if err != nil {
-			return fail("locks "+quoted(ml.namesOf(rest)), err)
+			return fmt.Errorf("fairlock: lock %q: %w", m.name, err)
 		}
-		for j, i := range rest {
-			keep(i, hs[j])
-		}
-		return ml.withHolds(ctx, holds), nil
+		a.keep(i, h)
 	}
-	for _, i := range rest {
-		m := ml.locks[i]
-		h, err := m.lock.Lock(wctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: explicit})
-		if err != nil {
-			return fail(fmt.Sprintf("lock %q", m.name), err)
-		}
-		keep(i, h)
-	}
-	return ml.withHolds(ctx, holds), nil
+	return nil
 }
 
 // quoted returns names quoted and joined with commas.

@@ -83,20 +83,8 @@ func (w *worker) multiAttempt(cfg *config, rec recorder) {
 	}
 	defer w.finish(rec)
 	ctx := context.WithValue(context.Background(), steps{}, w.partSteps(cfg.WaiterTTL))
-	ctx, cancel := w.started(ctx, p)
-	var (
-		held context.Context
-		err  error
-	)
-	if p.kind == kindTry {
-		held, err = ml.TryLock(ctx)
-	} else {
-		held, err = ml.Lock(ctx)
-	}
-	end := wall(time.Now())
-	cancel()
-	if err != nil {
-		w.failed(p, end, err)
+	held, end := w.call(ctx, p, ml)
+	if held == nil {
 		return
 	}
 	tokens := make(map[string]int64, len(names))

@@ -140,20 +140,8 @@ func (w *worker) lockOne(m *fairlock.Mutex, p plan, cfg *config, rec recorder) {
 			}
 		}
 	})
-	ctx, cancel := w.started(ctx, p)
-	var (
-		held context.Context
-		err  error
-	)
-	if p.kind == kindTry {
-		held, err = m.TryLock(ctx)
-	} else {
-		held, err = m.Lock(ctx)
-	}
-	end := wall(time.Now())
-	cancel()
-	if err != nil {
-		w.failed(p, end, err)
+	held, end := w.call(ctx, p, m)
+	if held == nil {
 		return
 	}
 	token, err := m.Token(held)
@@ -162,6 +150,34 @@ func (w *worker) lockOne(m *fairlock.Mutex, p plan, cfg *config, rec recorder) {
 		w.fail("token: %v", err)
 	}
 	w.hold(m, held, token, p.holdFor, p.depth)
+}
+
+// locker is what an attempt calls: a Mutex or a MultiLock.
+type locker interface {
+	Lock(ctx context.Context) (context.Context, error)
+	TryLock(ctx context.Context) (context.Context, error)
+}
+
+// call makes the call of the attempt in progress on l with ctx, as its
+// plan says (Lock or TryLock, with a deadline when it may give up), and
+// records its start and, when it fails, how. It returns the held context
+// (nil when the call failed) and when the call returned.
+func (w *worker) call(ctx context.Context, p plan, l locker) (context.Context, time.Time) {
+	ctx, cancel := w.started(ctx, p)
+	defer cancel()
+	var held context.Context
+	var err error
+	if p.kind == kindTry {
+		held, err = l.TryLock(ctx)
+	} else {
+		held, err = l.Lock(ctx)
+	}
+	end := wall(time.Now())
+	if err != nil {
+		w.failed(p, end, err)
+		return nil, end
+	}
+	return held, end
 }
 
 // started records the start of the attempt in progress, now, and returns

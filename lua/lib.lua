@@ -384,6 +384,10 @@ end
 -- is returned instead, for the Client to hand to its waiter itself (a
 -- local hand-off). Returns the head's entry and, for a local hand-off,
 -- its wake message; nil when nobody lives in line.
+--
+-- A head that is a ticket gets the lock only together with every other
+-- lock of the ticket, once it is ready (see hand_over_ticket); until then
+-- the lock stays free, and nil is returned.
 hand_over = function(lk, now, channel, own)
   local head, deadline
   head, deadline, now = prune(lk, now)

@@ -2,7 +2,10 @@
 // Go, github.com/go-redsync/redsync/v4 and github.com/bsm/redislock: the
 // three run one after another on the same Redis server, in the same
 // workloads, and each workload prints a markdown table with a row per
-// library, followed by a summary of the headline numbers. Before them, a
+// library, followed by a summary of the headline numbers. The workload
+// that takes several names at once, multi, has a fourth row, the atomic
+// try-all: no library's, but the kind of call that sets every name in one
+// script or none, written here (see Several locks at once). Before them, a
 // ring of bare scripts measures the cross-process floor, the fastest a
 // strict FIFO hand-over between processes goes on the server, which
 // fairlock's contended throughput is set against. A scale part, fairlock
@@ -21,7 +24,9 @@
 //
 // With -redis it uses an existing server and only adds keys (lock names
 // under "peers:", fairlock's under "fairlock:"); CONFIG RESETSTAT still
-// runs before every measured part. -libs runs only some libraries.
+// runs before every measured part. -libs runs only some libraries
+// (fairlock, redsync, redislock, atomic: the atomic try-all, which runs in
+// multi only).
 //
 // # Workloads
 //
@@ -153,8 +158,8 @@
 //
 // # Configuration of the libraries
 //
-// All three use a time to live of 30s (-ttl), fairlock's default lease,
-// so that no hold expires during a run.
+// All three, and the atomic try-all, use a time to live of 30s (-ttl),
+// fairlock's default lease, so that no hold expires during a run.
 //
 // fairlock: fairlock.New(rdb, fairlock.WithLease(ttl)) per go-redis
 // client; Mutex(name).Lock, and Unlock with the context Lock returned.
@@ -203,9 +208,12 @@
 // critical section of every name it holds.
 //
 // fairlock takes them with one MultiLock: Client.MultiLock(names).Lock,
-// then Unlock with the context Lock returned. It waits in each name's
-// line, taking the names in one order that every Client follows, so it
-// never gives up and tries again: one attempt per grant.
+// then Unlock with the context Lock returned. On one server, as here, it
+// joins every name's line at once with one entry, a ticket, and is
+// granted every name at once when the ticket heads every line and none
+// of the names is held; nobody passes it, and it never gives up and tries
+// again: one attempt per grant. (On a Cluster or a Ring it would take the
+// names one after another, in one order that every Client follows.)
 //
 // Neither peer has a call for it in a release: bsm/redislock's
 // ObtainMulti, which sets every key in one script or none, is on its
@@ -220,8 +228,23 @@
 // names and gave them back, and it grows into a livelock as the wait
 // shrinks.
 //
-// -multi-wait (1 ms) is the longest wait that gave the peers their best
-// throughput, trying 0, 1, 2, 5, 10, 20 and 50 ms with
+// The kind of call ObtainMulti is runs as a fourth row, the atomic
+// try-all (atomic.go, -libs atomic), written here, since no release of a
+// Go peer has it; Redisson's RedissonFasterMultiLock and node-redlock
+// from v5 are of the same kind. Over the same go-redis client, one
+// script takes every name or none: MSETNX sets every name's key to a
+// random value of the grant's when none of them exists, and PEXPIRE then
+// gives each the time to live; when one exists it sets nothing. It never
+// queues: when it took nothing it waits a random time from 0 to
+// -multi-wait and runs the script again, as ObtainMulti would with a
+// retry strategy of random waits. Each run of the script is an attempt;
+// an attempt that fails takes and gives back nothing. Unlock runs a
+// script that deletes each key that still holds the grant's value. It
+// has no single-lock form, so it runs in multi only, where it counts as a
+// peer in × best peer.
+//
+// -multi-wait (1 ms), the same for the three, is the longest wait that
+// gave redsync's and redislock's loops their best throughput, trying 0, 1, 2, 5, 10, 20 and 50 ms with
 // go run . -workloads multi -libs redsync,redislock -multi-wait D on a
 // machine with 2 CPUs. Without a wait they made about 340 (redsync) and
 // 590 (redislock) grants/s at 67 and 81 attempts per grant; at 1 ms, about

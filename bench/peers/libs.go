@@ -30,18 +30,23 @@ type libConfig struct {
 	ttl              time.Duration // lease of fairlock, expiry of redsync, TTL of redislock
 	redsyncDelay     time.Duration // redsync's delay between two tries
 	redislockBackoff time.Duration // redislock's linear backoff between two tries
-	multiWait        time.Duration // the peers' multi-lock loop waits at random up to this between two attempts
+	multiWait        time.Duration // in the multi workload, the longest random wait between two attempts at a set
 }
 
 // A library makes one locker per go-redis client.
 type library struct {
-	name string
+	name  string // selects it with -libs; names it in the JSON report
+	label string // names its rows in the tables, when not name
+	// multiOnly makes only the workloads that take several names at once
+	// run it.
+	multiOnly bool
 	// open returns a locker over rdb and the function that releases what
 	// the locker started (not rdb itself).
 	open func(rdb *redis.Client) (locker, func() error, error)
 }
 
-// libraries returns the libraries under test, fairlock first.
+// libraries returns the libraries under test, fairlock first, and last
+// the atomic try-all (atomic.go), which is no library's.
 func libraries(cfg libConfig) []library {
 	return []library{
 		{name: "fairlock", open: func(rdb *redis.Client) (locker, func() error, error) {
@@ -70,8 +75,14 @@ func libraries(cfg libConfig) []library {
 				multiWait: cfg.multiWait,
 			}, noClose, nil
 		}},
+		{name: atomicName, label: atomicLabel, multiOnly: true, open: func(rdb *redis.Client) (locker, func() error, error) {
+			return atomicLocker{rdb: rdb, ttl: cfg.ttl, multiWait: cfg.multiWait}, noClose, nil
+		}},
 	}
 }
+
+// runsIn reports whether l runs in w.
+func (l library) runsIn(w workload) bool { return !l.multiOnly || w.multi[1] > 0 }
 
 func noClose() error { return nil }
 

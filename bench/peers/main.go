@@ -36,7 +36,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "warm-up before each run, at most a sixth of its measured time")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&o.workloads, "workloads", "", "comma-separated workloads to run: "+workloadKeys()+" (default all)")
-	fs.StringVar(&o.libs, "libs", "", "comma-separated libraries to run: fairlock, redsync, redislock (default all)")
+	fs.StringVar(&o.libs, "libs", "", "comma-separated libraries to run: fairlock, redsync, redislock, "+atomicName+" (default all; "+atomicName+" runs in multi only)")
 	fs.StringVar(&o.redisURL, "redis", "", "URL of an existing Redis to use (default: start a redis-server from PATH)")
 	fs.DurationVar(&o.lib.ttl, "ttl", 30*time.Second, "fairlock's lease, redsync's expiry and redislock's TTL")
 	fs.DurationVar(&o.lib.redsyncDelay, "redsync-delay", defaultRedsyncDelay, "redsync's retry delay")
@@ -148,12 +148,19 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		warm := min(o.warmup, (d / 6).Round(time.Millisecond))
 		var rows []result
 		for _, lib := range libs {
+			if !lib.runsIn(w) {
+				continue
+			}
 			fmt.Fprintf(log, "peers: %s, %s: %v warm-up, %v measured\n", w.key, lib.name, warm, d)
 			res, err := measure(ctx, srv, w, lib, d, warm, runID)
 			if err != nil {
 				return fmt.Errorf("%s: %w", w.key, err)
 			}
 			rows = append(rows, res)
+		}
+		if len(rows) == 0 {
+			fmt.Fprintf(log, "peers: %s: skipped, no library that -libs selects runs in it\n", w.key)
+			continue
 		}
 		compareToPeers(rows)
 		printWorkload(out, w, rows)
@@ -169,7 +176,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 			return ctx.Err()
 		}
 	}
-	if len(sel.workloads) > 0 {
+	if len(r.Results) > 0 {
 		r.printSummary(out)
 	}
 	switch {

@@ -11,12 +11,16 @@ import (
 )
 
 // The multi workload takes several names at once. fairlock has a call for
-// it, MultiLock, which waits in each name's line in one order that every
-// Client follows, so it never has to give up and try again. Neither peer
+// it, MultiLock, which on one server, as here, joins every name's line at
+// once with one ticket and is granted every name at once, so it never has
+// to give up and try again (on a Cluster or a Ring it takes the names one
+// after another, in one order that every Client follows). Neither peer
 // has one in a release (bsm/redislock's ObtainMulti is on its main branch
 // only, after v0.9.4, the latest release), so each takes the names with
 // tryAll, a loop in the manner of Redisson's RedissonMultiLock built on
-// the peer's own single-name try.
+// the peer's own single-name try. The kind of call ObtainMulti is, one
+// script that takes every name or none, runs as the atomic try-all
+// (atomic.go).
 
 // errTaken is what a single-name try returns when another owner holds the
 // name.
@@ -98,7 +102,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // lockAll takes names with one MultiLock: a single call, which waits in
-// each name's line and makes one attempt.
+// every name's line at once with one ticket and makes one attempt.
 func (f fairLocker) lockAll(ctx context.Context, names []string) (func(context.Context) error, int64, error) {
 	ml := f.c.MultiLock(names)
 	held, err := ml.Lock(ctx)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -47,7 +48,8 @@ func (r *report) printHeader(w io.Writer) {
 	fmt.Fprintf(w, "Lease, expiry and TTL %s for all; redsync retries every %s, redislock backs off %s (linear).\n",
 		r.TTL, r.RedsyncDelay, r.RedislockDelay)
 	if r.MultiWait != "" {
-		fmt.Fprintf(w, "Several locks at once: the peers try every name, give all back when one is taken, and wait at random up to %s.\n", r.MultiWait)
+		fmt.Fprintf(w, "Several locks at once: redsync and redislock try each name, give all back when one is taken, "+
+			"and wait at random up to %s; the %s sets every name or none in one script, and waits the same.\n", r.MultiWait, atomicName)
 	}
 }
 
@@ -69,14 +71,14 @@ func printWorkload(w io.Writer, wl workload, rows []result) {
 			attempts = " " + ifGranted(r, "%.2f", r.AttemptsPerGrant) + " |"
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %.3f | %d | %s | %s | %s |%s %s | %s | %d | %s | %s | %d | %d |\n",
-			r.Library, group(round(r.GrantsPerSec)), ratio(r.VsBestPeer), r.Jain, r.Starved,
+			cmp.Or(r.Label, r.Library), group(round(r.GrantsPerSec)), ratio(r.VsBestPeer), r.Jain, r.Starved,
 			ifGranted(r, "%.2f", r.WaitP50ms), ifGranted(r, "%.2f", r.WaitP99ms), ifGranted(r, "%.1f", r.WaitMaxms),
 			attempts, ifGranted(r, "%.2f", r.RoundTripsPerGrant), ifGranted(r, "%.2f", r.CommandsPerGrant), r.Dials,
 			ifGranted(r, "%.1f", r.ServerUsPerGrant), evalsha(r), r.Errors, r.Violations)
 	}
 	for _, r := range rows {
 		if r.FirstError != "" {
-			fmt.Fprintf(w, "\n%s, first error: %s\n", r.Library, r.FirstError)
+			fmt.Fprintf(w, "\n%s, first error: %s\n", cmp.Or(r.Label, r.Library), r.FirstError)
 		}
 	}
 }
@@ -93,6 +95,9 @@ func (r *report) printSummary(w io.Writer) {
 		"| hold 0, 4×4: round trips per grant | hold 0, 4×4: server µs per grant |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, lib := range r.libs {
+		if lib.multiOnly {
+			continue // none of the summary's workloads runs it
+		}
 		cells := []string{lib.name}
 		cells = append(cells, r.cell("uncontended", lib.name, rate))
 		cells = append(cells, r.cell("uncontended-bg", lib.name, rate))

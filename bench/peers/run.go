@@ -11,6 +11,7 @@ import (
 type result struct {
 	Workload     string  `json:"workload"`
 	Library      string  `json:"library"`
+	Label        string  `json:"label,omitempty"` // names the row in the tables, when not Library
 	Goroutines   int     `json:"goroutines"`
 	Seconds      float64 `json:"seconds"`
 	Grants       int64   `json:"grants"`
@@ -132,6 +133,7 @@ func summarize(w workload, lib library, t *tally, elapsed time.Duration, end rea
 	res := result{
 		Workload:           w.key,
 		Library:            lib.name,
+		Label:              lib.label,
 		Goroutines:         w.goroutines,
 		Seconds:            elapsed.Seconds(),
 		Grants:             grants,

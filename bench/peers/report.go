@@ -49,7 +49,7 @@ func (r *report) printHeader(w io.Writer) {
 		r.TTL, r.RedsyncDelay, r.RedislockDelay)
 	if r.MultiWait != "" {
 		fmt.Fprintf(w, "Several locks at once: redsync and redislock try each name, give all back when one is taken, "+
-			"and wait at random up to %s; the %s sets every name or none in one script, and waits the same.\n", r.MultiWait, atomicName)
+			"and wait at random up to %s; the atomic try-all sets every name or none in one script, and waits the same.\n", r.MultiWait)
 	}
 }
 

@@ -211,3 +211,47 @@ func TestLockEndedByItsContextHoldsAllOrNothing(t *testing.T) {
 		require.Positive(t, outcomes[false], "no waiter gave up: the offsets missed the hand-over")
 	})
 }
+
+// On a healthy but slow server, a Lock whose context ends while a call is
+// out returns only once that call's clean-up is done: from the moment it
+// returns with its context's error, Redis keeps nothing of it, not even
+// for a few ms (the call itself may reach the server after the deadline
+// and take the lock). Each call is in flight 50 ms, so every deadline
+// below falls with a call under way; the clean-up (give the grant back,
+// leave the lines) is one more call, well within the grace.
+func TestAFailedLockLeavesNothingWhenItReturns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c, p := e.proxied(&redis.Options{})
+	m, ml := c.Mutex("alone"), c.MultiLock([]string{"x", "y"})
+	_, err := m.IsLocked(context.Background()) // a pooled connection
+	require.NoError(t, err)
+	p.SetLatency(25 * time.Millisecond)
+	for i, d := range []time.Duration{5, 20, 45, 60, 80} {
+		for _, l := range []struct {
+			name  string
+			lock  func(context.Context) (context.Context, error)
+			names []string
+		}{
+			{"Mutex", m.Lock, []string{"alone"}},
+			{"MultiLock", ml.Lock, []string{"x", "y"}},
+		} {
+			owner := fmt.Sprintf("%s-%d", l.name, i)
+			ctx, cancel := context.WithTimeout(fairlock.ContextWithOwner(context.Background(), owner), d*time.Millisecond)
+			held, err := l.lock(ctx)
+			cancel()
+			if err == nil {
+				require.NoError(t, c.MultiLock(l.names).Unlock(held))
+				continue
+			}
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			// The call may still be on its way to the server: watch for
+			// longer than it and its clean-up take.
+			for until := time.Now().Add(150 * time.Millisecond); time.Now().Before(until); time.Sleep(2 * time.Millisecond) {
+				for _, name := range l.names {
+					require.Empty(t, e.traceOf(name, owner), "%s with a deadline of %v: Redis keeps some of it after Lock returned", l.name, d*time.Millisecond)
+				}
+			}
+		}
+	}
+}

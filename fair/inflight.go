@@ -61,6 +61,13 @@ func launch[T any](e *Engine, f func() (T, error)) *flight[T] {
 // the call returns; a call that has returned by then gives its result to
 // the caller instead, as if it had come first.
 func (fl *flight[T]) wait(ctx context.Context, closing <-chan struct{}, orphan func(T, error)) (T, error) {
+	v, _, err := fl.waitEarly(ctx, closing, orphan)
+	return v, err
+}
+
+// waitEarly is wait, and also reports whether it returned early, leaving
+// the call's result to orphan.
+func (fl *flight[T]) waitEarly(ctx context.Context, closing <-chan struct{}, orphan func(T, error)) (T, bool, error) {
 	var err error
 	select {
 	case <-fl.done:
@@ -74,9 +81,9 @@ func (fl *flight[T]) wait(ctx context.Context, closing <-chan struct{}, orphan f
 	if !fl.over {
 		fl.orphan = orphan
 		var zero T
-		return zero, err
+		return zero, true, err
 	}
-	return fl.val, fl.err
+	return fl.val, false, fl.err
 }
 
 // within runs f on a goroutine of the engine (see launch) and returns its
@@ -94,12 +101,19 @@ func within[T any](e *Engine, ctx context.Context, f func() (T, error), orphan f
 	if ctx.Done() == nil {
 		return f()
 	}
+	v, _, err := waitWithin(e, ctx, f, orphan)
+	return v, err
+}
+
+// waitWithin is within for a ctx that can end, and also reports whether
+// it returned early, leaving the call to orphan.
+func waitWithin[T any](e *Engine, ctx context.Context, f func() (T, error), orphan func(T, error)) (T, bool, error) {
 	fl := launch(e, f)
 	if fl == nil {
 		var zero T
-		return zero, errs.ErrClosed
+		return zero, false, errs.ErrClosed
 	}
-	return fl.wait(ctx, e.closing, orphan)
+	return fl.waitEarly(ctx, e.closing, orphan)
 }
 
 // shared is a call that callers share, such as the check of the server at
@@ -147,8 +161,30 @@ func (s *shared[T]) do(e *Engine, ctx context.Context, f func() (T, error)) (T, 
 // caller's goroutine: a Close meanwhile is answered when the call is (a
 // grant then finds the engine closed and is given back; see hold), at the
 // latest at the bound of Close, which cuts every call short.
+//
+// A call cut short that way returns only once orphan has undone what the
+// call did, or cleanupGrace after ctx ended, whichever comes first: on a
+// healthy server that is one round trip, so that Redis keeps nothing of
+// a Lock that returns with ctx's error (no grant that raced with the end,
+// no place in line); on a server that does not answer, the caller still
+// gets its error within the grace.
 func callWithin[G any](ln line[G], ctx context.Context, req Request, entry, mode string, orphan func(queue.Reply, error)) (queue.Reply, error) {
-	return within(ln.engine(), ctx, func() (queue.Reply, error) { return ln.poll(ctx, req, entry, mode) }, orphan)
+	e := ln.engine()
+	call := func() (queue.Reply, error) { return ln.poll(ctx, req, entry, mode) }
+	if ctx.Done() == nil {
+		return within(e, ctx, call, orphan)
+	}
+	undone := make(chan error, 1)
+	rep, early, err := waitWithin(e, ctx, call, func(rep queue.Reply, err error) {
+		if orphan != nil {
+			orphan(rep, err)
+		}
+		undone <- nil
+	})
+	if early {
+		graced(undone)
+	}
+	return rep, err
 }
 
 // giveBackIfGranted is the orphan of a call that was not queued: a grant

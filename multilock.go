@@ -121,10 +121,11 @@ func (ml *MultiLock) usable(ctx context.Context) error {
 // re-enters those, one level each, and takes the rest; the names it held
 // before stay held while Lock waits for the others, whatever their order.
 //
-// All or none: when Lock fails (ctx ended, Close, a Redis error), it
-// holds none of the names, has left every line it joined, and has given
-// back every name it took on the way, one level each for names it
-// re-entered. A give-back Redis does not answer goes on in the
+// All or none: when Lock fails (ctx ended, Close, a Redis error, or on a
+// Cluster or Ring the lease of a name taken on the way lost, as a fixed
+// lease that runs out while Lock waits for a later name), it holds none
+// of the names, has left every line it joined, and has given back every
+// name it took on the way, one level each for names it re-entered. A give-back Redis does not answer goes on in the
 // background until Redis takes it or the lease runs out, as an Unlock's.
 func (ml *MultiLock) Lock(ctx context.Context) (context.Context, error) {
 	return ml.acquire(ctx, true)

@@ -94,8 +94,10 @@ func WithLease(d time.Duration) Option {
 // polling. Live waiters poll at least every third of it, so only a waiter
 // whose process died (or lost Redis) for that long is dropped. Default 10s.
 // It bounds how long a dead waiter at the head of the line can delay the
-// others. A TTL shorter than MinDuration makes New fail with
-// ErrInvalidOption.
+// others, give or take how often they poll: a waiter behind it finds it
+// gone at its own next poll, a third of its own Client's TTL later at
+// most, so use one TTL for every Client of a lock. A TTL shorter than
+// MinDuration makes New fail with ErrInvalidOption.
 func WithWaiterTTL(d time.Duration) Option {
 	return clientOption(func(c *config) {
 		if d < MinDuration {

@@ -437,3 +437,72 @@ func freshLock(t *testing.T) (string, queue.Keys) {
 	require.NoError(t, err)
 	return prefix, k
 }
+
+// A MultiLock that waits for replicas: its ticket's grant, whether it
+// came at once or after a wait, reaches the replica before Lock returns,
+// for every name, and so does its release.
+func TestReplicatedMultiLockOnSentinel(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	rs := startReplicaSet(t)
+	bg := context.Background()
+	prefix, _ := freshLock(t)
+	c := rs.client(t, prefix, fairlock.WithReplicas(1, time.Second))
+	ml := c.MultiLock([]string{"a", "b"})
+	keys := func(name string) queue.Keys {
+		k, err := queue.For(prefix, name)
+		require.NoError(t, err)
+		return k
+	}
+	requireReplicated := func(held context.Context) {
+		t.Helper()
+		for _, name := range []string{"a", "b"} {
+			want, err := ml.Token(held, name)
+			require.NoError(t, err)
+			token, n := holdOn(t, rs.replica, keys(name))
+			require.Equal(t, want, token, "the replica has the hold of %s", name)
+			require.Equal(t, 1, n)
+		}
+	}
+
+	held, err := ml.Lock(bg)
+	require.NoError(t, err)
+	requireReplicated(held)
+	require.NoError(t, ml.Unlock(held))
+	for _, name := range []string{"a", "b"} {
+		token, _ := holdOn(t, rs.replica, keys(name))
+		require.Zero(t, token, "the release of %s reached the replica", name)
+	}
+
+	// Granted after a wait in line: the grant is claimed by a poll, which
+	// waits for the replica too.
+	holder := rs.client(t, prefix).Mutex("b")
+	hctx, err := holder.Lock(bg)
+	require.NoError(t, err)
+	multi := lockAsync(bg, ml)
+	require.Eventually(t, func() bool {
+		n, err := rs.primary.LLen(bg, keys("b").Queue).Result()
+		return err == nil && n == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, multi, 10*time.Second)
+	require.NoError(t, r.err)
+	requireReplicated(r.ctx)
+	require.NoError(t, ml.Unlock(r.ctx))
+
+	// The replica stopped: a grant of both names is not acknowledged, so
+	// Lock and TryLock fail with ErrNotReplicated and give both back.
+	short := rs.client(t, prefix, fairlock.WithReplicas(1, 100*time.Millisecond)).MultiLock([]string{"a", "b"})
+	resume := redistest.Pause(t, rs.replica)
+	defer resume()
+	ctx, cancel := context.WithTimeout(bg, time.Second)
+	defer cancel()
+	_, err = short.Lock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrNotReplicated)
+	_, err = short.TryLock(bg)
+	require.ErrorIs(t, err, fairlock.ErrNotReplicated)
+	for _, name := range []string{"a", "b"} {
+		require.Eventually(t, func() bool { return nothingLeft(rs.primary, keys(name)) == "" },
+			5*time.Second, 5*time.Millisecond, "the grant of %s is given back and its line left", name)
+	}
+}

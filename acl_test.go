@@ -26,7 +26,7 @@ const aclRules = "ACL SETUSER locker on >secret" +
 	" resetkeys ~fairlock:* resetchannels &fairlock:* -@all" +
 	" +evalsha +eval" +
 	" +get +set +hget +hmget +hset +hincrby +hdel +del +pexpire +pttl" +
-	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +time +publish" +
+	" +lindex +lpop +rpush +lrem +lrange +zscore +zadd +zrem +time +publish" +
 	" +exists +subscribe +unsubscribe +ping"
 
 // aclServerCheck are the rules that let fairlock check the server's
@@ -495,6 +495,26 @@ func runAPIAsACLUser(t require.TestingT, addr string, admin *redis.Client, line,
 	locked, err = a.IsLocked(ctx)
 	require.NoError(t, err)
 	require.False(t, locked)
+
+	// A MultiLock waits with one ticket behind a holder of one of its
+	// names, and the release that frees it grants it both, by push.
+	holder := c1.Mutex("multi-b")
+	mbctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	both := c2.MultiLock([]string{"multi-a", "multi-b"})
+	waiter = lockAsync(ctx, both)
+	waitQueued("multi-b", waiter)
+	require.NoError(t, holder.Unlock(mbctx), "Unlock that grants a ticket")
+	r = awaitResult(t, waiter)
+	require.NoError(t, r.err, "the MultiLock is granted by push")
+	for _, name := range []string{"multi-a", "multi-b"} {
+		tok, err := both.Token(r.ctx, name)
+		require.NoError(t, err)
+		require.Positive(t, tok)
+	}
+	require.NoError(t, both.Unlock(r.ctx))
+	requireClean("multi-a")
+	requireClean("multi-b")
 
 	// Close: a waiting Lock returns ErrClosed and leaves the line, a live
 	// hold is released.

@@ -324,7 +324,7 @@ func TestListOnAClusterScansEveryMaster(t *testing.T) {
 
 // aclInspect are the rules Inspect and List need on top of aclRules.
 // docs/operations.md shows them.
-const aclInspect = "+multi +exec +hgetall +lrange +zrange +scan"
+const aclInspect = "+multi +exec +hgetall +zrange +scan"
 
 // A user with the rules of the line and aclInspect may Inspect and List;
 // without any one of aclInspect, Inspect or List fails with

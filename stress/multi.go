@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/fairlock/fairlock"
-	"github.com/fairlock/fairlock/internal/pause"
 )
 
 // part is what a MultiLock attempt did on one of its names, as the
@@ -96,7 +94,13 @@ func (w *worker) multiAttempt(cfg *config, rec recorder) {
 		tokens[name] = t
 	}
 	w.update(func(a *attempt) { a.Granted, a.Tokens = end, tokens })
-	w.holdAll(ml, held, tokens, p.holdFor, p.depth)
+	w.hold(ml, held, func(ictx context.Context) {
+		for name, token := range tokens {
+			if t, err := ml.Token(ictx, name); err != nil || t != token {
+				w.fail("re-entry has token %d of %s (%v), the hold %d", t, name, err, token)
+			}
+		}
+	}, p.holdFor, p.depth)
 }
 
 // partSteps returns the record of a MultiLock attempt's steps: each event
@@ -151,53 +155,5 @@ func (w *worker) partSteps(ttl time.Duration) func(fairlock.Event) {
 				}
 			}
 		})
-	}
-}
-
-// holdAll keeps the holds of a granted MultiLock: depth nested Lock calls
-// with the held context, each of which must carry the same tokens, a
-// sleep of d (cut short if a hold ends), the nested Unlocks, then the
-// outer Unlock.
-func (w *worker) holdAll(ml *fairlock.MultiLock, held context.Context, tokens map[string]int64, d time.Duration, depth int) {
-	lost := func(err error) bool {
-		if errors.Is(err, fairlock.ErrLeaseLost) {
-			w.update(func(a *attempt) { a.LeaseLost = true })
-			return true
-		}
-		return false
-	}
-	inner := make([]context.Context, 0, depth)
-	for range depth {
-		ictx, err := ml.Lock(held)
-		if err != nil {
-			if !lost(err) && !lost(context.Cause(held)) {
-				w.fail("re-entry: %v", err)
-			}
-			break
-		}
-		for name, token := range tokens {
-			if t, err := ml.Token(ictx, name); err != nil || t != token {
-				w.fail("re-entry has token %d of %s (%v), the hold %d", t, name, err, token)
-			}
-		}
-		inner = append(inner, ictx)
-	}
-	w.update(func(a *attempt) { a.Depth = len(inner) })
-
-	pause.For(held, d)
-	lost(context.Cause(held))
-	for i := len(inner) - 1; i >= 0; i-- {
-		if err := ml.Unlock(inner[i]); err != nil && !lost(err) {
-			w.fail("nested unlock: %v", err)
-		}
-	}
-	w.update(func(a *attempt) { a.UnlockStart = wall(time.Now()) })
-	err := ml.Unlock(held)
-	w.update(func(a *attempt) {
-		a.UnlockEnd = wall(time.Now())
-		a.Outcome = outGranted
-	})
-	if err != nil && !lost(err) {
-		w.fail("unlock: %v", err)
 	}
 }

@@ -149,7 +149,11 @@ func (w *worker) lockOne(m *fairlock.Mutex, p plan, cfg *config, rec recorder) {
 	if err != nil {
 		w.fail("token: %v", err)
 	}
-	w.hold(m, held, token, p.holdFor, p.depth)
+	w.hold(m, held, func(ictx context.Context) {
+		if t, err := m.Token(ictx); err != nil || t != token {
+			w.fail("re-entry has token %d (%v), the hold %d", t, err, token)
+		}
+	}, p.holdFor, p.depth)
 }
 
 // locker is what an attempt calls: a Mutex or a MultiLock.
@@ -214,10 +218,14 @@ func (w *worker) failed(p plan, end time.Time, err error) {
 	})
 }
 
-// hold keeps a granted lock: depth nested Lock calls with the held
-// context, a sleep of d (cut short if the hold ends), the nested Unlocks,
-// then the outer Unlock.
-func (w *worker) hold(m *fairlock.Mutex, held context.Context, token int64, d time.Duration, depth int) {
+// hold keeps a granted lock (a Mutex's, or a MultiLock's): depth nested
+// Lock calls with the held context, each of which sameTokens checks
+// carries the hold's tokens, a sleep of d (cut short if the hold ends),
+// the nested Unlocks, then the outer Unlock.
+func (w *worker) hold(m interface {
+	Lock(context.Context) (context.Context, error)
+	Unlock(context.Context) error
+}, held context.Context, sameTokens func(context.Context), d time.Duration, depth int) {
 	lost := func(err error) bool {
 		if errors.Is(err, fairlock.ErrLeaseLost) {
 			w.update(func(a *attempt) { a.LeaseLost = true })
@@ -236,9 +244,7 @@ func (w *worker) hold(m *fairlock.Mutex, held context.Context, token int64, d ti
 			}
 			break
 		}
-		if t, err := m.Token(ictx); err != nil || t != token {
-			w.fail("re-entry has token %d (%v), the hold %d", t, err, token)
-		}
+		sameTokens(ictx)
 		inner = append(inner, ictx)
 	}
 	w.update(func(a *attempt) { a.Depth = len(inner) })

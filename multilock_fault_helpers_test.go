@@ -142,6 +142,19 @@ func waitsIn(st fairlock.LockState, id string) bool {
 // holds ended, its call failed or it let go at ended goes: no hold of it
 // may last past ended plus its lease (it would have been renewed or taken
 // after ended), and within bound none is left, nor any entry in line.
+// requireNoneBut asserts that Redis keeps nothing of the MultiLock in any
+// of its names but but (a name on a dead master, which cannot be read).
+func (f *multiFault) requireNoneBut(but, what string) {
+	f.t.Helper()
+	for _, name := range f.names {
+		if name != but {
+			now, err := f.traceOf(name)
+			require.NoError(f.t, err)
+			require.Equal(f.t, trace{}, now, "%s %q", what, name)
+		}
+	}
+}
+
 func (f *multiFault) requireGone(ended time.Time, bound time.Duration) {
 	f.t.Helper()
 	limit := ended.Add(f.lease + 250*time.Millisecond) // the servers' and our clocks are one machine's

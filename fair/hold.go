@@ -48,7 +48,7 @@ type Hold struct {
 	// Lock call waited in line for it (a hand-over).
 	waited bool
 	// handOver is set with waited: the hand-over's latency when it was
-	// pushed with its time (see handOverLatency), else 0.
+	// pushed with its time (see serverClock.latency), else 0.
 	handOver time.Duration
 	// observed is what the engine's observer is told of the hold; nil
 	// when the engine has none. Set before the hold is handed out.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
+	"github.com/redis/go-redis/v9"
 )
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }
@@ -18,21 +19,30 @@ func (l *Mutex) acquire(ctx context.Context, owner, entry string, lease time.Dur
 // acquireCall runs acquire.lua once under the given call id: the same id
 // stands for the same call, re-sent.
 func (l *Mutex) acquireCall(ctx context.Context, call, owner, entry string, lease time.Duration, mode string) (queue.Reply, error) {
-	s, err := l.e.scripts(ctx)
+	ttl := l.e.receiptTTL()
+	return l.e.acquiring(ctx, func(s *lua.Scripts) lua.Call {
+		return s.Acquire(l.keys, call, owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, ttl)
+	}, l.keys.Call(call), ttl, lua.ReadAcquire)
+}
+
+// acquiring runs one call of a script that takes locks (made from the
+// engine's set of scripts by build; its receipt, if any, kept for
+// receiptTTL ms) and reads its reply with read. A grant counts once the
+// replicas acknowledged it (see acknowledged): only a grant must reach
+// them, as a caller told "busy" holds nothing a failover could lose.
+func (e *Engine) acquiring(ctx context.Context, build func(*lua.Scripts) lua.Call, receipt string, receiptTTL int64, read func(*redis.Cmd) (queue.Reply, error)) (queue.Reply, error) {
+	s, err := e.scripts(ctx)
 	if err != nil {
 		return queue.Reply{}, err
 	}
-	ttl := l.e.receiptTTL()
-	w := l.e.runScript(ctx, s.Acquire(l.keys, call, owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, ttl), l.keys.Call(call), ttl)
-	rep, err := lua.ReadAcquire(w.cmd)
-	l.e.topo.failed(err)
+	w := e.runScript(ctx, build(s), receipt, receiptTTL)
+	rep, err := read(w.cmd)
+	e.topo.failed(err)
 	switch {
 	case err != nil:
 		return queue.Reply{}, refusal(err)
 	case rep.Granted:
-		// Only a grant must reach the replicas: a caller told "busy"
-		// holds nothing that a failover could lose.
-		return rep, l.e.acknowledged(ctx, w)
+		return rep, e.acknowledged(ctx, w)
 	}
 	return rep, nil
 }
@@ -95,23 +105,25 @@ func (l *Mutex) releaseUnwaited(ctx context.Context, owner string) (int, error) 
 // cancel runs cancel.lua once: true when a level handed to entry was given
 // back.
 func (l *Mutex) cancel(ctx context.Context, owner, entry string) (bool, error) {
-	s, err := l.e.scripts(ctx)
-	if err != nil {
-		return false, err
-	}
-	ok, err := lua.ReadFlag(s.Cancel(l.keys, owner, entry).Run(ctx, l.e.rdb))
-	l.e.topo.failed(err)
+	ok, err := l.e.flagCall(ctx, func(s *lua.Scripts) lua.Call { return s.Cancel(l.keys, owner, entry) })
 	return ok, refusal(err)
 }
 
 // forceUnlock runs forceunlock.lua once: true when a hold was removed,
 // with the error as the server gave it.
 func (l *Mutex) forceUnlock(ctx context.Context) (bool, error) {
-	s, err := l.e.scripts(ctx)
+	return l.e.flagCall(ctx, func(s *lua.Scripts) lua.Call { return s.ForceUnlock(l.keys) })
+}
+
+// flagCall runs one call of a script that answers a flag (made from the
+// engine's set of scripts by build), with the error as the server gave
+// it.
+func (e *Engine) flagCall(ctx context.Context, build func(*lua.Scripts) lua.Call) (bool, error) {
+	s, err := e.scripts(ctx)
 	if err != nil {
 		return false, err
 	}
-	ok, err := lua.ReadFlag(s.ForceUnlock(l.keys).Run(ctx, l.e.rdb))
-	l.e.topo.failed(err)
+	ok, err := lua.ReadFlag(build(s).Run(ctx, e.rdb))
+	e.topo.failed(err)
 	return ok, err
 }

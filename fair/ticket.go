@@ -78,29 +78,13 @@ func (t *Ticket) pushGrants() bool { return false }
 func (t *Ticket) poll(ctx context.Context, req Request, entry, mode string) (queue.Reply, error) {
 	cctx, cancel := t.e.detached(ctx)
 	defer cancel()
-	s, err := t.e.scripts(cctx)
-	if err != nil {
-		return queue.Reply{}, err
-	}
-	w := t.e.runScript(cctx, s.MultiAcquire(t.keys, req.Owner, entry, ms(req.Lease), ms(t.e.cfg.WaiterTTL), mode), "", 0)
-	rep, err := lua.ReadMultiAcquire(w.cmd, len(t.keys))
-	t.e.topo.failed(err)
-	switch {
-	case err != nil:
-		return queue.Reply{}, refusal(err)
-	case rep.Granted:
-		return rep, t.e.acknowledged(cctx, w)
-	}
-	return rep, nil
+	return t.e.acquiring(cctx, func(s *lua.Scripts) lua.Call {
+		return s.MultiAcquire(t.keys, req.Owner, entry, ms(req.Lease), ms(t.e.cfg.WaiterTTL), mode)
+	}, "", 0, func(cmd *redis.Cmd) (queue.Reply, error) { return lua.ReadMultiAcquire(cmd, len(t.keys)) })
 }
 
 func (t *Ticket) cancel(ctx context.Context, owner, entry string) (bool, error) {
-	s, err := t.e.scripts(ctx)
-	if err != nil {
-		return false, err
-	}
-	ok, err := lua.ReadFlag(s.CancelTicket(t.keys, owner, entry).Run(ctx, t.e.rdb))
-	t.e.topo.failed(err)
+	ok, err := t.e.flagCall(ctx, func(s *lua.Scripts) lua.Call { return s.CancelTicket(t.keys, owner, entry) })
 	return ok, refusal(err)
 }
 

@@ -119,13 +119,18 @@ func (r redsyncLocker) lock(ctx context.Context, name string) (func(context.Cont
 	if err := m.LockContext(ctx); err != nil {
 		return nil, err
 	}
+	return redsyncUnlock(m), nil
+}
+
+// redsyncUnlock returns the release of a redsync mutex that is held.
+func redsyncUnlock(m *redsync.Mutex) func(context.Context) error {
 	return func(ctx context.Context) error {
 		ok, err := m.UnlockContext(ctx)
 		if err == nil && !ok {
 			err = errNotReleased
 		}
 		return err
-	}, nil
+	}
 }
 
 // redislockLocker obtains bsm/redislock locks through one Client.

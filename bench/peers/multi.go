@@ -124,13 +124,7 @@ func (r redsyncLocker) lockAll(ctx context.Context, names []string) (func(contex
 			}
 			return nil, err
 		}
-		return func(ctx context.Context) error {
-			ok, err := m.UnlockContext(ctx)
-			if err == nil && !ok {
-				err = errNotReleased
-			}
-			return err
-		}, nil
+		return redsyncUnlock(m), nil
 	})
 }
 

@@ -120,6 +120,32 @@ func Renew(k queue.Keys, owner string, lease int64) Call {
 // line when the call appended it, else 0), followed in wait mode by the
 // server's time in µs.
 func ReadAcquire(cmd *redis.Cmd) (queue.Reply, error) {
+	return readTaking(cmd, "acquire", func(n []int64) (queue.Reply, bool) {
+		if len(n) != 3 {
+			return queue.Reply{}, false
+		}
+		return queue.Reply{Granted: true, Token: n[1], Count: int(n[2])}, true
+	})
+}
+
+// ReadMultiAcquire reads the reply of a MultiAcquire call of n locks:
+// {1, token of each} is a grant, {0, hint, position[, server time]} is
+// none, as ReadAcquire reads it.
+func ReadMultiAcquire(cmd *redis.Cmd, n int) (queue.Reply, error) {
+	return readTaking(cmd, "multiacquire", func(t []int64) (queue.Reply, bool) {
+		if len(t) != n+1 {
+			return queue.Reply{}, false
+		}
+		return queue.Reply{Granted: true, Token: t[1], Count: 1, Tokens: t[1:]}, true
+	})
+}
+
+// readTaking reads the reply of a script that takes locks: a grant, which
+// starts with 1 and which granted reads (false: not its shape; n[1] is
+// there), or
+// {0, hint, position[, server time]}, none. script names the script in
+// the error of a reply of neither shape.
+func readTaking(cmd *redis.Cmd, script string, granted func([]int64) (queue.Reply, bool)) (queue.Reply, error) {
 	v, err := cmd.Slice()
 	if err != nil {
 		return queue.Reply{}, err
@@ -128,36 +154,16 @@ func ReadAcquire(cmd *redis.Cmd) (queue.Reply, error) {
 	switch {
 	case err != nil:
 		return queue.Reply{}, err
-	case len(n) == 3 && n[0] == 1:
-		return queue.Reply{Granted: true, Token: n[1], Count: int(n[2])}, nil
+	case len(n) >= 2 && n[0] == 1:
+		if rep, ok := granted(n); ok {
+			return rep, nil
+		}
 	case len(n) == 3 && n[0] == 0:
 		return queue.Reply{Hint: n[1], Joined: n[2] >= 1, Position: int(n[2])}, nil
 	case len(n) == 4 && n[0] == 0:
 		return queue.Reply{Hint: n[1], Joined: n[2] >= 1, Position: int(n[2]), ServerTime: n[3]}, nil
 	}
-	return queue.Reply{}, fmt.Errorf("%w: acquire answered %v", errs.ErrUnexpectedReply, v)
-}
-
-// ReadMultiAcquire reads the reply of a MultiAcquire call of n locks:
-// {1, token of each} is a grant, {0, hint, position[, server time]} is
-// none, as ReadAcquire reads it.
-func ReadMultiAcquire(cmd *redis.Cmd, n int) (queue.Reply, error) {
-	v, err := cmd.Slice()
-	if err != nil {
-		return queue.Reply{}, err
-	}
-	t, err := ints(v)
-	switch {
-	case err != nil:
-		return queue.Reply{}, err
-	case len(t) == n+1 && t[0] == 1:
-		return queue.Reply{Granted: true, Token: t[1], Count: 1, Tokens: t[1:]}, nil
-	case len(t) == 3 && t[0] == 0:
-		return queue.Reply{Hint: t[1], Joined: t[2] >= 1, Position: int(t[2])}, nil
-	case len(t) == 4 && t[0] == 0:
-		return queue.Reply{Hint: t[1], Joined: t[2] >= 1, Position: int(t[2]), ServerTime: t[3]}, nil
-	}
-	return queue.Reply{}, fmt.Errorf("%w: multiacquire answered %v", errs.ErrUnexpectedReply, v)
+	return queue.Reply{}, fmt.Errorf("%w: %s answered %v", errs.ErrUnexpectedReply, script, v)
 }
 
 // ReadRelease reads the reply of a Release call: the owner's remaining

@@ -85,13 +85,11 @@ func (ml *MultiLock) Names() []string {
 	if ml == nil {
 		return nil
 	}
-	return ml.namesOf(func() []int {
-		all := make([]int, len(ml.locks))
-		for i := range all {
-			all[i] = i
-		}
-		return all
-	}())
+	names := make([]string, len(ml.locks))
+	for i, m := range ml.locks {
+		names[i] = m.name
+	}
+	return names
 }
 
 // usable returns the error that stops any call: a bad handle, a nil

@@ -2,8 +2,10 @@ package lua
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -217,4 +219,96 @@ func ints(v []any) ([]int64, error) {
 		}
 	}
 	return out, nil
+}
+
+// weightedKeys returns the five keys every weighted lock's script
+// receives, in script order (see "Weighted locks" in lib.lua), with room
+// for one more.
+func weightedKeys(k queue.Keys) []string {
+	return append(make([]string, 0, 6), k.Lock, k.Queue, k.Deadline, k.Token, k.Holders)
+}
+
+// Level is what one call of a weighted lock asks for: a weight, and
+// whether it is a RWMutex's writer (an exclusive level).
+type Level struct {
+	Weight int64
+	Excl   bool
+}
+
+func (v Level) kind() string {
+	if v.Excl {
+		return "x"
+	}
+	return "s"
+}
+
+// WAcquire is wacquire.lua: owner's call with waiter entry entry takes
+// the weighted lock of k at level v, re-enters its hold, or waits in line,
+// under call id call. capacity is the caller's (a Semaphore handle's
+// permits; 0 for a RWMutex). Times are in ms. Read its reply with
+// ReadAcquire, and its refusals with WeightedRefusal.
+func (s *Scripts) WAcquire(k queue.Keys, call, owner, entry string, lease, waiterTTL int64, mode string, receiptTTL int64, v Level, capacity int64) Call {
+	return Call{Script: s.wAcquire, Keys: append(weightedKeys(k), k.Call(call)),
+		Args: []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL, v.Weight, v.kind(), capacity}}
+}
+
+// WRelease is wrelease.lua: owner gives up one level of kind v.Excl of its
+// hold, under call id call, whose receipt is kept for receiptTTL ms. Read
+// its reply with ReadRelease.
+func (s *Scripts) WRelease(k queue.Keys, call, owner string, lease, receiptTTL int64, v Level) Call {
+	return Call{Script: s.wRelease, Keys: append(weightedKeys(k), k.Call(call)),
+		Args: []any{owner, lease, k.Wake, receiptTTL, v.kind()}}
+}
+
+// WCancel is wcancel.lua: owner's call with waiter entry entry gives up.
+// Read its reply with ReadFlag: true when a grant to entry was given back.
+func (s *Scripts) WCancel(k queue.Keys, owner, entry string) Call {
+	return Call{Script: s.wCancel, Keys: weightedKeys(k), Args: []any{owner, entry, k.Wake}}
+}
+
+// WResize is wresize.lua: the Semaphore of k gets capacity permits. Read
+// its reply with ReadCount: the capacity stored before, 0 when none was.
+func (s *Scripts) WResize(k queue.Keys, permits int64) Call {
+	return Call{Script: s.wResize, Keys: weightedKeys(k), Args: []any{permits, k.Wake}}
+}
+
+// WRenew is wrenew.lua: owner's weighted hold lasts lease ms more. Read
+// its reply with ReadFlag.
+func WRenew(k queue.Keys, owner string, lease int64) Call {
+	return Call{Script: wRenewScript, Keys: weightedKeys(k), Args: []any{owner, lease}}
+}
+
+// ReadCount reads a script's integer reply.
+func ReadCount(cmd *redis.Cmd) (int64, error) { return cmd.Int64() }
+
+// WeightedRefusal turns an error reply by which wacquire.lua refused a
+// call into its Go error: for "FAIRLOCK PERMITS n" an error wrapping
+// errs.ErrPermits, for "FAIRLOCK TOOBIG n" one wrapping
+// errs.ErrInvalidOption, for "FAIRLOCK UPGRADE" and "FAIRLOCK HELD" one
+// wrapping errs.ErrWouldDeadlock; each keeps the server's reply wrapped
+// too. Any other error is returned as it is.
+func WeightedRefusal(err error) error {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return err
+	}
+	msg := re.Error()
+	var n int64
+	switch {
+	case scan(msg, "FAIRLOCK PERMITS %d", &n):
+		return fmt.Errorf("%w: the semaphore's capacity in Redis is %d permits, not this handle's (SetPermits changes it): %w", errs.ErrPermits, n, err)
+	case scan(msg, "FAIRLOCK TOOBIG %d", &n):
+		return fmt.Errorf("%w: weight above the semaphore's capacity, lowered to %d permits: %w", errs.ErrInvalidOption, n, err)
+	case strings.HasPrefix(msg, "FAIRLOCK UPGRADE"):
+		return fmt.Errorf("%w: a read hold cannot take the write lock (it would wait for itself): %w", errs.ErrWouldDeadlock, err)
+	case strings.HasPrefix(msg, "FAIRLOCK HELD"):
+		return fmt.Errorf("%w: the owner holds this lock already: %w", errs.ErrWouldDeadlock, err)
+	}
+	return err
+}
+
+// scan reports whether msg is format with one integer, read into n.
+func scan(msg, format string, n *int64) bool {
+	c, err := fmt.Sscanf(msg, format, n)
+	return err == nil && c == 1
 }

@@ -178,10 +178,10 @@ local function prune(lk, now)
   end
 end
 
--- take makes owner the holder of the free lock under a fresh fencing
--- token, records which waiter entry the hold was given to, and sets the
--- hold to expire after ttl ms. now is the server's time in ms. It returns
--- the token as a decimal string.
+-- next_token draws a fresh fencing token of lk for a hold that lasts
+-- ttl ms from now (the server's time in ms), and returns it as a decimal
+-- string. take (a Mutex's grant) and grant_weighted (a Semaphore's or a
+-- RWMutex's) draw every token through it.
 --
 -- The token is max(counter + 1, now * 1000), and it becomes the counter.
 -- The clock term keeps tokens rising where the counter alone would go
@@ -209,7 +209,7 @@ end
 -- it writes the clock term and answers the counter it replaced; only when
 -- that counter was at or above the clock term (a second grant in one ms,
 -- a clock that went back) is the counter + 1 written over it.
-local function take(lk, owner, entry, ttl, now)
+local function next_token(lk, ttl, now)
   local keep = math.max(ttl, 1)
   local token
   if redis.REDIS_VERSION then
@@ -226,6 +226,15 @@ local function take(lk, owner, entry, ttl, now)
     token = string.format('%d', math.max(counter + 1, now * 1000))
     redis.call('SET', lk.token, token, 'PX', string.format('%d', keep))
   end
+  return token
+end
+
+-- take makes owner the holder of the free lock under a fresh fencing
+-- token (next_token), records which waiter entry the hold was given to,
+-- and sets the hold to expire after ttl ms. now is the server's time in
+-- ms. It returns the token as a decimal string.
+local function take(lk, owner, entry, ttl, now)
+  local token = next_token(lk, ttl, now)
   redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry)
   redis.call('PEXPIRE', lk.hold, ttl)
   return token
@@ -288,8 +297,8 @@ local function wake_target(channel, entry)
   return channel, false, nil
 end
 
--- hand_over is defined below; the ticket helpers call it.
-local hand_over
+-- hand_over and wake are defined below; the ticket helpers call them.
+local hand_over, wake
 
 -- ticket_locks returns the keys of every lock of the ticket entry, which
 -- lk keeps, in key order; nil when the ticket is dead.
@@ -365,8 +374,7 @@ local function hand_over_ticket(lk, entry, now)
     return nil
   end
   local tokens = grant_ticket(locks, entry, now)
-  local target = wake_target(locks[1].hold .. ':wake', entry)
-  publish(target, entry .. ' ' .. tokens[1] .. ' ' .. string.format('%d', clock_us or now * 1000))
+  wake(locks[1].hold .. ':wake', entry, tokens[1], now)
   return entry
 end
 
@@ -401,16 +409,27 @@ hand_over = function(lk, now, channel, own)
   redis.call('ZREM', lk.deadline, head)
   local owner, lease = parse_entry(head)
   local token = take(lk, owner, head, math.min(lease, deadline - now), now)
-  local target, timed, tag = wake_target(channel, head)
-  local message = head .. ' ' .. token
+  return head, wake(channel, head, token, now, own)
+end
+
+-- wake tells the waiter of entry that it was granted under token at now
+-- (the server's time in ms): it publishes "<entry> <token>", followed by
+-- " <server time in us>" when the entry's Client reads it (see
+-- wake_target), on the entry's channel of the lock's wake channel
+-- channel. When own is the tag of the entry's Client (the one that runs
+-- the script), nothing is published and the message is returned instead,
+-- for a local hand-off; otherwise nil.
+wake = function(channel, entry, token, now, own)
+  local target, timed, tag = wake_target(channel, entry)
+  local message = entry .. ' ' .. token
   if timed then
     message = message .. ' ' .. string.format('%d', clock_us or now * 1000)
   end
   if own and tag == own then
-    return head, message
+    return message
   end
   publish(target, message)
-  return head
+  return nil
 end
 
 -- A call that changes a hold in a way it cannot tell from the hold
@@ -430,4 +449,186 @@ end
 -- keep_receipt keeps answer under key for ttl ms.
 local function keep_receipt(key, answer, ttl)
   redis.call('SET', key, answer, 'PX', ttl)
+end
+
+-- Weighted locks: a Semaphore and a RWMutex. Many holders may hold one
+-- at a time, each with a weight, as long as the weights add up to no more
+-- than the capacity; their line and hand-overs are the Mutex's (join,
+-- leave, prune, next_token, wake), and a release grants as many waiters
+-- from the head as now fit (grant_heads). A RWMutex is a weighted lock of
+-- capacity RW_CAPACITY whose readers weigh 1 and whose writers weigh all
+-- of it. The keys of one, given to the scripts as KEYS[1..5]:
+--
+--   KEYS[1]  P:{N}:<kind>           hash: 'permits' (the capacity), 'used'
+--                                   (the weights held), and per holder
+--                                   'o:<owner id>' -> its record (below)
+--   KEYS[2]  P:{N}:<kind>:queue     the line, as a Mutex's
+--   KEYS[3]  P:{N}:<kind>:deadline  the waiters' deadlines, as a Mutex's
+--   KEYS[4]  P:{N}:<kind>:token     the fencing counter, as a Mutex's
+--   KEYS[5]  P:{N}:<kind>:holders   zset: owner id -> the server time (ms)
+--                                   at which its hold's lease ends
+--
+-- <kind> is 'sem' or 'rw', so that a Semaphore, a RWMutex and a Mutex of
+-- one name are three locks. A holder's record is
+-- "<weight> <shared levels> <exclusive levels> <token> <entry>": a
+-- Semaphore's hold is one shared level of its weight; a RWMutex's owner
+-- counts its read levels (shared) and write levels (exclusive), and
+-- weighs RW_CAPACITY while it has a write level, else 1. A holder whose
+-- lease has ended is dropped, its weight given back, by the next script
+-- that looks (prune_holders): a lease that ends publishes nothing, and
+-- the waiters' poll hint is when the first lease ends.
+--
+-- A weighted waiter entry is "<waiter id>:<lease ms>:<weight><s|x>:<owner
+-- id>", x for a writer (exclusive), s otherwise. The hash and the holders
+-- set expire when the last lease or waiter deadline is over (keep_alive),
+-- so that a name nobody uses keeps no key; the capacity is stored with
+-- them, from the first grant that finds none until then.
+local RW_CAPACITY = 1073741824
+
+local function weighted_keys(lk, holders)
+  return {hold = lk.hold, queue = lk.queue, deadline = lk.deadline, token = lk.token, holders = holders}
+end
+
+-- parse_weighted returns the owner id, lease, weight and exclusiveness of
+-- a weighted waiter entry, or nil when it is malformed.
+local function parse_weighted(entry)
+  local lease, weight, kind, owner = string.match(entry, '^%x+:(%d+):(%d+)([sx]):(.+)$')
+  if not owner then
+    return nil
+  end
+  return owner, tonumber(lease), tonumber(weight), kind == 'x'
+end
+
+-- holder returns the record of owner's hold of sk as a table, or nil.
+local function holder(sk, owner)
+  local rec = redis.call('HGET', sk.hold, 'o:' .. owner)
+  if not rec then
+    return nil
+  end
+  local weight, shared, excl, token, entry = string.match(rec, '^(%d+) (%d+) (%d+) (%d+) (.+)$')
+  if not entry then
+    return nil
+  end
+  return {weight = tonumber(weight), shared = tonumber(shared), excl = tonumber(excl), token = token, entry = entry}
+end
+
+-- put_holder writes owner's record h.
+local function put_holder(sk, owner, h)
+  redis.call('HSET', sk.hold, 'o:' .. owner,
+    string.format('%d %d %d ', h.weight, h.shared, h.excl) .. h.token .. ' ' .. h.entry)
+end
+
+-- used returns the weights held, and capacity the stored capacity (nil
+-- when none is stored).
+local function used(sk)
+  return tonumber(redis.call('HGET', sk.hold, 'used') or '0')
+end
+
+local function capacity(sk)
+  local c = redis.call('HGET', sk.hold, 'permits')
+  return c and tonumber(c)
+end
+
+-- drop_holder ends owner's hold h: its weight is given back.
+local function drop_holder(sk, owner, h)
+  redis.call('HDEL', sk.hold, 'o:' .. owner)
+  redis.call('ZREM', sk.holders, owner)
+  redis.call('HINCRBY', sk.hold, 'used', -h.weight)
+end
+
+-- prune_holders drops the holders whose lease ended at or before now.
+-- Each is dropped once, so the cost is amortised O(log n) per hold.
+local function prune_holders(sk, now)
+  for _, owner in ipairs(redis.call('ZRANGEBYSCORE', sk.holders, '-inf', now)) do
+    local h = holder(sk, owner)
+    if h then
+      drop_holder(sk, owner, h)
+    else
+      redis.call('ZREM', sk.holders, owner)
+    end
+  end
+end
+
+-- keep_alive sets the hash and the holders set to expire when the last
+-- lease or waiter deadline is over: then nothing is left to keep.
+local function keep_alive(sk, now)
+  local at = now
+  local last = redis.call('ZRANGE', sk.holders, -1, -1, 'WITHSCORES')
+  if last[2] then
+    at = math.max(at, tonumber(last[2]))
+  end
+  last = redis.call('ZRANGE', sk.deadline, -1, -1, 'WITHSCORES')
+  if last[2] then
+    at = math.max(at, tonumber(last[2]))
+  end
+  if at > now then
+    redis.call('PEXPIREAT', sk.hold, at)
+    redis.call('PEXPIREAT', sk.holders, at)
+  else
+    redis.call('DEL', sk.hold, sk.holders)
+  end
+end
+
+-- set_lease makes owner's hold last ttl ms from now.
+local function set_lease(sk, owner, ttl, now)
+  redis.call('ZADD', sk.holders, now + math.max(ttl, 1), owner)
+end
+
+-- grant_weighted makes owner a holder of sk with weight, as a writer when
+-- excl, under a fresh token, for ttl ms from now; entry is the waiter
+-- entry it was given to. Returns the token.
+local function grant_weighted(sk, owner, entry, weight, excl, ttl, now)
+  local token = next_token(sk, ttl, now)
+  local h = {weight = weight, shared = 1, excl = 0, token = token, entry = entry}
+  if excl then
+    h.shared, h.excl = 0, 1
+  end
+  put_holder(sk, owner, h)
+  redis.call('HINCRBY', sk.hold, 'used', weight)
+  set_lease(sk, owner, ttl, now)
+  return token
+end
+
+-- grant_heads grants waiters from the head of sk's line, oldest first,
+-- as long as each one's weight fits beside the weights held: the first
+-- that does not fit stops it, so that nobody passes a waiter (strict FIFO,
+-- with the head of the line blocking). Each granted waiter holds for its
+-- lease, but no longer than its waiter deadline (as a Mutex's hand-over),
+-- and is told by wake on channel. A head whose weight is above the
+-- capacity (lowered since it joined) is taken out of the line: its next
+-- poll tells it why. now is the server's time in ms.
+local function grant_heads(sk, now, channel)
+  local cap = capacity(sk)
+  while cap do
+    local head, deadline
+    head, deadline, now = prune(sk, now)
+    if not head then
+      return
+    end
+    local owner, lease, weight, excl = parse_weighted(head)
+    if not owner then
+      leave(sk, head)
+    elseif weight > cap then
+      leave(sk, head)
+    elseif used(sk) + weight > cap then
+      return
+    else
+      redis.call('LPOP', sk.queue)
+      redis.call('ZREM', sk.deadline, head)
+      local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease, deadline - now), now)
+      wake(channel, head, token, now)
+    end
+  end
+end
+
+-- weighted_hint returns how many ms a waiter of sk should wait before it
+-- polls again: when the first lease ends (which publishes nothing), and
+-- at least every third of the waiter TTL.
+local function weighted_hint(sk, waiter_ttl, now)
+  local hint = math.floor(waiter_ttl / 3)
+  local first = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
+  if first[2] then
+    hint = math.min(hint, tonumber(first[2]) - now + 1)
+  end
+  return math.max(hint, 1)
 end

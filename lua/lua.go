@@ -38,6 +38,12 @@ const (
 	cancelName       = "cancel"
 	forceUnlockName  = "forceunlock"
 	multiAcquireName = "multiacquire"
+	// The scripts of weighted locks (a Semaphore, a RWMutex).
+	wAcquireName = "wacquire"
+	wReleaseName = "wrelease"
+	wCancelName  = "wcancel"
+	wResizeName  = "wresize"
+	wRenewName   = "wrenew"
 	// versionName is no operation: it answers the server's version
 	// (redis.REDIS_VERSION), or nil before Redis 7. It needs none of the
 	// helpers.
@@ -97,6 +103,10 @@ type Scripts struct {
 	cancel       *redis.Script
 	forceUnlock  *redis.Script
 	multiAcquire *redis.Script
+	wAcquire     *redis.Script
+	wRelease     *redis.Script
+	wCancel      *redis.Script
+	wResize      *redis.Script
 }
 
 func newScripts(command string, source func(string) string) *Scripts {
@@ -107,6 +117,10 @@ func newScripts(command string, source func(string) string) *Scripts {
 		cancel:       redis.NewScript(source(cancelName)),
 		forceUnlock:  redis.NewScript(source(forceUnlockName)),
 		multiAcquire: redis.NewScript(source(multiAcquireName)),
+		wAcquire:     redis.NewScript(source(wAcquireName)),
+		wRelease:     redis.NewScript(source(wReleaseName)),
+		wCancel:      redis.NewScript(source(wCancelName)),
+		wResize:      redis.NewScript(source(wResizeName)),
 	}
 }
 
@@ -120,9 +134,11 @@ var (
 	Sharded = newScripts("SPUBLISH", shardedSource)
 )
 
-// The scripts that are the same in both sets.
+// The scripts that are the same in both sets: wrenew publishes nothing,
+// so its classic source serves a Cluster too.
 var (
 	renewScript   = redis.NewScript(source(renewName))
+	wRenewScript  = redis.NewScript(source(wRenewName))
 	versionScript = redis.NewScript(source(versionName))
 )
 

@@ -41,6 +41,44 @@ type Keys struct {
 	Token    string // P:{N}:token     fencing counter
 	Wake     string // P:{N}:wake      pub/sub channel of hand-overs
 	call     string // P:{N}:call:     prefix of per-call receipts
+	// Holders is the zset of a weighted lock's holders (owner id ->
+	// the server time its lease ends); "" for a Mutex. A weighted lock's
+	// other keys have the same roles as a Mutex's, under its own base
+	// (see Weighted).
+	Holders string
+}
+
+// Kinds of weighted locks, each under its own keys (see Weighted).
+const (
+	KindSemaphore = "sem"
+	KindRWMutex   = "rw"
+)
+
+// RWCapacity is the capacity of a RWMutex as the scripts see it (a
+// weighted lock; see lua/lib.lua): a reader weighs 1, a writer all of it.
+const RWCapacity = 1 << 30
+
+// Weighted returns the keys of the weighted lock (a Semaphore: kind
+// KindSemaphore; a RWMutex: KindRWMutex) of the name under prefix: the
+// keys of For under the base P:{N}:<kind>, so that a Mutex, a Semaphore
+// and a RWMutex of one name are three locks, with Holders besides. The
+// errors are For's.
+func Weighted(prefix, name, kind string) (Keys, error) {
+	k, err := For(prefix, name)
+	if err != nil {
+		return Keys{}, err
+	}
+	base := k.Lock + ":" + kind
+	return Keys{
+		Name:     name,
+		Lock:     base,
+		Queue:    base + ":queue",
+		Deadline: base + ":deadline",
+		Token:    base + ":token",
+		Wake:     base + ":wake",
+		call:     base + ":call:",
+		Holders:  base + ":holders",
+	}, nil
 }
 
 // For returns the keys of the lock name under prefix, or an error wrapping
@@ -184,6 +222,17 @@ func ValidateOwner(owner string) error {
 // hold gets when the lock is handed to this waiter.
 func Entry(waiterID string, lease time.Duration, owner string) string {
 	return waiterID + ":" + strconv.FormatInt(lease.Milliseconds(), 10) + ":" + owner
+}
+
+// WeightedEntry returns the entry of a weighted lock's waiter (see
+// lua/lib.lua): "<waiter id>:<lease ms>:<weight><x|s>:<owner id>", x for
+// a writer (exclusive).
+func WeightedEntry(waiterID string, lease time.Duration, weight int64, excl bool, owner string) string {
+	kind := "s"
+	if excl {
+		kind = "x"
+	}
+	return Entry(waiterID, lease, strconv.FormatInt(weight, 10)+kind+":"+owner)
 }
 
 // NewID returns a random id of WaiterIDLen hex characters: the first part

@@ -21,6 +21,8 @@ var (
 	ErrInvalidOwner  = errors.New("fairlock: invalid owner id")
 	ErrInvalidOption = errors.New("fairlock: invalid option")
 	ErrTooManyNames  = errors.New("fairlock: too many lock names")
+	ErrPermits       = errors.New("fairlock: semaphore capacity differs from the one in redis")
+	ErrWouldDeadlock = errors.New("fairlock: the call would wait for a hold its own context carries")
 )
 
 // ErrUnexpectedReply says Redis answered something fairlock does not read:

@@ -1,0 +1,65 @@
+-- wrelease.lua: give up one level of a weighted hold; when the hold is
+-- over (or a RWMutex's last write level goes while it still reads: a
+-- downgrade), grant the waiters from the head that now fit.
+--
+-- KEYS[1..5]  the weighted lock's keys (see "Weighted locks" in lib.lua)
+-- KEYS[6]     P:{N}:<kind>:call:<call id>  receipt of this call
+-- ARGV[1]     owner id
+-- ARGV[2]     lease in ms for the levels that remain; 0 keeps the expiry
+-- ARGV[3]     wake channel P:{N}:<kind>:wake
+-- ARGV[4]     receipt TTL in ms
+-- ARGV[5]     "x" to give up a write level, "s" a read level (or a
+--             Semaphore's hold)
+--
+-- Returns the owner's levels of that kind left (0: that hold is over), or
+-- -1 when the owner holds no level of it. A re-sent call answers what the
+-- first one answered (its receipt). When a grant's PUBLISH is refused the
+-- call still does every write, and replies with an error that starts
+-- with "NOPERM " (see lib.lua) in place of its count.
+--
+-- On a full server its first write is the receipt's DEL (allow_full), so
+-- that every write after it goes through.
+
+local kept = receipt(KEYS[6])
+if kept then
+  return tonumber(kept)
+end
+
+local owner = ARGV[1]
+local excl = ARGV[5] == 'x'
+local SK = weighted_keys(LOCK, KEYS[5])
+local now = now_ms()
+local h = holder(SK, owner)
+local expiry = redis.call('ZSCORE', SK.holders, owner)
+if not h or not expiry or tonumber(expiry) <= now or (excl and h.excl == 0) or (not excl and h.shared == 0) then
+  return -1
+end
+
+allow_full(KEYS[6])
+local count
+if excl then
+  h.excl = h.excl - 1
+  count = h.excl
+else
+  h.shared = h.shared - 1
+  count = h.shared
+end
+if h.excl == 0 and h.shared == 0 then
+  drop_holder(SK, owner, h)
+else
+  if excl and h.excl == 0 then
+    -- A downgrade: the write hold is over, its read levels remain.
+    redis.call('HINCRBY', SK.hold, 'used', 1 - h.weight)
+    h.weight = 1
+  end
+  put_holder(SK, owner, h)
+  local lease = tonumber(ARGV[2])
+  if lease > 0 then
+    set_lease(SK, owner, lease, now)
+  end
+end
+prune_holders(SK, now)
+grant_heads(SK, now, ARGV[3])
+keep_alive(SK, now)
+keep_receipt(KEYS[6], count, ARGV[4])
+return finish(count)

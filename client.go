@@ -104,6 +104,33 @@ func (c *Client) Close() error {
 	return c.engine.Close()
 }
 
+// leaseConfig is how a lock's holds keep their lease: d, renewed by the
+// watchdog, or fixed.
+type leaseConfig struct {
+	d     time.Duration
+	fixed bool
+}
+
+// leaseOf reads the options of a lock (a Mutex, a Semaphore, a RWMutex):
+// the Client's lease, or a fixed one; an error wrapping ErrInvalidOption
+// for a nil option or a bad value.
+func (c *Client) leaseOf(opts []MutexOption) (leaseConfig, error) {
+	var mc mutexConfig
+	for i, o := range opts {
+		if o == nil {
+			if mc.err == nil {
+				mc.err = fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
+			}
+			continue
+		}
+		o.applyMutex(&mc)
+	}
+	if mc.fixedLease > 0 {
+		return leaseConfig{d: mc.fixedLease, fixed: true}, mc.err
+	}
+	return leaseConfig{d: c.cfg.lease}, mc.err
+}
+
 // Mutex returns a handle on the lock called name. Handles are cheap and
 // safe for concurrent use; two handles of one name (from any Client with
 // the same prefix on the same Redis) are the same lock. An invalid name or
@@ -113,26 +140,15 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	if c == nil {
 		return &Mutex{name: name, err: errNilClient}
 	}
-	m := &Mutex{c: c, name: name, lease: c.cfg.lease}
-	var mc mutexConfig
-	for i, o := range opts {
-		if o == nil {
-			if mc.err == nil {
-				mc.err = fmt.Errorf("%w: mutex option %d is nil", ErrInvalidOption, i)
-			}
-			continue
-		}
-		o.applyMutex(&mc)
-	}
-	if mc.fixedLease > 0 {
-		m.lease, m.fixed = mc.fixedLease, true
-	}
+	m := &Mutex{c: c, name: name}
+	lc, optErr := c.leaseOf(opts)
+	m.lease, m.fixed = lc.d, lc.fixed
 	keys, err := queue.For(c.cfg.prefix, name)
 	switch {
 	case err != nil:
 		m.err = err
-	case mc.err != nil:
-		m.err = mc.err
+	case optErr != nil:
+		m.err = optErr
 	default:
 		m.lock = c.engine.Mutex(keys)
 		m.keys = keys

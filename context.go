@@ -44,8 +44,11 @@ type carried struct {
 }
 
 // carriedFrom returns the holds of m's key carried by ctx, newest first.
-func (m *Mutex) carriedFrom(ctx context.Context) *carried {
-	c, _ := ctx.Value(m.key).(*carried)
+func (m *Mutex) carriedFrom(ctx context.Context) *carried { return carriedOf(ctx, m.key) }
+
+// carriedOf returns the holds of key carried by ctx, newest first.
+func carriedOf(ctx context.Context, key holdKey) *carried {
+	c, _ := ctx.Value(key).(*carried)
 	return c
 }
 
@@ -83,12 +86,18 @@ type heldContext struct {
 }
 
 func withHold(ctx context.Context, m *Mutex, h *fair.Hold) context.Context {
-	prev := m.carriedFrom(ctx)
+	return withHoldOf(ctx, m.key, h)
+}
+
+// withHoldOf returns the context of the hold h of the lock of key, which
+// carries the holds ctx carries too.
+func withHoldOf(ctx context.Context, key holdKey, h *fair.Hold) context.Context {
+	prev := carriedOf(ctx, key)
 	holds := prev
 	if prev == nil || prev.h != h {
 		holds = &carried{h: h, next: prev}
 	}
-	return &heldContext{Context: context.WithoutCancel(ctx), key: m.key, holds: holds}
+	return &heldContext{Context: context.WithoutCancel(ctx), key: key, holds: holds}
 }
 
 func (c *heldContext) hold() *fair.Hold { return c.holds.h }

@@ -79,6 +79,18 @@ var (
 	// ErrTooManyNames: a MultiLock was given more than MaxMultiNames
 	// distinct names.
 	ErrTooManyNames = errs.ErrTooManyNames
+
+	// ErrPermits: a Semaphore handle's capacity is not the one the
+	// semaphore has in Redis (another handle made it with another
+	// capacity, or SetPermits changed it). The error names the stored
+	// one.
+	ErrPermits = errs.ErrPermits
+
+	// ErrWouldDeadlock: the call would wait for a hold that its own
+	// context carries: a Semaphore's Acquire with a context that holds
+	// permits of it already, or a RWMutex's Lock with a context that holds
+	// only its read lock (an upgrade).
+	ErrWouldDeadlock = errs.ErrWouldDeadlock
 )
 
 // Errors for nil arguments: programming errors, reported instead of a panic.
@@ -87,7 +99,13 @@ var (
 	errNilMutex     = errors.New("fairlock: nil Mutex")
 	errNilClient    = errors.New("fairlock: Mutex of a nil Client")
 	errNilMultiLock = errors.New("fairlock: nil MultiLock")
+	errNilSemaphore = errors.New("fairlock: nil Semaphore, or one of a nil Client")
+	errNilRWMutex   = errors.New("fairlock: nil RWMutex, or one of a nil Client")
 	// errNilClientCall is returned by the Client's own methods when it is
 	// nil.
 	errNilClientCall = errors.New("fairlock: nil Client")
 )
+
+// errorsIsNotHeld reports whether err is ErrNotHeld: a re-entry of a hold
+// that was unlocked, which is no hold to re-enter.
+func errorsIsNotHeld(err error) bool { return errors.Is(err, ErrNotHeld) }

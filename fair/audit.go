@@ -95,7 +95,9 @@ func (a *audit) span() time.Duration {
 // release, if one was sent, under call), or, when h is nil, a call that
 // gave up waiting with entry.
 func (a *audit) ended(l *Mutex, req Request, entry string, h *Hold, call string) {
-	if a == nil || !a.enabled {
+	if a == nil || !a.enabled || l.w != nil {
+		// A weighted lock's trace is not looked for: a hold a failover
+		// brings back gives its weight back when its lease ends.
 		return
 	}
 	c := endedCall{owner: req.Owner, shared: req.Shared, entry: entry, call: call, at: time.Now()}

@@ -96,6 +96,9 @@ func (h *Hold) Context() context.Context { return h.ctx }
 // Owner returns the owner id of the hold.
 func (h *Hold) Owner() string { return h.owner }
 
+// Exclusive reports whether the hold is a RWMutex's write hold.
+func (h *Hold) Exclusive() bool { return h.l.level.Excl }
+
 // Token returns the fencing token of the hold, or an error wrapping
 // errs.ErrNotHeld when the hold has ended.
 func (h *Hold) Token() (int64, error) {

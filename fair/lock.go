@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -17,6 +18,10 @@ type Mutex struct {
 	e           *Engine
 	keys        queue.Keys
 	wakeChannel string // the engine's wake channel of the lock: keys.ClientWake(e.tag)
+	// w is nil for a Mutex; for a weighted lock (see weighted.go) what
+	// its handles share, and level what this handle's calls ask for.
+	w     *Weights
+	level lua.Level
 }
 
 // Request is one attempt to take a lock.
@@ -81,6 +86,9 @@ func lockIn[G any](ln line[G], ctx context.Context, req Request) (G, error) {
 // entry returns the queue entry of one Lock call: a fresh waiter id that
 // ends with the engine's tag.
 func (l *Mutex) entry(req Request) string {
+	if l.w != nil {
+		return queue.WeightedEntry(queue.NewID()+l.e.tag+queue.WakeVersion, req.Lease, l.level.Weight, l.level.Excl, req.Owner)
+	}
 	return queue.Entry(queue.NewID()+l.e.tag+queue.WakeVersion, req.Lease, req.Owner)
 }
 

@@ -47,7 +47,10 @@ func (l *Mutex) HoldCount(ctx context.Context, owner string) (int, error) {
 
 // Took reports whether h was taken through this lock's engine, which makes
 // it a hold of this lock when its keys are the same.
-func (l *Mutex) Took(h *Hold) bool { return h.l.e == l.e }
+func (l *Mutex) Took(h *Hold) bool { return l.e.Took(h) }
+
+// Took reports whether h was taken through this engine.
+func (e *Engine) Took(h *Hold) bool { return h.l.e == e }
 
 // Holds reports whether Redis, as l's engine reaches it, has h as the hold
 // of l: the same owner under the same fencing token. It tells a hold of

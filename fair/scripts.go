@@ -19,6 +19,9 @@ func (l *Mutex) acquire(ctx context.Context, owner, entry string, lease time.Dur
 // acquireCall runs acquire.lua once under the given call id: the same id
 // stands for the same call, re-sent.
 func (l *Mutex) acquireCall(ctx context.Context, call, owner, entry string, lease time.Duration, mode string) (queue.Reply, error) {
+	if l.w != nil {
+		return l.weightedAcquire(ctx, call, owner, entry, lease, mode)
+	}
 	ttl := l.e.receiptTTL()
 	return l.e.acquiring(ctx, func(s *lua.Scripts) lua.Call {
 		return s.Acquire(l.keys, call, owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, ttl)
@@ -62,7 +65,7 @@ func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.
 	if err != nil {
 		return 0, err
 	}
-	w := l.e.runScript(ctx, s.Release(l.keys, call, owner, l.e.tag, ms(lease), receiptTTL), l.keys.Call(call), receiptTTL)
+	w := l.e.runScript(ctx, l.releaseScript(s, call, owner, lease, receiptTTL), l.keys.Call(call), receiptTTL)
 	rep, err := lua.ReadRelease(w.cmd)
 	l.e.topo.failed(err)
 	if err != nil {
@@ -73,6 +76,23 @@ func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.
 		return -1, nil // not held: nothing changed, nothing to acknowledge
 	}
 	return rep.Count, l.e.acknowledged(ctx, w)
+}
+
+// releaseScript builds the call of the lock's release script (release.lua,
+// or a weighted lock's wrelease.lua) under call id call.
+func (l *Mutex) releaseScript(s *lua.Scripts, call, owner string, lease time.Duration, receiptTTL int64) lua.Call {
+	if l.w != nil {
+		return s.WRelease(l.keys, call, owner, ms(lease), receiptTTL, l.level)
+	}
+	return s.Release(l.keys, call, owner, l.e.tag, ms(lease), receiptTTL)
+}
+
+// renewCall builds the call of the lock's renewal of owner's hold.
+func (l *Mutex) renewCall(owner string, lease time.Duration) lua.Call {
+	if l.w != nil {
+		return lua.WRenew(l.keys, owner, ms(lease))
+	}
+	return lua.Renew(l.keys, owner, ms(lease))
 }
 
 // handOff hands the wake message of a release to the engine's own waiter,
@@ -94,7 +114,7 @@ func (l *Mutex) releaseUnwaited(ctx context.Context, owner string) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	rep, err := lua.ReadRelease(s.Release(l.keys, queue.NewID(), owner, l.e.tag, 0, l.e.receiptTTL()).Run(ctx, l.e.rdb))
+	rep, err := lua.ReadRelease(l.releaseScript(s, queue.NewID(), owner, 0, l.e.receiptTTL()).Run(ctx, l.e.rdb))
 	l.e.topo.failed(err)
 	if err == nil {
 		l.handOff(rep)
@@ -105,7 +125,12 @@ func (l *Mutex) releaseUnwaited(ctx context.Context, owner string) (int, error) 
 // cancel runs cancel.lua once: true when a level handed to entry was given
 // back.
 func (l *Mutex) cancel(ctx context.Context, owner, entry string) (bool, error) {
-	ok, err := l.e.flagCall(ctx, func(s *lua.Scripts) lua.Call { return s.Cancel(l.keys, owner, entry) })
+	ok, err := l.e.flagCall(ctx, func(s *lua.Scripts) lua.Call {
+		if l.w != nil {
+			return s.WCancel(l.keys, owner, entry)
+		}
+		return s.Cancel(l.keys, owner, entry)
+	})
 	return ok, refusal(err)
 }
 

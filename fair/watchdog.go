@@ -268,7 +268,7 @@ func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
 		cmds := make([]*redis.Cmd, len(pending))
 		for j, i := range pending {
 			h := holds[i]
-			call := lua.Renew(h.l.keys, h.owner, ms(h.lease))
+			call := h.l.renewCall(h.owner, h.lease)
 			if eval {
 				cmds[j] = call.Eval(ctx, pipe)
 			} else {

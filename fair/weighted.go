@@ -1,0 +1,78 @@
+package fair
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// A weighted lock (a Semaphore, a RWMutex) is held by many holders at a
+// time, each with a weight, as long as their weights fit in its capacity
+// (see "Weighted locks" in lua/lib.lua). Its calls wait, hold, renew and
+// give up exactly as a Mutex's do: a *Mutex handle of a weighted lock is
+// bound to one level (a weight, and for a RWMutex's writer exclusive), and
+// only its scripts differ. So the waiting engine, holds, the watchdog and
+// the release paths serve it unchanged.
+
+// Weights is what the handles of one weighted lock share: its kind and,
+// for a Semaphore, the capacity its handle believes in.
+type Weights struct {
+	kind     string
+	capacity atomic.Int64 // a Semaphore's permits; 0 for a RWMutex
+}
+
+// NewWeights returns the shared part of a weighted lock of kind
+// (queue.KindSemaphore with capacity permits, or queue.KindRWMutex with
+// capacity 0).
+func NewWeights(kind string, capacity int64) *Weights {
+	w := &Weights{kind: kind}
+	w.capacity.Store(capacity)
+	return w
+}
+
+// Capacity returns the capacity the handle believes in; SetCapacity
+// changes it.
+func (w *Weights) Capacity() int64          { return w.capacity.Load() }
+func (w *Weights) SetCapacity(permits int64) { w.capacity.Store(permits) }
+
+// Weighted returns the handle of the weighted lock of keys (made by
+// queue.Weighted) at one level: its calls ask for level.Weight, as a
+// writer when level.Excl.
+func (e *Engine) Weighted(keys queue.Keys, w *Weights, level lua.Level) *Mutex {
+	return &Mutex{e: e, keys: keys, wakeChannel: keys.ClientWake(e.tag), w: w, level: level}
+}
+
+// weightedAcquire runs wacquire.lua once under call id call.
+func (l *Mutex) weightedAcquire(ctx context.Context, call, owner, entry string, lease time.Duration, mode string) (queue.Reply, error) {
+	ttl := l.e.receiptTTL()
+	return l.e.acquiring(ctx, func(s *lua.Scripts) lua.Call {
+		return s.WAcquire(l.keys, call, owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, ttl, l.level, l.w.Capacity())
+	}, l.keys.Call(call), ttl, func(cmd *redis.Cmd) (queue.Reply, error) {
+		rep, err := lua.ReadAcquire(cmd)
+		return rep, lua.WeightedRefusal(err)
+	})
+}
+
+// Resize stores permits as the Semaphore's capacity in Redis, which grants
+// the waiters that now fit, and makes it the handles' own. It returns the
+// capacity stored before, 0 when none was (nothing holds or waits: the
+// next grant stores its caller's).
+func (l *Mutex) Resize(ctx context.Context, permits int64) (int64, error) {
+	if err := l.e.begin(); err != nil {
+		return 0, err
+	}
+	defer l.e.ops.Done()
+	s, err := l.e.scripts(ctx)
+	if err != nil {
+		return 0, err
+	}
+	l.w.SetCapacity(permits)
+	before, err := lua.ReadCount(s.WResize(l.keys, permits).Run(ctx, l.e.rdb))
+	l.e.topo.failed(err)
+	return before, refusal(err)
+}

@@ -1,0 +1,217 @@
+package fairlock
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/uuid"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// Semaphore is a handle on one named, weighted, fair semaphore: at most
+// its capacity of permits are held at a time, across every Client, and
+// callers are served in the order they asked, each for its own weight.
+// Its methods are safe for concurrent use.
+//
+// The order is strict, as in golang.org/x/sync/semaphore.Weighted: a
+// caller whose weight does not fit beside the permits held waits, and
+// nobody who asked after it passes it, even one whose weight would fit.
+// A release grants as many callers from the head of the line as now fit,
+// at once, and each learns it by push.
+//
+// Each Acquire is a hold of its own, with a lease that the Client's
+// watchdog renews (or a fixed lease, WithFixedLease), a fencing token
+// drawn from the semaphore's one counter, and a context that ends with
+// it. A crashed holder's permits come back when its lease runs out.
+//
+// The capacity lives in Redis with the semaphore's state, from the first
+// grant that finds none until nothing holds or waits any more. A handle
+// whose capacity is not the one stored fails with ErrPermits, until the
+// capacity is changed deliberately with SetPermits.
+type Semaphore struct {
+	c     *Client
+	name  string
+	keys  queue.Keys
+	w     *fair.Weights
+	key   holdKey
+	lease leaseConfig
+	err   error // invalid name, capacity or option: returned by every method
+}
+
+// Semaphore returns the handle of the semaphore name with permits as its
+// capacity. WithFixedLease is the one option it takes, as for a Mutex.
+// A capacity below 1 makes every method fail with ErrInvalidOption.
+func (c *Client) Semaphore(name string, permits int64, opts ...MutexOption) *Semaphore {
+	if c == nil {
+		return &Semaphore{name: name, err: errNilClient}
+	}
+	s := &Semaphore{c: c, name: name}
+	s.lease, s.err = c.leaseOf(opts)
+	if s.err != nil {
+		return s
+	}
+	if permits < 1 {
+		s.err = fmt.Errorf("%w: semaphore %q: permits %d, want at least 1", ErrInvalidOption, name, permits)
+		return s
+	}
+	s.keys, s.err = queue.Weighted(c.cfg.prefix, name, queue.KindSemaphore)
+	s.w = fair.NewWeights(queue.KindSemaphore, permits)
+	s.key = holdKey{lock: s.keys.Lock}
+	return s
+}
+
+// Name returns the semaphore's name.
+func (s *Semaphore) Name() string {
+	if s == nil {
+		return ""
+	}
+	return s.name
+}
+
+// Permits returns the capacity this handle believes in: the one it was
+// made with, or the last one its SetPermits stored.
+func (s *Semaphore) Permits() int64 {
+	if s == nil || s.w == nil {
+		return 0
+	}
+	return s.w.Capacity()
+}
+
+func (s *Semaphore) usable(ctx context.Context) error {
+	switch {
+	case s == nil || s.c == nil:
+		return errNilSemaphore
+	case s.err != nil:
+		return s.err
+	case ctx == nil:
+		return errNilContext
+	case s.c.engine.Closed():
+		return ErrClosed
+	}
+	return nil
+}
+
+// Acquire waits until n permits are granted, in the order callers asked,
+// or until ctx ends. It returns a context that carries the hold, as
+// Mutex.Lock does: it keeps ctx's values, not its deadline, and is
+// cancelled when the hold ends (Release; cause ErrLeaseLost when the
+// lease was lost, ErrClosed at Close). n must be between 1 and the
+// capacity (ErrInvalidOption otherwise, at once).
+//
+// A Semaphore hold is not re-entrant: Acquire with a context that carries
+// a live hold of this semaphore fails with ErrWouldDeadlock, because
+// waiting for more permits while holding some can wait for ever (the
+// holder's own permits may be what the line waits for). Release the hold
+// and acquire the total instead. ContextWithOwner does not apply: every
+// Acquire is a hold of its own.
+//
+// When ctx ends before the grant, Acquire returns ctx's error and leaves
+// nothing in Redis; a grant that raced with the end is given back.
+func (s *Semaphore) Acquire(ctx context.Context, n int64) (context.Context, error) {
+	return s.acquire(ctx, n, true)
+}
+
+// TryAcquire takes n permits only if that needs no waiting: it fails with
+// ErrLocked when they do not fit beside the permits held, or when anyone
+// waits (nobody passes the line).
+func (s *Semaphore) TryAcquire(ctx context.Context, n int64) (context.Context, error) {
+	return s.acquire(ctx, n, false)
+}
+
+func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool) (context.Context, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	if capacity := s.w.Capacity(); n < 1 || n > capacity {
+		return nil, fmt.Errorf("%w: semaphore %q: acquire of %d permits, want 1 to %d", ErrInvalidOption, s.name, n, capacity)
+	}
+	if ctx.Err() != nil {
+		return nil, ctxErr(ctx)
+	}
+	if s.liveHold(ctx) != nil {
+		return nil, fmt.Errorf("%w: semaphore %q: the context holds some of its permits already", ErrWouldDeadlock, s.name)
+	}
+	l := s.c.engine.Weighted(s.keys, s.w, lua.Level{Weight: n})
+	h, err := l.Lock(ctx, fair.Request{Owner: uuid.NewString(), Lease: s.lease.d, Fixed: s.lease.fixed, Wait: wait})
+	if err != nil {
+		return nil, err
+	}
+	return withHoldOf(ctx, s.key, h), nil
+}
+
+// liveHold returns the newest live hold of this semaphore that ctx
+// carries, or nil.
+func (s *Semaphore) liveHold(ctx context.Context) *fair.Hold {
+	for c := carriedOf(ctx, s.key); c != nil; c = c.next {
+		if s.c.engine.Took(c.h) && c.h.Context().Err() == nil {
+			return c.h
+		}
+	}
+	return nil
+}
+
+// hold returns the newest hold of this semaphore that ctx carries, live
+// or not, taken through this Client; nil when none.
+func (s *Semaphore) hold(ctx context.Context) *fair.Hold {
+	for c := carriedOf(ctx, s.key); c != nil; c = c.next {
+		if s.c.engine.Took(c.h) {
+			return c.h
+		}
+	}
+	return nil
+}
+
+// Release gives back the permits of the hold ctx carries (the context
+// Acquire returned, or one derived from it), which grants the callers
+// from the head of the line that now fit, and cancels the hold's context.
+// It fails with ErrNotHeld when ctx carries no live hold of this
+// semaphore (ErrLeaseLost wrapped when its lease was lost). Its deadline
+// bounds it as Mutex.Unlock's does.
+func (s *Semaphore) Release(ctx context.Context) error {
+	if err := s.usable(ctx); err != nil {
+		return notHeld(err)
+	}
+	h := s.hold(ctx)
+	if h == nil {
+		return ErrNotHeld
+	}
+	return h.Unlock(ctx)
+}
+
+// Token returns the fencing token of the hold ctx carries: tokens of a
+// semaphore strictly increase with every grant, across every Client.
+// ErrNotHeld when ctx carries no live hold.
+func (s *Semaphore) Token(ctx context.Context) (int64, error) {
+	if err := s.usable(ctx); err != nil {
+		return 0, notHeld(err)
+	}
+	h := s.hold(ctx)
+	if h == nil {
+		return 0, ErrNotHeld
+	}
+	return h.Token()
+}
+
+// SetPermits changes the semaphore's capacity in Redis, and this handle's,
+// to permits (at least 1). Callers waiting at the head of the line that
+// now fit are granted at once. Holders above a lowered capacity keep
+// their permits until they release them, and nobody new is granted until
+// the permits held fit under it; a waiter asking for more than the new
+// capacity fails with ErrInvalidOption. Other handles that still believe
+// in the old capacity fail with ErrPermits at their next Acquire, until
+// they are made with the new one. When nothing holds or waits, nothing is
+// stored, and the next grant stores its own handle's capacity.
+func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	if permits < 1 {
+		return fmt.Errorf("%w: semaphore %q: permits %d, want at least 1", ErrInvalidOption, s.name, permits)
+	}
+	l := s.c.engine.Weighted(s.keys, s.w, lua.Level{})
+	_, err := l.Resize(ctx, permits)
+	return err
+}

@@ -60,10 +60,11 @@ type handing struct {
 
 var _ line[*Hold] = (*Mutex)(nil)
 
-func (l *Mutex) engine() *Engine    { return l.e }
-func (l *Mutex) name() string       { return l.keys.Name }
-func (l *Mutex) names() []string    { return nil }
-func (l *Mutex) wake() string       { return l.wakeChannel }
+func (l *Mutex) engine() *Engine { return l.e }
+func (l *Mutex) name() string    { return l.keys.Name }
+func (l *Mutex) names() []string { return nil }
+func (l *Mutex) wake() string    { return l.wakeChannel }
+
 // sharedWake is the lock's shared wake channel, on which clients from
 // before tags publish; a weighted lock has none (no such client knows it).
 func (l *Mutex) sharedWake() string {
@@ -72,7 +73,7 @@ func (l *Mutex) sharedWake() string {
 	}
 	return l.keys.Wake
 }
-func (l *Mutex) pushGrants() bool   { return true }
+func (l *Mutex) pushGrants() bool { return true }
 
 func (l *Mutex) grant(ctx context.Context, req Request, entry string, rep queue.Reply, from time.Time, span time.Duration, how handing) (*Hold, error) {
 	return l.hold(ctx, req, entry, rep.Token, from, span, how)

@@ -37,7 +37,7 @@ func NewWeights(kind string, capacity int64) *Weights {
 
 // Capacity returns the capacity the handle believes in; SetCapacity
 // changes it.
-func (w *Weights) Capacity() int64          { return w.capacity.Load() }
+func (w *Weights) Capacity() int64           { return w.capacity.Load() }
 func (w *Weights) SetCapacity(permits int64) { w.capacity.Store(permits) }
 
 // Weighted returns the handle of the weighted lock of keys (made by

@@ -34,6 +34,17 @@
 // Either way, callers of overlapping sets, and Mutex callers of single
 // names, never deadlock.
 //
+// Semaphore and RWMutex are fair weighted locks on the same line: a
+// Semaphore grants Acquire(ctx, n) while the permits asked for fit in its
+// capacity, and a RWMutex grants readers together and a writer alone.
+// Both serve callers strictly in the order they asked: a request that
+// does not fit beside what is held waits, and nobody behind it passes it,
+// so neither a large request nor a writer starves. A release grants every
+// waiter at the head of the line that now fits, at once. Their holds have
+// leases, fencing tokens and contexts as a Mutex's do; a Semaphore hold is
+// not re-entrant, and a RWMutex's read hold cannot be upgraded
+// (ErrWouldDeadlock).
+//
 // A hold has a lease. By default a watchdog renews it every third of the
 // lease (WithLease, 30s), so a hold lasts until Unlock, and a crashed
 // holder's lock expires one lease after its last renewal. WithFixedLease
@@ -60,7 +71,8 @@
 // a protected resource safe against that; a resource that rejects writes
 // carrying a token lower than one it has seen can.
 //
-// Client, Mutex and the contexts Lock returns are safe for concurrent use.
+// Client, Mutex, MultiLock, Semaphore, RWMutex and the contexts their
+// calls return are safe for concurrent use.
 // One Client per process and Redis deployment is enough: it keeps one
 // pub/sub connection for all its waiters (one per shard over a
 // *redis.Ring). Close stops everything it started, within about one call

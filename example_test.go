@@ -327,3 +327,71 @@ func ExampleClient_MultiLock() {
 	// [account:alice account:bob]
 	// fencing token for alice's account: true
 }
+
+// At most three reports render at a time, across every process, in the
+// order they were asked for; a large report takes two of the three
+// permits.
+func ExampleSemaphore() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-semaphore"))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	renderers := locks.Semaphore("renderers", 3)
+	render := func(ctx context.Context, weight int64) error {
+		held, err := renderers.Acquire(ctx, weight) // waits its turn
+		if err != nil {
+			return err
+		}
+		defer renderers.Release(held)
+		token, _ := renderers.Token(held)
+		_ = token // pass it to the storage the report is written to
+		return nil
+	}
+	fmt.Println(render(context.Background(), 1), render(context.Background(), 2))
+
+	_, err = renderers.Acquire(context.Background(), 4)
+	fmt.Println(errors.Is(err, fairlock.ErrInvalidOption))
+	// Output:
+	// <nil> <nil>
+	// true
+}
+
+// Readers of a price list share it; the nightly update writes alone, and
+// readers who come while it waits queue behind it instead of starving it.
+func ExampleRWMutex() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-rwmutex"))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	prices := locks.RWMutex("prices")
+	ctx := context.Background()
+
+	r1, _ := prices.RLock(ctx)
+	r2, _ := prices.RLock(ctx) // a second reader shares the lock
+	_, err = prices.TryLock(ctx)
+	fmt.Println("writer while read:", errors.Is(err, fairlock.ErrLocked))
+	prices.RUnlock(r1)
+	prices.RUnlock(r2)
+
+	w, err := prices.Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	// Downgrade: take the read lock under the write lock, then let the
+	// write lock go; readers waiting are let in beside this one.
+	r, _ := prices.RLock(w)
+	prices.Unlock(w)
+	fmt.Println("still reading:", r.Err() == nil)
+	prices.RUnlock(r)
+	// Output:
+	// writer while read: true
+	// still reading: true
+}

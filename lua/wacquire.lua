@@ -34,6 +34,13 @@
 -- hand-over, or a reply that was lost), and a re-entry leaves a receipt,
 -- as in acquire.lua. A refused PUBLISH of a hand-over made on the way is
 -- answered as in acquire.lua.
+--
+-- On a full server (see lib.lua) a claim, a re-entry and a heartbeat of a
+-- waiter already in line go through, their first write one that cannot
+-- grow memory; a fresh grant and a waiter joining the line are refused
+-- with the server's OOM error, having written nothing, unless the same
+-- call dropped an expired holder or a dead waiter first (a write that
+-- cannot grow memory, after which the server lets the rest through).
 
 local owner = ARGV[1]
 local entry = ARGV[2]
@@ -78,6 +85,9 @@ if h then
   if excl and h.excl == 0 then
     return redis.error_reply('FAIRLOCK UPGRADE a read hold cannot take the write lock')
   end
+  -- A re-entry keeps a hold, so it goes through on a full server (see
+  -- lib.lua): its first write is the DEL of the receipt just found absent.
+  allow_full(KEYS[6])
   local count
   if excl then
     h.excl = h.excl + 1

@@ -2,6 +2,7 @@ package fairlock_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -156,17 +157,23 @@ func TestSemaphoreBadInput(t *testing.T) {
 	for _, permits := range []int64{0, -1} {
 		_, err := c.Semaphore("bad", permits).Acquire(ctx, 1)
 		require.ErrorIs(t, err, fairlock.ErrInvalidOption)
-		require.ErrorContains(t, err, "permits")
+		require.ErrorContains(t, err, fmt.Sprintf("permits %d", permits))
 	}
 	s := c.Semaphore("bad", 3)
 	for _, n := range []int64{0, -2, 4} {
 		_, err := s.Acquire(ctx, n)
 		require.ErrorIs(t, err, fairlock.ErrInvalidOption)
-		require.ErrorContains(t, err, "acquire of")
+		require.ErrorContains(t, err, fmt.Sprintf("acquire of %d permits", n))
+		_, err = s.TryAcquire(ctx, n)
+		require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 	}
+	_, err := c.Semaphore("bad", 3, nil).Acquire(ctx, 1)
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	_, err = c.Semaphore("bad", 3, fairlock.WithFixedLease(-time.Second)).Acquire(ctx, 1)
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 	require.ErrorIs(t, s.SetPermits(ctx, 0), fairlock.ErrInvalidOption)
 	require.ErrorIs(t, s.Release(ctx), fairlock.ErrNotHeld)
-	_, err := s.Token(ctx)
+	_, err = s.Token(ctx)
 	require.ErrorIs(t, err, fairlock.ErrNotHeld)
 	_, err = c.Semaphore("bad}", 1).Acquire(ctx, 1)
 	require.ErrorIs(t, err, fairlock.ErrInvalidName)
@@ -313,4 +320,89 @@ func TestRWMutexReentryDowngradeAndNoUpgrade(t *testing.T) {
 	require.ErrorIs(t, rw.Unlock(ctx), fairlock.ErrNotHeld)
 	require.NoError(t, other.RUnlock(g.ctx))
 	e.requireWeightedGone("re", queue.KindRWMutex)
+}
+
+func TestRWMutexBadInput(t *testing.T) {
+	e := newEnv(t)
+	c := e.client()
+	ctx := context.Background()
+	_, err := c.RWMutex("bad}").RLock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrInvalidName)
+	_, err = c.RWMutex("bad", nil).Lock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	var nilRW *fairlock.RWMutex
+	_, err = nilRW.RLock(ctx)
+	require.Error(t, err)
+	require.Error(t, nilRW.Unlock(ctx))
+	rw := c.RWMutex("bad")
+	require.ErrorIs(t, rw.Unlock(ctx), fairlock.ErrNotHeld)
+	require.ErrorIs(t, rw.RUnlock(ctx), fairlock.ErrNotHeld)
+	_, err = rw.Token(ctx)
+	require.ErrorIs(t, err, fairlock.ErrNotHeld)
+	// A write hold is not a read hold, nor the other way round.
+	w, err := rw.Lock(ctx)
+	require.NoError(t, err)
+	require.ErrorIs(t, rw.RUnlock(w), fairlock.ErrNotHeld)
+	require.NoError(t, rw.Unlock(w))
+	require.NoError(t, c.Close())
+	_, err = rw.RLock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrClosed)
+}
+
+func TestWeightedHoldsHaveOwnersOfTheirOwn(t *testing.T) {
+	e := newEnv(t)
+	ctx := fairlock.ContextWithOwner(context.Background(), "shared-owner")
+	s := e.client().Semaphore("own", 2)
+	other := e.client().Semaphore("own", 2)
+	// ContextWithOwner does not make two Acquires one hold.
+	a, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	b, err := other.Acquire(ctx, 1)
+	require.NoError(t, err)
+	_, err = s.TryAcquire(ctx, 1)
+	require.ErrorIs(t, err, fairlock.ErrLocked, "two holds of one permit each fill it")
+	require.NoError(t, s.Release(a))
+	require.NoError(t, b.Err(), "the other hold is its own")
+	require.NoError(t, other.Release(b))
+
+	// Readers granted together each get a token of their own.
+	rw := e.client().RWMutex("own")
+	w, err := rw.Lock(context.Background())
+	require.NoError(t, err)
+	got := make(chan acquired, 3)
+	for range 3 {
+		go func() { c, err := rw.RLock(ctx); got <- acquired{c, err} }()
+	}
+	e.waitWeightedQueued("own", queue.KindRWMutex, 3)
+	tw, err := rw.Token(w)
+	require.NoError(t, err)
+	require.NoError(t, rw.Unlock(w))
+	seen := map[int64]bool{}
+	for range 3 {
+		r := awaitAcquired(t, got)
+		require.NoError(t, r.err)
+		tok, err := rw.Token(r.ctx)
+		require.NoError(t, err)
+		require.Greater(t, tok, tw)
+		require.False(t, seen[tok], "token %d given twice", tok)
+		seen[tok] = true
+		require.NoError(t, rw.RUnlock(r.ctx))
+	}
+	e.requireWeightedGone("own", queue.KindRWMutex)
+}
+
+func TestSemaphoreWaiterAboveALoweredCapacityFails(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	s := e.client().Semaphore("shrink", 3)
+	a, err := s.Acquire(ctx, 2)
+	require.NoError(t, err)
+	w := acquireAsync(ctx, e.client(fairlock.WithWaiterTTL(time.Second)).Semaphore("shrink", 3), 3)
+	e.waitWeightedQueued("shrink", queue.KindSemaphore, 1)
+	require.NoError(t, s.SetPermits(ctx, 2))
+	got := awaitAcquired(t, w) // at its next poll, a third of the waiter TTL at most
+	require.ErrorIs(t, got.err, fairlock.ErrInvalidOption)
+	require.ErrorContains(t, got.err, "lowered to 2")
+	require.NoError(t, s.Release(a))
+	e.requireWeightedGone("shrink", queue.KindSemaphore)
 }

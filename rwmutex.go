@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/google/uuid"
-
 	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
@@ -37,30 +35,13 @@ import (
 // ContextWithOwner does not apply: every fresh hold has an owner of its
 // own.
 type RWMutex struct {
-	c     *Client
-	name  string
-	keys  queue.Keys
-	w     *fair.Weights
-	key   holdKey
-	lease leaseConfig
-	err   error // invalid name or option: returned by every method
+	weighted
 }
 
 // RWMutex returns the handle of the readers-writer lock name.
 // WithFixedLease is the one option it takes, as for a Mutex.
 func (c *Client) RWMutex(name string, opts ...MutexOption) *RWMutex {
-	if c == nil {
-		return &RWMutex{name: name, err: errNilClient}
-	}
-	rw := &RWMutex{c: c, name: name}
-	rw.lease, rw.err = c.leaseOf(opts)
-	if rw.err != nil {
-		return rw
-	}
-	rw.keys, rw.err = queue.Weighted(c.cfg.prefix, name, queue.KindRWMutex)
-	rw.w = fair.NewWeights(queue.KindRWMutex, 0)
-	rw.key = holdKey{lock: rw.keys.Lock}
-	return rw
+	return &RWMutex{newWeighted(c, name, queue.KindRWMutex, 0, opts, errNilRWMutex)}
 }
 
 // The two levels of a RWMutex's holds, as its scripts weigh them.
@@ -77,18 +58,12 @@ func (rw *RWMutex) Name() string {
 	return rw.name
 }
 
+// usable is weighted's, for a handle that may be nil.
 func (rw *RWMutex) usable(ctx context.Context) error {
-	switch {
-	case rw == nil || rw.c == nil:
+	if rw == nil {
 		return errNilRWMutex
-	case rw.err != nil:
-		return rw.err
-	case ctx == nil:
-		return errNilContext
-	case rw.c.engine.Closed():
-		return ErrClosed
 	}
-	return nil
+	return rw.weighted.usable(ctx)
 }
 
 // RLock waits until the read lock is granted, in the order callers asked
@@ -130,9 +105,8 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool) (context.Context,
 	if write {
 		level = writeLevel
 	}
-	l := rw.c.engine.Weighted(rw.keys, rw.w, level)
-	req := fair.Request{Lease: rw.lease.d, Fixed: rw.lease.fixed, Wait: wait}
-	reading, writing := rw.live(ctx)
+	reading, writing := rw.newest(ctx, func(h *fair.Hold) bool { return alive(h) && readHold(h) }),
+		rw.newest(ctx, func(h *fair.Hold) bool { return alive(h) && writeHold(h) })
 	switch {
 	case write && writing != nil || !write && reading != nil:
 		// One more level of the hold of that kind.
@@ -147,9 +121,9 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool) (context.Context,
 		}
 	case !write && writing != nil:
 		// A read level under the write hold: a hold of its own, of the
-		// same owner, granted at once.
-		req.Owner = writing.Owner()
-		h, err := l.Join(ctx, req)
+		// same owner and token, granted at once.
+		l := rw.c.engine.Weighted(rw.keys, rw.w, level)
+		h, err := l.Join(ctx, fair.Request{Owner: writing.Owner(), Lease: rw.lease.d, Fixed: rw.lease.fixed})
 		if err != nil {
 			return nil, err
 		}
@@ -157,42 +131,7 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool) (context.Context,
 	case write && reading != nil:
 		return nil, fmt.Errorf("%w: RWMutex %q: the context holds the read lock; unlock it first", ErrWouldDeadlock, rw.name)
 	}
-	req.Owner = uuid.NewString()
-	h, err := l.Lock(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	return withHoldOf(ctx, rw.key, h), nil
-}
-
-// live returns the newest live read hold and the newest live write hold
-// of this lock that ctx carries, taken through this Client; nil for none.
-func (rw *RWMutex) live(ctx context.Context) (reading, writing *fair.Hold) {
-	for c := carriedOf(ctx, rw.key); c != nil; c = c.next {
-		h := c.h
-		if !rw.c.engine.Took(h) || h.Context().Err() != nil {
-			continue
-		}
-		if h.Exclusive() && writing == nil {
-			writing = h
-		}
-		if !h.Exclusive() && reading == nil {
-			reading = h
-		}
-	}
-	return reading, writing
-}
-
-// newest returns the newest hold of this lock of the kind asked for
-// (write: the write hold) that ctx carries, live or not, taken through
-// this Client; nil when none.
-func (rw *RWMutex) newest(ctx context.Context, write bool) *fair.Hold {
-	for c := carriedOf(ctx, rw.key); c != nil; c = c.next {
-		if rw.c.engine.Took(c.h) && c.h.Exclusive() == write {
-			return c.h
-		}
-	}
-	return nil
+	return rw.take(ctx, level, wait)
 }
 
 // RUnlock gives up one level of the read hold ctx carries. At its last
@@ -214,14 +153,13 @@ func (rw *RWMutex) Unlock(ctx context.Context) error {
 }
 
 func (rw *RWMutex) unlock(ctx context.Context, write bool) error {
-	if err := rw.usable(ctx); err != nil {
-		return notHeld(err)
+	if rw == nil {
+		return errNilRWMutex
 	}
-	h := rw.newest(ctx, write)
-	if h == nil {
-		return ErrNotHeld
+	if write {
+		return rw.weighted.unlock(ctx, writeHold)
 	}
-	return h.Unlock(ctx)
+	return rw.weighted.unlock(ctx, readHold)
 }
 
 // Token returns the fencing token of the newest hold ctx carries, read or
@@ -229,14 +167,8 @@ func (rw *RWMutex) unlock(ctx context.Context, write bool) error {
 // Client; a re-entry, and a read level taken under a write hold, keep
 // the hold's token. ErrNotHeld when ctx carries no live hold.
 func (rw *RWMutex) Token(ctx context.Context) (int64, error) {
-	if err := rw.usable(ctx); err != nil {
-		return 0, notHeld(err)
+	if rw == nil {
+		return 0, errNilRWMutex
 	}
-	c := carriedOf(ctx, rw.key)
-	for ; c != nil; c = c.next {
-		if rw.c.engine.Took(c.h) {
-			return c.h.Token()
-		}
-	}
-	return 0, ErrNotHeld
+	return rw.token(ctx)
 }

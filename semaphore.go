@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/google/uuid"
-
-	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -32,34 +29,17 @@ import (
 // whose capacity is not the one stored fails with ErrPermits, until the
 // capacity is changed deliberately with SetPermits.
 type Semaphore struct {
-	c     *Client
-	name  string
-	keys  queue.Keys
-	w     *fair.Weights
-	key   holdKey
-	lease leaseConfig
-	err   error // invalid name, capacity or option: returned by every method
+	weighted
 }
 
 // Semaphore returns the handle of the semaphore name with permits as its
 // capacity. WithFixedLease is the one option it takes, as for a Mutex.
 // A capacity below 1 makes every method fail with ErrInvalidOption.
 func (c *Client) Semaphore(name string, permits int64, opts ...MutexOption) *Semaphore {
-	if c == nil {
-		return &Semaphore{name: name, err: errNilClient}
-	}
-	s := &Semaphore{c: c, name: name}
-	s.lease, s.err = c.leaseOf(opts)
-	if s.err != nil {
-		return s
-	}
-	if permits < 1 {
+	s := &Semaphore{newWeighted(c, name, queue.KindSemaphore, permits, opts, errNilSemaphore)}
+	if s.err == nil && permits < 1 {
 		s.err = fmt.Errorf("%w: semaphore %q: permits %d, want at least 1", ErrInvalidOption, name, permits)
-		return s
 	}
-	s.keys, s.err = queue.Weighted(c.cfg.prefix, name, queue.KindSemaphore)
-	s.w = fair.NewWeights(queue.KindSemaphore, permits)
-	s.key = holdKey{lock: s.keys.Lock}
 	return s
 }
 
@@ -80,18 +60,12 @@ func (s *Semaphore) Permits() int64 {
 	return s.w.Capacity()
 }
 
+// usable is weighted's, for a handle that may be nil.
 func (s *Semaphore) usable(ctx context.Context) error {
-	switch {
-	case s == nil || s.c == nil:
+	if s == nil {
 		return errNilSemaphore
-	case s.err != nil:
-		return s.err
-	case ctx == nil:
-		return errNilContext
-	case s.c.engine.Closed():
-		return ErrClosed
 	}
-	return nil
+	return s.weighted.usable(ctx)
 }
 
 // Acquire waits until n permits are granted, in the order callers asked,
@@ -131,37 +105,10 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool) (context.Co
 	if ctx.Err() != nil {
 		return nil, ctxErr(ctx)
 	}
-	if s.liveHold(ctx) != nil {
+	if s.newest(ctx, alive) != nil {
 		return nil, fmt.Errorf("%w: semaphore %q: the context holds some of its permits already", ErrWouldDeadlock, s.name)
 	}
-	l := s.c.engine.Weighted(s.keys, s.w, lua.Level{Weight: n})
-	h, err := l.Lock(ctx, fair.Request{Owner: uuid.NewString(), Lease: s.lease.d, Fixed: s.lease.fixed, Wait: wait})
-	if err != nil {
-		return nil, err
-	}
-	return withHoldOf(ctx, s.key, h), nil
-}
-
-// liveHold returns the newest live hold of this semaphore that ctx
-// carries, or nil.
-func (s *Semaphore) liveHold(ctx context.Context) *fair.Hold {
-	for c := carriedOf(ctx, s.key); c != nil; c = c.next {
-		if s.c.engine.Took(c.h) && c.h.Context().Err() == nil {
-			return c.h
-		}
-	}
-	return nil
-}
-
-// hold returns the newest hold of this semaphore that ctx carries, live
-// or not, taken through this Client; nil when none.
-func (s *Semaphore) hold(ctx context.Context) *fair.Hold {
-	for c := carriedOf(ctx, s.key); c != nil; c = c.next {
-		if s.c.engine.Took(c.h) {
-			return c.h
-		}
-	}
-	return nil
+	return s.take(ctx, lua.Level{Weight: n}, wait)
 }
 
 // Release gives back the permits of the hold ctx carries (the context
@@ -171,28 +118,20 @@ func (s *Semaphore) hold(ctx context.Context) *fair.Hold {
 // semaphore (ErrLeaseLost wrapped when its lease was lost). Its deadline
 // bounds it as Mutex.Unlock's does.
 func (s *Semaphore) Release(ctx context.Context) error {
-	if err := s.usable(ctx); err != nil {
-		return notHeld(err)
+	if s == nil {
+		return errNilSemaphore
 	}
-	h := s.hold(ctx)
-	if h == nil {
-		return ErrNotHeld
-	}
-	return h.Unlock(ctx)
+	return s.unlock(ctx, anyHold)
 }
 
 // Token returns the fencing token of the hold ctx carries: tokens of a
 // semaphore strictly increase with every grant, across every Client.
 // ErrNotHeld when ctx carries no live hold.
 func (s *Semaphore) Token(ctx context.Context) (int64, error) {
-	if err := s.usable(ctx); err != nil {
-		return 0, notHeld(err)
+	if s == nil {
+		return 0, errNilSemaphore
 	}
-	h := s.hold(ctx)
-	if h == nil {
-		return 0, ErrNotHeld
-	}
-	return h.Token()
+	return s.token(ctx)
 }
 
 // SetPermits changes the semaphore's capacity in Redis, and this handle's,

@@ -59,10 +59,10 @@ local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()
 prune_holders(SK, now)
 
--- 1. The owner holds: a claim of the grant made to this very entry, or a
---    re-entry.
-local h = holder(SK, owner)
-if h and h.entry == entry then
+-- claim answers the grant h made to this very entry (a hand-over, or a
+-- reply that was lost): the entry leaves the line, and the hold gets the
+-- full lease from now.
+local function claim(h)
   leave(SK, entry)
   if lease > 0 then
     set_lease(SK, owner, lease, now)
@@ -72,6 +72,13 @@ if h and h.entry == entry then
     return {1, tonumber(h.token), h.excl}
   end
   return {1, tonumber(h.token), h.shared}
+end
+
+-- 1. The owner holds: a claim of the grant made to this very entry, or a
+--    re-entry.
+local h = holder(SK, owner)
+if h and h.entry == entry then
+  return claim(h)
 end
 if h then
   if mode ~= 'reenter' then
@@ -134,12 +141,7 @@ end
 grant_heads(SK, now, channel)
 h = holder(SK, owner)
 if h and h.entry == entry then
-  leave(SK, entry)
-  if lease > 0 then
-    set_lease(SK, owner, lease, now)
-  end
-  keep_alive(SK, now)
-  return {1, tonumber(h.token), 1}
+  return claim(h)
 end
 
 -- 4. A caller nobody live is ahead of is granted when its weight fits.

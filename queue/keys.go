@@ -68,17 +68,9 @@ func Weighted(prefix, name, kind string) (Keys, error) {
 	if err != nil {
 		return Keys{}, err
 	}
-	base := k.Lock + ":" + kind
-	return Keys{
-		Name:     name,
-		Lock:     base,
-		Queue:    base + ":queue",
-		Deadline: base + ":deadline",
-		Token:    base + ":token",
-		Wake:     base + ":wake",
-		call:     base + ":call:",
-		Holders:  base + ":holders",
-	}, nil
+	w := keysAt(name, k.Lock+":"+kind)
+	w.Holders = w.Lock + ":holders"
+	return w, nil
 }
 
 // For returns the keys of the lock name under prefix, or an error wrapping
@@ -90,7 +82,12 @@ func For(prefix, name string) (Keys, error) {
 	if err := validateName(name); err != nil {
 		return Keys{}, err
 	}
-	base := prefix + ":{" + name + "}"
+	return keysAt(name, prefix+":{"+name+"}"), nil
+}
+
+// keysAt returns the keys of the lock name whose other keys are made from
+// base, its first key.
+func keysAt(name, base string) Keys {
 	return Keys{
 		Name:     name,
 		Lock:     base,
@@ -99,7 +96,7 @@ func For(prefix, name string) (Keys, error) {
 		Token:    base + ":token",
 		Wake:     base + ":wake",
 		call:     base + ":call:",
-	}, nil
+	}
 }
 
 // ClientWake returns the wake channel of the Client with tag: the lock's

@@ -1,0 +1,116 @@
+package fairlock
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+
+	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// weighted is what a Semaphore and a RWMutex handle share: a weighted lock
+// of one name and kind (see "Weighted locks" in docs/algorithm.md).
+type weighted struct {
+	c     *Client
+	name  string
+	keys  queue.Keys
+	w     *fair.Weights
+	key   holdKey
+	lease leaseConfig
+	err   error // invalid name, capacity or option: returned by every method
+	isNil error // what a call on a nil handle returns
+}
+
+// newWeighted returns the handle of the weighted lock of kind named name
+// with capacity (a Semaphore's permits; 0 for a RWMutex), or one whose
+// every call fails with the error of a bad name or option.
+func newWeighted(c *Client, name, kind string, capacity int64, opts []MutexOption, isNil error) weighted {
+	h := weighted{c: c, name: name, isNil: isNil}
+	if c == nil {
+		h.err = errNilClient
+		return h
+	}
+	h.lease, h.err = c.leaseOf(opts)
+	if h.err != nil {
+		return h
+	}
+	h.keys, h.err = queue.Weighted(c.cfg.prefix, name, kind)
+	h.w = fair.NewWeights(kind, capacity)
+	h.key = holdKey{lock: h.keys.Lock}
+	return h
+}
+
+// usable returns the error that stops any call: a bad handle, a nil
+// context, a closed Client.
+func (h *weighted) usable(ctx context.Context) error {
+	switch {
+	case h.err != nil:
+		return h.err
+	case h.c == nil:
+		return h.isNil
+	case ctx == nil:
+		return errNilContext
+	case h.c.engine.Closed():
+		return ErrClosed
+	}
+	return nil
+}
+
+// take waits in line (or, without wait, tries once) for a fresh hold at
+// level, under an owner id of its own, and returns its context.
+func (h *weighted) take(ctx context.Context, level lua.Level, wait bool) (context.Context, error) {
+	l := h.c.engine.Weighted(h.keys, h.w, level)
+	held, err := l.Lock(ctx, fair.Request{Owner: uuid.NewString(), Lease: h.lease.d, Fixed: h.lease.fixed, Wait: wait})
+	if err != nil {
+		return nil, err
+	}
+	return withHoldOf(ctx, h.key, held), nil
+}
+
+// newest returns the newest hold of this lock that ctx carries, taken
+// through this Client, for which keep is true; nil when none.
+func (h *weighted) newest(ctx context.Context, keep func(*fair.Hold) bool) *fair.Hold {
+	for c := carriedOf(ctx, h.key); c != nil; c = c.next {
+		if h.c.engine.Took(c.h) && keep(c.h) {
+			return c.h
+		}
+	}
+	return nil
+}
+
+// What newest may keep: every hold, or a RWMutex's write holds or read
+// holds.
+func anyHold(*fair.Hold) bool        { return true }
+func writeHold(held *fair.Hold) bool { return held.Exclusive() }
+func readHold(held *fair.Hold) bool  { return !held.Exclusive() }
+
+// alive reports whether a hold has not ended.
+func alive(held *fair.Hold) bool { return held.Context().Err() == nil }
+
+// unlock gives up one level of the newest hold ctx carries for which
+// keep is true: ErrNotHeld when there is none.
+func (h *weighted) unlock(ctx context.Context, keep func(*fair.Hold) bool) error {
+	if err := h.usable(ctx); err != nil {
+		return notHeld(err)
+	}
+	held := h.newest(ctx, keep)
+	if held == nil {
+		return ErrNotHeld
+	}
+	return held.Unlock(ctx)
+}
+
+// Token returns the fencing token of the newest hold of the lock that ctx
+// carries: ErrNotHeld when it carries none.
+func (h *weighted) token(ctx context.Context) (int64, error) {
+	if err := h.usable(ctx); err != nil {
+		return 0, notHeld(err)
+	}
+	held := h.newest(ctx, anyHold)
+	if held == nil {
+		return 0, ErrNotHeld
+	}
+	return held.Token()
+}

@@ -378,14 +378,48 @@ local function hand_over_ticket(lk, entry, now)
   return entry
 end
 
+-- grant_from_head is the one walk of a line from its head, which every
+-- grant to a waiter makes: a Mutex's hand_over and a weighted lock's
+-- grant_heads are both made of it, so the order in which a line is served
+-- is decided by join, prune and this walk alone. For each live head of
+-- lk's line, oldest first, offer(head, deadline, now) answers what to do
+-- with it:
+--   'grant'  the head leaves the line, grant(head, deadline, now) is
+--            called, and the walk goes on with the next head;
+--   'last'   the same, and the walk ends;
+--   'drop'   the head leaves the line ungranted, and the walk goes on;
+--   'stop'   the head stays, and the walk ends.
+-- A head leaves the line before it is granted, so that on a full server
+-- the walk's first write is one that cannot grow memory (see allow_full).
+-- now is the server's time in ms, or nil (see prune).
+local function grant_from_head(lk, now, offer, grant)
+  while true do
+    local head, deadline
+    head, deadline, now = prune(lk, now)
+    if not head then
+      return
+    end
+    local what = offer(head, deadline, now)
+    if what == 'stop' then
+      return
+    end
+    redis.call('LPOP', lk.queue)
+    redis.call('ZREM', lk.deadline, head)
+    if what ~= 'drop' then
+      grant(head, deadline, now)
+      if what == 'last' then
+        return
+      end
+    end
+  end
+end
+
 -- hand_over gives the free lock to the live head of the queue, if any: the
 -- head becomes the holder on the spot (so nobody can barge in between two
--- holders) and is told through pub/sub with "<entry> <token>", followed
--- by " <server time in us>" when its Client reads it (see wake_target). The hold
--- lasts its lease, but no longer than the head's waiter deadline: a dead
--- head's hold expires like any dead waiter, and a live head with a
--- watchdog renews it before that runs out. now is the server's time in
--- ms, or nil (see prune).
+-- holders) and is told by wake. The hold lasts its lease, but no longer
+-- than the head's waiter deadline: a dead head's hold expires like any
+-- dead waiter, and a live head with a watchdog renews it before that runs
+-- out. now is the server's time in ms, or nil (see prune).
 --
 -- own is the tag of the Client that runs the script, or nil. When the
 -- head waits in that very Client, nothing is published: the wake message
@@ -397,19 +431,19 @@ end
 -- lock of the ticket, once it is ready (see hand_over_ticket); until then
 -- the lock stays free, and nil is returned.
 hand_over = function(lk, now, channel, own)
-  local head, deadline
-  head, deadline, now = prune(lk, now)
-  if not head then
-    return nil
-  end
-  if is_ticket(head) then
-    return hand_over_ticket(lk, head, now)
-  end
-  redis.call('LPOP', lk.queue)
-  redis.call('ZREM', lk.deadline, head)
-  local owner, lease = parse_entry(head)
-  local token = take(lk, owner, head, math.min(lease, deadline - now), now)
-  return head, wake(channel, head, token, now, own)
+  local granted, message
+  grant_from_head(lk, now, function(head, _, at)
+    if is_ticket(head) then
+      granted = hand_over_ticket(lk, head, at)
+      return 'stop'
+    end
+    return 'last'
+  end, function(head, deadline, at)
+    local owner, lease = parse_entry(head)
+    local token = take(lk, owner, head, math.min(lease, deadline - at), at)
+    granted, message = head, wake(channel, head, token, at, own)
+  end)
+  return granted, message
 end
 
 -- wake tells the waiter of entry that it was granted under token at now
@@ -599,26 +633,23 @@ end
 -- poll tells it why. now is the server's time in ms.
 local function grant_heads(sk, now, channel)
   local cap = capacity(sk)
-  while cap do
-    local head, deadline
-    head, deadline, now = prune(sk, now)
-    if not head then
-      return
-    end
-    local owner, lease, weight, excl = parse_weighted(head)
-    if not owner then
-      leave(sk, head)
-    elseif weight > cap then
-      leave(sk, head)
-    elseif used(sk) + weight > cap then
-      return
-    else
-      redis.call('LPOP', sk.queue)
-      redis.call('ZREM', sk.deadline, head)
-      local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease, deadline - now), now)
-      wake(channel, head, token, now)
-    end
+  if not cap then
+    return
   end
+  grant_from_head(sk, now, function(head)
+    local owner, _, weight = parse_weighted(head)
+    if not owner or weight > cap then
+      return 'drop'
+    end
+    if used(sk) + weight > cap then
+      return 'stop'
+    end
+    return 'grant'
+  end, function(head, deadline, at)
+    local owner, lease, weight, excl = parse_weighted(head)
+    local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease, deadline - at), at)
+    wake(channel, head, token, at)
+  end)
 end
 
 -- weighted_hint returns how many ms a waiter of sk should wait before it

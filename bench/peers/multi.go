@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -30,33 +31,47 @@ var errTaken = errors.New("taken")
 // returns the function that releases it, or errTaken.
 type tryOne func(ctx context.Context, name string) (release func(context.Context) error, err error)
 
-// tryAll takes names in the order given, each with one try that does not
-// wait. When a name is taken, it releases the names it took, waits a
-// random time from 0 to maxWait, and starts again from the first name.
-// It returns once it holds every name, with the function that releases
-// them (the last taken first), or when a try fails otherwise or ctx ends;
-// and in both cases the attempts at the whole set it started.
+// tryAll takes every name of names, in the order given, with tryTake:
+// when a name is taken, it gives back the names it took, waits a random
+// time from 0 to maxWait, and starts again from the first name.
 func tryAll(ctx context.Context, names []string, maxWait time.Duration, try tryOne) (func(context.Context) error, int64, error) {
+	return tryTake(ctx, names, len(names), maxWait, try)
+}
+
+// tryTake takes n of names. Each attempt tries the names in the order
+// given, once each and without waiting, passes over those taken, and
+// stops when it holds n or when the names left cannot make up n; then it
+// gives back what it took, waits a random time from 0 to maxWait, and
+// starts again from the first name. It returns once it holds n names,
+// with the function that releases them (the last taken first), or when a
+// try fails otherwise or ctx ends; and in both cases the attempts it
+// started. n must be between 1 and len(names).
+func tryTake(ctx context.Context, names []string, n int, maxWait time.Duration, try tryOne) (func(context.Context) error, int64, error) {
+	if n < 1 || n > len(names) {
+		return nil, 0, fmt.Errorf("take %d of %d names", n, len(names))
+	}
 	var attempts int64
 	for {
 		attempts++
-		held := make([]func(context.Context) error, 0, len(names))
+		held := make([]func(context.Context) error, 0, n)
 		var err error
-		for _, name := range names {
-			var release func(context.Context) error
-			if release, err = try(ctx, name); err != nil {
+		for i := 0; i < len(names) && len(held) < n && len(held)+len(names)-i >= n; i++ {
+			release, terr := try(ctx, names[i])
+			if terr == nil {
+				held = append(held, release)
+			} else if !errors.Is(terr, errTaken) {
+				err = terr
 				break
 			}
-			held = append(held, release)
 		}
 		unlock := releaseAll(held)
-		if err == nil {
+		if err == nil && len(held) == n {
 			return unlock, attempts, nil
 		}
 		if uerr := unlockWithin(unlock, false); uerr != nil {
 			return nil, attempts, errors.Join(err, uerr)
 		}
-		if !errors.Is(err, errTaken) {
+		if err != nil {
 			return nil, attempts, err
 		}
 		if err := sleep(ctx, randomWait(maxWait)); err != nil {

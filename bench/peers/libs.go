@@ -22,6 +22,11 @@ type locker interface {
 	// ends, and returns the function that releases them all and the
 	// attempts it made at the whole set (multi.go).
 	lockAll(ctx context.Context, names []string) (unlock func(context.Context) error, attempts int64, err error)
+	// acquire waits until it holds weight of the permits of the semaphore
+	// called name, which has permits in all, or ctx ends, and returns the
+	// function that gives them back and the attempts it made
+	// (semaphore.go).
+	acquire(ctx context.Context, name string, permits, weight int) (unlock func(context.Context) error, attempts int64, err error)
 }
 
 // libConfig is the part of each library's configuration that the command
@@ -31,6 +36,7 @@ type libConfig struct {
 	redsyncDelay     time.Duration // redsync's delay between two tries
 	redislockBackoff time.Duration // redislock's linear backoff between two tries
 	multiWait        time.Duration // in the multi workload, the longest random wait between two attempts at a set
+	semaphoreWait    time.Duration // in the semaphore workload, the longest random wait between two attempts at its permits
 }
 
 // A library makes one locker per go-redis client.
@@ -64,15 +70,17 @@ func libraries(cfg libConfig) []library {
 					redsync.WithTries(1 << 30), // the run's deadline ends a wait, not a count
 					redsync.WithRetryDelay(cfg.redsyncDelay),
 				},
-				multiWait: cfg.multiWait,
+				multiWait:     cfg.multiWait,
+				semaphoreWait: cfg.semaphoreWait,
 			}, noClose, nil
 		}},
 		{name: "redislock", open: func(rdb *redis.Client) (locker, func() error, error) {
 			return redislockLocker{
-				c:         redislock.New(rdb),
-				ttl:       cfg.ttl,
-				opts:      &redislock.Options{RetryStrategy: redislock.LinearBackoff(cfg.redislockBackoff)},
-				multiWait: cfg.multiWait,
+				c:             redislock.New(rdb),
+				ttl:           cfg.ttl,
+				opts:          &redislock.Options{RetryStrategy: redislock.LinearBackoff(cfg.redislockBackoff)},
+				multiWait:     cfg.multiWait,
+				semaphoreWait: cfg.semaphoreWait,
 			}, noClose, nil
 		}},
 		{name: atomicName, label: atomicLabel, multiOnly: true, open: func(rdb *redis.Client) (locker, func() error, error) {
@@ -104,9 +112,10 @@ func (f fairLocker) lock(ctx context.Context, name string) (func(context.Context
 // redsyncLocker takes redsync mutexes over one pool. A redsync.Mutex keeps
 // the value of its hold, so every lock makes a new one.
 type redsyncLocker struct {
-	rs        *redsync.Redsync
-	opts      []redsync.Option
-	multiWait time.Duration
+	rs            *redsync.Redsync
+	opts          []redsync.Option
+	multiWait     time.Duration
+	semaphoreWait time.Duration
 }
 
 var _ locker = redsyncLocker{}
@@ -135,10 +144,11 @@ func redsyncUnlock(m *redsync.Mutex) func(context.Context) error {
 
 // redislockLocker obtains bsm/redislock locks through one Client.
 type redislockLocker struct {
-	c         *redislock.Client
-	ttl       time.Duration
-	opts      *redislock.Options
-	multiWait time.Duration
+	c             *redislock.Client
+	ttl           time.Duration
+	opts          *redislock.Options
+	multiWait     time.Duration
+	semaphoreWait time.Duration
 }
 
 var _ locker = redislockLocker{}

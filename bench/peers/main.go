@@ -42,14 +42,15 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.lib.redsyncDelay, "redsync-delay", defaultRedsyncDelay, "redsync's retry delay")
 	fs.DurationVar(&o.lib.redislockBackoff, "redislock-backoff", defaultRedislockBackoff, "redislock's linear backoff")
 	fs.DurationVar(&o.lib.multiWait, "multi-wait", defaultMultiWait, "in the multi workload, the longest random wait of the peers between two attempts at a set of locks")
+	fs.DurationVar(&o.lib.semaphoreWait, "semaphore-wait", defaultSemaphoreWait, "in the semaphore workload, the longest random wait of the peers between two attempts at its permits")
 	fs.IntVar(&o.scale.waiters, "scale-waiters", 10000, "waiters of the scale part's large hand-over and of its waiters measurement")
 	fs.IntVar(&o.scale.holds, "scale-holds", 10000, "locks the scale part holds at once through one Client")
 	fs.DurationVar(&o.scale.window, "scale-window", 3*time.Second, "time over which the scale part counts the renewals of its holds")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
-	if o.duration <= 0 || o.waitersDuration <= 0 || o.warmup < 0 || o.lib.ttl <= 0 || o.scale.window <= 0 || o.lib.multiWait < 0 {
-		return options{}, errors.New("durations must be positive (-warmup and -multi-wait may be 0)")
+	if o.duration <= 0 || o.waitersDuration <= 0 || o.warmup < 0 || o.lib.ttl <= 0 || o.scale.window <= 0 || o.lib.multiWait < 0 || o.lib.semaphoreWait < 0 {
+		return options{}, errors.New("durations must be positive (-warmup, -multi-wait and -semaphore-wait may be 0)")
 	}
 	if o.scale.waiters <= 0 || o.scale.holds <= 0 {
 		return options{}, errors.New("-scale-waiters and -scale-holds must be positive")
@@ -62,6 +63,7 @@ const (
 	defaultRedsyncDelay     = 10 * time.Millisecond
 	defaultRedislockBackoff = 10 * time.Millisecond
 	defaultMultiWait        = time.Millisecond
+	defaultSemaphoreWait    = time.Millisecond
 )
 
 func main() {
@@ -112,6 +114,9 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	}
 	if slices.ContainsFunc(sel.workloads, func(w workload) bool { return w.multi[1] > 0 }) {
 		r.MultiWait = o.lib.multiWait.String()
+	}
+	if slices.ContainsFunc(sel.workloads, func(w workload) bool { return w.permits > 0 }) {
+		r.SemaphoreWait = o.lib.semaphoreWait.String()
 	}
 	r.printHeader(out)
 	runID := rand.Text()[:8]

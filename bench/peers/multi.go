@@ -128,32 +128,36 @@ func (f fairLocker) lockAll(ctx context.Context, names []string) (func(context.C
 	return func(context.Context) error { return ml.Unlock(held) }, 1, nil
 }
 
-// lockAll takes names with tryAll, each name with a redsync Mutex's
-// TryLockContext.
+// lockAll takes names with tryAll, each name with tryOnce.
 func (r redsyncLocker) lockAll(ctx context.Context, names []string) (func(context.Context) error, int64, error) {
-	return tryAll(ctx, names, r.multiWait, func(ctx context.Context, name string) (func(context.Context) error, error) {
-		m := r.rs.NewMutex(name, r.opts...)
-		if err := m.TryLockContext(ctx); err != nil {
-			if _, taken := errors.AsType[*redsync.ErrTaken](err); taken {
-				return nil, errTaken
-			}
-			return nil, err
-		}
-		return redsyncUnlock(m), nil
-	})
+	return tryAll(ctx, names, r.multiWait, r.tryOnce)
 }
 
-// lockAll takes names with tryAll, each name with one redislock Obtain
-// that does not retry.
-func (r redislockLocker) lockAll(ctx context.Context, names []string) (func(context.Context) error, int64, error) {
-	return tryAll(ctx, names, r.multiWait, func(ctx context.Context, name string) (func(context.Context) error, error) {
-		l, err := r.c.Obtain(ctx, name, r.ttl, nil) // nil options: no retry
-		if errors.Is(err, redislock.ErrNotObtained) {
+// tryOnce is a tryOne: a redsync Mutex's TryLockContext.
+func (r redsyncLocker) tryOnce(ctx context.Context, name string) (func(context.Context) error, error) {
+	m := r.rs.NewMutex(name, r.opts...)
+	if err := m.TryLockContext(ctx); err != nil {
+		if _, taken := errors.AsType[*redsync.ErrTaken](err); taken {
 			return nil, errTaken
 		}
-		if err != nil {
-			return nil, err
-		}
-		return l.Release, nil
-	})
+		return nil, err
+	}
+	return redsyncUnlock(m), nil
+}
+
+// lockAll takes names with tryAll, each name with tryOnce.
+func (r redislockLocker) lockAll(ctx context.Context, names []string) (func(context.Context) error, int64, error) {
+	return tryAll(ctx, names, r.multiWait, r.tryOnce)
+}
+
+// tryOnce is a tryOne: one redislock Obtain that does not retry.
+func (r redislockLocker) tryOnce(ctx context.Context, name string) (func(context.Context) error, error) {
+	l, err := r.c.Obtain(ctx, name, r.ttl, nil) // nil options: no retry
+	if errors.Is(err, redislock.ErrNotObtained) {
+		return nil, errTaken
+	}
+	if err != nil {
+		return nil, err
+	}
+	return l.Release, nil
 }

@@ -161,8 +161,9 @@ func TestPickChoosesDistinctNamesWithinTheWorkloadsBounds(t *testing.T) {
 	}
 }
 
-// memLocker is a locker over memLocks whose lockAll is tryAll, or grants
-// at once without taking anything when broken.
+// memLocker is a locker over memLocks whose lockAll is tryAll and whose
+// acquire is tryTake over the semaphore's lock names, or which grants at
+// once without taking anything when broken.
 type memLocker struct {
 	m      *memLocks
 	broken bool
@@ -178,6 +179,13 @@ func (l memLocker) lockAll(ctx context.Context, names []string) (func(context.Co
 		return func(context.Context) error { return nil }, 1, nil
 	}
 	return tryAll(ctx, names, 100*time.Microsecond, l.m.try)
+}
+
+func (l memLocker) acquire(ctx context.Context, name string, permits, weight int) (func(context.Context) error, int64, error) {
+	if l.broken {
+		return func(context.Context) error { return nil }, 1, nil
+	}
+	return tryTake(ctx, slotNames(name, permits), weight, 100*time.Microsecond, l.m.try)
 }
 
 // The multi workload counts a grant that found another holder of any of

@@ -86,19 +86,34 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 		if res.CommandsPerGrant < 2 {
 			t.Errorf("%s, %s: %.2f commands per grant, want at least 2", res.Workload, res.Library, res.CommandsPerGrant)
 		}
-		// Several names at once: fairlock's MultiLock waits and never
-		// tries again; the peers' loops and the atomic try-all try at
-		// least once.
-		if res.Workload == multiKey {
+		// Several names at once, and a semaphore's permits: fairlock's
+		// MultiLock and Semaphore wait and never try again; the peers'
+		// loops and the atomic try-all try at least once.
+		switch res.Workload {
+		case multiKey, semaphoreKey:
 			if res.AttemptsPerGrant < 1 || (res.Library == "fairlock" && res.AttemptsPerGrant != 1) {
 				t.Errorf("%s, %s: %.2f attempts per grant", res.Workload, res.Library, res.AttemptsPerGrant)
 			}
-		} else if res.AttemptsPerGrant != 0 {
-			t.Errorf("%s, %s: attempts per grant %.2f, counted only in %s", res.Workload, res.Library, res.AttemptsPerGrant, multiKey)
+		default:
+			if res.AttemptsPerGrant != 0 {
+				t.Errorf("%s, %s: attempts per grant %.2f, counted only in %s and %s",
+					res.Workload, res.Library, res.AttemptsPerGrant, multiKey, semaphoreKey)
+			}
+		}
+		// A semaphore's grants take 1 or 2 permits each.
+		if res.Workload == semaphoreKey {
+			if perGrant := res.PermitsPerSec / res.GrantsPerSec; perGrant < 1 || perGrant > 2 || res.HeaviestShare > 1 {
+				t.Errorf("%s, %s: %.2f permits per grant, %.3f of the grants of weight 2", res.Workload, res.Library, perGrant, res.HeaviestShare)
+			}
+		} else if res.PermitsPerSec != 0 || res.HeaviestShare != 0 {
+			t.Errorf("%s, %s: permits counted outside %s", res.Workload, res.Library, semaphoreKey)
 		}
 	}
 	if !strings.Contains(out, "attempts/grant") || r.MultiWait == "" {
 		t.Errorf("the %s workload's table or its header line is missing", multiKey)
+	}
+	if !strings.Contains(out, "permits/s") || r.SemaphoreWait == "" {
+		t.Errorf("the %s workload's table or its header line is missing", semaphoreKey)
 	}
 	for _, w := range workloads {
 		if !strings.Contains(out, "## "+w.title) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -22,7 +23,8 @@ type report struct {
 	TTL             string       `json:"ttl"`
 	RedsyncDelay    string       `json:"redsync_retry_delay"`
 	RedislockDelay  string       `json:"redislock_linear_backoff"`
-	MultiWait       string       `json:"multi_max_wait,omitempty"` // set when the multi workload runs
+	MultiWait       string       `json:"multi_max_wait,omitempty"`     // set when the multi workload runs
+	SemaphoreWait   string       `json:"semaphore_max_wait,omitempty"` // set when the semaphore workload runs
 	Workloads       []string     `json:"workloads"`
 	Results         []result     `json:"results"`
 	Floor           *floorResult `json:"floor,omitempty"` // the cross-process floor; nil when it did not run
@@ -51,27 +53,39 @@ func (r *report) printHeader(w io.Writer) {
 		fmt.Fprintf(w, "Several locks at once: redsync and redislock try each name, give all back when one is taken, "+
 			"and wait at random up to %s; the atomic try-all sets every name or none in one script, and waits the same.\n", r.MultiWait)
 	}
+	if r.SemaphoreWait != "" {
+		fmt.Fprintf(w, "Semaphore: redsync and redislock hold a lock name per permit, try the names in turn, "+
+			"give back what they took when too few are free, and wait at random up to %s.\n", r.SemaphoreWait)
+	}
 }
 
-// printWorkload prints the table of one workload's results; a multi
-// workload's has a column of attempts per grant after the waits.
+// printWorkload prints the table of one workload's results; a semaphore
+// workload's has columns of permits/s and of the heaviest callers' share
+// of the grants after Jain, and a multi or semaphore workload's a column
+// of attempts per grant after the waits.
 func printWorkload(w io.Writer, wl workload, rows []result) {
-	multi := wl.multi[1] > 0
 	fmt.Fprintf(w, "\n## %s (%s)\n\n", wl.title, wl.shape())
-	head, align := "", ""
-	if multi {
+	semHead, semAlign, head, align := "", "", "", ""
+	if wl.permits > 0 {
+		semHead = fmt.Sprintf(" permits/s | weight %d: share of grants |", slices.Max(wl.weights))
+		semAlign = " ---: | ---: |"
+	}
+	if wl.countsAttempts() {
 		head, align = " attempts/grant |", " ---: |"
 	}
-	fmt.Fprintln(w, "| library | grants/s | × best peer | Jain | starved | wait p50 ms | wait p99 ms | wait max ms |"+head+
+	fmt.Fprintln(w, "| library | grants/s | × best peer | Jain |"+semHead+" starved | wait p50 ms | wait p99 ms | wait max ms |"+head+
 		" round trips/grant | commands/grant | dials | server µs/grant | EVALSHA µs/call | errors | violations |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"+align+" ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: |"+semAlign+" ---: | ---: | ---: | ---: |"+align+" ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	for _, r := range rows {
-		attempts := ""
-		if multi {
+		sem, attempts := "", ""
+		if wl.permits > 0 {
+			sem = fmt.Sprintf(" %s | %s |", group(round(r.PermitsPerSec)), ifGranted(r, "%.3f", r.HeaviestShare))
+		}
+		if wl.countsAttempts() {
 			attempts = " " + ifGranted(r, "%.2f", r.AttemptsPerGrant) + " |"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.3f | %d | %s | %s | %s |%s %s | %s | %d | %s | %s | %d | %d |\n",
-			cmp.Or(r.Label, r.Library), group(round(r.GrantsPerSec)), ratio(r.VsBestPeer), r.Jain, r.Starved,
+		fmt.Fprintf(w, "| %s | %s | %s | %.3f |%s %d | %s | %s | %s |%s %s | %s | %d | %s | %s | %d | %d |\n",
+			cmp.Or(r.Label, r.Library), group(round(r.GrantsPerSec)), ratio(r.VsBestPeer), r.Jain, sem, r.Starved,
 			ifGranted(r, "%.2f", r.WaitP50ms), ifGranted(r, "%.2f", r.WaitP99ms), ifGranted(r, "%.1f", r.WaitMaxms),
 			attempts, ifGranted(r, "%.2f", r.RoundTripsPerGrant), ifGranted(r, "%.2f", r.CommandsPerGrant), r.Dials,
 			ifGranted(r, "%.1f", r.ServerUsPerGrant), evalsha(r), r.Errors, r.Violations)

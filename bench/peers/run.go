@@ -19,13 +19,18 @@ type result struct {
 	// VsBestPeer is GrantsPerSec over the best peer's in the same
 	// workload (fairlock's row holds the ratio of fairlock to the best
 	// peer); 0 when no peer ran or none was granted anything.
-	VsBestPeer         float64 `json:"vs_best_peer"`
-	Jain               float64 `json:"jain"`
-	Starved            int     `json:"starved"` // goroutines never granted
-	WaitP50ms          float64 `json:"wait_p50_ms"`
-	WaitP99ms          float64 `json:"wait_p99_ms"`
-	WaitMaxms          float64 `json:"wait_max_ms"`
-	AttemptsPerGrant   float64 `json:"attempts_per_grant,omitempty"` // multi workload: attempts at the whole set per grant, 1 when none was retried
+	VsBestPeer       float64 `json:"vs_best_peer"`
+	Jain             float64 `json:"jain"`
+	Starved          int     `json:"starved"` // goroutines never granted
+	WaitP50ms        float64 `json:"wait_p50_ms"`
+	WaitP99ms        float64 `json:"wait_p99_ms"`
+	WaitMaxms        float64 `json:"wait_max_ms"`
+	AttemptsPerGrant float64 `json:"attempts_per_grant,omitempty"` // multi and semaphore workloads: attempts at the whole set or the permits per grant, 1 when none was retried
+	// PermitsPerSec and HeaviestShare are set in the semaphore workload:
+	// the permits the grants took, per second, and the share of the
+	// grants that went to the goroutines of the largest weight.
+	PermitsPerSec      float64 `json:"permits_per_sec,omitempty"`
+	HeaviestShare      float64 `json:"heaviest_share,omitempty"`
 	RoundTripsPerGrant float64 `json:"round_trips_per_grant"`
 	Dials              int64   `json:"dials"`
 	ServerUsPerGrant   float64 `json:"server_cpu_us_per_grant"`
@@ -152,8 +157,12 @@ func summarize(w workload, lib library, t *tally, elapsed time.Duration, end rea
 		Errors:             t.errors.Load(),
 		Violations:         t.violations.Load(),
 	}
-	if w.multi[1] > 0 {
+	if w.countsAttempts() {
 		res.AttemptsPerGrant = t.attemptsPerGrant()
+	}
+	if w.permits > 0 {
+		permits, heaviest := w.weighed(t.counts)
+		res.PermitsPerSec, res.HeaviestShare = float64(permits)/elapsed.Seconds(), heaviest
 	}
 	if end.server.evalshaCalls > 0 {
 		res.EvalshaUsPerCall = float64(end.server.evalshaUsec) / float64(end.server.evalshaCalls)

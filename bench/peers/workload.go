@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,16 @@ type workload struct {
 	// once, from multi[0] to multi[1] of them, picked at random and in a
 	// random order (lockAll), instead of one.
 	multi [2]int
+	// permits, when set, makes lock name 0 a semaphore of that many
+	// permits, which each grant takes its goroutine's weight of with the
+	// locker's acquire (semaphore.go), instead of a lock.
+	permits int
+	// weights are the permits each grant of a semaphore takes: the
+	// goroutines are cut into len(weights) runs of equal length, the
+	// first asking for weights[0] each time, the next for weights[1], and
+	// so on. The clients take the goroutines round-robin, so each client
+	// serves each weight alike when the runs are multiples of the clients.
+	weights []int
 }
 
 // workloads are every workload, in the order they run.
@@ -41,6 +52,7 @@ var workloads = []workload{
 	{key: "hold5ms", title: "contended, hold 5 ms", goroutines: 16, clients: 4, names: 1, hold: 5 * time.Millisecond},
 	{key: "many", title: "many locks", goroutines: 64, clients: 4, names: 1000},
 	{key: multiKey, title: "several locks at once", goroutines: 16, clients: 4, names: 16, hold: time.Millisecond, multi: [2]int{2, 4}},
+	{key: semaphoreKey, title: "a weighted semaphore", goroutines: 16, clients: 4, names: 1, hold: time.Millisecond, permits: 3, weights: []int{1, 2}},
 	{key: "waiters", title: "10,000 waiters on one lock", goroutines: 10000, clients: 4, names: 1, long: true},
 }
 
@@ -49,6 +61,9 @@ const hold0Key = "hold0"
 
 // multiKey is the workload that takes several names at once.
 const multiKey = "multi"
+
+// semaphoreKey is the workload that shares the permits of a semaphore.
+const semaphoreKey = "semaphore"
 
 // shape describes w in a few words for the report.
 func (w workload) shape() string {
@@ -62,6 +77,13 @@ func (w workload) shape() string {
 	switch {
 	case w.multi[1] > 0:
 		s += fmt.Sprintf(", %d to %d of %s locks at once", w.multi[0], w.multi[1], group(int64(w.names)))
+	case w.permits > 0:
+		weights := make([]string, len(w.weights))
+		for i, n := range w.weights {
+			weights[i] = strconv.Itoa(n)
+		}
+		s += fmt.Sprintf(", 1 semaphore of %d permits taken %s at a time, by %s goroutines each",
+			w.permits, strings.Join(weights, " or "), group(int64(w.goroutines/max(1, len(w.weights)))))
 	case w.names == 1:
 		s += ", 1 lock"
 	default:
@@ -71,6 +93,28 @@ func (w workload) shape() string {
 		s += fmt.Sprintf(", holding %v", w.hold)
 	}
 	return s
+}
+
+// countsAttempts reports whether a grant in w may take several attempts,
+// which the report then counts: in multi and semaphore.
+func (w workload) countsAttempts() bool { return w.multi[1] > 0 || w.permits > 0 }
+
+// capacity returns how many a lock name of w admits at once: a
+// semaphore's permits, or 1.
+func (w workload) capacity() int {
+	if w.permits > 0 {
+		return w.permits
+	}
+	return 1
+}
+
+// weight returns the permits each grant of goroutine g of goroutines
+// takes: its weight in a semaphore workload, or 1.
+func (w workload) weight(g, goroutines int) int {
+	if w.permits == 0 || len(w.weights) == 0 {
+		return 1
+	}
+	return w.weights[g*len(w.weights)/goroutines]
 }
 
 // scaleKey selects the scale part (scale.go): fairlock alone, run after
@@ -148,9 +192,13 @@ func (w workload) pick(rng *rand.Rand, dst []int) []int {
 }
 
 // take takes the locks of names at indexes picked, with lk.lock for one
-// name or lk.lockAll for a multi workload, and returns the function that
-// releases them and the attempts it made (1 for lk.lock).
-func (w workload) take(ctx context.Context, lk locker, names []string, picked []int) (func(context.Context) error, int64, error) {
+// name, lk.lockAll for a multi workload or weight permits with lk.acquire
+// for a semaphore workload, and returns the function that releases them
+// and the attempts it made (1 for lk.lock).
+func (w workload) take(ctx context.Context, lk locker, names []string, picked []int, weight int) (func(context.Context) error, int64, error) {
+	if w.permits > 0 {
+		return lk.acquire(ctx, names[picked[0]], w.permits, weight)
+	}
 	if w.multi[1] == 0 {
 		unlock, err := lk.lock(ctx, names[picked[0]])
 		return unlock, 1, err
@@ -165,11 +213,12 @@ func (w workload) take(ctx context.Context, lk locker, names []string, picked []
 // drive runs goroutines goroutines of w, spread round-robin over lockers,
 // on locks named prefix:0, prefix:1, ..., until ctx ends; ctx must have a
 // deadline. Each loops: lock (one name, or several at once in a multi
-// workload), enter the critical section of each, hold, leave, unlock.
-// Lock takes ctx, or context.Background() when w.background is set, and
-// then so does Unlock. A grant counts when it came before the deadline; a
-// Lock that the deadline ended counts as nothing. drive returns once
-// every goroutine has unlocked and stopped.
+// workload, or its weight of a semaphore's permits), enter the critical
+// section of each, hold, leave, unlock. Lock takes ctx, or
+// context.Background() when w.background is set, and then so does Unlock.
+// A grant counts when it came before the deadline; a Lock that the
+// deadline ended counts as nothing. drive returns once every goroutine
+// has unlocked and stopped.
 func drive(ctx context.Context, w workload, lockers []locker, prefix string, goroutines int) *tally {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -179,9 +228,11 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 	for i := range names {
 		names[i] = fmt.Sprintf("%s:%d", prefix, i)
 	}
-	// inside[i] counts the holders in lock i's critical section: one at
-	// most, or a library broke mutual exclusion.
+	// inside[i] counts the permits held in lock i's critical section, a
+	// holder of a lock holding one: w.capacity() at most, or a library
+	// broke mutual exclusion (or gave out more permits than there are).
 	inside := make([]atomic.Int32, w.names)
+	capacity := int32(w.capacity())
 	t := newTally(goroutines)
 	lockCtx := ctx
 	if w.background {
@@ -192,11 +243,12 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 		lk := lockers[g%len(lockers)]
 		rng := rand.New(rand.NewPCG(uint64(g), uint64(deadline.UnixNano())))
 		picked := make([]int, 0, max(1, w.multi[1])) // the indexes of the locks of a grant
+		weight := w.weight(g, goroutines)
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				picked = w.pick(rng, picked[:0])
 				start := time.Now()
-				unlock, attempts, err := w.take(lockCtx, lk, names, picked)
+				unlock, attempts, err := w.take(lockCtx, lk, names, picked, weight)
 				granted := time.Now()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -204,18 +256,18 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 					}
 					continue
 				}
-				shared := false
+				over := false
 				for _, i := range picked {
-					shared = inside[i].Add(1) != 1 || shared
+					over = inside[i].Add(int32(weight)) > capacity || over
 				}
-				if shared {
+				if over {
 					t.violations.Add(1)
 				}
 				if w.hold > 0 {
 					time.Sleep(w.hold)
 				}
 				for _, i := range picked {
-					inside[i].Add(-1)
+					inside[i].Add(-int32(weight))
 				}
 				if granted.Before(deadline) {
 					t.grant(g, granted.Sub(start), attempts)

@@ -35,6 +35,11 @@ func (c *ctxRecorder) lock(ctx context.Context, _ string) (func(context.Context)
 	}, nil
 }
 
+func (c *ctxRecorder) acquire(ctx context.Context, name string, _, _ int) (func(context.Context) error, int64, error) {
+	unlock, err := c.lock(ctx, name)
+	return unlock, 1, err
+}
+
 func (c *ctxRecorder) lockAll(ctx context.Context, names []string) (func(context.Context) error, int64, error) {
 	unlock, err := c.lock(ctx, names[0])
 	return unlock, 1, err

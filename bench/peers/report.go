@@ -97,49 +97,107 @@ func printWorkload(w io.Writer, wl workload, rows []result) {
 	}
 }
 
-// printSummary prints the headline numbers of each library, one row
-// each, and the cross-process floor's in a row of its own when it ran.
-// fairlock's rates carry its ratio to the best peer, and in hold0 to the
-// floor.
-func (r *report) printSummary(w io.Writer) {
-	fmt.Fprintf(w, "\n## Summary\n\n")
-	fmt.Fprintln(w, "| library | uncontended Lock+Unlock ops/s, context with a deadline | same, context.Background() "+
-		"| commands per uncontended Lock+Unlock | hold 0, 4×4: grants/s | hold 0, 4×4: Jain / max wait "+
-		"| hold 0, 1×16: grants/s | hold 0, 1×16: Jain / max wait | hold 5 ms, 4×4: Jain / max wait "+
-		"| hold 0, 4×4: round trips per grant | hold 0, 4×4: server µs per grant |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	for _, lib := range r.libs {
-		if lib.multiOnly {
-			continue // none of the summary's workloads runs it
-		}
-		cells := []string{lib.name}
-		cells = append(cells, r.cell("uncontended", lib.name, rate))
-		cells = append(cells, r.cell("uncontended-bg", lib.name, rate))
-		commands := r.cell("uncontended", lib.name, commandsPerGrant)
-		if commands == "—" {
-			commands = r.cell("uncontended-bg", lib.name, commandsPerGrant)
-		}
-		cells = append(cells, commands)
-		cells = append(cells, r.cell(hold0Key, lib.name, func(x result) string {
+// A summaryColumn is one column of the summary: a library's result in
+// the first of workloads that it ran, formatted by cell; in the floor's
+// row, floor's cell, or a dash when floor is nil.
+type summaryColumn struct {
+	head      string
+	workloads []string
+	cell      func(result) string
+	floor     func(floorResult) string
+}
+
+// summaryColumns are every column the summary can have, in their order.
+func (r *report) summaryColumns() []summaryColumn {
+	hold0 := []string{hold0Key}
+	return []summaryColumn{
+		{head: "uncontended Lock+Unlock ops/s, context with a deadline", workloads: []string{"uncontended"}, cell: rate},
+		{head: "uncontended Lock+Unlock ops/s, context.Background()", workloads: []string{"uncontended-bg"}, cell: rate},
+		{head: "commands per uncontended Lock+Unlock", workloads: []string{"uncontended", "uncontended-bg"},
+			cell: func(x result) string { return ifGranted(x, "%.2f", x.CommandsPerGrant) }},
+		{head: "hold 0, 4×4: grants/s", workloads: hold0, cell: func(x result) string {
 			if x.Library == "fairlock" && r.Floor != nil && r.Floor.FairlockRatio > 0 {
 				return fmt.Sprintf("%s (%s best peer, %s floor)", group(round(x.GrantsPerSec)), ratio(x.VsBestPeer), ratio(r.Floor.FairlockRatio))
 			}
 			return rate(x)
-		}))
-		cells = append(cells, r.cell(hold0Key, lib.name, jainAndMax))
-		cells = append(cells, r.cell("hold0-1x16", lib.name, rate))
-		cells = append(cells, r.cell("hold0-1x16", lib.name, jainAndMax))
-		cells = append(cells, r.cell("hold5ms", lib.name, jainAndMax))
-		cells = append(cells, r.cell(hold0Key, lib.name, func(x result) string { return ifGranted(x, "%.2f", x.RoundTripsPerGrant) }))
-		cells = append(cells, r.cell(hold0Key, lib.name, func(x result) string { return ifGranted(x, "%.1f", x.ServerUsPerGrant) }))
-		fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+		}, floor: func(f floorResult) string { return group(round(f.HandOversPerSec)) + " hand-overs/s" }},
+		{head: "hold 0, 4×4: Jain / max wait", workloads: hold0, cell: jainAndMax},
+		{head: "hold 0, 1×16: grants/s", workloads: []string{"hold0-1x16"}, cell: rate},
+		{head: "hold 0, 1×16: Jain / max wait", workloads: []string{"hold0-1x16"}, cell: jainAndMax},
+		{head: "hold 5 ms, 4×4: Jain / max wait", workloads: []string{"hold5ms"}, cell: jainAndMax},
+		{head: "hold 0, 4×4: round trips per grant", workloads: hold0,
+			cell:  func(x result) string { return ifGranted(x, "%.2f", x.RoundTripsPerGrant) },
+			floor: func(f floorResult) string { return fmt.Sprintf("%.2f", f.RoundTripsPerHand) }},
+		{head: "hold 0, 4×4: server µs per grant", workloads: hold0,
+			cell:  func(x result) string { return ifGranted(x, "%.1f", x.ServerUsPerGrant) },
+			floor: func(f floorResult) string { return fmt.Sprintf("%.1f", f.ServerUsPerHandOver) }},
+		{head: "many locks: grants/s", workloads: []string{"many"}, cell: rate},
+		{head: "several locks at once: grants/s", workloads: []string{multiKey}, cell: rate},
+		{head: "several locks at once: Jain / max wait", workloads: []string{multiKey}, cell: jainAndMax},
+		{head: "several locks at once: attempts / round trips per grant", workloads: []string{multiKey}, cell: attemptsAndTrips},
+		{head: "semaphore: grants/s", workloads: []string{semaphoreKey}, cell: rate},
+		{head: "semaphore: Jain / max wait", workloads: []string{semaphoreKey}, cell: jainAndMax},
+		{head: "semaphore: attempts / round trips per grant", workloads: []string{semaphoreKey}, cell: attemptsAndTrips},
+		{head: "10,000 waiters: grants/s / never granted", workloads: []string{"waiters"},
+			cell: func(x result) string {
+				return fmt.Sprintf("%s / %s", group(round(x.GrantsPerSec)), group(int64(x.Starved)))
+			}},
 	}
-	if f := r.Floor; f != nil {
-		fmt.Fprintf(w, "| cross-process floor | — | — | — | %s hand-overs/s | — | — | — | — | %.2f | %.1f |\n",
-			group(round(f.HandOversPerSec)), f.RoundTripsPerHand, f.ServerUsPerHandOver)
-		if f.FairlockRatio > 0 {
-			fmt.Fprintf(w, "\n%s; the goal is 0.90× or more.\n", floorLine(*f))
+}
+
+// printSummary prints the headline numbers of each library, one row
+// each, in the columns of the workloads that ran, and the cross-process
+// floor's in a row of its own when it ran and one of its columns is
+// there. fairlock's rates carry its ratio to the best peer, and in hold0
+// to the floor. It prints nothing when no workload of a column ran.
+func (r *report) printSummary(w io.Writer) {
+	var cols []summaryColumn
+	for _, c := range r.summaryColumns() {
+		if slices.ContainsFunc(r.Results, func(x result) bool { return slices.Contains(c.workloads, x.Workload) }) {
+			cols = append(cols, c)
 		}
+	}
+	if len(cols) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## Summary\n\n")
+	head, align := "| library |", "| --- |"
+	for _, c := range cols {
+		head += " " + c.head + " |"
+		align += " ---: |"
+	}
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, align)
+	for _, lib := range r.libs {
+		cells, ran := []string{cmp.Or(lib.label, lib.name)}, false
+		for _, c := range cols {
+			x, ok := r.result(c.workloads, lib.name)
+			if !ok {
+				cells = append(cells, "—")
+				continue
+			}
+			cells = append(cells, c.cell(x))
+			ran = true
+		}
+		if ran {
+			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+		}
+	}
+	f := r.Floor
+	if f == nil || !slices.ContainsFunc(cols, func(c summaryColumn) bool { return c.floor != nil }) {
+		return
+	}
+	cells := []string{"cross-process floor"}
+	for _, c := range cols {
+		if c.floor == nil {
+			cells = append(cells, "—")
+		} else {
+			cells = append(cells, c.floor(*f))
+		}
+	}
+	fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+	if f.FairlockRatio > 0 {
+		fmt.Fprintf(w, "\n%s; the goal is 0.90× or more.\n", floorLine(*f))
 	}
 }
 
@@ -152,17 +210,21 @@ func rate(x result) string {
 	return group(round(x.GrantsPerSec))
 }
 
-func commandsPerGrant(x result) string { return ifGranted(x, "%.2f", x.CommandsPerGrant) }
-
-// cell formats the result of library in workload, or a dash when it did
-// not run.
-func (r *report) cell(workload, library string, format func(result) string) string {
-	for _, x := range r.Results {
-		if x.Workload == workload && x.Library == library {
-			return format(x)
+// result returns the result of library in the first of workloads it ran
+// in, and whether there is one.
+func (r *report) result(workloads []string, library string) (result, bool) {
+	for _, wl := range workloads {
+		for _, x := range r.Results {
+			if x.Workload == wl && x.Library == library {
+				return x, true
+			}
 		}
 	}
-	return "—"
+	return result{}, false
+}
+
+func attemptsAndTrips(x result) string {
+	return fmt.Sprintf("%s / %s", ifGranted(x, "%.2f", x.AttemptsPerGrant), ifGranted(x, "%.2f", x.RoundTripsPerGrant))
 }
 
 func jainAndMax(x result) string {

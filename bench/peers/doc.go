@@ -5,7 +5,10 @@
 // library, followed by a summary of the headline numbers. The workload
 // that takes several names at once, multi, has a fourth row, the atomic
 // try-all: no library's, but the kind of call that sets every name in one
-// script or none, written here (see Several locks at once). Before them, a
+// script or none, written here (see Several locks at once). In the one that
+// shares a semaphore's permits, semaphore, each peer is a counting
+// semaphore built from its locks the way their users build one (see A
+// semaphore). Before them, a
 // ring of bare scripts measures the cross-process floor, the fastest a
 // strict FIFO hand-over between processes goes on the server, which
 // fairlock's contended throughput is set against. A scale part, fairlock
@@ -20,6 +23,7 @@
 //	go run . -workloads floor,uncontended,uncontended-bg,hold0,hold0-1x16
 //	go run . -workloads scale -scale-waiters 1000 -scale-holds 1000
 //	go run . -workloads multi -multi-wait 10ms
+//	go run . -workloads semaphore -semaphore-wait 5ms
 //	go run . -redis redis://127.0.0.1:6379/0
 //
 // With -redis it uses an existing server and only adds keys (lock names
@@ -42,6 +46,8 @@
 //	hold5ms         16 goroutines over 4 clients, sleeping 5 ms while holding
 //	many            64 goroutines over 4 clients, 1,000 names, a random one each time
 //	multi           16 goroutines over 4 clients, 16 names, 2 to 4 of them at once, holding 1 ms
+//	semaphore       16 goroutines over 4 clients, a semaphore of 3 permits, 8 goroutines taking 1
+//	                at a time and 8 taking 2, holding 1 ms
 //	waiters         10,000 goroutines over 4 clients, one name
 //	scale           fairlock alone, run after the others: see The scale part
 //
@@ -73,12 +79,16 @@
 //     fairlock's row, the ratio of fairlock to the best peer.
 //   - Jain: Jain's fairness index of the goroutines' grant counts,
 //     (Σx)²/(n·Σx²): 1 when all got equally many, 1/n when one got all.
+//   - permits/s and weight 2: share of grants, in semaphore only: the
+//     permits the counted grants took, over the measured time; and the
+//     share of the grants that went to the goroutines taking 2 permits at
+//     a time, 0.5 when both weights were served alike.
 //   - starved: goroutines never granted the lock in the run.
 //   - wait p50, p99, max: from the call of Lock to its grant, over the
 //     counted grants.
-//   - attempts/grant, in multi only: the attempts at the whole set of
-//     names that the counted grants took, over the grants (see Several
-//     locks at once).
+//   - attempts/grant, in multi and semaphore only: the attempts at the
+//     whole set of names, or at the permits, that the counted grants
+//     took, over the grants (see Several locks at once, A semaphore).
 //   - round trips/grant: commands and pipelines sent by the clients, counted
 //     by a go-redis hook (ProcessHook and ProcessPipelineHook) on every
 //     client, per grant. A message the server pushes on pub/sub is not a
@@ -102,18 +112,23 @@
 //     first one is printed under the table.
 //   - violations: grants that found another holder inside the critical
 //     section, by an atomic count of holders per lock name (in multi, of
-//     any of the grant's names). Any is a broken mutual exclusion.
+//     any of the grant's names). Any is a broken mutual exclusion. In
+//     semaphore the count is of permits held: a grant that takes it past
+//     the 3 permits is a violation.
 //
 // Round trips and server counters are read at the deadline, so the
 // clean-up of the waits it cut short is not counted.
 //
-// The summary has a row per library: the ops/s of both uncontended
-// workloads, commands per uncontended Lock+Unlock, grants/s and Jain's
-// index with the longest wait in hold0 and hold0-1x16, the same for
-// hold5ms, and round trips and server µs per grant in hold0. fairlock's
-// rates carry its ratio to the best peer's, and in hold0 to the floor. A
-// last row holds the floor: its hand-overs/s, round trips and server µs
-// per hand-over.
+// The summary has a row per library that ran, and the columns of the
+// workloads that ran: the ops/s of both uncontended workloads, commands
+// per uncontended Lock+Unlock, grants/s and Jain's index with the longest
+// wait in hold0 and hold0-1x16, the same for hold5ms, round trips and
+// server µs per grant in hold0; grants/s in many; grants/s, Jain's index
+// with the longest wait, and attempts and round trips per grant in multi
+// and in semaphore; grants/s and goroutines never granted in waiters.
+// fairlock's rates carry its ratio to the best peer's, and in hold0 to
+// the floor. A last row holds the floor, when it ran with hold0: its
+// hand-overs/s, round trips and server µs per hand-over.
 //
 // # The cross-process floor
 //
@@ -258,6 +273,44 @@
 // attempts and 270 server µs per grant; 1,790 at 1 ms (7 attempts, 79
 // µs) and at 2 ms (5.4, 68 µs); 1,660 at 5 ms (3.6, 60 µs); 1,520 at 10
 // ms (2.6, 56 µs); and 1,100 at 50 ms (1.5, 54 µs), with longer waits.
+//
+// # A semaphore
+//
+// In semaphore, 16 goroutines over 4 clients share one semaphore of 3
+// permits: goroutines 0 to 7 take 1 permit at a time, 8 to 15 take 2
+// (each client serves 2 of each), and each holds its permits 1 ms, as in
+// multi. A goroutine's weight is fixed, so that Jain's index over the
+// goroutines shows whether the callers that ask for more are served as
+// often as those that ask for less.
+//
+// fairlock takes them with Client.Semaphore(name, 3).Acquire(ctx, weight)
+// and Release with the context Acquire returned. Its line is strict: a
+// caller whose weight does not fit beside the permits held waits, and
+// nobody who asked after it passes it, even one whose 1 permit would fit;
+// a release grants the callers at the head that now fit and pushes each
+// its grant. It makes one attempt per grant.
+//
+// Neither peer has a semaphore, so each is one built from its locks, as
+// their users build one: 3 lock names, name:0 to name:2, one a permit. A
+// caller tries the names in turn from name:0, once each without waiting
+// (redsync: a NewMutex and TryLockContext; redislock: Obtain without
+// retries), passing over those held, until it holds its weight of them;
+// when too few were free it gives back what it took, so that a weight of
+// 2 takes 2 names or none, waits a random time from 0 to -semaphore-wait
+// and starts again. Each start is an attempt. A name is a lock, held by
+// one caller at a time, so no more than 3 permits are ever out; the
+// violations column checks it.
+//
+// -semaphore-wait (1 ms) is the wait that gave both peers their best
+// throughput, trying 0, 0.5, 1, 2, 5, 10 and 20 ms, two runs each of go
+// run . -workloads semaphore -libs redsync,redislock -semaphore-wait D on
+// a machine with 2 CPUs: about 1,500 to 1,650 grants/s at 1 ms, at 7.6
+// to 9 attempts per grant; 950 to 1,430 without a wait, at 10 to 22;
+// 1,090 to 1,580 at 0.5 ms; and 1,000 to 1,540 from 2 to 20 ms. The runs
+// moved by up to a third between them. A longer wait is fairer, since the
+// callers of 1 permit then barge less often: Jain's index rose from about
+// 0.62 at 1 ms to 0.76 to 0.86 at 20 ms, and the share of the grants of 2
+// permits from about 0.12 to 0.22 to 0.30, at 2 attempts per grant.
 //
 // # The scale part
 //

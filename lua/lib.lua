@@ -630,18 +630,21 @@ end
 -- lease, but no longer than its waiter deadline (as a Mutex's hand-over),
 -- and is told by wake on channel. A head whose weight is above the
 -- capacity (lowered since it joined) is taken out of the line: its next
--- poll tells it why. now is the server's time in ms.
+-- poll tells it why. now is the server's time in ms. Returns how many
+-- waiters it granted.
 local function grant_heads(sk, now, channel)
   local cap = capacity(sk)
   if not cap then
-    return
+    return 0
   end
+  local held = used(sk)
+  local granted = 0
   grant_from_head(sk, now, function(head)
     local owner, _, weight = parse_weighted(head)
     if not owner or weight > cap then
       return 'drop'
     end
-    if used(sk) + weight > cap then
+    if held + weight > cap then
       return 'stop'
     end
     return 'grant'
@@ -649,7 +652,10 @@ local function grant_heads(sk, now, channel)
     local owner, lease, weight, excl = parse_weighted(head)
     local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease, deadline - at), at)
     wake(channel, head, token, at)
+    held = held + weight
+    granted = granted + 1
   end)
+  return granted
 end
 
 -- weighted_hint returns how many ms a waiter of sk should wait before it

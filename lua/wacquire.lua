@@ -138,10 +138,11 @@ end
 
 -- 3. Grant the waiters ahead that now fit (expired holders gave their
 --    weight back), which may be this very entry: then claim it.
-grant_heads(SK, now, channel)
-h = holder(SK, owner)
-if h and h.entry == entry then
-  return claim(h)
+if grant_heads(SK, now, channel) > 0 then
+  h = holder(SK, owner)
+  if h and h.entry == entry then
+    return claim(h)
+  end
 end
 
 -- 4. A caller nobody live is ahead of is granted when its weight fits.

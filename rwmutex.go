@@ -121,9 +121,12 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool) (context.Context,
 		}
 	case !write && writing != nil:
 		// A read level under the write hold: a hold of its own, of the
-		// same owner and token, granted at once.
+		// same owner and token, granted at once. The owner id is shared
+		// with the write hold and with every other read level taken under
+		// it, so the last release of this one must not take the read
+		// levels Redis still counts for them.
 		l := rw.c.engine.Weighted(rw.keys, rw.w, level)
-		h, err := l.Join(ctx, fair.Request{Owner: writing.Owner(), Lease: rw.lease.d, Fixed: rw.lease.fixed})
+		h, err := l.Join(ctx, fair.Request{Owner: writing.Owner(), Lease: rw.lease.d, Fixed: rw.lease.fixed, Shared: true})
 		if err != nil {
 			return nil, err
 		}

@@ -406,3 +406,31 @@ func TestSemaphoreWaiterAboveALoweredCapacityFails(t *testing.T) {
 	require.NoError(t, s.Release(a))
 	e.requireWeightedGone("shrink", queue.KindSemaphore)
 }
+
+func TestRWMutexReadLevelsUnderOneWriteHoldEndApart(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	rw := e.client().RWMutex("apart")
+	for _, downgrade := range []bool{false, true} {
+		wctx, err := rw.Lock(ctx)
+		require.NoError(t, err)
+		// Two read levels taken with the write hold's context: two
+		// holds of one owner.
+		r1, err := rw.RLock(wctx)
+		require.NoError(t, err)
+		r2, err := rw.RLock(wctx)
+		require.NoError(t, err)
+		if downgrade {
+			require.NoError(t, rw.Unlock(wctx))
+		}
+		require.NoError(t, rw.RUnlock(r2))
+		require.NoError(t, r1.Err(), "the other read level goes on")
+		_, err = rw.TryLock(ctx)
+		require.ErrorIs(t, err, fairlock.ErrLocked, "its read level still counts in Redis")
+		require.NoError(t, rw.RUnlock(r1), "downgrade %v", downgrade)
+		if !downgrade {
+			require.NoError(t, rw.Unlock(wctx))
+		}
+		e.requireWeightedGone("apart", queue.KindRWMutex)
+	}
+}

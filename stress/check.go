@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -14,7 +15,8 @@ type violationKind string
 // Kinds of violations. Each is reported only when the recorded times prove
 // it: every time brackets its real event from the caller's side.
 const (
-	overlapped violationKind = "overlap"     // two holds of one lock overlapped
+	overlapped violationKind = "overlap"     // two holds of one lock overlapped (a Mutex's, or a RWMutex's writer and another)
+	overHeld   violationKind = "capacity"    // a Semaphore's holds took more permits at once than it has
 	outOfOrder violationKind = "fifo"        // a waiter was passed by one that joined after it
 	barged     violationKind = "barging"     // a grant without queueing while someone was in line
 	tokenOrder violationKind = "token"       // tokens did not strictly increase in grant order
@@ -42,9 +44,10 @@ func (v violation) String() string {
 	return fmt.Sprintf("%s on %s: %s", v.Kind, v.Lock, v.Detail)
 }
 
-// check verifies a run's history: exclusive holds, FIFO grants, no barging,
-// increasing tokens, every attempt ended, no lease lost, no error; and
-// for MultiLock attempts, all or none of their names held, taken the way
+// check verifies a run's history: exclusive holds (for a Semaphore, no
+// more permits held at once than it has; for a RWMutex, no writer beside
+// another hold), FIFO grants, no barging, increasing tokens, every
+// attempt ended, no lease lost, no error; and for MultiLock attempts, all or none of their names held, taken the way
 // the deployment promises (way): on one server with one ticket, granted
 // every name at once; on a Cluster one name after another, in one order
 // of the names. Each name's line is checked over the Mutex attempts on it
@@ -82,9 +85,10 @@ func check(attempts []attempt, waiterTTL time.Duration, way multiWay) []violatio
 		slices.SortStableFunc(holds, func(x, y *attempt) int {
 			return cmp.Or(x.Granted.Compare(y.Granted), cmp.Compare(x.Token, y.Token))
 		})
-		c.exclusive(holds)
-		c.tokens(holds)
-		c.order(as, holds, waiterTTL)
+		s := scaleOf(as)
+		c.exclusive(holds, s)
+		c.tokens(holds, s)
+		c.order(as, holds, waiterTTL, s)
 	}
 	slices.SortStableFunc(c.found, func(x, y violation) int { return x.At.Compare(y.At) })
 	return c.found
@@ -135,40 +139,114 @@ func certainEnd(a *attempt) time.Time {
 	return a.UnlockStart
 }
 
-// exclusive reports grants observed while an earlier hold had not yet
-// started to unlock. holds are sorted by grant.
-func (c *checker) exclusive(holds []*attempt) {
-	var last *attempt // the hold whose certain end is the latest so far
-	for _, h := range holds {
-		if last != nil && h.Granted.Before(certainEnd(last)) {
+// exclusive reports grants observed while more was certainly held than
+// the lock allows (see scale.sweep): for a Mutex, another hold that had
+// not yet started to unlock; for a RWMutex, a writer beside another hold;
+// for a Semaphore, more permits than it has. holds are sorted by grant.
+func (c *checker) exclusive(holds []*attempt, s scale) {
+	s.sweep(holds, func(h *attempt, used int64, active map[*attempt]int64) {
+		others := make([]*attempt, 0, len(active)-1)
+		for a := range active {
+			if a != h {
+				others = append(others, a)
+			}
+		}
+		slices.SortFunc(others, func(x, y *attempt) int {
+			return cmp.Or(x.Granted.Compare(y.Granted), cmp.Compare(x.Token, y.Token))
+		})
+		switch s.kind {
+		case runSemaphore:
+			held := make([]string, 0, min(len(others), examplesPerKind))
+			for _, a := range others[:min(len(others), examplesPerKind)] {
+				held = append(held, fmt.Sprintf("%s %d (granted %s, token %d, release called %s)",
+					a.Worker, active[a], c.t(a.Granted), a.Token, c.t(a.UnlockStart)))
+			}
+			if len(others) > examplesPerKind {
+				held = append(held, fmt.Sprintf("and %d more", len(others)-examplesPerKind))
+			}
+			c.add(overHeld, h.Lock, h.Granted, "%s was granted %d permit(s) at %s (token %d), %d of the %d permits then held, by it and %s",
+				h.Worker, h.Weight, c.t(h.Granted), h.Token, used, s.capacity, strings.Join(held, ", "))
+		case runRWMutex:
+			// The other hold to name: the writer beside a reader, or
+			// the hold certainly holding the longest.
+			var last *attempt
+			for _, a := range others {
+				if last == nil || !h.Write && active[a] > active[last] ||
+					active[a] == active[last] && certainEnd(a).After(certainEnd(last)) {
+					last = a
+				}
+			}
+			c.add(overlapped, h.Lock, h.Granted, "%s was granted %s at %s (token %d) while %s held %s (granted %s, token %d, %s)",
+				h.Worker, rwLevel(h, "the write lock", "a read lock"), c.t(h.Granted), h.Token,
+				last.Worker, rwLevel(last, "the write lock", "a read lock"), c.t(last.Granted), last.Token, unlockText(c, last))
+		default:
+			var last *attempt // the hold whose certain end is the latest
+			for _, a := range others {
+				if last == nil || certainEnd(a).After(certainEnd(last)) {
+					last = a
+				}
+			}
 			c.add(overlapped, h.Lock, h.Granted, "%s was granted at %s (token %d) while %s held it (granted %s, token %d, unlock called %s)",
 				h.Worker, c.t(h.Granted), h.Token, last.Worker, c.t(last.Granted), last.Token, c.t(last.UnlockStart))
 		}
-		if last == nil || certainEnd(h).After(certainEnd(last)) {
-			last = h
-		}
-	}
+	})
 }
 
-// tokens reports tokens that repeat or go back in grant order. Holds that
-// did not overlap were observed in their real order, so their tokens must
-// strictly increase.
-func (c *checker) tokens(holds []*attempt) {
+// rwLevel returns write for a RWMutex's writer, read for a reader.
+func rwLevel(a *attempt, write, read string) string {
+	if a.Write {
+		return write
+	}
+	return read
+}
+
+// unlockText says when hold a began to end: its Unlock, and a writer's
+// downgrade.
+func unlockText(c *checker, a *attempt) string {
+	s := "unlock called " + c.t(a.UnlockStart)
+	if !a.Downgrade.IsZero() {
+		s = "downgrade called " + c.t(a.Downgrade) + ", " + s
+	}
+	return s
+}
+
+// tokens reports tokens that repeat or go back in grant order. A hold
+// certainly granted before another must have the lower token: one whose
+// Granted came before the other's notBefore (the other was still waiting
+// then), or one that conflicts with the other and began to end before the
+// other's Granted (see prior). For a Mutex, whose holds all conflict,
+// that is every hold granted before that did not overlap it; holds of a
+// Semaphore or readers of a RWMutex may hold at once and be seen granted
+// in either order.
+func (c *checker) tokens(holds []*attempt, s scale) {
 	seen := map[int64]*attempt{}
-	var prev *attempt
-	for _, h := range holds {
-		if h.Token <= 0 {
-			continue // no token read: reported as an error
+	top := make([]*attempt, len(holds)) // top[i]: the highest token of holds[:i+1]
+	p := newPrior(s)
+	for i, h := range holds {
+		p.visit(h)
+		if h.Token > 0 {
+			_, before := p.before(h)
+			// holds[:k] were granted before h's notBefore.
+			k, _ := slices.BinarySearchFunc(holds[:i], notBefore(h), func(a *attempt, t time.Time) int { return a.Granted.Compare(t) })
+			if k > 0 && top[k-1] != nil && (before == nil || top[k-1].Token > before.Token) {
+				before = top[k-1]
+			}
+			if first, ok := seen[h.Token]; ok {
+				c.add(tokenOrder, h.Lock, h.Granted, "token %d granted twice: to %s at %s and to %s at %s",
+					h.Token, first.Worker, c.t(first.Granted), h.Worker, c.t(h.Granted))
+			} else if before != nil && h.Token < before.Token {
+				c.add(tokenOrder, h.Lock, h.Granted, "token went back from %d (%s, granted %s) to %d (%s, granted %s)",
+					before.Token, before.Worker, c.t(before.Granted), h.Token, h.Worker, c.t(h.Granted))
+			}
+			seen[h.Token] = h
 		}
-		if first, ok := seen[h.Token]; ok {
-			c.add(tokenOrder, h.Lock, h.Granted, "token %d granted twice: to %s at %s and to %s at %s",
-				h.Token, first.Worker, c.t(first.Granted), h.Worker, c.t(h.Granted))
-		} else if prev != nil && h.Token < prev.Token {
-			c.add(tokenOrder, h.Lock, h.Granted, "token went back from %d (%s, granted %s) to %d (%s, granted %s)",
-				prev.Token, prev.Worker, c.t(prev.Granted), h.Token, h.Worker, c.t(h.Granted))
+		if h.Token > 0 {
+			top[i] = h
 		}
-		seen[h.Token] = h
-		prev = h
+		if i > 0 && top[i-1] != nil && (top[i] == nil || top[i-1].Token > top[i].Token) {
+			top[i] = top[i-1]
+		}
+		p.add(h)
 	}
 }
 

@@ -20,8 +20,11 @@ type config struct {
 	deploy.Spec        // the deployment; none: the embedded Redis
 	Prefix      string `json:"prefix"` // key prefix of the run
 
-	Kind       string        `json:"kind"`  // runMutex or runMultiLock
-	Names      nameRange     `json:"names"` // names per attempt of the multilock kind
+	Kind       string        `json:"kind"`      // runMutex, runMultiLock, runSemaphore or runRWMutex
+	Names      nameRange     `json:"names"`     // names per attempt of the multilock kind
+	Permits    int64         `json:"permits"`   // capacity of the semaphore kind's semaphores
+	Readers    float64       `json:"readers"`   // fraction of the rwmutex kind's attempts that read
+	Downgrade  float64       `json:"downgrade"` // fraction of the rwmutex kind's writers that downgrade
 	Locks      int           `json:"locks"`
 	Clients    int           `json:"clients"`
 	Goroutines int           `json:"goroutines"`
@@ -77,13 +80,20 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"With -kind multilock each attempt takes several names at once with a\n"+
 			"MultiLock, and the check adds all-or-none, and what the deployment\n"+
 			"promises of how the names are taken: one ticket on one server, granted\n"+
-			"every name at once, or one order of the names on a cluster.\n"+
+			"every name at once, or one order of the names on a cluster. With -kind\n"+
+			"semaphore or rwmutex each attempt takes permits of a Semaphore or the\n"+
+			"read or write lock of a RWMutex, and the check is that no more was held\n"+
+			"at once than the lock allows, with grants in FIFO order.\n"+
 			"Without -redis, -cluster or -sentinel it runs against an embedded Redis.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	c.Spec.Flags(fs, "(default: an embedded Redis)")
-	fs.StringVar(&c.Kind, "kind", runMutex, "`KIND` of attempt: "+runMutex+" (one name each) or "+runMultiLock+" (several at once, see -names)")
+	fs.StringVar(&c.Kind, "kind", runMutex, "`KIND` of attempt: "+runMutex+" (one name each), "+runMultiLock+" (several at once, see -names), "+
+		runSemaphore+" (permits of a Semaphore, see -permits) or "+runRWMutex+" (a RWMutex's read or write lock, see -readers)")
 	fs.Var(&c.Names, "names", "names per attempt of -kind "+runMultiLock+", `N` or LO..HI (uniform), drawn from the -locks names; one name is taken with a Mutex")
+	fs.Int64Var(&c.Permits, "permits", 3, "capacity of each Semaphore of -kind "+runSemaphore+"; each attempt asks for 1 to `N` permits (uniform)")
+	fs.Float64Var(&c.Readers, "readers", 0.7, "fraction of the attempts of -kind "+runRWMutex+" that take the read lock; the others take the write lock")
+	fs.Float64Var(&c.Downgrade, "downgrade", 0.2, "fraction of the writers of -kind "+runRWMutex+" that downgrade: take the read lock under the write hold, then unlock the write lock")
 	fs.IntVar(&c.Locks, "locks", 3, "number of lock names")
 	fs.IntVar(&c.Clients, "clients", 4, "number of fairlock clients, each with its own connections")
 	fs.IntVar(&c.Goroutines, "goroutines", 4, "goroutines per client")
@@ -116,10 +126,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
-	namesSet := false
-	fs.Visit(func(f *flag.Flag) { namesSet = namesSet || f.Name == "names" })
-	if namesSet && c.Kind != runMultiLock {
-		return c, usageError{fmt.Errorf("-names needs -kind %s", runMultiLock)}
+	// Flags of one kind only.
+	needs := map[string]string{"names": runMultiLock, "permits": runSemaphore, "readers": runRWMutex, "downgrade": runRWMutex}
+	var misplaced error
+	fs.Visit(func(f *flag.Flag) {
+		if kind, ok := needs[f.Name]; ok && c.Kind != kind && misplaced == nil {
+			misplaced = fmt.Errorf("-%s needs -kind %s", f.Name, kind)
+		}
+	})
+	if misplaced != nil {
+		return c, usageError{misplaced}
 	}
 	if err := c.validate(); err != nil {
 		return c, usageError{err}
@@ -131,6 +147,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 const (
 	runMutex     = "mutex"     // one name, with a Mutex
 	runMultiLock = "multilock" // several names at once, with a MultiLock
+	runSemaphore = "semaphore" // permits of one name's Semaphore
+	runRWMutex   = "rwmutex"   // the read or the write lock of one name's RWMutex
 )
 
 // Bounds that keep a typo from starting a million goroutines.
@@ -139,6 +157,7 @@ const (
 	maxLocks   = 100000
 	maxProcs   = 64
 	maxReentry = 100
+	maxPermits = 1000
 )
 
 // multiWay returns how the run's MultiLocks take their names: with one
@@ -156,12 +175,18 @@ func (c *config) validate() error {
 		return err
 	}
 	switch {
-	case c.Kind != runMutex && c.Kind != runMultiLock:
-		return fmt.Errorf("-kind %q: want %s or %s", c.Kind, runMutex, runMultiLock)
+	case c.Kind != runMutex && c.Kind != runMultiLock && c.Kind != runSemaphore && c.Kind != runRWMutex:
+		return fmt.Errorf("-kind %q: want %s, %s, %s or %s", c.Kind, runMutex, runMultiLock, runSemaphore, runRWMutex)
 	case c.Locks < 1 || c.Locks > maxLocks:
 		return fmt.Errorf("-locks %d: want 1 to %d", c.Locks, maxLocks)
 	case c.Kind == runMultiLock && (c.Names.Lo < 1 || c.Names.Hi > min(c.Locks, fairlock.MaxMultiNames)):
 		return fmt.Errorf("-names %v: want 1 <= LO <= HI <= -locks %d (and at most %d)", &c.Names, c.Locks, fairlock.MaxMultiNames)
+	case c.Kind == runSemaphore && (c.Permits < 1 || c.Permits > maxPermits):
+		return fmt.Errorf("-permits %d: want 1 to %d", c.Permits, maxPermits)
+	case c.Kind == runRWMutex && !(c.Readers >= 0 && c.Readers <= 1):
+		return fmt.Errorf("-readers %v: want a fraction from 0 to 1", c.Readers)
+	case c.Kind == runRWMutex && !(c.Downgrade >= 0 && c.Downgrade <= 1):
+		return fmt.Errorf("-downgrade %v: want a fraction from 0 to 1", c.Downgrade)
 	case c.Clients < 1 || c.Goroutines < 1:
 		return fmt.Errorf("-clients %d -goroutines %d: want at least 1 each", c.Clients, c.Goroutines)
 	case c.Clients*c.Goroutines > maxWorkers || c.Clients > maxWorkers || c.Goroutines > maxWorkers:

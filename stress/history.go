@@ -61,14 +61,28 @@ type attempt struct {
 	Parts  []part           `json:"parts,omitempty"`
 	Tokens map[string]int64 `json:"tokens,omitempty"`
 
+	// What a Semaphore or RWMutex attempt took (all zero for a Mutex's
+	// and a MultiLock's): the type of lock, runSemaphore or runRWMutex;
+	// a Semaphore's capacity and the permits asked for; whether a
+	// RWMutex's attempt took the write lock (else the read lock); and,
+	// for a writer that downgraded, when it called the Unlock of its
+	// write level, its read level going on until UnlockStart.
+	Type      string    `json:"type,omitempty"`
+	Permits   int64     `json:"permits,omitempty"`
+	Weight    int64     `json:"weight,omitempty"`
+	Write     bool      `json:"write,omitempty"`
+	Downgrade time.Time `json:"downgrade,omitzero"`
+
 	Start       time.Time `json:"start"`                 // Lock or TryLock called
 	Joins       []join    `json:"joins,omitempty"`       // appended to the queue; more than one: it lost its place
 	Kept        time.Time `json:"kept,omitzero"`         // its place in line is certain until then (see keep)
+	Polled      time.Time `json:"polled,omitzero"`       // sent its last poll that left it in line: not granted before then
 	Deadline    time.Time `json:"deadline,omitzero"`     // the wait's context deadline (waiters that may give up)
 	Granted     time.Time `json:"granted,omitzero"`      // Lock returned the hold
 	Token       int64     `json:"token,omitempty"`       // fencing token of the hold
 	Push        float64   `json:"push_ms,omitempty"`     // a pushed hand-over's latency, from the Observer (fairlock.Event.HandOver); 0: not known
 	Depth       int       `json:"depth,omitempty"`       // nested Lock calls made with the held context
+	Refused     int       `json:"refused,omitempty"`     // nested calls refused with ErrWouldDeadlock, as they must be
 	UnlockStart time.Time `json:"unlock_start,omitzero"` // the outer Unlock called
 	UnlockEnd   time.Time `json:"unlock_end,omitzero"`   // the outer Unlock returned
 	Ended       time.Time `json:"ended,omitzero"`        // Lock returned an error (gave up, try failed, error)

@@ -190,13 +190,13 @@ func finalState(ctx context.Context, admin redis.UniversalClient, cfg config, vi
 	all := map[string]string{}
 	settle(ctx, admin, cfg.Prefix, lockNames(cfg.Locks))
 	for _, name := range lockNames(cfg.Locks) {
-		s, err := inspectAfterRun(ctx, admin, cfg.Prefix, name)
+		s, left, err := leftovers(ctx, admin, cfg, name)
 		if err != nil {
 			*violations = append(*violations, violation{Kind: errored, Lock: name, Detail: "inspecting after the run: " + err.Error()})
 			continue
 		}
-		*violations = append(*violations, residue(s)...)
-		all[name] = s.String()
+		*violations = append(*violations, left...)
+		all[name] = s
 	}
 	for _, v := range *violations {
 		if s, ok := all[v.Lock]; ok {

@@ -66,7 +66,7 @@ func (w *worker) multiAttempt(cfg *config, rec recorder) {
 	}
 	p := w.draw(cfg)
 	if n == 1 {
-		w.lockOne(w.mutexes[picked[0]], p, cfg, rec)
+		w.lockMutex(w.mutexes[picked[0]], p, cfg, rec)
 		return
 	}
 	names := make([]string, n)
@@ -94,12 +94,17 @@ func (w *worker) multiAttempt(cfg *config, rec recorder) {
 		tokens[name] = t
 	}
 	w.update(func(a *attempt) { a.Granted, a.Tokens = end, tokens })
-	w.hold(ml, held, func(ictx context.Context) {
-		for name, token := range tokens {
-			if t, err := ml.Token(ictx, name); err != nil || t != token {
-				w.fail("re-entry has token %d of %s (%v), the hold %d", t, name, err, token)
+	w.hold(holding{
+		held: held,
+		nest: reenter(ml),
+		same: func(ictx context.Context) {
+			for name, token := range tokens {
+				if t, err := ml.Token(ictx, name); err != nil || t != token {
+					w.fail("re-entry has token %d of %s (%v), the hold %d", t, name, err, token)
+				}
 			}
-		}
+		},
+		release: ml.Unlock,
 	}, p.holdFor, p.depth)
 }
 

@@ -43,8 +43,12 @@ func queuedSince(a *attempt) (time.Time, bool) {
 // deadline came later). Passing a waiter without joining is barging;
 // after joining, a FIFO violation.
 //
+// The lines of a Semaphore and a RWMutex serve their waiters in the order
+// they joined, as a Mutex's does, and grant several at once when they
+// fit, but passedBy counts with that (see it).
+//
 // holds are sorted by grant. ttl 0 means waiters never lose their place.
-func (c *checker) order(as, holds []*attempt, ttl time.Duration) {
+func (c *checker) order(as, holds []*attempt, ttl time.Duration, s scale) {
 	waiters := byTime(as, queuedSince)
 	since := make([]time.Time, len(waiters))
 	for i, w := range waiters {
@@ -54,7 +58,14 @@ func (c *checker) order(as, holds []*attempt, ttl time.Duration) {
 	for i, w := range waiters {
 		longest = max(longest, keptUntil(w, ttl).Sub(since[i]))
 	}
-	placed := places(holds)
+	placed := places(holds, s)
+	var writers []int64 // the tokens of a RWMutex's writers, in order
+	for _, h := range holds {
+		if h.Write && h.Token > 0 {
+			writers = append(writers, h.Token)
+		}
+	}
+	slices.Sort(writers)
 	for _, g := range holds {
 		if g.Token <= 0 {
 			continue
@@ -70,7 +81,7 @@ func (c *checker) order(as, holds []*attempt, ttl time.Duration) {
 			if w == g || (ttl > 0 && !g.Granted.Before(keptUntil(w, ttl))) {
 				continue
 			}
-			if what := passedBy(c, w, g); what != "" {
+			if what := passedBy(c, w, g, s, writers); what != "" {
 				c.passed(g, placed[g], w, what)
 				break
 			}
@@ -89,38 +100,60 @@ func keptUntil(w *attempt, ttl time.Duration) time.Time {
 }
 
 // passedBy says how grant g passed waiter w, which was certainly in line
-// ahead of it when it was granted, or returns "" if it did not.
-func passedBy(c *checker, w, g *attempt) string {
+// ahead of it when it was granted, or returns "" if it did not:
+//   - w was granted after g: its token is higher. Two readers of a
+//     RWMutex granted together in one batch may have their tokens in any
+//     order, so for them a higher token counts only when a writer's token
+//     lies between the two: a writer is never granted with readers, so
+//     they were granted by different script runs;
+//   - w was never granted;
+//   - w gave up at a deadline after g's grant: it was still in line then.
+//     Only when w and g conflict (see scale): a waiter of a Semaphore or
+//     a reader may have been granted with g or before it and have given
+//     the grant back as it gave up, unseen;
+//   - w sent a poll after g's grant that left it in line: it was still
+//     waiting then, whatever came after.
+func passedBy(c *checker, w, g *attempt, s scale, writers []int64) string {
 	switch {
 	case w.Held():
-		if w.Token > g.Token {
+		if w.Token <= g.Token {
+			break
+		}
+		if s.strict(w, g) {
 			return fmt.Sprintf("it was granted later (token %d > %d)", w.Token, g.Token)
+		}
+		if i, _ := slices.BinarySearch(writers, g.Token+1); i < len(writers) && writers[i] < w.Token {
+			return fmt.Sprintf("it was granted later (token %d > %d), after a writer's grant between them (token %d)", w.Token, g.Token, writers[i])
 		}
 	case w.Outcome == outPending:
 		return "it was never granted"
-	case g.Granted.Before(w.Deadline):
+	case s.conflict(s.weight(w), s.weight(g)) && g.Granted.Before(w.Deadline):
 		return fmt.Sprintf("it was still in line when the other was granted at %s (it gave up at its deadline %s)",
 			c.t(g.Granted), c.t(w.Deadline))
+	}
+	if w.Polled.After(g.Granted) {
+		return fmt.Sprintf("a poll of it sent at %s, after the other was granted at %s, found it still in line",
+			c.t(w.Polled), c.t(g.Granted))
 	}
 	return ""
 }
 
 // places returns when each hold took its place: its last join sent, or,
 // when it never joined, the latest of its start and the certain ends of
-// the holds granted before it (unless it overlapped them: that is
+// the holds that conflict with it and were granted before it (see
+// prior): for a Mutex every one, unless it overlapped them (that is
 // reported already, and proves nothing about order).
-func places(holds []*attempt) map[*attempt]time.Time {
+func places(holds []*attempt, s scale) map[*attempt]time.Time {
 	placed := make(map[*attempt]time.Time, len(holds))
-	var before time.Time // latest certain end of the holds so far
+	p := newPrior(s)
 	for _, h := range holds {
-		p := h.Entered()
-		if len(h.Joins) == 0 && before.After(p) && !before.After(h.Granted) {
-			p = before
+		p.visit(h)
+		at := h.Entered()
+		if before, _ := p.before(h); len(h.Joins) == 0 && before.After(at) {
+			at = before
 		}
-		placed[h] = p
-		if e := certainEnd(h); e.After(before) {
-			before = e
-		}
+		placed[h] = at
+		p.add(h)
 	}
 	return placed
 }

@@ -73,7 +73,14 @@ func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr
 				rng:    rand.New(rand.NewPCG(cfg.Seed, uint64(ci)<<20|uint64(g))),
 			}
 			for _, n := range names {
-				w.mutexes = append(w.mutexes, c.Mutex(n))
+				switch cfg.Kind {
+				case runSemaphore:
+					w.sems = append(w.sems, c.Semaphore(n, cfg.Permits))
+				case runRWMutex:
+					w.rws = append(w.rws, c.RWMutex(n))
+				default:
+					w.mutexes = append(w.mutexes, c.Mutex(n))
+				}
 			}
 			p.workers = append(p.workers, w)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"container/heap"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,7 +19,7 @@ type report struct {
 	Redis       string  `json:"redis"`
 	Prefix      string  `json:"prefix"`
 	Seed        uint64  `json:"seed"`
-	Kind        string  `json:"kind"`            // what each attempt took: runMutex or runMultiLock
+	Kind        string  `json:"kind"`            // what each attempt took: runMutex, runMultiLock, runSemaphore or runRWMutex
 	Names       string  `json:"names,omitempty"` // names per attempt of the multilock kind, "LO..HI"
 	Workload    string  `json:"workload"`
 	Elapsed     float64 `json:"elapsed_s"`
@@ -33,6 +34,7 @@ type report struct {
 	Handover      latencyStats      `json:"handover_ms"` // previous holder's Unlock to the grant of a queued waiter
 	Push          latencyStats      `json:"push_ms"`     // a pushed hand-over in Redis to the push reaching the waiter (Observer's estimate)
 	Fairness      fairness          `json:"fairness"`
+	Weighted      *weightedSums     `json:"weighted,omitempty"`          // the semaphore and rwmutex kinds
 	Pause         float64           `json:"longest_pause_ms"`            // longest time in which no client saw anything happen
 	Commands      *commandSums      `json:"redis_commands,omitempty"`    // nil: not known, see CommandsNA
 	CommandsNA    string            `json:"redis_commands_na,omitempty"` // why Commands is nil
@@ -56,6 +58,19 @@ type fairness struct {
 	MaxGrants     int     `json:"max_grants"`
 	LargestWait   float64 `json:"largest_wait_ms"`
 	LargestWaitBy string  `json:"largest_wait_by,omitempty"`
+}
+
+// weightedSums describes the holds of the semaphore and rwmutex kinds.
+type weightedSums struct {
+	Permits    int64 `json:"permits,omitempty"`    // a Semaphore's capacity
+	Reads      int   `json:"reads,omitempty"`      // granted read holds of a RWMutex
+	Writes     int   `json:"writes,omitempty"`     // granted write holds
+	Downgrades int   `json:"downgrades,omitempty"` // write holds that downgraded
+	Refused    int   `json:"refused"`              // nested calls refused with ErrWouldDeadlock, as they must be
+	// MostHeld is the most a lock certainly held at once (see
+	// scale.sweep): permits of a Semaphore, holds of a RWMutex (readers,
+	// when more than one).
+	MostHeld int64 `json:"most_held"`
 }
 
 // commandSums counts the Redis commands the run cost: those the primaries
@@ -137,6 +152,9 @@ func buildReport(cfg config, redis string, attempts []attempt, vs []violation, e
 	if cfg.Kind == runMultiLock {
 		r.Names = cfg.Names.String()
 	}
+	if cfg.Kind == runSemaphore || cfg.Kind == runRWMutex {
+		r.Weighted = weighted(cfg, attempts, byLock)
+	}
 	r.Wait = latency(waits)
 	r.Pause = ms(longestPause(attempts))
 	r.Handover = latency(handovers(byLock))
@@ -188,24 +206,79 @@ func longestPause(attempts []attempt) time.Duration {
 	return longest
 }
 
-// handovers returns, for every grant to a waiter that was queued when the
-// previous holder started to unlock, the time from that Unlock to the
-// grant.
+// handovers returns, for every grant to a waiter that was queued when
+// the last hold granted before it began to end before the grant (its
+// Unlock called, or a writer's downgrade), the time from that to the
+// grant. For a Mutex the hold before is the one granted just before.
 func handovers(byLock map[string][]*attempt) []time.Duration {
 	var out []time.Duration
 	for _, holds := range byLock {
 		slices.SortFunc(holds, func(x, y *attempt) int { return x.Granted.Compare(y.Granted) })
-		for i := 1; i < len(holds); i++ {
-			prev, h := holds[i-1], holds[i]
-			if len(h.Joins) == 0 || prev.UnlockStart.IsZero() || !h.Joins[len(h.Joins)-1].Answered.Before(prev.UnlockStart) {
-				continue
+		var ends timeHeap  // when the holds visited began to end, not yet passed
+		var last time.Time // the latest of those passed
+		for _, h := range holds {
+			for len(ends) > 0 && !ends[0].After(h.Granted) {
+				last = heap.Pop(&ends).(time.Time)
 			}
-			if d := h.Granted.Sub(prev.UnlockStart); d >= 0 {
-				out = append(out, d)
+			if n := len(h.Joins); n > 0 && !last.IsZero() && h.Joins[n-1].Answered.Before(last) {
+				out = append(out, h.Granted.Sub(last))
+			}
+			for _, t := range []time.Time{h.Downgrade, h.UnlockStart} {
+				if !t.IsZero() {
+					heap.Push(&ends, t)
+				}
 			}
 		}
 	}
 	return out
+}
+
+// timeHeap is a min-heap of times.
+type timeHeap []time.Time
+
+func (q timeHeap) Len() int           { return len(q) }
+func (q timeHeap) Less(i, j int) bool { return q[i].Before(q[j]) }
+func (q timeHeap) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *timeHeap) Push(x any)        { *q = append(*q, x.(time.Time)) }
+func (q *timeHeap) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// weighted sums up the holds of the semaphore and rwmutex kinds, and the
+// most each lock certainly held at once (byLock: the holds of each name).
+func weighted(cfg config, attempts []attempt, byLock map[string][]*attempt) *weightedSums {
+	w := &weightedSums{}
+	if cfg.Kind == runSemaphore {
+		w.Permits = cfg.Permits
+	}
+	for i := range attempts {
+		a := &attempts[i]
+		w.Refused += a.Refused
+		switch {
+		case !a.Held() || a.Type != runRWMutex:
+		case a.Write:
+			w.Writes++
+			if !a.Downgrade.IsZero() {
+				w.Downgrades++
+			}
+		default:
+			w.Reads++
+		}
+	}
+	for _, holds := range byLock {
+		slices.SortStableFunc(holds, func(x, y *attempt) int {
+			return cmp.Or(x.Granted.Compare(y.Granted), cmp.Compare(x.Token, y.Token))
+		})
+		most, mostHolds := scaleOf(holds).sweep(holds, nil)
+		if cfg.Kind == runRWMutex {
+			most = mostHolds
+		}
+		w.MostHeld = max(w.MostHeld, most)
+	}
+	return w
 }
 
 // fill computes Jain's index of the grants per worker:
@@ -252,7 +325,8 @@ func workload(c config) string {
 		length = fmt.Sprintf("%d attempts", c.Ops)
 	}
 	kind := ""
-	if c.Kind == runMultiLock {
+	switch c.Kind {
+	case runMultiLock:
 		way := "one ticket each"
 		if c.multiWay() == oneByOne {
 			way = "one name after another"
@@ -261,6 +335,10 @@ func workload(c config) string {
 			way = "one: a Mutex; more: " + way
 		}
 		kind = fmt.Sprintf("%s of %v names (%s) among ", runMultiLock, &c.Names, way)
+	case runSemaphore:
+		kind = fmt.Sprintf("semaphores of %d permits (1 to %d per attempt) on ", c.Permits, c.Permits)
+	case runRWMutex:
+		kind = fmt.Sprintf("rwmutexes (%.0f%% of attempts read, %.0f%% of writers downgrade) on ", 100*c.Readers, 100*c.Downgrade)
 	}
 	return fmt.Sprintf("%s%d locks, %d clients × %d goroutines %s, %s; hold %v, re-entry up to %d, "+
 		"give-up %.0f%% (after %v), TryLock %.0f%%, lease %v, waiter TTL %v",
@@ -290,6 +368,14 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 		fmt.Fprintf(&b, " %d %s", r.Outcomes[o], o)
 	}
 	fmt.Fprintf(&b, "\n             %d re-entries; %d waiters lost their place and joined again\n", r.Reentries, r.Rejoined)
+	if w := r.Weighted; w != nil {
+		if r.Kind == runSemaphore {
+			fmt.Fprintf(&b, "holds:       at most %d of the %d permits held at once; %d re-entries refused (ErrWouldDeadlock)\n", w.MostHeld, w.Permits, w.Refused)
+		} else {
+			fmt.Fprintf(&b, "holds:       %d read, %d write (%d downgraded); at most %d holds at once; %d upgrades refused (ErrWouldDeadlock)\n",
+				w.Reads, w.Writes, w.Downgrades, w.MostHeld, w.Refused)
+		}
+	}
 	fmt.Fprintf(&b, "throughput:  %.0f grants/s\n", r.GrantsPerSec)
 	fmt.Fprintf(&b, "wait:        %s (Lock call to grant)\n", r.Wait)
 	fmt.Fprintf(&b, "hand-over:   %s (Unlock called to the next waiter's grant)\n", r.Handover)

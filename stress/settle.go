@@ -51,11 +51,12 @@ func settle(ctx context.Context, rdb redis.UniversalClient, prefix string, names
 	}
 }
 
-// inspectAfterRun inspects one lock, again up to inspectRetries times
-// while the inspection fails with a connection error.
-func inspectAfterRun(ctx context.Context, rdb redis.UniversalClient, prefix, name string) (queue.Snapshot, error) {
+// inspectAfterRun inspects one lock on rdb with read, again up to
+// inspectRetries times while the inspection fails with a connection
+// error.
+func inspectAfterRun[S any](ctx context.Context, rdb redis.UniversalClient, read func(context.Context) (S, error)) (S, error) {
 	for i := 0; ; i++ {
-		s, err := inspect(ctx, rdb, prefix, name)
+		s, err := read(ctx)
 		if err == nil || i == inspectRetries || !connectionError(err) {
 			return s, err
 		}

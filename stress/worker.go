@@ -15,10 +15,14 @@ import (
 // worker is one goroutine making attempts, one after the other, on the
 // locks of its client.
 type worker struct {
-	id      string
-	client  *fairlock.Client  // the worker's client
-	mutexes []*fairlock.Mutex // one per lock name, of the worker's client
-	rng     *rand.Rand        // used by the worker's goroutine only
+	id     string
+	client *fairlock.Client // the worker's client
+	// One handle per lock name, of the worker's client, of the run's kind:
+	// Mutexes (the mutex and multilock kinds), Semaphores or RWMutexes.
+	mutexes []*fairlock.Mutex
+	sems    []*fairlock.Semaphore
+	rws     []*fairlock.RWMutex
+	rng     *rand.Rand // used by the worker's goroutine only
 
 	mu        sync.Mutex
 	cur       *attempt // the attempt in progress; guarded by mu
@@ -111,19 +115,51 @@ func (w *worker) draw(cfg *config) plan {
 
 // attempt makes one attempt of the run's kind.
 func (w *worker) attempt(cfg *config, rec recorder) {
-	if cfg.Kind == runMultiLock {
+	switch cfg.Kind {
+	case runMultiLock:
 		w.multiAttempt(cfg, rec)
-		return
+	case runSemaphore:
+		w.semaphoreAttempt(cfg, rec)
+	case runRWMutex:
+		w.rwAttempt(cfg, rec)
+	default:
+		m := w.mutexes[w.rng.IntN(len(w.mutexes))]
+		w.lockMutex(m, w.draw(cfg), cfg, rec)
 	}
-	m := w.mutexes[w.rng.IntN(len(w.mutexes))]
-	w.lockOne(m, w.draw(cfg), cfg, rec)
 }
 
-// lockOne makes one attempt on m: TryLock or Lock (maybe with a short
+// single is a lock of one name as an attempt takes it: a Mutex, a
+// Semaphore's permits, or a RWMutex's read or write lock.
+type single interface {
+	locker
+	Unlock(ctx context.Context) error
+	Token(ctx context.Context) (int64, error)
+	Name() string
+}
+
+var _ single = (*fairlock.Mutex)(nil)
+
+// lockMutex makes one attempt on m: TryLock or Lock (maybe with a short
 // deadline), then, when granted, re-enters the hold, keeps it for a while
 // and unlocks every level.
-func (w *worker) lockOne(m *fairlock.Mutex, p plan, cfg *config, rec recorder) {
-	if !w.begin(&attempt{Worker: w.id, Lock: m.Name(), Kind: p.kind, Outcome: outPending}) {
+func (w *worker) lockMutex(m *fairlock.Mutex, p plan, cfg *config, rec recorder) {
+	w.lockOne(m, attempt{}, p, cfg, rec, func(held context.Context, token int64) {
+		w.hold(holding{
+			held:    held,
+			nest:    reenter(m),
+			same:    w.sameToken(m, token),
+			release: m.Unlock,
+		}, p.holdFor, p.depth)
+	})
+}
+
+// lockOne makes one attempt on l, recorded from a (its description of a
+// Semaphore's or RWMutex's attempt; empty for a Mutex's): the call of its
+// plan, then, when granted, keep with the held context and the hold's
+// token, which holds the lock and unlocks it.
+func (w *worker) lockOne(l single, a attempt, p plan, cfg *config, rec recorder, keep func(held context.Context, token int64)) {
+	a.Worker, a.Lock, a.Kind, a.Outcome = w.id, l.Name(), p.kind, outPending
+	if !w.begin(&a) {
 		return
 	}
 	defer w.finish(rec)
@@ -133,27 +169,38 @@ func (w *worker) lockOne(m *fairlock.Mutex, p plan, cfg *config, rec recorder) {
 		case fairlock.Queued:
 			w.update(func(a *attempt) { a.Joins = append(a.Joins, join{Sent: wall(e.Sent), Answered: wall(e.Answered)}) })
 		case fairlock.Polled:
-			w.update(func(a *attempt) { a.keep(wall(e.Sent), wall(e.Answered), cfg.WaiterTTL, &broken) })
+			w.update(func(a *attempt) {
+				a.keep(wall(e.Sent), wall(e.Answered), cfg.WaiterTTL, &broken)
+				a.Polled = wall(e.Sent)
+			})
 		case fairlock.Granted:
 			if e.HandOver > 0 {
 				w.update(func(a *attempt) { a.Push = ms(e.HandOver) })
 			}
 		}
 	})
-	held, end := w.call(ctx, p, m)
+	held, end := w.call(ctx, p, l)
 	if held == nil {
 		return
 	}
-	token, err := m.Token(held)
+	token, err := l.Token(held)
 	w.update(func(a *attempt) { a.Granted, a.Token = end, token })
 	if err != nil {
 		w.fail("token: %v", err)
 	}
-	w.hold(m, held, func(ictx context.Context) {
-		if t, err := m.Token(ictx); err != nil || t != token {
+	keep(held, token)
+}
+
+// sameToken returns the check of a nested level of a hold of l whose
+// token is token: the level's context carries that token.
+func (w *worker) sameToken(l interface {
+	Token(context.Context) (int64, error)
+}, token int64) func(context.Context) {
+	return func(ictx context.Context) {
+		if t, err := l.Token(ictx); err != nil || t != token {
 			w.fail("re-entry has token %d (%v), the hold %d", t, err, token)
 		}
-	}, p.holdFor, p.depth)
+	}
 }
 
 // locker is what an attempt calls: a Mutex or a MultiLock.
@@ -218,14 +265,41 @@ func (w *worker) failed(p plan, end time.Time, err error) {
 	})
 }
 
-// hold keeps a granted lock (a Mutex's, or a MultiLock's): depth nested
-// Lock calls with the held context, each of which sameTokens checks
-// carries the hold's tokens, a sleep of d (cut short if the hold ends),
-// the nested Unlocks, then the outer Unlock.
-func (w *worker) hold(m interface {
+// holding is a granted lock as the hold step keeps it.
+type holding struct {
+	held context.Context // the context Lock returned
+	// nest takes one more level of the hold with the held context: it
+	// returns the level's context and the call that gives it back. nil:
+	// the hold is not re-entered.
+	nest    func(held context.Context) (context.Context, func(context.Context) error, error)
+	same    func(context.Context)       // checks the tokens a nested level's context carries
+	release func(context.Context) error // the outer Unlock
+	// downgrade, when set, takes a read level with the held context (a
+	// RWMutex's writer): the hold step then unlocks the write level with
+	// release, keeps the read level for the second half of the hold time,
+	// and gives it back with the returned call.
+	downgrade func(held context.Context) (context.Context, func(context.Context) error, error)
+}
+
+// reenter returns the nesting of a hold of l: one more Lock with the
+// held context, given back with Unlock.
+func reenter(l interface {
 	Lock(context.Context) (context.Context, error)
 	Unlock(context.Context) error
-}, held context.Context, sameTokens func(context.Context), d time.Duration, depth int) {
+}) func(context.Context) (context.Context, func(context.Context) error, error) {
+	return func(held context.Context) (context.Context, func(context.Context) error, error) {
+		ictx, err := l.Lock(held)
+		return ictx, l.Unlock, err
+	}
+}
+
+// hold keeps a granted lock (a Mutex's, a MultiLock's, a Semaphore's
+// permits, a RWMutex's read or write lock): depth nested levels taken
+// with the held context, each of which h.same checks carries the hold's
+// tokens, a sleep of d (cut short if the hold ends), the nested Unlocks,
+// a downgrade when h has one, then the outer Unlock.
+func (w *worker) hold(h holding, d time.Duration, depth int) {
+	held := h.held
 	lost := func(err error) bool {
 		if errors.Is(err, fairlock.ErrLeaseLost) {
 			w.update(func(a *attempt) { a.LeaseLost = true })
@@ -233,9 +307,13 @@ func (w *worker) hold(m interface {
 		}
 		return false
 	}
-	inner := make([]context.Context, 0, depth)
-	for range depth {
-		ictx, err := m.Lock(held)
+	type level struct {
+		ctx    context.Context
+		unlock func(context.Context) error
+	}
+	var inner []level
+	for i := 0; i < depth && h.nest != nil; i++ {
+		ictx, unlock, err := h.nest(held)
 		if err != nil {
 			// A hold whose lease was lost fails re-entry with its
 			// context's error: one event, reported once.
@@ -244,20 +322,27 @@ func (w *worker) hold(m interface {
 			}
 			break
 		}
-		sameTokens(ictx)
-		inner = append(inner, ictx)
+		h.same(ictx)
+		inner = append(inner, level{ictx, unlock})
 	}
 	w.update(func(a *attempt) { a.Depth = len(inner) })
 
+	if h.downgrade != nil {
+		d /= 2 // the other half is held as a reader
+	}
 	pause.For(held, d) // the hold time, cut short if the hold is lost
 	lost(context.Cause(held))
 	for i := len(inner) - 1; i >= 0; i-- {
-		if err := m.Unlock(inner[i]); err != nil && !lost(err) {
+		if err := inner[i].unlock(inner[i].ctx); err != nil && !lost(err) {
 			w.fail("nested unlock: %v", err)
 		}
 	}
+	last, release := held, h.release
+	if h.downgrade != nil {
+		last, release = w.downgrade(h, d, lost)
+	}
 	w.update(func(a *attempt) { a.UnlockStart = wall(time.Now()) })
-	err := m.Unlock(held)
+	err := release(last)
 	w.update(func(a *attempt) {
 		a.UnlockEnd = wall(time.Now())
 		a.Outcome = outGranted
@@ -265,6 +350,36 @@ func (w *worker) hold(m interface {
 	if err != nil && !lost(err) {
 		w.fail("unlock: %v", err)
 	}
+}
+
+// downgrade takes the read level of h under its write hold, unlocks the
+// write level (recording when), and keeps the read level for d. It
+// returns the context whose hold the outer Unlock then ends and that
+// Unlock: the read level's, or the write hold's when the read level
+// could not be taken.
+func (w *worker) downgrade(h holding, d time.Duration, lost func(error) bool) (context.Context, func(context.Context) error) {
+	rctx, runlock, err := h.downgrade(h.held)
+	if err != nil {
+		if !lost(err) && !lost(context.Cause(h.held)) {
+			w.fail("read level under the write hold: %v", err)
+		}
+		return h.held, h.release
+	}
+	h.same(rctx)
+	w.update(func(a *attempt) { a.Downgrade = wall(time.Now()) })
+	if err := h.release(h.held); err != nil && !lost(err) {
+		w.fail("unlock of the write level: %v", err)
+	}
+	switch {
+	case h.held.Err() == nil:
+		w.fail("the write hold's context goes on after its last Unlock")
+	case rctx.Err() != nil && !lost(context.Cause(rctx)):
+		w.fail("the read level ended with the write level: %v", context.Cause(rctx))
+	}
+	h.same(rctx) // the read level keeps the write hold's token
+	pause.For(rctx, d)
+	lost(context.Cause(rctx))
+	return rctx, runlock
 }
 
 // steps is the context key of an attempt's record of its own waiting

@@ -77,8 +77,8 @@ func writeSVG(out io.Writer, attempts []attempt, locks []string, vs []violation)
 		svgLeft+svgPlot+svgRight, height)
 	b.WriteString(`<rect width="100%" height="100%" fill="white"/>` + "\n")
 	fmt.Fprintf(&b, `<text x="10" y="16" font-size="14">fairlock stress: holds per worker, %d attempts, %d violations</text>`+"\n", len(attempts), len(vs))
-	fmt.Fprintf(&b, `<text x="%d" y="16" text-anchor="end" fill="#555">bar: grant to Unlock returned · thin line: waiting · dark tick: gave up · red line: violation · time since the first call</text>`+"\n",
-		svgLeft+svgPlot)
+	fmt.Fprintf(&b, `<text x="%d" y="16" text-anchor="end" fill="#555">bar: grant to Unlock returned%s · thin line: waiting · dark tick: gave up · red line: violation · time since the first call</text>`+"\n",
+		svgLeft+svgPlot, barKey(attempts))
 	legend(&b, locks, colour)
 	axis(&b, total, len(workers), x, from)
 	for i, w := range workers {
@@ -112,8 +112,24 @@ func writeSVG(out io.Writer, attempts []attempt, locks []string, vs []violation)
 			stripes(&b, a, y, x, colour, end)
 			continue
 		}
-		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%d" fill="%s"><title>%s held %s, token %d, %v</title></rect>`+"\n",
-			x(a.Granted), y, max(x(end)-x(a.Granted), 0.5), svgBar, c, esc(a.Worker), esc(a.Lock), a.Token, end.Sub(a.Granted))
+		what := esc(a.Lock)
+		switch {
+		case a.Type == runSemaphore:
+			what = fmt.Sprintf("%d of the %d permits of %s", a.Weight, a.Permits, esc(a.Lock))
+		case a.Type == runRWMutex && a.Write:
+			what = "the write lock of " + esc(a.Lock)
+		case a.Type == runRWMutex:
+			what = "a read lock of " + esc(a.Lock)
+		}
+		from := a.Granted
+		if !a.Downgrade.IsZero() {
+			fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%d" fill="%s"><title>%s held %s, token %d, %v, then downgraded</title></rect>`+"\n",
+				x(from), y, max(x(a.Downgrade)-x(from), 0.5), svgBar, c, esc(a.Worker), what, a.Token, a.Downgrade.Sub(from))
+			from, what = a.Downgrade, "a read lock of "+esc(a.Lock)+" (downgraded)"
+		}
+		h := barHeight(a)
+		fmt.Fprintf(&b, `<rect x="%.2f" y="%.1f" width="%.2f" height="%.1f" fill="%s"><title>%s held %s, token %d, %v</title></rect>`+"\n",
+			x(from), y+svgBar-h, max(x(end)-x(from), 0.5), h, c, esc(a.Worker), what, a.Token, end.Sub(from))
 	}
 	for i, v := range vs {
 		if i == svgMaxV || v.At.IsZero() {
@@ -127,6 +143,20 @@ func writeSVG(out io.Writer, attempts []attempt, locks []string, vs []violation)
 	return err
 }
 
+// barHeight returns the height of the bar of a hold: all of the row's
+// for a Mutex's and a RWMutex's writer, a share as large as its permits
+// for a Semaphore's, and a low one for a reader (or what a writer keeps
+// after its downgrade).
+func barHeight(a *attempt) float64 {
+	switch {
+	case a.Type == runSemaphore && a.Permits > 0:
+		return max(svgBar*float64(a.Weight)/float64(a.Permits), 1)
+	case a.Type == runRWMutex && (!a.Write || !a.Downgrade.IsZero()):
+		return svgBar * 0.4
+	}
+	return svgBar
+}
+
 // stripes draws the holds of a granted MultiLock attempt on its row, y: a
 // stripe per name, coloured by lock, from the grant of the name to end.
 func stripes(b *strings.Builder, a *attempt, y float64, x func(time.Time) float64, colour map[string]string, end time.Time) {
@@ -138,6 +168,19 @@ func stripes(b *strings.Builder, a *attempt, y float64, x func(time.Time) float6
 		fmt.Fprintf(b, `<rect x="%.2f" y="%.2f" width="%.2f" height="%.2f" fill="%s"><title>%s held %s, token %d, %v, in its MultiLock of %s</title></rect>`+"\n",
 			x(p.Granted), y+h*float64(i), max(x(end)-x(p.Granted), 0.5), h, cmp.Or(colour[p.Name], "gray"), esc(a.Worker), esc(p.Name), p.Token, end.Sub(p.Granted), esc(a.Lock))
 	}
+}
+
+// barKey says what the height of a bar shows, when it shows anything.
+func barKey(attempts []attempt) string {
+	for i := range attempts {
+		switch attempts[i].Type {
+		case runSemaphore:
+			return ", its height the permits held"
+		case runRWMutex:
+			return " (tall: the write lock, low: a read lock)"
+		}
+	}
+	return ""
 }
 
 // legend draws a coloured box per lock.

@@ -67,3 +67,27 @@ func TestNaturalCompareOrdersNumbersByValue(t *testing.T) {
 	assert.Zero(t, naturalCompare("p0/c1", "p0/c1"))
 	assert.Negative(t, naturalCompare("p0", "p0/c1"))
 }
+
+func TestTimelineDrawsWeightsAndDowngrades(t *testing.T) {
+	h := cleanRWMutexHistory() // one writer downgraded: two bars
+	var b bytes.Buffer
+	require.NoError(t, writeSVG(&b, h, []string{"a"}, nil))
+	svg := b.String()
+	counts := countSVGElements(t, bytes.NewReader(b.Bytes()))
+	holds := 0
+	for _, a := range h {
+		if a.Held() {
+			holds++
+		}
+	}
+	assert.Equal(t, 1+1+holds+1, counts["rect"])
+	assert.Contains(t, svg, "(tall: the write lock, low: a read lock)")
+	assert.Contains(t, svg, "X held the write lock of a, token 3, 1.5ms, then downgraded")
+	assert.Contains(t, svg, "X held a read lock of a (downgraded), token 3, 2.5ms")
+	assert.Contains(t, svg, `height="4.0" fill="hsl(0,65%,48%)"><title>R1 held a read lock of a`)
+
+	b.Reset()
+	require.NoError(t, writeSVG(&b, cleanSemaphoreHistory(), []string{"a"}, nil))
+	assert.Contains(t, b.String(), "its height the permits held")
+	assert.Contains(t, b.String(), `height="6.7" fill="hsl(0,65%,48%)"><title>B held 2 of the 3 permits of a`)
+}

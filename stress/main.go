@@ -12,6 +12,15 @@
 // with one ticket in every name's line, granted every name at once; on a
 // cluster one after another, all MultiLocks in one order of the names.
 //
+// With -kind semaphore each attempt takes 1 to -permits permits of a
+// name's Semaphore, and with -kind rwmutex the read lock (a fraction
+// -readers of the attempts) or the write lock of its RWMutex, a writer
+// sometimes downgrading (-downgrade). The check weighs the holds as the
+// library does: never more permits held at once than a Semaphore has,
+// never a writer beside another hold, grants in the order of the line
+// (the readers granted together in one batch in any order), and the same
+// tokens, waiters and leftovers as for a Mutex.
+//
 // Usage:
 //
 //	go run ./stress                                   # embedded Redis, ~10 s
@@ -22,6 +31,8 @@
 //	go run ./stress -procs 3 -svg timeline.svg        # workers in 3 processes
 //	go run ./stress -kind multilock -names 2..4 -locks 8
 //	                                                  # MultiLocks of 2 to 4 names
+//	go run ./stress -kind semaphore -permits 3        # Semaphores of 3 permits
+//	go run ./stress -kind rwmutex -readers 0.7        # RWMutexes, 70% of attempts reading
 //	go run ./stress -json -history attempts.jsonl     # for machines
 //
 // A run uses keys under a random prefix of its own ("fairlock-stress-..."),

@@ -42,6 +42,7 @@ func runWeighted(t *testing.T, args ...string) (report, []attempt, string) {
 }
 
 func TestSemaphoreRunOnEmbeddedRedisFindsNoViolation(t *testing.T) {
+	redistest.Slow(t)
 	r, as, svg := runWeighted(t, "-kind", "semaphore", "-permits", "3")
 	assert.Equal(t, runSemaphore, r.Kind)
 	assert.Contains(t, r.Workload, "semaphores of 3 permits (1 to 3 per attempt) on 2 locks")
@@ -62,6 +63,7 @@ func TestSemaphoreRunOnEmbeddedRedisFindsNoViolation(t *testing.T) {
 }
 
 func TestRWMutexRunOnEmbeddedRedisFindsNoViolation(t *testing.T) {
+	redistest.Slow(t)
 	r, as, _ := runWeighted(t, "-kind", "rwmutex", "-readers", "0.7", "-downgrade", "0.3")
 	assert.Equal(t, runRWMutex, r.Kind)
 	assert.Contains(t, r.Workload, "rwmutexes (70% of attempts read, 30% of writers downgrade)")

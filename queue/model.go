@@ -37,13 +37,11 @@ type Model struct {
 	srv *Server // the server the lock lives on: its clock, its other locks
 	key string  // the hash key P:{N}, which the lists of tickets name
 
-	hold      *HoldState            // the hash P:{N}; nil when the lock is free
-	queue     []string              // the list P:{N}:queue, oldest first
-	deadlines map[string]int64      // the zset P:{N}:deadline: entry -> ms
-	lastToken int64                 // the counter P:{N}:token: the latest token; 0 when gone
-	tokenEnd  int64                 // when lastToken > 0: server time (ms) at which the counter expires
-	receipts  map[string]Receipt    // the keys P:{N}:call:<id>, by call id
-	tickets   map[string]TicketList // the lists P:{N}:ticket:<waiter id>, by waiter id
+	hold     *HoldState            // the hash P:{N}; nil when the lock is free
+	line                           // the list P:{N}:queue and the zset P:{N}:deadline
+	counter                        // the counter P:{N}:token
+	receipts receipts              // the keys P:{N}:call:<id>, by call id
+	tickets  map[string]TicketList // the lists P:{N}:ticket:<waiter id>, by waiter id
 }
 
 // HoldState is the hold of a lock: the fields of its hash and its expiry.
@@ -106,14 +104,8 @@ func (m *Model) expire() {
 	if m.hold != nil && m.hold.ExpiresAt != 0 && now >= m.hold.ExpiresAt {
 		m.hold = nil
 	}
-	if m.lastToken > 0 && now >= m.tokenEnd {
-		m.lastToken, m.tokenEnd = 0, 0
-	}
-	for call, r := range m.receipts {
-		if now >= r.ExpiresAt {
-			delete(m.receipts, call)
-		}
-	}
+	m.counter.expire(now)
+	m.receipts.expire(now)
 	for id, l := range m.tickets {
 		if l.ExpiresAt != 0 && now >= l.ExpiresAt {
 			delete(m.tickets, id)
@@ -174,46 +166,6 @@ func (m *Model) pttl() int64 {
 	return m.hold.ExpiresAt - m.srv.now
 }
 
-// lrem is LREM queue 1 entry: the oldest occurrence of entry leaves the
-// queue.
-func (m *Model) lrem(entry string) {
-	if i := slices.Index(m.queue, entry); i >= 0 {
-		m.queue = slices.Delete(m.queue, i, i+1)
-	}
-}
-
-// popHead is LPOP queue followed by ZREM deadline head.
-func (m *Model) popHead() string {
-	head := m.queue[0]
-	m.queue = m.queue[1:]
-	delete(m.deadlines, head)
-	return head
-}
-
-// join puts entry at the end of the line with the waiter deadline
-// deadline, or, for an entry already in line, moves its deadline there (a
-// heartbeat). It returns the entry's place in line when it joined (1 for
-// the head), 0 for a heartbeat.
-func (m *Model) join(entry string, deadline int64) int {
-	place := 0
-	if _, queued := m.deadlines[entry]; !queued {
-		m.queue = append(m.queue, entry)
-		place = len(m.queue)
-	}
-	m.deadlines[entry] = deadline
-	return place
-}
-
-// leave takes entry out of the line: out of the deadline set, and, when it
-// was there, out of the queue (the only step whose cost grows with the
-// line, paid once by a waiter that gives up).
-func (m *Model) leave(entry string) {
-	if _, queued := m.deadlines[entry]; queued {
-		delete(m.deadlines, entry)
-		m.lrem(entry)
-	}
-}
-
 // pollHint returns how many ms a waiter in the lines of locks should wait
 // before it polls again: right after the first of their holds expires
 // (expiry publishes nothing), and at least three times per waiter TTL
@@ -250,47 +202,23 @@ func parseEntry(entry string) (owner string, lease int64, ok bool) {
 	return sub[2], lease, true
 }
 
-// prune drops waiters from the head of the queue while the head has no
-// deadline, a deadline at or before now, is malformed, or is a ticket
-// whose list this lock kept is gone (expired with its waiter), and returns
-// the live head and its deadline; ok is false when the queue is empty.
-// Dead waiters further back stay until they reach the head.
+// prune is lib.lua's prune on the lock's line: it drops waiters from the
+// head while the head is dead (see line.prune), a ticket whose list this
+// lock kept being dead once that list is gone (expired with its waiter),
+// and returns the live head and its deadline; ok is false when the line is
+// empty.
 func (m *Model) prune() (head string, deadline int64, ok bool) {
-	for len(m.queue) > 0 {
-		head := m.queue[0]
-		deadline, has := m.deadlines[head]
-		_, _, wellFormed := parseEntry(head)
-		if has && deadline > m.srv.now && wellFormed && (!isTicket(head) || m.hasTicket(head)) {
-			return head, deadline, true
-		}
-		m.popHead()
-	}
-	return "", 0, false
+	return m.line.prune(m.srv.now, func(head string) bool { return !isTicket(head) || m.hasTicket(head) })
 }
 
-// tokensPerMs is how many fencing tokens one millisecond of the server's
-// clock is worth: a fresh grant's token is at least now * tokensPerMs.
-const tokensPerMs = 1000
-
 // take makes owner the holder of the free lock under a fresh fencing
-// token, records the entry it was given to, and lets the hold expire
-// after ttl ms. It returns the token: max(counter + 1, now *
-// tokensPerMs), which becomes the counter. The clock term keeps tokens
-// rising when the counter is lost or stale (a restart without
-// persistence, a failover), as long as the clock moves forward.
-//
-// The counter expires with the hold it was taken for, ttl ms from now,
-// but never sooner than 1 ms from now: while fewer than tokensPerMs
-// grants come in one ms (as on a real server), every token issued at now
-// is below (now + 1) * tokensPerMs, so a grant that finds the counter
-// gone, at now + 1 or later, takes a higher token from the clock alone.
+// token (counter.next), records the entry it was given to, and lets the
+// hold expire after ttl ms. It returns the token.
 func (m *Model) take(owner, entry string, ttl int64) int64 {
-	now := m.srv.now
-	m.lastToken = max(m.lastToken+1, now*tokensPerMs)
-	m.tokenEnd = now + max(ttl, 1)
-	m.hold = &HoldState{Owner: owner, Count: 1, Token: m.lastToken, Entry: entry}
+	token := m.counter.next(m.srv.now, ttl)
+	m.hold = &HoldState{Owner: owner, Count: 1, Token: token, Entry: entry}
 	m.expireHold(ttl)
-	return m.lastToken
+	return token
 }
 
 // handOver gives the free lock to the live head of the queue, if any. The
@@ -321,10 +249,7 @@ func (m *Model) handOver(own string) string {
 	owner, lease, _ := parseEntry(head)
 	now := m.srv.now
 	token := m.take(owner, head, min(lease, deadline-now))
-	msg := head + " " + strconv.FormatInt(token, 10)
-	if Timed(head) {
-		msg += " " + strconv.FormatInt(now*1000, 10) // the model's clock has ms only
-	}
+	msg := wakeMessage(head, token, now)
 	if own != "" && TagOf(head) == own {
 		return msg
 	}

@@ -115,10 +115,7 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 
 // reentered writes the receipt of a re-entry and answers granted.
 func (m *Model) reentered(call string, token int64, count int) Reply {
-	m.receipts[call] = Receipt{
-		Answer:    strconv.FormatInt(token, 10) + ":" + strconv.Itoa(count),
-		ExpiresAt: m.srv.now + m.srv.receiptTTL,
-	}
+	m.receipts.keep(call, strconv.FormatInt(token, 10)+":"+strconv.Itoa(count), m.srv.now, m.srv.receiptTTL)
 	return Reply{Granted: true, Token: token, Count: count}
 }
 
@@ -176,7 +173,7 @@ func (m *Model) ReleaseFrom(call, owner, own string, lease int64) Released {
 	if wake != "" {
 		answer += " " + wake
 	}
-	m.receipts[call] = Receipt{Answer: answer, ExpiresAt: m.srv.now + m.srv.receiptTTL}
+	m.receipts.keep(call, answer, m.srv.now, m.srv.receiptTTL)
 	return Released{Count: count, Wake: wake}
 }
 

@@ -45,11 +45,11 @@ func (s *Server) Lock(key string) *Model {
 	m, ok := s.locks[key]
 	if !ok {
 		m = &Model{
-			srv:       s,
-			key:       key,
-			deadlines: map[string]int64{},
-			receipts:  map[string]Receipt{},
-			tickets:   map[string]TicketList{},
+			srv:      s,
+			key:      key,
+			line:     newLine(),
+			receipts: receipts{},
+			tickets:  map[string]TicketList{},
 		}
 		s.locks[key] = m
 	}

@@ -1,0 +1,149 @@
+package queue
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+)
+
+// The parts of a lock's state that every kind of lock keeps alike, a
+// Mutex (Model) and a weighted lock (WeightedModel): its line of waiters
+// and their deadlines, its fencing counter, and the receipts of its calls.
+// Their helpers are those of lua/lib.lua of the same names.
+
+// line is a lock's line: the list P:{N}:queue and the zset
+// P:{N}:deadline. Neither key expires; a dead waiter stays until a script
+// finds it at the head.
+type line struct {
+	queue     []string         // oldest first
+	deadlines map[string]int64 // entry -> server time (ms) by which it must poll again
+}
+
+func newLine() line { return line{deadlines: map[string]int64{}} }
+
+// lrem is LREM queue 1 entry: the oldest occurrence of entry leaves the
+// queue.
+func (l *line) lrem(entry string) {
+	if i := slices.Index(l.queue, entry); i >= 0 {
+		l.queue = slices.Delete(l.queue, i, i+1)
+	}
+}
+
+// popHead is LPOP queue followed by ZREM deadline head.
+func (l *line) popHead() string {
+	head := l.queue[0]
+	l.queue = l.queue[1:]
+	delete(l.deadlines, head)
+	return head
+}
+
+// join puts entry at the end of the line with the waiter deadline
+// deadline, or, for an entry already in line, moves its deadline there (a
+// heartbeat). It returns the entry's place in line when it joined (1 for
+// the head), 0 for a heartbeat.
+func (l *line) join(entry string, deadline int64) int {
+	place := 0
+	if _, queued := l.deadlines[entry]; !queued {
+		l.queue = append(l.queue, entry)
+		place = len(l.queue)
+	}
+	l.deadlines[entry] = deadline
+	return place
+}
+
+// leave takes entry out of the line: out of the deadline set, and, when it
+// was there, out of the queue (the only step whose cost grows with the
+// line, paid once by a waiter that gives up).
+func (l *line) leave(entry string) {
+	if _, queued := l.deadlines[entry]; queued {
+		delete(l.deadlines, entry)
+		l.lrem(entry)
+	}
+}
+
+// prune drops waiters from the head of the line while the head has no
+// deadline, a deadline at or before now, is malformed, or is not alive
+// (alive says whether a well-formed head lives on: a ticket whose list is
+// gone is dead), and returns the live head and its deadline; ok is false
+// when the line is empty. Dead waiters further back stay until they reach
+// the head.
+func (l *line) prune(now int64, alive func(head string) bool) (head string, deadline int64, ok bool) {
+	for len(l.queue) > 0 {
+		head := l.queue[0]
+		deadline, has := l.deadlines[head]
+		_, _, wellFormed := parseEntry(head)
+		if has && deadline > now && wellFormed && alive(head) {
+			return head, deadline, true
+		}
+		l.popHead()
+	}
+	return "", 0, false
+}
+
+// clone returns a copy of the line.
+func (l *line) clone() line {
+	return line{queue: slices.Clone(l.queue), deadlines: maps.Clone(l.deadlines)}
+}
+
+// counter is a lock's fencing counter, the key P:{N}:token: the latest
+// token, and when the key expires.
+type counter struct {
+	lastToken int64 // 0 when the key is gone
+	tokenEnd  int64 // when lastToken > 0: server time (ms) at which the key expires
+}
+
+// tokensPerMs is how many fencing tokens one millisecond of the server's
+// clock is worth: a fresh grant's token is at least now * tokensPerMs.
+const tokensPerMs = 1000
+
+// next draws a fresh token for a hold that lasts ttl ms from now (the
+// server's time in ms), as next_token does: max(counter + 1, now *
+// tokensPerMs), which becomes the counter. The clock term keeps tokens
+// rising when the counter is lost or stale (a restart without
+// persistence, a failover), as long as the clock moves forward.
+//
+// The counter expires with the hold it was taken for, ttl ms from now,
+// but never sooner than 1 ms from now: while fewer than tokensPerMs
+// grants come in one ms (as on a real server), every token issued at now
+// is below (now + 1) * tokensPerMs, so a grant that finds the counter
+// gone, at now + 1 or later, takes a higher token from the clock alone.
+func (c *counter) next(now, ttl int64) int64 {
+	c.lastToken = max(c.lastToken+1, now*tokensPerMs)
+	c.tokenEnd = now + max(ttl, 1)
+	return c.lastToken
+}
+
+// expire drops the counter once the clock reaches its expiry.
+func (c *counter) expire(now int64) {
+	if c.lastToken > 0 && now >= c.tokenEnd {
+		c.lastToken, c.tokenEnd = 0, 0
+	}
+}
+
+// receipts are the keys P:{N}:call:<id> of a lock, by call id.
+type receipts map[string]Receipt
+
+// keep is keep_receipt: answer is kept under call for ttl ms from now.
+func (r receipts) keep(call, answer string, now, ttl int64) {
+	r[call] = Receipt{Answer: answer, ExpiresAt: now + ttl}
+}
+
+// expire drops the receipts whose expiry the clock has reached.
+func (r receipts) expire(now int64) {
+	for call, rc := range r {
+		if now >= rc.ExpiresAt {
+			delete(r, call)
+		}
+	}
+}
+
+// wakeMessage is the wake message of a grant to entry under token at now
+// (ms), as wake writes it: "<entry> <token>", followed by " <time in µs>"
+// for an entry that is Timed (the model's clock has ms only).
+func wakeMessage(entry string, token, now int64) string {
+	msg := entry + " " + strconv.FormatInt(token, 10)
+	if Timed(entry) {
+		msg += " " + strconv.FormatInt(now*1000, 10)
+	}
+	return msg
+}

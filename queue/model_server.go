@@ -18,8 +18,9 @@ import (
 type Server struct {
 	now        int64
 	receiptTTL int64
-	locks      map[string]*Model // by hash key; a lock is made when first named
-	published  []Wake            // wake messages not yet drained, oldest first
+	locks      map[string]*Model         // by hash key; a lock is made when first named
+	weighted   map[string]*WeightedModel // weighted locks, by hash key P:{N}:<kind>; made when first named
+	published  []Wake                    // wake messages not yet drained, oldest first
 }
 
 // Wake is a wake message, and the lock on whose wake channels it was
@@ -37,7 +38,7 @@ func NewServer(now, receiptTTL int64) *Server {
 	if receiptTTL <= 0 {
 		panic("queue: NewServer with a receipt TTL that is not positive")
 	}
-	return &Server{now: now, receiptTTL: receiptTTL, locks: map[string]*Model{}}
+	return &Server{now: now, receiptTTL: receiptTTL, locks: map[string]*Model{}, weighted: map[string]*WeightedModel{}}
 }
 
 // Lock returns the model of the lock whose hash key is key (its Keys.Lock).
@@ -56,6 +57,17 @@ func (s *Server) Lock(key string) *Model {
 	return m
 }
 
+// Weighted returns the model of the weighted lock (a Semaphore, a
+// RWMutex) whose hash key is key (its Keys.Lock, made by Weighted).
+func (s *Server) Weighted(key string) *WeightedModel {
+	w, ok := s.weighted[key]
+	if !ok {
+		w = &WeightedModel{srv: s, key: key, leases: map[string]int64{}, line: newLine(), receipts: receipts{}}
+		s.weighted[key] = w
+	}
+	return w
+}
+
 // locksOf returns the models of the locks whose hash keys are keys, in
 // that order.
 func (s *Server) locksOf(keys []string) []*Model {
@@ -70,7 +82,8 @@ func (s *Server) locksOf(keys []string) []*Model {
 func (s *Server) Now() int64 { return s.now }
 
 // Advance lets d ms pass. In every lock, holds, token counters, receipts
-// and tickets' lists whose expiry is reached are gone; nothing else
+// and tickets' lists whose expiry is reached are gone, and so are the
+// hashes and holders sets of weighted locks; nothing else
 // happens, in particular nobody is told that a hold expired, and dead
 // waiters stay in line until a script prunes them.
 func (s *Server) Advance(d int64) {
@@ -80,6 +93,9 @@ func (s *Server) Advance(d int64) {
 	s.now += d
 	for _, m := range s.locks {
 		m.expire()
+	}
+	for _, w := range s.weighted {
+		w.expire()
 	}
 }
 

@@ -603,6 +603,19 @@ local function keep_alive(sk, now)
   end
 end
 
+-- in_use reports whether anything holds sk or waits for it: a lease or a
+-- waiter deadline after now (keep_alive's rule). The hash can outlive
+-- both: a renewal never moves the keys' expiry earlier (see wrenew.lua),
+-- so after one that shortened the last lease the hash stays until the
+-- lease's old end; and a real server keeps a key through the millisecond
+-- of its expiry. The capacity it holds then is left over, and not in
+-- force: the next grant stores its caller's.
+local function in_use(sk, now)
+  local after = string.format('(%d', now)
+  return redis.call('ZCOUNT', sk.holders, after, '+inf') > 0 or
+    redis.call('ZCOUNT', sk.deadline, after, '+inf') > 0
+end
+
 -- set_lease makes owner's hold last ttl ms from now.
 local function set_lease(sk, owner, ttl, now)
   redis.call('ZADD', sk.holders, now + math.max(ttl, 1), owner)

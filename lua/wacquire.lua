@@ -120,8 +120,11 @@ if mode == 'reenter' then
   return finish({0, 0, 0})
 end
 
--- 2. The capacity: stored by the first grant that finds none.
+-- 2. The capacity: stored by the first grant that finds none in force.
 local cap = capacity(SK)
+if cap and not in_use(SK, now) then
+  cap = nil
+end
 local waiting = redis.call('ZSCORE', SK.deadline, entry)
 if cap and weight > cap then
   leave(SK, entry)

@@ -266,3 +266,35 @@ func TestAWeightedWaiterThatGivesUpUnblocksTheLine(t *testing.T) {
 	require.True(t, gave)
 	require.Zero(t, r.used())
 }
+
+// A renewal never moves the keys' expiry earlier, so one that shortens
+// the last lease leaves the hash, with its capacity, until the lease's
+// old end. Once that lease is over nothing holds or waits: the capacity
+// left over is not in force. A resize stores nothing, and a caller that
+// believes in another capacity is granted and stores its own, where it
+// was refused with ErrPermits.
+func TestACapacityLeftOverByARenewalIsNotInForce(t *testing.T) {
+	r := newWeightedRig(t, queue.KindSemaphore, 3)
+	ctx := context.Background()
+	_, a := r.take("a", queue.ModeTry, permits(1))
+	require.True(t, a.Granted)
+	ok, err := lua.ReadFlag(lua.WRenew(r.k, "a", 1).Run(ctx, r.rdb))
+	require.NoError(t, err)
+	require.True(t, ok)
+	end, err := r.rdb.ZScore(ctx, r.k.Holders, "a").Result()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		now, err := r.rdb.Time(ctx).Result()
+		return err == nil && now.UnixMilli() > int64(end)
+	}, 5*time.Second, time.Millisecond, "the lease ends on the server's clock")
+	require.Equal(t, "3", r.rdb.HGet(ctx, r.k.Lock, "permits").Val(), "left over")
+
+	before, err := lua.ReadCount(lua.Classic.WResize(r.k, 5).Run(ctx, r.rdb))
+	require.NoError(t, err)
+	require.Zero(t, before, "no capacity was in force")
+	other := *r
+	other.capacity = 2
+	_, b := other.take("b", queue.ModeTry, permits(2))
+	require.True(t, b.Granted)
+	require.Equal(t, "2", r.rdb.HGet(ctx, r.k.Lock, "permits").Val(), "the grant stored its caller's capacity")
+}

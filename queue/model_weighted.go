@@ -200,6 +200,23 @@ func (w *WeightedModel) zrem(owner string) {
 	}
 }
 
+// inUse is in_use: whether a lease or a waiter deadline runs past now.
+// The hash may outlive both (a renewal never moves its expiry earlier);
+// the capacity it holds is then left over, and not in force.
+func (w *WeightedModel) inUse() bool {
+	for _, end := range w.leases {
+		if end > w.srv.now {
+			return true
+		}
+	}
+	for _, d := range w.deadlines {
+		if d > w.srv.now {
+			return true
+		}
+	}
+	return false
+}
+
 // setLease is set_lease: owner's hold lasts ttl ms from now (at least 1).
 func (w *WeightedModel) setLease(owner string, ttl int64) {
 	w.leases[owner] = w.srv.now + max(ttl, 1)

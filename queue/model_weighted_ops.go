@@ -99,8 +99,10 @@ func (w *WeightedModel) Acquire(call, owner, entry string, lease, waiterTTL int6
 		return Reply{}, nil
 	}
 
-	// 2. The capacity: stored by the first grant that finds none.
+	// 2. The capacity: stored by the first grant that finds none in force
+	// (one left over while nothing holds or waits is not; see inUse).
 	stored, ok := w.capacity()
+	ok = ok && w.inUse()
 	_, waiting := w.deadlines[entry]
 	switch {
 	case ok && weight > stored:
@@ -235,11 +237,11 @@ func (w *WeightedModel) Cancel(owner, entry string) bool {
 // least 1), and the waiters from the head that now fit are granted.
 // Holders above a lowered capacity keep their weights; a waiter above it
 // leaves the line when it reaches the head. It returns the capacity stored
-// before, or 0 when none was: then nothing is stored.
+// before, or 0 when none was in force (see inUse): then nothing is stored.
 func (w *WeightedModel) Resize(permits int64) int64 {
 	w.pruneHolders()
 	before, ok := w.capacity()
-	if !ok {
+	if !ok || !w.inUse() {
 		return 0
 	}
 	w.hash.capacity = permits

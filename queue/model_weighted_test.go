@@ -252,3 +252,25 @@ func TestWeightedModelKeysExpireWithTheLastLeaseOrDeadline(t *testing.T) {
 	assert.Zero(t, s.Capacity, "gone with b's lease")
 	assert.Empty(t, s.Leases)
 }
+
+// A renewal that shortens the last lease leaves the hash (and the
+// capacity in it) until the lease's old end. Once the lease is over,
+// nothing holds or waits, and that capacity is not in force: a caller
+// that believes in another one is granted and stores its own, and a
+// resize stores nothing.
+func TestWeightedModelCapacityLeftOverByARenewalIsNotInForce(t *testing.T) {
+	l := newWLock(t, semCap)
+	require.True(t, l.take(1, "a", ModeTry, permitsOf(1)).Granted)
+	require.True(t, l.m.Renew("a", 10))
+	l.m.Advance(10)
+	s := l.m.State()
+	require.Equal(t, int64(semCap), s.Capacity, "left over")
+	assert.Equal(t, int64(t0+mLease), s.HashEnd)
+	assert.Zero(t, l.m.Resize(5), "nothing in force")
+	other := *l
+	other.capacity = 2
+	rep, err := other.acquire(2, "b", ModeTry, permitsOf(2))
+	require.NoError(t, err)
+	assert.True(t, rep.Granted)
+	assert.Equal(t, int64(2), l.m.State().Capacity)
+}

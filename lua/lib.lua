@@ -643,8 +643,10 @@ end
 -- lease, but no longer than its waiter deadline (as a Mutex's hand-over),
 -- and is told by wake on channel. A head whose weight is above the
 -- capacity (lowered since it joined) is taken out of the line: its next
--- poll tells it why. now is the server's time in ms. Returns how many
--- waiters it granted.
+-- poll tells it why. So is a head whose owner holds already (under
+-- another entry): an owner's one record cannot keep two holds, whose
+-- weights would both be counted in 'used' and only one given back. now
+-- is the server's time in ms. Returns how many waiters it granted.
 local function grant_heads(sk, now, channel)
   local cap = capacity(sk)
   if not cap then
@@ -654,7 +656,7 @@ local function grant_heads(sk, now, channel)
   local granted = 0
   grant_from_head(sk, now, function(head)
     local owner, _, weight = parse_weighted(head)
-    if not owner or weight > cap then
+    if not owner or weight > cap or redis.call('HEXISTS', sk.hold, 'o:' .. owner) == 1 then
       return 'drop'
     end
     if held + weight > cap then

@@ -28,7 +28,9 @@
 --                         since the caller's handle read it)
 --   FAIRLOCK UPGRADE      a write re-entry of an owner that only reads:
 --                         it would wait for its own read hold
---   FAIRLOCK HELD         a fresh call of an owner that holds already
+--   FAIRLOCK HELD         a fresh call of an owner that holds already,
+--                         or that came to hold under another of its
+--                         entries, granted on the way
 --
 -- A grant is claimed by a call under the entry it was given to (a
 -- hand-over, or a reply that was lost), and a re-entry leaves a receipt,
@@ -140,11 +142,17 @@ if not cap then
 end
 
 -- 3. Grant the waiters ahead that now fit (expired holders gave their
---    weight back), which may be this very entry: then claim it.
+--    weight back), which may be this very entry: then claim it. An owner
+--    granted under another of its entries holds already.
 if grant_heads(SK, now, channel) > 0 then
   h = holder(SK, owner)
   if h and h.entry == entry then
     return claim(h)
+  end
+  if h then
+    leave(SK, entry)
+    keep_alive(SK, now)
+    return finish(redis.error_reply('FAIRLOCK HELD the owner holds this lock already'))
   end
 end
 

@@ -278,15 +278,7 @@ func TestACapacityLeftOverByARenewalIsNotInForce(t *testing.T) {
 	ctx := context.Background()
 	_, a := r.take("a", queue.ModeTry, permits(1))
 	require.True(t, a.Granted)
-	ok, err := lua.ReadFlag(lua.WRenew(r.k, "a", 1).Run(ctx, r.rdb))
-	require.NoError(t, err)
-	require.True(t, ok)
-	end, err := r.rdb.ZScore(ctx, r.k.Holders, "a").Result()
-	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		now, err := r.rdb.Time(ctx).Result()
-		return err == nil && now.UnixMilli() > int64(end)
-	}, 5*time.Second, time.Millisecond, "the lease ends on the server's clock")
+	r.leaseEnds("a")
 	require.Equal(t, "3", r.rdb.HGet(ctx, r.k.Lock, "permits").Val(), "left over")
 
 	before, err := lua.ReadCount(lua.Classic.WResize(r.k, 5).Run(ctx, r.rdb))
@@ -297,4 +289,65 @@ func TestACapacityLeftOverByARenewalIsNotInForce(t *testing.T) {
 	_, b := other.take("b", queue.ModeTry, permits(2))
 	require.True(t, b.Granted)
 	require.Equal(t, "2", r.rdb.HGet(ctx, r.k.Lock, "permits").Val(), "the grant stored its caller's capacity")
+}
+
+// leaseEnds renews owner's hold to a lease of 1 ms and waits until it has
+// ended on the server's clock (no script has run since: its weight is
+// still counted).
+func (r *weightedRig) leaseEnds(owner string) {
+	r.t.Helper()
+	ctx := context.Background()
+	ok, err := lua.ReadFlag(lua.WRenew(r.k, owner, 1).Run(ctx, r.rdb))
+	require.NoError(r.t, err)
+	require.True(r.t, ok)
+	end, err := r.rdb.ZScore(ctx, r.k.Holders, owner).Result()
+	require.NoError(r.t, err)
+	require.Eventually(r.t, func() bool {
+		now, err := r.rdb.Time(ctx).Result()
+		return err == nil && now.UnixMilli() > int64(end)
+	}, 5*time.Second, time.Millisecond, "the lease ends on the server's clock")
+}
+
+// An owner's one record keeps one hold. Two waiting calls of one owner
+// (fairlock makes an owner per hold, but a caller may reuse one): the
+// release grants the first, and the second, whose owner now holds, leaves
+// the line and is refused at its poll, where it was granted too, its
+// permits counted in 'used' and never given back.
+func TestAnOwnerIsGrantedOneHoldThoughTwoOfItsCallsWait(t *testing.T) {
+	r := newWeightedRig(t, queue.KindSemaphore, 3)
+	_, h := r.take("h", queue.ModeWait, permits(3))
+	require.True(t, h.Granted)
+	first, rep := r.take("x", queue.ModeWait, permits(1))
+	require.False(t, rep.Granted)
+	second, rep := r.take("x", queue.ModeWait, permits(1))
+	require.False(t, rep.Granted)
+	require.Equal(t, []string{first, second}, r.line())
+
+	require.Equal(t, 0, r.release("h", permits(3)))
+	require.Equal(t, first, r.woken())
+	require.EqualValues(t, 1, r.used())
+	require.Empty(t, r.line(), "the second call left the line")
+	_, err := r.acquire("x", second, queue.ModeWait, permits(1))
+	require.ErrorIs(t, err, errs.ErrWouldDeadlock)
+	require.Equal(t, 0, r.release("x", permits(1)))
+	require.Zero(t, r.used())
+}
+
+// A fresh call whose own grant_heads grants the owner's waiting call (a
+// lease ran out unannounced) finds its owner holding: it is refused, where
+// it was granted a second hold under the same record.
+func TestAFreshCallOfAnOwnerGrantedOnTheWayIsRefused(t *testing.T) {
+	r := newWeightedRig(t, queue.KindSemaphore, 3)
+	_, h := r.take("h", queue.ModeWait, permits(3))
+	require.True(t, h.Granted)
+	waiting, rep := r.take("x", queue.ModeWait, permits(1))
+	require.False(t, rep.Granted)
+	r.leaseEnds("h")
+
+	_, err := r.acquire("x", r.entry("x", permits(1)), queue.ModeTry, permits(1))
+	require.ErrorIs(t, err, errs.ErrWouldDeadlock)
+	require.Equal(t, waiting, r.woken(), "the waiting call was granted on the way")
+	require.EqualValues(t, 1, r.used())
+	require.Equal(t, 0, r.release("x", permits(1)))
+	require.Zero(t, r.used())
 }

@@ -294,8 +294,9 @@ func (w *WeightedModel) grant(owner, entry string, weight int64, excl bool, ttl 
 // line, oldest first, as long as each one's weight fits beside the
 // weights held; the first that does not fit stops it (nobody passes it).
 // Each holds for its lease, but no longer than its waiter deadline, and is
-// told by a wake message. A head whose weight is above the capacity, or
-// whose entry is not a weighted one, leaves the line.
+// told by a wake message. A head whose weight is above the capacity, whose
+// entry is not a weighted one, or whose owner holds already (under another
+// entry: its one record cannot keep two holds) leaves the line.
 func (w *WeightedModel) grantHeads() {
 	capacity, ok := w.capacity()
 	if !ok {
@@ -308,8 +309,9 @@ func (w *WeightedModel) grantHeads() {
 			return
 		}
 		owner, lease, weight, excl, ok := parseWeighted(head)
+		_, holds := w.holder(owner)
 		switch {
-		case !ok || weight > capacity:
+		case !ok || weight > capacity || holds:
 			w.leave(head)
 		case w.used()+weight > capacity:
 			return

@@ -15,7 +15,7 @@ const (
 	RefusePermits = "PERMITS" // a fresh caller whose capacity is not the stored one
 	RefuseTooBig  = "TOOBIG"  // a weight above the stored capacity
 	RefuseUpgrade = "UPGRADE" // a write re-entry of an owner that only reads
-	RefuseHeld    = "HELD"    // a fresh call of an owner that holds already
+	RefuseHeld    = "HELD"    // a fresh call of an owner that holds already, or came to hold under another entry
 )
 
 // Refusal is an acquire that a weighted lock refused: the error reply of
@@ -117,10 +117,16 @@ func (w *WeightedModel) Acquire(call, owner, entry string, lease, waiterTTL int6
 	}
 
 	// 3. Grant the waiters ahead that now fit (expired holders gave their
-	// weight back), which may be this very entry: then claim it.
+	// weight back), which may be this very entry: then claim it. An owner
+	// granted under another of its entries holds already.
 	w.grantHeads()
-	if h, ok := w.holder(owner); ok && h.Entry == entry {
-		return w.claim(owner, entry, lease, h.Token, 1), nil
+	if h, ok := w.holder(owner); ok {
+		if h.Entry == entry {
+			return w.claim(owner, entry, lease, h.Token, 1), nil
+		}
+		w.leave(entry)
+		w.keepAlive()
+		return Reply{}, &Refusal{Reason: RefuseHeld}
 	}
 
 	// 4. A caller nobody live is ahead of is granted when its weight fits.

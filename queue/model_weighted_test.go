@@ -274,3 +274,31 @@ func TestWeightedModelCapacityLeftOverByARenewalIsNotInForce(t *testing.T) {
 	assert.True(t, rep.Granted)
 	assert.Equal(t, int64(2), l.m.State().Capacity)
 }
+
+// An owner's one record keeps one hold: a waiting call whose owner holds
+// under another entry leaves the line when it reaches the head, and a
+// fresh call whose owner came to hold on the way is refused.
+func TestWeightedModelGrantsAnOwnerOneHold(t *testing.T) {
+	l := newWLock(t, semCap)
+	require.True(t, l.take(1, "h", ModeWait, permitsOf(3)).Granted)
+	require.False(t, l.take(2, "x", ModeWait, permitsOf(1)).Granted)
+	require.False(t, l.take(3, "x", ModeWait, permitsOf(1)).Granted)
+	require.Equal(t, 0, l.release("h", permitsOf(3)))
+	assert.Equal(t, []string{wakeOf(2, "x", permitsOf(1), tok0+1)}, l.m.Drain())
+	s := l.m.State()
+	assert.Equal(t, int64(1), s.Used)
+	assert.Empty(t, s.Queue, "the second call left the line")
+	_, err := l.acquire(3, "x", ModeWait, permitsOf(1))
+	assert.Equal(t, &Refusal{Reason: RefuseHeld}, err)
+
+	l = newWLock(t, semCap)
+	rep, err := l.m.Acquire(l.call(), "h", wEntry(1, "h", permitsOf(3)), 10, mTTL, ModeTry, 3, false, semCap)
+	require.NoError(t, err)
+	require.True(t, rep.Granted)
+	require.False(t, l.take(2, "x", ModeWait, permitsOf(1)).Granted)
+	l.m.Advance(10)
+	_, err = l.acquire(3, "x", ModeTry, permitsOf(1))
+	assert.Equal(t, &Refusal{Reason: RefuseHeld}, err, "x's waiting call was granted on the way")
+	assert.Equal(t, []string{wakeOf(2, "x", permitsOf(1), tokenAt(t0+10))}, l.m.Drain())
+	assert.Equal(t, int64(1), l.m.State().Used)
+}

@@ -189,11 +189,14 @@ func (d *differ) apply(r *rig, c call) (res result, err error) {
 // sameHints sets the hint and the server time of the scripts' reply g to
 // the model's when the two are the same within the differ's tolerance:
 // a real server's clock moves, and the model's clock has ms only.
-func (d *differ) sameHints(w queue.Reply, g *queue.Reply) {
-	if d.tol > 0 && !w.Granted && !g.Granted && abs(w.Hint-g.Hint) <= d.tol {
+func (d *differ) sameHints(w queue.Reply, g *queue.Reply) { sameHintsWithin(d.tol, w, g) }
+
+// sameHintsWithin is sameHints with tol ms of tolerance.
+func sameHintsWithin(tol int64, w queue.Reply, g *queue.Reply) {
+	if tol > 0 && !w.Granted && !g.Granted && abs(w.Hint-g.Hint) <= tol {
 		g.Hint = w.Hint
 	}
-	if !w.Granted && !g.Granted && abs(w.ServerTime/1000-g.ServerTime/1000) <= d.tol {
+	if !w.Granted && !g.Granted && abs(w.ServerTime/1000-g.ServerTime/1000) <= tol {
 		g.ServerTime = w.ServerTime
 	}
 }

@@ -15,3 +15,6 @@ var ParseEntry = parseEntry
 
 // IsTicket is isTicket.
 var IsTicket = isTicket
+
+// ParseWeighted is parseWeighted.
+var ParseWeighted = parseWeighted

@@ -20,18 +20,8 @@ import (
 // grant (a counter that changed to a token, a hold with another token
 // than before) must be above every token issued before it.
 func checkLock(prev, s queue.State, top int64) error {
-	seen := map[string]bool{}
-	for _, e := range s.Queue {
-		if seen[e] {
-			return fmt.Errorf("entry %q is queued twice", e)
-		}
-		seen[e] = true
-		if _, ok := s.Deadlines[e]; !ok {
-			return fmt.Errorf("entry %q is queued without a deadline", e)
-		}
-	}
-	if len(s.Deadlines) != len(s.Queue) {
-		return fmt.Errorf("%d deadlines for %d queued entries", len(s.Deadlines), len(s.Queue))
+	if err := checkLine(s.Queue, s.Deadlines); err != nil {
+		return err
 	}
 	if s.LastToken > 0 && s.LastToken != prev.LastToken && s.LastToken <= top {
 		return fmt.Errorf("the token counter went from %d to %d, not above the earlier token %d", prev.LastToken, s.LastToken, top)
@@ -46,6 +36,25 @@ func checkLock(prev, s queue.State, top int64) error {
 		if p := prev.Hold; (p == nil || h.Token != p.Token) && h.Token <= top {
 			return fmt.Errorf("token %d granted after token %d", h.Token, top)
 		}
+	}
+	return nil
+}
+
+// checkLine checks a lock's line: every entry is queued once and has a
+// deadline, and only queued entries have one.
+func checkLine(queue []string, deadlines map[string]int64) error {
+	seen := map[string]bool{}
+	for _, e := range queue {
+		if seen[e] {
+			return fmt.Errorf("entry %q is queued twice", e)
+		}
+		seen[e] = true
+		if _, ok := deadlines[e]; !ok {
+			return fmt.Errorf("entry %q is queued without a deadline", e)
+		}
+	}
+	if len(deadlines) != len(queue) {
+		return fmt.Errorf("%d deadlines for %d queued entries", len(deadlines), len(queue))
 	}
 	return nil
 }
@@ -183,13 +192,21 @@ func checkTickets(prev, ss []queue.State, keys []string, sets map[string][]int) 
 // line: every entry that was live ahead of the grantee (or anywhere in
 // line, for a grantee that was not in it) is gone from the line.
 func notPassed(prev, s queue.State, key string) error {
-	ahead := prev.Queue
-	if k := slices.Index(prev.Queue, s.Hold.Entry); k >= 0 {
-		ahead = prev.Queue[:k]
+	return passedNobody(prev.Queue, func(e string) bool { return live(prev, e) }, s.Queue, s.Hold.Entry, key)
+}
+
+// passedNobody checks that a fresh grant of the lock key to entry passed
+// no live waiter: every entry of the line before the step (before) that
+// was live (alive) ahead of entry (anywhere in it, for an entry that was
+// not in it) is gone from the line after the step (after).
+func passedNobody(before []string, alive func(string) bool, after []string, entry, key string) error {
+	ahead := before
+	if k := slices.Index(before, entry); k >= 0 {
+		ahead = before[:k]
 	}
 	for _, e := range ahead {
-		if live(prev, e) && slices.Contains(s.Queue, e) {
-			return fmt.Errorf("%s was granted to %q, passing %q, which was live ahead of it and still waits", key, s.Hold.Entry, e)
+		if alive(e) && slices.Contains(after, e) {
+			return fmt.Errorf("%s was granted to %q, passing %q, which was live ahead of it and still waits", key, entry, e)
 		}
 	}
 	return nil

@@ -34,7 +34,10 @@ func (d *differ) sameWakeTimes(want, msgs []queue.Wake) []queue.Wake {
 // replaced by the time of the model's message at the same place, when
 // the two are the same ms (within the differ's tolerance): the model's
 // clock has ms only, the scripts' µs.
-func (d *differ) sameTimes(want, msgs []string) []string {
+func (d *differ) sameTimes(want, msgs []string) []string { return sameTimesWithin(d.tol, want, msgs) }
+
+// sameTimesWithin is sameTimes with tol ms of tolerance.
+func sameTimesWithin(tol int64, want, msgs []string) []string {
 	if len(want) != len(msgs) {
 		return msgs
 	}
@@ -42,7 +45,7 @@ func (d *differ) sameTimes(want, msgs []string) []string {
 	for i := range out {
 		wHead, wAt, wOK := cutTime(want[i])
 		gHead, gAt, gOK := cutTime(out[i])
-		if wOK && gOK && wHead == gHead && abs(wAt/1000-gAt/1000) <= d.tol {
+		if wOK && gOK && wHead == gHead && abs(wAt/1000-gAt/1000) <= tol {
 			out[i] = want[i]
 		}
 	}

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"maps"
 	"slices"
 	"strconv"
 )
@@ -78,11 +77,6 @@ func (l *line) prune(now int64, alive func(head string) bool) (head string, dead
 		l.popHead()
 	}
 	return "", 0, false
-}
-
-// clone returns a copy of the line.
-func (l *line) clone() line {
-	return line{queue: slices.Clone(l.queue), deadlines: maps.Clone(l.deadlines)}
 }
 
 // counter is a lock's fencing counter, the key P:{N}:token: the latest

@@ -12,7 +12,9 @@ import (
 // MultiLock's ticket is one waiter entry in the lines of several locks of
 // the server at once, granted every one of them at once when it heads
 // every line and none of them is held; until then it holds nothing, and a
-// free lock it heads stays free (see MultiAcquire and lua/lib.lua).
+// free lock it heads stays free (see MultiAcquire and lua/lib.lua). The
+// weighted locks of the server (a Semaphore's, a RWMutex's) are each a
+// WeightedModel, by their hash key P:{N}:<kind>, on the same clock.
 //
 // A Server is not safe for concurrent use.
 type Server struct {

@@ -51,6 +51,9 @@ const (
 	// cancel (above) turns into one of these when it is a MultiLock's.
 	opMulti        // multiacquire, wait or try mode
 	opCancelTicket // a MultiLock's waiting call gives up
+
+	// A kind of the runs of weighted locks alone (see wgen_test.go).
+	opResize // a Semaphore's capacity changes
 )
 
 var kinds = []byte{

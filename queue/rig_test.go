@@ -41,10 +41,22 @@ type rig struct {
 // rigStart and moves only with advance; TTLs run down with that clock.
 // Its locks are named names (in key order), or "lock" alone.
 func newMiniRig(t testing.TB, receiptTTL int64, names ...string) *rig {
+	mr := startMiniredis(t)
+	return newRigOf(t, mr.Addr(), receiptTTL, mutexKeys(t, "m", names...)).onMiniredis(mr)
+}
+
+// startMiniredis starts a miniredis whose clock reads rigStart and
+// moves only with advance; TTLs run down with that clock.
+func startMiniredis(t testing.TB) *miniredis.Miniredis {
 	mr := miniredis.RunT(t)
 	mr.SetTime(time.UnixMilli(rigStart))
 	mr.ClockTTL(true)
-	r := newRig(t, mr.Addr(), "m", receiptTTL, names...)
+	return mr
+}
+
+// onMiniredis returns the rig, which runs on mr, started by
+// startMiniredis.
+func (r *rig) onMiniredis(mr *miniredis.Miniredis) *rig {
 	r.mr, r.clock = mr, time.UnixMilli(rigStart)
 	return r
 }
@@ -60,22 +72,37 @@ func newServerRig(t testing.TB, receiptTTL int64) (*redistest.Server, *rig) {
 }
 
 // newRig returns a rig on the server at addr with the locks names (in key
-// order), or the lock "lock" alone, with every wake channel of each (the
-// shared one and every Client's) subscribed by pattern and the
-// subscriptions confirmed.
+// order), or the lock "lock" alone (see newRigOf).
 func newRig(t testing.TB, addr, prefix string, receiptTTL int64, names ...string) *rig {
+	return newRigOf(t, addr, receiptTTL, mutexKeys(t, prefix, names...))
+}
+
+// mutexKeys returns the keys of the locks names under prefix, or of the
+// lock "lock" alone.
+func mutexKeys(t testing.TB, prefix string, names ...string) []queue.Keys {
 	t.Helper()
 	if len(names) == 0 {
 		names = []string{"lock"}
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = rdb.Close() })
-	r := &rig{rdb: rdb, receiptTTL: receiptTTL}
-	patterns := make([]string, len(names))
+	keys := make([]queue.Keys, len(names))
 	for i, name := range names {
 		k, err := queue.For(prefix, name)
 		require.NoError(t, err)
-		r.locks = append(r.locks, k)
+		keys[i] = k
+	}
+	return keys
+}
+
+// newRigOf returns a rig on the server at addr with the locks of keys (in
+// key order), with every wake channel of each (the shared one and every
+// Client's) subscribed by pattern and the subscriptions confirmed.
+func newRigOf(t testing.TB, addr string, receiptTTL int64, keys []queue.Keys) *rig {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { _ = rdb.Close() })
+	r := &rig{rdb: rdb, receiptTTL: receiptTTL, locks: keys}
+	patterns := make([]string, len(keys))
+	for i, k := range keys {
 		patterns[i] = k.Wake + "*"
 	}
 	require.True(t, slices.IsSortedFunc(r.locks, func(a, b queue.Keys) int { return strings.Compare(a.Lock, b.Lock) }), "locks in key order")

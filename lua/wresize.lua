@@ -9,10 +9,10 @@
 -- them; nobody new is granted until the weights held fit under it. A
 -- waiter whose weight is above the new capacity is taken out of the line,
 -- and its next poll fails. Returns the capacity stored before, or 0 when
--- none was in force (the semaphore was idle, see in_use in lib.lua:
--- nothing is stored then, and the next grant stores its caller's
--- capacity). A refused PUBLISH is answered with
--- an error that starts with "NOPERM " (see lib.lua), after every write.
+-- none was in force (nothing held or waited, see in_use in lib.lua: then
+-- nothing is stored, and the next grant stores its caller's capacity). A
+-- refused PUBLISH is answered with an error that starts with "NOPERM "
+-- (see lib.lua), after every write.
 
 local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()

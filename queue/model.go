@@ -202,11 +202,10 @@ func parseEntry(entry string) (owner string, lease int64, ok bool) {
 	return sub[2], lease, true
 }
 
-// prune is lib.lua's prune on the lock's line: it drops waiters from the
-// head while the head is dead (see line.prune), a ticket whose list this
-// lock kept being dead once that list is gone (expired with its waiter),
-// and returns the live head and its deadline; ok is false when the line is
-// empty.
+// prune is lib.lua's prune on the lock's line (see line.prune): it drops
+// the dead waiters at the head, and returns the live head and its
+// deadline; ok is false when the line is empty. A ticket lives as long as
+// this lock keeps its list, which expires with its waiter.
 func (m *Model) prune() (head string, deadline int64, ok bool) {
 	return m.line.prune(m.srv.now, func(head string) bool { return !isTicket(head) || m.hasTicket(head) })
 }

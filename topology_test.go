@@ -116,6 +116,7 @@ func runCoreCases(t *testing.T, topo topology) {
 		{"MultiLockThatGivesUpHoldsNothing", multiLockThatGivesUpHoldsNothing},
 		{"MultiLockOverlappingSetsNeverDeadlock", multiLockOverlappingSetsNeverDeadlock},
 	}
+	cases = append(cases, weightedCoreCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -167,7 +168,9 @@ type helperProc struct {
 
 // spawnHelper starts a helper process as startHelper does, and watches its
 // output for the grant. Options are "lease=<duration>" and
-// "waiterTTL=<duration>".
+// "waiterTTL=<duration>", and for the role "acquire" (a Semaphore's
+// Acquire) "permits=<n>" and "weight=<n>"; the roles "rlock" and "wlock"
+// take a RWMutex's read and write lock.
 func (e *env) spawnHelper(role, name string, opts ...string) *helperProc {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -235,7 +238,14 @@ func (w *grantWatcher) Write(p []byte) (int, error) {
 func helperMain() int {
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("FAIRLOCK_ADDR")})
 	opts := []fairlock.Option{fairlock.WithPrefix(os.Getenv("FAIRLOCK_PREFIX"))}
+	permits, weight := int64(1), int64(1)
 	for _, o := range strings.Split(os.Getenv("FAIRLOCK_OPTS"), ",") {
+		if n, ok := strings.CutPrefix(o, "permits="); ok {
+			permits, _ = strconv.ParseInt(n, 10, 64)
+		}
+		if n, ok := strings.CutPrefix(o, "weight="); ok {
+			weight, _ = strconv.ParseInt(n, 10, 64)
+		}
 		if d, ok := strings.CutPrefix(o, "waiterTTL="); ok {
 			v, _ := time.ParseDuration(d)
 			opts = append(opts, fairlock.WithWaiterTTL(v))
@@ -249,16 +259,25 @@ func helperMain() int {
 	if err != nil {
 		return 2
 	}
-	m := c.Mutex(os.Getenv("FAIRLOCK_NAME"))
+	name := os.Getenv("FAIRLOCK_NAME")
+	var lock func(context.Context) (context.Context, error)
 	switch os.Getenv(helperEnv) {
 	case "wait", "hold":
-		if _, err := m.Lock(context.Background()); err != nil {
-			return 3
-		}
-		os.Stdout.WriteString("granted\n")
-		select {} // hold until killed
+		lock = c.Mutex(name).Lock
+	case "acquire":
+		lock = permitsOf{c.Semaphore(name, permits), weight}.Lock
+	case "rlock":
+		lock = c.RWMutex(name).RLock
+	case "wlock":
+		lock = c.RWMutex(name).Lock
+	default:
+		return 4
 	}
-	return 4
+	if _, err := lock(context.Background()); err != nil {
+		return 3
+	}
+	os.Stdout.WriteString("granted\n")
+	select {} // hold until killed
 }
 
 func redisZ(member string, at time.Time) redis.Z {

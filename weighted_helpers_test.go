@@ -190,3 +190,25 @@ func weightedKindOf(sem bool) string {
 	}
 	return queue.KindRWMutex
 }
+
+// weightedCall is one caller of a weighted lock: how it takes the lock
+// (a locker, for lockAsync), gives it back and reads its token.
+type weightedCall struct {
+	locker
+	unlock func(context.Context) error
+	token  func(context.Context) (int64, error)
+	write  bool  // a RWMutex's writer
+	weight int64 // a Semaphore's permits
+}
+
+func acquireCall(s *fairlock.Semaphore, n int64) weightedCall {
+	return weightedCall{locker: permitsOf{s, n}, unlock: s.Release, token: s.Token, weight: n}
+}
+
+func readCall(rw *fairlock.RWMutex) weightedCall {
+	return weightedCall{locker: readerOf{rw}, unlock: rw.RUnlock, token: rw.Token}
+}
+
+func writeCall(rw *fairlock.RWMutex) weightedCall {
+	return weightedCall{locker: rw, unlock: rw.Unlock, token: rw.Token, write: true}
+}

@@ -2,6 +2,7 @@ package fairlock_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
@@ -71,7 +73,13 @@ func (s weightedState) writers() int {
 // weightedStateOf reads what Redis keeps of the weighted lock name of
 // kind through e.rdb.
 func (e *env) weightedStateOf(name, kind string) (weightedState, error) {
-	fields, err := e.rdb.HGetAll(context.Background(), e.weightedKeys(name, kind).Lock).Result()
+	return weightedStateIn(e.rdb, e.weightedKeys(name, kind))
+}
+
+// weightedStateIn reads what Redis keeps of the weighted lock of keys k
+// through rdb.
+func weightedStateIn(rdb redis.UniversalClient, k queue.Keys) (weightedState, error) {
+	fields, err := rdb.HGetAll(context.Background(), k.Lock).Result()
 	if err != nil {
 		return weightedState{}, err
 	}
@@ -85,10 +93,13 @@ func (e *env) weightedStateOf(name, kind string) (weightedState, error) {
 		case strings.HasPrefix(f, "o:"):
 			var h weightedHolder
 			parts := strings.Fields(v)
-			require.Len(e.t, parts, 5, "holder record %q", v)
+			if len(parts) != 5 {
+				return weightedState{}, fmt.Errorf("holder record %q", v)
+			}
 			for i, p := range []*int64{&h.weight, &h.shared, &h.excl, &h.token} {
-				*p, err = strconv.ParseInt(parts[i], 10, 64)
-				require.NoError(e.t, err, "holder record %q", v)
+				if *p, err = strconv.ParseInt(parts[i], 10, 64); err != nil {
+					return weightedState{}, fmt.Errorf("holder record %q: %w", v, err)
+				}
 			}
 			st.holders[strings.TrimPrefix(f, "o:")] = h
 		}

@@ -40,13 +40,14 @@ var (
 
 	// ErrNoPermission is returned when the Redis user may not run a
 	// command, touch a key or use a channel fairlock needs: an ACL refused
-	// it (NOPERM). The error wraps the server's reply, which names what
-	// was refused; docs/operations.md lists the rules a user needs. A
-	// contended Lock whose user may not subscribe to the lock's channel
-	// fails with it at once. When only the wake message of a hand-over was
-	// refused, the state change itself was made (Unlock released the lock
-	// and handed it to the next waiter, who learns it at its next poll) and
-	// the error says so.
+	// it (NOPERM, or, for a command one of its scripts calls, the error
+	// reply the script fails with). The error wraps the server's reply,
+	// which names what was refused; docs/operations.md lists the rules a
+	// user needs. A contended Lock whose user may not subscribe to the
+	// lock's channel fails with it at once. When only the wake message of
+	// a hand-over was refused, the state change itself was made (Unlock
+	// released the lock and handed it to the next waiter, who learns it at
+	// its next poll) and the error says so.
 	ErrNoPermission = errs.ErrNoPermission
 
 	// ErrNotReplicated is returned when a Client built WithReplicas made a

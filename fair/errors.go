@@ -23,14 +23,23 @@ func serverReply(err error) (string, bool) {
 }
 
 // refusal wraps an error reply that refuses a command for lack of
-// permission (NOPERM) with errs.ErrNoPermission; other errors are returned as
-// they are.
+// permission with errs.ErrNoPermission; other errors are returned as they
+// are. A command sent directly is refused with NOPERM; one a script calls
+// (Redis checks each against the user that runs the script) fails the
+// script with an ERR reply of its own, which aclRefusedInScript names.
 func refusal(err error) error {
-	if replyStarts(err, "NOPERM") && !errors.Is(err, errs.ErrNoPermission) {
+	if replyStarts(err, append([]string{"NOPERM"}, aclRefusedInScript...)...) && !errors.Is(err, errs.ErrNoPermission) {
 		return fmt.Errorf("%w: %w", errs.ErrNoPermission, err)
 	}
 	return err
 }
+
+// aclRefusedInScript are the starts of the reply of a script that called
+// a command, or touched a key or a channel, its user may not: Redis 6 and
+// 7.0 say "ERR The user executing the script can't run this command or
+// subcommand" (or "can't access at least one of the keys ..."), Redis 7.2
+// and later "ERR ACL failure in script: ...".
+var aclRefusedInScript = []string{"ERR The user executing the script can't", "ERR ACL failure in script"}
 
 // publishRefused reports whether err is the reply of a script that did
 // every write of its state change but whose PUBLISH of a wake message the

@@ -84,3 +84,26 @@ func TestVersionsCompareNumerically(t *testing.T) {
 	assert.False(t, versionLess("7.2", "5.0.0"))
 	assert.False(t, versionLess("255.255.255", "5.0.0"))
 }
+
+// A command refused for lack of permission is ErrNoPermission, whether
+// it was sent directly or called by a script.
+func TestRefusalsAreErrNoPermission(t *testing.T) {
+	for _, tc := range []struct {
+		reply   string
+		refused bool
+	}{
+		{"NOPERM this user has no permissions to run the 'evalsha' command", true},
+		{"NOPERM this user has no permissions to access one of the keys used as arguments", true},
+		{"ERR The user executing the script can't run this command or subcommand script: 104a, on @user_script:59.", true},
+		{"ERR The user executing the script can't access at least one of the keys mentioned in the command arguments", true},
+		{"ERR ACL failure in script: User locker has no permissions to run the 'time' command script: 8a2f, on @user_script:4.", true},
+		{"ERR Error running script: attempt to compare nil with number", false},
+		{"WRONGTYPE Operation against a key holding the wrong kind of value", false},
+	} {
+		err := refusal(replyError(tc.reply))
+		assert.Equal(t, tc.refused, errors.Is(err, errs.ErrNoPermission), tc.reply)
+		assert.ErrorIs(t, err, replyError(tc.reply), "the server's reply is kept")
+		assert.True(t, redisError(err))
+	}
+	require.NotErrorIs(t, refusal(errors.New("i/o timeout")), errs.ErrNoPermission)
+}

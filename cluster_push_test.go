@@ -43,6 +43,9 @@ func TestClusterShardedWakeUps(t *testing.T) {
 	t.Run("ACLUserWithTheShardedRules", func(t *testing.T) {
 		aclUserWithTheShardedRules(t, cluster, masters, replicas)
 	})
+	t.Run("WeightedACLUserWithTheShardedRules", func(t *testing.T) {
+		weightedACLUserWithTheShardedRules(t, cluster, masters, replicas)
+	})
 }
 
 // On a Redis Cluster of Redis 7, hand-overs travel by sharded pub/sub:

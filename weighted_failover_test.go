@@ -173,7 +173,7 @@ func (e *env) watchWeighted(name string, kinds ...string) (stop func() []string)
 			select {
 			case <-done:
 				return
-			case <-time.After(5 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 			}
 			for _, kind := range kinds {
 				st, err := r.state(name, kind)

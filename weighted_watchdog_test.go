@@ -32,37 +32,52 @@ var leaseCases = []leaseCase{
 	{"reader", false, "r", "w"},
 }
 
+// Holds of each kind, each with a caller in line behind it, are kept
+// for four leases: renewed, and nobody is granted beside them.
 func TestWeightedHoldsAreRenewedPastTheirLease(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()
-	for _, lc := range leaseCases {
-		t.Run(lc.name, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			ctx := context.Background()
-			const name, lease = "renewed", 600 * time.Millisecond
-			k := e.weightedKeys(name, weightedKindOf(lc.sem))
-			holder := callOf(e.client(fairlock.WithLease(lease)), lc.sem, name, lc.hold)
-			hctx, err := holder.Lock(ctx)
-			require.NoError(t, err)
-			first := e.rdb.ZRange(ctx, k.Holders, 0, -1).Val()
-			require.Len(t, first, 1)
-			began := e.rdb.ZScore(ctx, k.Holders, first[0]).Val()
-			waiter := callOf(e.client(), lc.sem, name, lc.waiter)
-			next := lockAsync(ctx, waiter)
-			e.waitWeightedQueued(name, weightedKindOf(lc.sem), 1)
+	e := newEnv(t)
+	ctx := context.Background()
+	const lease = 600 * time.Millisecond
+	c := e.client(fairlock.WithLease(lease))
+	holds := make([]context.Context, len(leaseCases))
+	holders := make([]weightedCall, len(leaseCases))
+	waits := make([]<-chan result, len(leaseCases))
+	waiters := make([]weightedCall, len(leaseCases))
+	began := make([]float64, len(leaseCases))
+	for i, lc := range leaseCases {
+		k := e.weightedKeys(lc.name, weightedKindOf(lc.sem))
+		holders[i] = callOf(c, lc.sem, lc.name, lc.hold)
+		var err error
+		holds[i], err = holders[i].Lock(ctx)
+		require.NoError(t, err)
+		first := e.rdb.ZRangeWithScores(ctx, k.Holders, 0, -1).Val()
+		require.Len(t, first, 1)
+		began[i] = first[0].Score
+		waiters[i] = callOf(e.client(), lc.sem, lc.name, lc.waiter)
+		waits[i] = lockAsync(ctx, waiters[i])
+		e.waitWeightedQueued(lc.name, weightedKindOf(lc.sem), 1)
+	}
 
-			require.Never(t, func() bool { return hctx.Err() != nil || len(next) > 0 }, 4*lease, 20*time.Millisecond,
-				"the hold lasts four leases, and nobody is granted beside it")
-			renewed := e.rdb.ZScore(ctx, k.Holders, first[0]).Val()
-			require.Greater(t, renewed, began+float64(3*lease/time.Millisecond), "the lease was moved on by renewals")
-
-			require.NoError(t, holder.unlock(hctx))
-			r := await(t, next, pushBound)
-			require.NoError(t, r.err)
-			require.NoError(t, waiter.unlock(r.ctx))
-			e.requireWeightedGone(name, weightedKindOf(lc.sem))
-		})
+	require.Never(t, func() bool {
+		for i := range leaseCases {
+			if holds[i].Err() != nil || len(waits[i]) > 0 {
+				return true
+			}
+		}
+		return false
+	}, 4*lease, 20*time.Millisecond, "the holds last four leases, and nobody is granted beside them")
+	for i, lc := range leaseCases {
+		k := e.weightedKeys(lc.name, weightedKindOf(lc.sem))
+		renewed := e.rdb.ZRangeWithScores(ctx, k.Holders, 0, -1).Val()
+		require.Len(t, renewed, 1)
+		require.Greater(t, renewed[0].Score, began[i]+float64(3*lease/time.Millisecond), "the lease of the %s was moved on by renewals", lc.name)
+		require.NoError(t, holders[i].unlock(holds[i]))
+		r := await(t, waits[i], pushBound)
+		require.NoError(t, r.err)
+		require.NoError(t, waiters[i].unlock(r.ctx))
+		e.requireWeightedGone(lc.name, weightedKindOf(lc.sem))
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 type weightedLine struct {
 	t      *testing.T
 	name   string
+	label  string // the name and the kind, for messages
 	sem    bool
 	holder weightedCall
 	hctx   context.Context
@@ -43,7 +44,8 @@ type weightedLine struct {
 func (e *env) newWeightedLine(name string, sem bool, hold string, waiters []string, opts ...fairlock.Option) *weightedLine {
 	t := e.t.(*testing.T)
 	ctx := context.Background()
-	l := &weightedLine{t: t, name: name, sem: sem, errs: make(chan error, len(waiters))}
+	l := &weightedLine{t: t, name: name, label: name + " (" + weightedKindOf(sem) + ")", sem: sem,
+		errs: make(chan error, len(waiters))}
 	if sem {
 		l.cr = newCrowd(crashPermits)
 	} else {
@@ -94,10 +96,10 @@ func (l *weightedLine) letGo(e *env, want string) {
 		requireDone(t, l.hctx, 10*time.Second)
 	}
 	if l.hctx.Err() != nil {
-		require.NotEqual(t, "kept", want, "the hold of %s was lost: %v", l.name, context.Cause(l.hctx))
-		require.ErrorIs(t, context.Cause(l.hctx), fairlock.ErrLeaseLost, l.name)
-		require.ErrorIs(t, l.holder.unlock(l.hctx), fairlock.ErrLeaseLost, l.name)
-		t.Logf("the hold of %s was lost", l.name)
+		require.NotEqual(t, "kept", want, "the hold of %s was lost: %v", l.label, context.Cause(l.hctx))
+		require.ErrorIs(t, context.Cause(l.hctx), fairlock.ErrLeaseLost, l.label)
+		require.ErrorIs(t, l.holder.unlock(l.hctx), fairlock.ErrLeaseLost, l.label)
+		t.Logf("the hold of %s was lost", l.label)
 		return
 	}
 	if want == "kept" {
@@ -108,18 +110,18 @@ func (l *weightedLine) letGo(e *env, want string) {
 			var err error
 			st, err = r.state(l.name, kind)
 			return err == nil
-		}, settleBound, 20*time.Millisecond, "the state of %s is read after the fault", l.name)
+		}, settleBound, 20*time.Millisecond, "the state of %s is read after the fault", l.label)
 		tokens := []int64{}
 		for _, h := range st.holders {
 			tokens = append(tokens, h.token)
 		}
-		require.Equal(t, []int64{l.token}, tokens, "%s is held by the hold from before the fault alone", l.name)
+		require.Equal(t, []int64{l.token}, tokens, "%s is held by the hold from before the fault alone", l.label)
 	}
 	err := l.holder.unlock(l.hctx)
-	t.Logf("the hold of %s was live after the fault; its release: %v", l.name, err)
+	t.Logf("the hold of %s was live after the fault; its release: %v", l.label, err)
 	if err != nil && !errors.Is(err, fairlock.ErrLeaseLost) {
 		// A release the deployment did not answer yet goes on.
-		require.ErrorContains(t, err, "sent again", l.name)
+		require.ErrorContains(t, err, "sent again", l.label)
 	}
 }
 
@@ -130,7 +132,7 @@ func (l *weightedLine) awaitLine() {
 	l.wg.Wait()
 	close(l.errs)
 	for err := range l.errs {
-		require.NoError(l.t, err, l.name)
+		require.NoError(l.t, err, l.label)
 	}
 	l.cr.check(l.t)
 }
@@ -161,12 +163,14 @@ func (r *faultReader) state(name, kind string) (weightedState, error) {
 // watchWeighted samples what Redis keeps of the weighted locks name of
 // kinds until stop is called, which returns what broke their promise:
 // more weight held than the capacity, holders' weights that do not add up
-// to it, a writer beside another holder. Failed reads (in a failover)
-// are skipped.
+// to it, a writer beside another holder; or that no read succeeded.
+// Failed reads (in a failover) are skipped. The test's end stops it too.
 func (e *env) watchWeighted(name string, kinds ...string) (stop func() []string) {
 	done := make(chan struct{})
 	var broken []string
+	read := 0
 	var wg sync.WaitGroup
+	var once sync.Once
 	r := e.faultReader()
 	wg.Go(func() {
 		for {
@@ -180,6 +184,7 @@ func (e *env) watchWeighted(name string, kinds ...string) (stop func() []string)
 				if err != nil {
 					continue
 				}
+				read++
 				var sum int64
 				for _, h := range st.holders {
 					sum += h.weight
@@ -195,11 +200,18 @@ func (e *env) watchWeighted(name string, kinds ...string) (stop func() []string)
 			}
 		}
 	})
-	return func() []string {
-		close(done)
-		wg.Wait()
+	stop = func() []string {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+			if read == 0 {
+				broken = append(broken, "no state was read")
+			}
+		})
 		return broken
 	}
+	e.t.Cleanup(func() { stop() })
+	return stop
 }
 
 // weightedFaultRun holds a Semaphore of 3 (every permit) and a RWMutex

@@ -24,14 +24,14 @@ import (
 const weightedACLRules = "ACL SETUSER locker on >secret" +
 	" resetkeys ~fairlock:* resetchannels &fairlock:* -@all" +
 	" +evalsha +eval" +
-	" +get +set +hget +hset +hincrby +hdel +del +pttl +pexpireat" +
-	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zrangebyscore +time +publish" +
+	" +get +set +hget +hset +hincrby +hdel +hexists +del +pttl +pexpireat" +
+	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zrangebyscore +zcount +time +publish" +
 	" +subscribe +unsubscribe +ping"
 
 // everyPrimitiveACLRules creates a user of every primitive: the Mutex's
 // line and what the weighted locks' scripts call on top of it.
 // docs/operations.md shows this very line.
-const everyPrimitiveACLRules = aclRules + " +zrange +zrangebyscore +pexpireat"
+const everyPrimitiveACLRules = aclRules + " +zrange +zrangebyscore +zcount +hexists +pexpireat"
 
 func TestWeightedACLLeastPrivilegeUser(t *testing.T) {
 	redistest.Slow(t)
@@ -104,8 +104,8 @@ func TestWeightedACLEveryRuleOfTheLineIsNeeded(t *testing.T) {
 // sharded pub/sub in place of the classic one, and the slot map.
 // docs/operations.md shows this very line.
 const weightedClusterACLRules = "ACL SETUSER locker on >secret resetkeys ~fairlock:* resetchannels &fairlock:* -@all" +
-	" +evalsha +eval +get +set +hget +hset +hincrby +hdel +del +pttl +pexpireat" +
-	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zrangebyscore +time +spublish" +
+	" +evalsha +eval +get +set +hget +hset +hincrby +hdel +hexists +del +pttl +pexpireat" +
+	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zrangebyscore +zcount +time +spublish" +
 	" +ssubscribe +sunsubscribe +ping +cluster|slots"
 
 // weightedACLUserWithTheShardedRules runs both weighted scenarios as the

@@ -37,7 +37,7 @@ func newWeighted(c *Client, name, kind string, capacity int64, opts []MutexOptio
 		return h
 	}
 	h.keys, h.err = queue.Weighted(c.cfg.prefix, name, kind)
-	h.w = fair.NewWeights(kind, capacity)
+	h.w = fair.NewWeights(capacity)
 	h.key = holdKey{lock: h.keys.Lock}
 	return h
 }

@@ -73,6 +73,7 @@ func (l *Mutex) sharedWake() string {
 	}
 	return l.keys.Wake
 }
+
 func (l *Mutex) pushGrants() bool { return true }
 
 func (l *Mutex) grant(ctx context.Context, req Request, entry string, rep queue.Reply, from time.Time, span time.Duration, how handing) (*Hold, error) {

@@ -19,18 +19,16 @@ import (
 // only its scripts differ. So the waiting engine, holds, the watchdog and
 // the release paths serve it unchanged.
 
-// Weights is what the handles of one weighted lock share: its kind and,
-// for a Semaphore, the capacity its handle believes in.
+// Weights is what the handles of one weighted lock share: for a
+// Semaphore, the capacity its handle believes in.
 type Weights struct {
-	kind     string
 	capacity atomic.Int64 // a Semaphore's permits; 0 for a RWMutex
 }
 
-// NewWeights returns the shared part of a weighted lock of kind
-// (queue.KindSemaphore with capacity permits, or queue.KindRWMutex with
-// capacity 0).
-func NewWeights(kind string, capacity int64) *Weights {
-	w := &Weights{kind: kind}
+// NewWeights returns the shared part of a weighted lock: a Semaphore's
+// with capacity permits, or a RWMutex's with capacity 0.
+func NewWeights(capacity int64) *Weights {
+	w := &Weights{}
 	w.capacity.Store(capacity)
 	return w
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -145,6 +146,11 @@ func TestInspectShowsTheHoldersClientName(t *testing.T) {
 	held, err := m.Lock(context.Background())
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Unlock(held) })
+	// The Client writes its name at its first Lock, on a goroutine of its
+	// own: wait until Redis has it.
+	require.Eventually(t, func() bool {
+		return r.rdb.Exists(context.Background(), r.prefix+":client:"+c.ID()).Val() == 1
+	}, 5*time.Second, 5*time.Millisecond, "the Client's name is never written")
 
 	code, out, errs := r.cmd("inspect", "named")
 	require.Equal(t, exitOK, code, errs)

@@ -316,9 +316,10 @@ func summarise(vs []violation) violationCounts {
 
 // workload describes the configuration in one line.
 func workload(c config) string {
-	where := "in this process"
+	where, clients := "in this process", c.Clients
 	if c.Procs > 0 {
-		where = fmt.Sprintf("in %d processes", c.Procs)
+		// runProcs gives every process a Client at least.
+		where, clients = fmt.Sprintf("in %d processes", c.Procs), max(c.Clients, c.Procs)
 	}
 	length := c.Duration.String()
 	if c.Ops > 0 {
@@ -342,7 +343,7 @@ func workload(c config) string {
 	}
 	return fmt.Sprintf("%s%d locks, %d clients × %d goroutines %s, %s; hold %v, re-entry up to %d, "+
 		"give-up %.0f%% (after %v), TryLock %.0f%%, lease %v, waiter TTL %v",
-		kind, c.Locks, c.Clients, c.Goroutines, where, length, &c.Hold, c.Reentry,
+		kind, c.Locks, clients, c.Goroutines, where, length, &c.Hold, c.Reentry,
 		100*c.GiveUp, &c.Patience, 100*c.Try, c.Lease, c.WaiterTTL)
 }
 

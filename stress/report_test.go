@@ -61,3 +61,14 @@ func TestReportShowsViolationsAndSnapshots(t *testing.T) {
 	assert.Equal(t, r.ViolationSums, back.ViolationSums)
 	assert.Equal(t, snaps, back.Snapshots)
 }
+
+// The workload line counts the Clients that run: with worker processes,
+// every process gets one at least.
+func TestWorkloadLineCountsTheClientsThatRun(t *testing.T) {
+	c := config{Kind: runMutex, Locks: 3, Clients: 4, Goroutines: 4, Duration: time.Minute}
+	assert.Contains(t, workload(c), "4 clients × 4 goroutines in this process")
+	c.Procs = 8
+	assert.Contains(t, workload(c), "8 clients × 4 goroutines in 8 processes")
+	c.Clients = 32
+	assert.Contains(t, workload(c), "32 clients × 4 goroutines in 8 processes")
+}

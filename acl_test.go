@@ -56,7 +56,20 @@ func TestACLLeastPrivilegeUserRunsTheWholeAPI(t *testing.T) {
 func TestACLEveryRuleOfTheLineIsNeeded(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()
-	fields := strings.Fields(aclRules)
+	eachRuleLeftOut(t, aclRules, func(t *testing.T, srv *redistest.Server, rule, line string) {
+		failure := expectFailure(func(ft require.TestingT) {
+			runAPIAsACLUser(ft, srv.Addr, srv.Client(t), line, "fairlock")
+		})
+		require.NotEmpty(t, failure, "the whole API ran without %s", rule)
+		t.Logf("without %s: %s", rule, firstLine(failure))
+	})
+}
+
+// eachRuleLeftOut runs f, in a parallel subtest with a redis-server of its
+// own, once for each rule of the ACL line rules (a key or channel pattern,
+// or a +command), with line the rules without that one.
+func eachRuleLeftOut(t *testing.T, rules string, f func(t *testing.T, srv *redistest.Server, rule, line string)) {
+	fields := strings.Fields(rules)
 	for i, rule := range fields {
 		if !strings.HasPrefix(rule, "~") && !strings.HasPrefix(rule, "&") && !strings.HasPrefix(rule, "+") {
 			continue
@@ -66,13 +79,7 @@ func TestACLEveryRuleOfTheLineIsNeeded(t *testing.T) {
 			srv, err := redistest.Start()
 			require.NoError(t, err)
 			t.Cleanup(srv.Stop)
-			admin := srv.Client(t)
-			line := strings.Join(append(append([]string{}, fields[:i]...), fields[i+1:]...), " ")
-			failure := expectFailure(func(ft require.TestingT) {
-				runAPIAsACLUser(ft, srv.Addr, admin, line, "fairlock")
-			})
-			require.NotEmpty(t, failure, "the whole API ran without %s", rule)
-			t.Logf("without %s: %s", rule, firstLine(failure))
+			f(t, srv, rule, strings.Join(append(append([]string{}, fields[:i]...), fields[i+1:]...), " "))
 		})
 	}
 }

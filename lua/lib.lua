@@ -53,11 +53,16 @@ end
 -- last read the clock (now_ms), else nil.
 local clock_us = nil
 
+-- clock_skew_us is added to every reading of the clock: 0, but for the
+-- quorum scripts, whose caller may name a skew so that tests can step one
+-- master's clock where a real step cannot be made (see qlib below).
+local clock_skew_us = 0
+
 -- now_ms returns the server's time in milliseconds, and keeps it to the
 -- microsecond in clock_us.
 local function now_ms()
   local t = redis.call('TIME')
-  clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) + clock_skew_us
   return math.floor(clock_us / 1000)
 end
 
@@ -92,18 +97,31 @@ local function parse_entry(entry)
   return owner, tonumber(lease)
 end
 
+-- A line comes in two shapes. A lock of one server keeps a list, in the
+-- order its waiters joined. A quorum lock (see qlib below) keeps a zset,
+-- lk.ordered: entry -> the ticket its caller drew, which is one order on
+-- every master, (ticket, entry) ascending, as a zset orders equal scores
+-- by their members' bytes. join, leave, line_head, line_pop and prune
+-- are the only helpers that know which.
+
 -- join puts entry at the end of lk's line with the waiter deadline
 -- deadline (ms on the server's clock), or, for an entry already in line,
--- moves its deadline there (a heartbeat). It returns the entry's place in
--- line when it joined (1 for the head), 0 for a heartbeat.
+-- moves its deadline there (a heartbeat). In an ordered line, entry takes
+-- its place by ticket instead of at the end. It returns the entry's place
+-- in line when it joined (1 for the head), 0 for a heartbeat.
 --
 -- A heartbeat grows nothing, and keeps the waiter's place on a full
 -- server too: the ZREM, which cannot grow memory, goes first (see
 -- allow_full), and the ZADD puts the entry back with its new deadline.
-local function join(lk, entry, deadline)
+local function join(lk, entry, deadline, ticket)
   local joined = 0
   if not redis.call('ZSCORE', lk.deadline, entry) then
-    joined = redis.call('RPUSH', lk.queue, entry)
+    if lk.ordered then
+      redis.call('ZADD', lk.queue, ticket, entry)
+      joined = redis.call('ZRANK', lk.queue, entry) + 1
+    else
+      joined = redis.call('RPUSH', lk.queue, entry)
+    end
   else
     redis.call('ZREM', lk.deadline, entry)
   end
@@ -111,11 +129,32 @@ local function join(lk, entry, deadline)
   return joined
 end
 
--- leave takes entry out of lk's line. The LREM is the only step whose
--- cost grows with the line: paid once, by a waiter that gives up.
+-- leave takes entry out of lk's line. A list's LREM is the only step
+-- whose cost grows with the line: paid once, by a waiter that gives up.
 local function leave(lk, entry)
   if redis.call('ZREM', lk.deadline, entry) == 1 then
-    redis.call('LREM', lk.queue, 1, entry)
+    if lk.ordered then
+      redis.call('ZREM', lk.queue, entry)
+    else
+      redis.call('LREM', lk.queue, 1, entry)
+    end
+  end
+end
+
+-- line_head returns the first entry of lk's line, or nil; line_pop takes
+-- the line's first entry, head, out of it.
+local function line_head(lk)
+  if lk.ordered then
+    return redis.call('ZRANGE', lk.queue, 0, 0)[1]
+  end
+  return redis.call('LINDEX', lk.queue, 0) or nil
+end
+
+local function line_pop(lk, head)
+  if lk.ordered then
+    redis.call('ZREM', lk.queue, head)
+  else
+    redis.call('LPOP', lk.queue)
   end
 end
 
@@ -163,7 +202,7 @@ end
 -- for TIME.
 local function prune(lk, now)
   while true do
-    local head = redis.call('LINDEX', lk.queue, 0)
+    local head = line_head(lk)
     if not head then
       return nil, nil, now
     end
@@ -173,7 +212,7 @@ local function prune(lk, now)
         (not is_ticket(head) or redis.call('EXISTS', ticket_key(lk, head)) == 1) then
       return head, tonumber(deadline), now
     end
-    redis.call('LPOP', lk.queue)
+    line_pop(lk, head)
     redis.call('ZREM', lk.deadline, head)
   end
 end
@@ -195,7 +234,8 @@ end
 -- every digit, and only that text is written, published or stored.
 --
 -- The counter expires with the hold it was taken for: at now + ttl on the
--- server's clock (at least 1 ms after now), so a name nobody uses keeps
+-- server's clock (at least 1 ms after now, or lk.keep ms for a quorum
+-- lock's, see qlib), so a name nobody uses keeps
 -- no key once its hold and receipts are gone. Tokens still rise: every
 -- token issued at now is below (now + 1) * 1000, and a grant that finds
 -- the counter gone runs at now + 1 or later, so its clock term alone is
@@ -210,7 +250,7 @@ end
 -- that counter was at or above the clock term (a second grant in one ms,
 -- a clock that went back) is the counter + 1 written over it.
 local function next_token(lk, ttl, now)
-  local keep = math.max(ttl, 1)
+  local keep = math.max(ttl, lk.keep or 1)
   local token
   if redis.REDIS_VERSION then
     local at = string.format('%d', now + keep)
@@ -403,7 +443,7 @@ local function grant_from_head(lk, now, offer, grant)
     if what == 'stop' then
       return
     end
-    redis.call('LPOP', lk.queue)
+    line_pop(lk, head)
     redis.call('ZREM', lk.deadline, head)
     if what ~= 'drop' then
       grant(head, deadline, now)
@@ -683,4 +723,163 @@ local function weighted_hint(sk, waiter_ttl, now)
     hint = math.min(hint, tonumber(first[2]) - now + 1)
   end
   return math.max(hint, 1)
+end
+
+-- Quorum locks (qlib): a lock held on N independent masters, which counts
+-- while a majority of them hold it for one Lock call (see "Quorum locks"
+-- in docs/algorithm.md). Each master runs these scripts on its own keys
+-- of the lock, under the base P:{N}:q, given to every script as:
+--
+--   KEYS[1]  P:{N}:q           hash: owner, count, token, entry of the
+--                              hold, its ticket, and inquired (the head
+--                              the holder was last asked to yield to)
+--   KEYS[2]  P:{N}:q:queue     zset: waiter entry -> its ticket, an
+--                              ordered line (see join)
+--   KEYS[3]  P:{N}:q:deadline  zset: entry -> its waiter deadline (ms)
+--   KEYS[4]  P:{N}:q:token     the token counter K (see next_token)
+--   KEYS[5]  P:{N}:q:ticket    the largest ticket written here, C
+--
+-- and, computed from KEYS[1], the tombstone P:{N}:q:gone:<waiter id> of
+-- a Lock call that gave up or released (a join of it that arrives late is
+-- refused), and receipts P:{N}:q:call:<call id> as a Mutex's.
+--
+-- A Lock call draws a ticket once: above every C its first round (the
+-- doorway) read from a majority, and above every master clock it read
+-- (in us). A join writes its ticket into C (the bakery's write-back), so
+-- a later doorway that reaches a majority reads it, and draws a larger
+-- ticket. The line is ordered by (ticket, entry) on every master alike.
+-- When a holder here has a larger key than the live head, the head may
+-- be blocked by a holder that has no majority: the holder is asked to
+-- yield (inquire), and a waiter holding a minority gives its hold back
+-- (the yield of qjoin) and keeps its place by ticket.
+--
+-- ARGV of every quorum script that reads the clock ends with the skew in
+-- us (0 in use; tests step one master's clock with it), read by
+-- quorum_lock.
+
+-- quorum_lock returns the lock's keys, sets the clock's skew from
+-- ARGV[skew_at], and keeps counters at least keep ms (see next_token:
+-- a token committed from another master's clock must outlast the masters'
+-- clock offsets).
+local function quorum_lock(skew_at, keep)
+  clock_skew_us = tonumber(ARGV[skew_at] or '0') or 0
+  return {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], ticket = KEYS[5],
+    ordered = true, keep = keep}
+end
+
+-- gone_key returns the key of the tombstone of entry's Lock call.
+local function gone_key(lk, entry)
+  return lk.hold .. ':gone:' .. string.match(entry, '^(%x+):')
+end
+
+-- bury writes the tombstone of entry's Lock call, for ttl ms.
+local function bury(lk, entry, ttl)
+  redis.call('SET', gone_key(lk, entry), '1', 'PX', math.max(ttl, 1))
+end
+
+-- buried reports whether entry's Lock call has gone.
+local function buried(lk, entry)
+  return redis.call('EXISTS', gone_key(lk, entry)) == 1
+end
+
+-- key_less reports whether the key (ticket t1, entry e1) comes before
+-- (t2, e2): tickets by number, then entries by their bytes, as a zset
+-- orders its members (Lua's own string order follows the locale).
+local function key_less(t1, e1, t2, e2)
+  if t1 ~= t2 then
+    return t1 < t2
+  end
+  for i = 1, math.min(#e1, #e2) do
+    local a, b = string.byte(e1, i), string.byte(e2, i)
+    if a ~= b then
+      return a < b
+    end
+  end
+  return #e1 < #e2
+end
+
+-- raise sets the counter at key to at least value (a decimal string), to
+-- last at least keep ms from now: the write-backs of tickets into C and
+-- of tokens into K.
+local function raise(key, value, now, keep)
+  local cur = redis.call('GET', key)
+  local at = now + math.max(keep, 1)
+  local pttl = redis.call('PTTL', key)
+  if pttl > 0 then
+    at = math.max(at, now + pttl)
+  end
+  if not cur or tonumber(cur) < tonumber(value) then
+    cur = value
+  end
+  redis.call('SET', key, cur, 'PX', at - now)
+end
+
+-- quorum_hold returns the hold here as a table, or nil.
+local function quorum_hold(lk)
+  local h = redis.call('HMGET', lk.hold, 'owner', 'count', 'token', 'entry', 'ticket', 'inquired')
+  if not h[1] then
+    return nil
+  end
+  return {owner = h[1], count = tonumber(h[2] or '0'), token = h[3] or '0', entry = h[4] or '',
+    ticket = tonumber(h[5] or '') or math.huge, inquired = h[6]}
+end
+
+-- blocked reports whether a live waiter with a smaller key than the hold
+-- h heads the line, and returns that head.
+local function blocked(lk, h, now)
+  local head = prune(lk, now)
+  if not head then
+    return false, nil
+  end
+  local t = tonumber(redis.call('ZSCORE', lk.queue, head))
+  return key_less(t, head, h.ticket, h.entry), head
+end
+
+-- quorum_hand_over gives the free lock to the live head of the line (the
+-- smallest key), which holds it for its lease, but no longer than its
+-- waiter deadline, and records the head's ticket in the hold. Its wake
+-- message goes on the head's channel of the wake channel.
+local function quorum_hand_over(lk, now, channel)
+  if redis.call('EXISTS', lk.hold) == 1 then
+    return
+  end
+  local ticket
+  grant_from_head(lk, now, function(head)
+    ticket = redis.call('ZSCORE', lk.queue, head)
+    return 'last'
+  end, function(head, deadline, at)
+    local owner, lease = parse_entry(head)
+    local token = take(lk, owner, head, math.min(lease, deadline - at), at)
+    redis.call('HSET', lk.hold, 'ticket', ticket)
+    wake(channel, head, token, at)
+  end)
+end
+
+-- inquire asks the holder here to yield when a smaller key heads the
+-- line, once per head: it publishes "<holder entry>" alone (no token) on
+-- the holder's channel, which wakes it to join again and learn that a
+-- smaller key waits. A holder with a majority ignores it.
+local function inquire(lk, now, channel)
+  local h = quorum_hold(lk)
+  if not h then
+    return
+  end
+  local lower, head = blocked(lk, h, now)
+  if lower and h.inquired ~= head then
+    redis.call('HSET', lk.hold, 'inquired', head)
+    local target = wake_target(channel, h.entry)
+    publish(target, h.entry)
+  end
+end
+
+-- settle runs after every change of a quorum lock: the free lock goes to
+-- the head, and a holder that blocks a smaller key is asked to yield.
+local function settle(lk, now, channel)
+  quorum_hand_over(lk, now, channel)
+  inquire(lk, now, channel)
+end
+
+-- counter returns the value at a counter's key, as a decimal string.
+local function counter(key)
+  return redis.call('GET', key) or '0'
 end

@@ -44,6 +44,14 @@ const (
 	wCancelName  = "wcancel"
 	wResizeName  = "wresize"
 	wRenewName   = "wrenew"
+	// The scripts of a quorum lock, run on each of its masters.
+	qTryName     = "qtry"
+	qJoinName    = "qjoin"
+	qCancelName  = "qcancel"
+	qReleaseName = "qrelease"
+	qRenewName   = "qrenew"
+	qCommitName  = "qcommit"
+	qForceName   = "qforce"
 	// versionName is no operation: it answers the server's version
 	// (redis.REDIS_VERSION), or nil before Redis 7. It needs none of the
 	// helpers.
@@ -66,9 +74,10 @@ func source(name string) string {
 	if err != nil {
 		panic("lua: unknown script " + name)
 	}
-	if name == renewName || name == versionName {
-		// renew touches only the hash and publishes nothing; version
-		// touches nothing. Neither needs the helpers.
+	if name == renewName || name == versionName || name == qRenewName {
+		// renew and qrenew touch only the hash (and read the counter)
+		// and publish nothing; version touches nothing. None needs the
+		// helpers.
 		return string(op)
 	}
 	lib, err := files.ReadFile("lib.lua")
@@ -107,6 +116,11 @@ type Scripts struct {
 	wRelease     *redis.Script
 	wCancel      *redis.Script
 	wResize      *redis.Script
+	qTry         *redis.Script
+	qJoin        *redis.Script
+	qCancel      *redis.Script
+	qRelease     *redis.Script
+	qForce       *redis.Script
 }
 
 func newScripts(command string, source func(string) string) *Scripts {
@@ -121,6 +135,11 @@ func newScripts(command string, source func(string) string) *Scripts {
 		wRelease:     redis.NewScript(source(wReleaseName)),
 		wCancel:      redis.NewScript(source(wCancelName)),
 		wResize:      redis.NewScript(source(wResizeName)),
+		qTry:         redis.NewScript(source(qTryName)),
+		qJoin:        redis.NewScript(source(qJoinName)),
+		qCancel:      redis.NewScript(source(qCancelName)),
+		qRelease:     redis.NewScript(source(qReleaseName)),
+		qForce:       redis.NewScript(source(qForceName)),
 	}
 }
 
@@ -140,6 +159,8 @@ var (
 	renewScript   = redis.NewScript(source(renewName))
 	wRenewScript  = redis.NewScript(source(wRenewName))
 	versionScript = redis.NewScript(source(versionName))
+	qRenewScript  = redis.NewScript(source(qRenewName))
+	qCommitScript = redis.NewScript(source(qCommitName))
 )
 
 // Version is version.lua: it answers the server's version as the scripts

@@ -46,7 +46,29 @@ type Keys struct {
 	// other keys have the same roles as a Mutex's, under its own base
 	// (see Weighted).
 	Holders string
+	// Ticket is a quorum lock's largest ticket written on a master (see
+	// Quorum); "" for other locks.
+	Ticket string
 }
+
+// Quorum returns the keys that a quorum lock of the name under prefix
+// has on each of its masters: the keys of For under the base P:{N}:q, so
+// that a Mutex of one name on one of the masters is another lock, with
+// Ticket besides. Its line is a zset ordered by ticket (see lua/lib.lua).
+// The errors are For's.
+func Quorum(prefix, name string) (Keys, error) {
+	k, err := For(prefix, name)
+	if err != nil {
+		return Keys{}, err
+	}
+	q := keysAt(name, k.Lock+":q")
+	q.Ticket = q.Lock + ":ticket"
+	return q, nil
+}
+
+// Gone returns the key of the tombstone of a quorum lock's Lock call with
+// waiter id id (see lua/lib.lua).
+func (k Keys) Gone(id string) string { return k.Lock + ":gone:" + id }
 
 // Kinds of weighted locks, each under its own keys (see Weighted).
 const (

@@ -1,0 +1,66 @@
+-- qrelease.lua: a quorum lock's owner gives up one level on one master.
+--
+-- KEYS[1..5]  the lock's keys on this master (see qlib in lib.lua)
+-- KEYS[6]     P:{N}:q:call:<call id>  receipt of this call
+-- ARGV[1]     owner id
+-- ARGV[2]     waiter entry of the Lock call that took the hold
+-- ARGV[3]     the hold's committed token, or "0" (see qcommit)
+-- ARGV[4]     lease in ms of a hold that keeps levels; 0 keeps its expiry
+-- ARGV[5]     "1" when the owner gives up its last level, else "0"
+-- ARGV[6]     waiter TTL in ms
+-- ARGV[7]     wake channel P:{N}:q:wake
+-- ARGV[8]     tombstone TTL in ms
+-- ARGV[9]     receipt TTL in ms
+-- ARGV[10]    clock skew in us (0; see qlib)
+--
+-- Returns {held, count}: held 1 when the owner held here, count the levels
+-- it keeps. At the last level the hold ends, the committed token is
+-- written back into K (so that every later token here is above it), the
+-- entry leaves the line and is buried, and the lock goes to the next
+-- live waiter. A receipt makes a re-sent call count once.
+
+local owner = ARGV[1]
+local entry = ARGV[2]
+local committed = ARGV[3]
+local lease = tonumber(ARGV[4])
+local last = ARGV[5] == '1'
+local waiter_ttl = tonumber(ARGV[6])
+local channel = ARGV[7]
+local tomb = tonumber(ARGV[8])
+local receipt_ttl = tonumber(ARGV[9])
+local lk = quorum_lock(10, waiter_ttl)
+
+local kept = receipt(KEYS[6])
+if kept then
+  return {1, tonumber(kept)}
+end
+local now = now_ms()
+local h = quorum_hold(lk)
+if not h or h.owner ~= owner then
+  if last then
+    leave(lk, entry)
+    bury(lk, entry, tomb)
+    settle(lk, now, channel)
+  end
+  return finish({0, 0})
+end
+local count = redis.call('HINCRBY', lk.hold, 'count', -1)
+if count > 0 then
+  if lease > 0 then
+    redis.call('PEXPIRE', lk.hold, lease)
+  end
+  keep_receipt(KEYS[6], count, receipt_ttl)
+  return {1, count}
+end
+redis.call('DEL', lk.hold)
+if committed ~= '0' then
+  raise(lk.token, committed, now, waiter_ttl)
+end
+leave(lk, entry)
+bury(lk, entry, tomb)
+if h.entry ~= entry then
+  bury(lk, h.entry, tomb)
+end
+keep_receipt(KEYS[6], 0, receipt_ttl)
+settle(lk, now, channel)
+return finish({1, 0})

@@ -15,7 +15,8 @@ import (
 // pub/sub connection, shared by every waiter of every lock, and the
 // watchdogs of its holds. It is safe for concurrent use.
 type Client struct {
-	engine *fair.Engine
+	engine *fair.Engine // nil for a quorum Client
+	quorum *fair.Quorum // nil but for a quorum Client (NewQuorum)
 	cfg    config
 }
 
@@ -36,6 +37,9 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		o.applyClient(&cfg)
 	}
 	cfg.checkReplicas(rdb)
+	if cfg.driftSet {
+		cfg.invalid("WithDriftFactor applies to a quorum Client (NewQuorum) only")
+	}
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
@@ -101,6 +105,9 @@ func (c *Client) Close() error {
 	if c == nil {
 		return nil
 	}
+	if c.quorum != nil {
+		return c.quorum.Close()
+	}
 	return c.engine.Close()
 }
 
@@ -144,11 +151,18 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	lc, optErr := c.leaseOf(opts)
 	m.lease, m.fixed = lc.d, lc.fixed
 	keys, err := queue.For(c.cfg.prefix, name)
+	if c.quorum != nil {
+		keys, err = queue.Quorum(c.cfg.prefix, name)
+	}
 	switch {
 	case err != nil:
 		m.err = err
 	case optErr != nil:
 		m.err = optErr
+	case c.quorum != nil:
+		m.q = c.quorum.Mutex(keys)
+		m.keys = keys
+		m.key = holdKey{lock: keys.Lock}
 	default:
 		m.lock = c.engine.Mutex(keys)
 		m.keys = keys

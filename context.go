@@ -40,7 +40,16 @@ func ownerFrom(ctx context.Context) (string, bool) {
 // Redis deployment, or in another DB of one server.
 type carried struct {
 	h    *fair.Hold
-	next *carried // an older hold of the same key, or nil
+	qh   *fair.QHold // in place of h, a quorum Client's hold
+	next *carried    // an older hold of the same key, or nil
+}
+
+// context returns the context of the carried hold.
+func (c *carried) context() context.Context {
+	if c.qh != nil {
+		return c.qh.Context()
+	}
+	return c.h.Context()
 }
 
 // carriedFrom returns the holds of m's key carried by ctx, newest first.
@@ -60,6 +69,9 @@ func carriedOf(ctx context.Context, key holdKey) *carried {
 func (m *Mutex) holdFrom(ctx context.Context) (*fair.Hold, error) {
 	var others []*fair.Hold
 	for c := m.carriedFrom(ctx); c != nil; c = c.next {
+		if c.h == nil {
+			continue // a quorum Client's hold
+		}
 		if m.lock.Took(c.h) {
 			return c.h, nil
 		}
@@ -100,11 +112,20 @@ func withHoldOf(ctx context.Context, key holdKey, h *fair.Hold) context.Context 
 	return &heldContext{Context: context.WithoutCancel(ctx), key: key, holds: holds}
 }
 
-func (c *heldContext) hold() *fair.Hold { return c.holds.h }
+// withQuorumHold returns the context of a quorum Client's hold h of the
+// lock of key, which carries the holds ctx carries too.
+func withQuorumHold(ctx context.Context, key holdKey, h *fair.QHold) context.Context {
+	prev := carriedOf(ctx, key)
+	holds := prev
+	if prev == nil || prev.qh != h {
+		holds = &carried{qh: h, next: prev}
+	}
+	return &heldContext{Context: context.WithoutCancel(ctx), key: key, holds: holds}
+}
 
 func (c *heldContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c *heldContext) Done() <-chan struct{}       { return c.hold().Context().Done() }
-func (c *heldContext) Err() error                  { return c.hold().Context().Err() }
+func (c *heldContext) Done() <-chan struct{}       { return c.holds.context().Done() }
+func (c *heldContext) Err() error                  { return c.holds.context().Err() }
 
 // Value finds the holds, then the caller's values, then the values of the
 // hold's own context. The last step is what lets context.Cause report the
@@ -118,7 +139,7 @@ func (c *heldContext) Value(key any) any {
 	if v := c.Context.Value(key); v != nil {
 		return v
 	}
-	return c.hold().Context().Value(key)
+	return c.holds.context().Value(key)
 }
 
 func (c *heldContext) String() string { return "fairlock.held(" + c.key.lock + ")" }

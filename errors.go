@@ -92,6 +92,10 @@ var (
 	// permits of it already, or a RWMutex's Lock with a context that holds
 	// only its read lock (an upgrade).
 	ErrWouldDeadlock = errs.ErrWouldDeadlock
+
+	// ErrNoQuorum: fewer than a majority of a quorum Client's masters
+	// answered (see NewQuorum). The error says how many did.
+	ErrNoQuorum = errs.ErrNoQuorum
 )
 
 // Errors for nil arguments: programming errors, reported instead of a panic.

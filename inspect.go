@@ -53,6 +53,9 @@ func (c *Client) ID() string {
 	if c == nil {
 		return ""
 	}
+	if c.quorum != nil {
+		return c.quorum.Tag()
+	}
 	return c.engine.Tag()
 }
 
@@ -63,6 +66,8 @@ func (c *Client) usable(ctx context.Context) error {
 		return errNilClientCall
 	case ctx == nil:
 		return errNilContext
+	case c.quorum != nil:
+		return errNotOnQuorum("Inspect or List")
 	case c.engine.Closed():
 		return ErrClosed
 	}

@@ -54,6 +54,10 @@ func (c *Client) MultiLock(names []string, opts ...MutexOption) *MultiLock {
 		return &MultiLock{err: errNilClient}
 	}
 	ml := &MultiLock{c: c}
+	if c.quorum != nil {
+		ml.err = errNotOnQuorum("MultiLock")
+		return ml
+	}
 	if len(names) == 0 {
 		ml.err = fmt.Errorf("%w: a MultiLock needs at least one name", ErrInvalidName)
 		return ml

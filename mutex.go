@@ -18,8 +18,9 @@ import (
 type Mutex struct {
 	c     *Client
 	name  string
-	lock  *fair.Mutex // nil when err != nil
-	keys  queue.Keys  // the lock's keys, when err == nil
+	lock  *fair.Mutex  // nil when err != nil, or on a quorum Client
+	q     *fair.QMutex // on a quorum Client (NewQuorum), when err == nil
+	keys  queue.Keys   // the lock's keys, when err == nil
 	key   holdKey
 	lease time.Duration
 	fixed bool
@@ -46,7 +47,7 @@ func (m *Mutex) usable(ctx context.Context) error {
 		return errNilMutex
 	case ctx == nil:
 		return errNilContext
-	case m.c.engine.Closed():
+	case m.c.closed():
 		return ErrClosed
 	}
 	return nil
@@ -92,6 +93,13 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error)
 	owner, explicit, err := lockOwner(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if m.q != nil {
+		h, err := m.qtake(ctx, owner, explicit, wait)
+		if err != nil {
+			return nil, err
+		}
+		return withQuorumHold(ctx, m.key, h), nil
 	}
 	h, err := m.take(ctx, owner, explicit, wait)
 	if err != nil {
@@ -164,6 +172,13 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return notHeld(err)
 	}
+	if m.q != nil {
+		h, err := m.qheld(ctx)
+		if err != nil {
+			return err
+		}
+		return h.Unlock(ctx)
+	}
 	h, err := m.holdFrom(ctx)
 	switch {
 	case err != nil:
@@ -192,6 +207,13 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 	if err := m.usable(ctx); err != nil {
 		return 0, notHeld(err)
 	}
+	if m.q != nil {
+		h, err := m.qheld(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return h.Token(ctx)
+	}
 	h, err := m.holdFrom(ctx)
 	switch {
 	case err != nil:
@@ -219,6 +241,15 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 		defer cancel()
 	}
 	owner, explicit := ownerFrom(ctx)
+	if m.q != nil {
+		if h, _ := m.qholdFrom(ctx); h != nil && (!explicit || owner == h.Owner()) {
+			owner, explicit = h.Owner(), true
+		}
+		if !explicit {
+			return 0, nil
+		}
+		return m.q.HoldCount(ctx, owner)
+	}
 	h, err := m.holdFrom(ctx)
 	if err != nil {
 		return 0, err
@@ -237,6 +268,9 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	if err := m.usable(ctx); err != nil {
 		return false, err
 	}
+	if m.q != nil {
+		return m.q.IsLocked(ctx)
+	}
 	return m.lock.IsLocked(ctx)
 }
 
@@ -245,6 +279,9 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	if err := m.usable(ctx); err != nil {
 		return 0, err
+	}
+	if m.q != nil {
+		return m.qttl(ctx)
 	}
 	return m.lock.TTL(ctx)
 }
@@ -259,6 +296,9 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.usable(ctx); err != nil {
 		return false, err
+	}
+	if m.q != nil {
+		return m.q.ForceUnlock(ctx)
 	}
 	return m.lock.ForceUnlock(ctx)
 }

@@ -29,6 +29,8 @@ type config struct {
 	replicaWait time.Duration // WAIT's timeout when replicas > 0
 	observer    Observer      // nil: none
 	name        string        // "": no name
+	drift       float64       // a quorum's drift factor (WithDriftFactor)
+	driftSet    bool          // WithDriftFactor was given
 	err         error         // the first invalid option
 }
 
@@ -41,6 +43,7 @@ func defaults() config {
 		logger:      slog.New(slog.DiscardHandler),
 		callTimeout: 10 * time.Second,
 		heartbeat:   time.Second,
+		drift:       0.01,
 	}
 }
 

@@ -32,6 +32,10 @@ func newWeighted(c *Client, name, kind string, capacity int64, opts []MutexOptio
 		h.err = errNilClient
 		return h
 	}
+	if c.quorum != nil {
+		h.err = errNotOnQuorum("Semaphore or RWMutex")
+		return h
+	}
 	h.lease, h.err = c.leaseOf(opts)
 	if h.err != nil {
 		return h

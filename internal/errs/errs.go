@@ -23,6 +23,7 @@ var (
 	ErrTooManyNames  = errors.New("fairlock: too many lock names")
 	ErrPermits       = errors.New("fairlock: semaphore capacity differs from the one in redis")
 	ErrWouldDeadlock = errors.New("fairlock: the call would wait for a hold its own context carries")
+	ErrNoQuorum      = errors.New("fairlock: no majority of masters answered")
 )
 
 // ErrUnexpectedReply says Redis answered something fairlock does not read:

@@ -292,3 +292,23 @@ func addrsOf(servers []*Server) []string {
 	}
 	return addrs
 }
+
+// Kill ends the server with SIGKILL, as a crash: its keys are lost.
+// Restart starts it again, empty, on the same port.
+func (s *Server) Kill() { s.kill() }
+
+// Masters starts n independent servers (no replication between them), for
+// a quorum of masters, and stops them when t ends.
+func Masters(t testing.TB, n int) []*Server {
+	t.Helper()
+	servers := make([]*Server, n)
+	for i := range servers {
+		s, err := Start()
+		if err != nil {
+			t.Fatalf("redistest: master %d: %v", i, err)
+		}
+		t.Cleanup(s.Stop)
+		servers[i] = s
+	}
+	return servers
+}

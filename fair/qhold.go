@@ -1,0 +1,589 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// QHold is one owner's hold of a quorum lock in this process. It counts
+// while a majority of the masters hold it with validity left: its
+// validity is the q-th latest time until which a master is known to keep
+// it (see qview.until). Unless its lease is fixed, the Quorum's watchdog
+// renews it on every master every third of the lease.
+type QHold struct {
+	l      *QMutex
+	owner  string
+	shared bool
+	entry  string
+	lease  time.Duration
+	fixed  bool
+	waited bool // granted after waiting in line
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	took   time.Time
+	octx   context.Context // the values of the Lock call, for the observer
+
+	mu        sync.Mutex
+	views     []qview   // guarded by mu
+	validity  time.Time // guarded by mu
+	levels    int       // guarded by mu
+	ended     bool      // guarded by mu
+	cause     error     // guarded by mu
+	committed int64     // guarded by mu: the token committed to a majority, 0 before
+	next      time.Time // guarded by mu: the next renewal
+	renewing  bool      // guarded by mu
+}
+
+// newHold returns the hold of a grant whose views count a majority until
+// validity, and hands it to the watchdog.
+func (l *QMutex) newHold(req Request, entry string, views []qview, validity time.Time, waited bool) *QHold {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	h := &QHold{l: l, owner: req.Owner, shared: req.Shared, entry: entry, lease: req.Lease, fixed: req.Fixed,
+		waited: waited, ctx: ctx, cancel: cancel, took: time.Now(), views: views, validity: validity, levels: 1}
+	// A hold granted by joins and pushes is known for min(lease, waiter
+	// TTL) only: renew it at once. A fresh one, at a third of its lease.
+	h.next = time.Now()
+	switch {
+	case !waited && req.Fixed:
+		h.next = h.next.Add(100 * 365 * 24 * time.Hour) // a fixed lease is never renewed
+	case !waited:
+		h.next = h.next.Add(req.Lease / 3)
+	}
+	l.qm.mu.Lock()
+	closed := l.qm.closed
+	if !closed {
+		l.qm.holds[h] = struct{}{}
+	}
+	l.qm.mu.Unlock()
+	if closed {
+		h.abandon(errs.ErrClosed)
+		return h
+	}
+	l.qm.dog.watch()
+	return h
+}
+
+// Context returns a context cancelled when the hold ends, with its cause.
+func (h *QHold) Context() context.Context { return h.ctx }
+
+// Owner returns the hold's owner id.
+func (h *QHold) Owner() string { return h.owner }
+
+// Validity returns the time until which the hold counts.
+func (h *QHold) Validity() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.validity
+}
+
+// grantToken is the largest token among the masters that hold at the
+// grant: what the observer is told before any commit.
+func (h *QHold) grantToken() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var t int64
+	for _, v := range h.views {
+		if v.held {
+			t = max(t, v.token)
+		}
+	}
+	return t
+}
+
+// endedErr says why the hold is over. Requires mu.
+func (h *QHold) endedErr() error {
+	if h.cause == nil {
+		return errs.ErrNotHeld
+	}
+	return fmt.Errorf("%w: %w", errs.ErrNotHeld, h.cause)
+}
+
+// live returns an error when the hold has ended or its validity passed.
+// Requires mu.
+func (h *QHold) live() error {
+	if h.ended || h.levels == 0 {
+		return h.endedErr()
+	}
+	if !time.Now().Before(h.validity) {
+		return errs.ErrLeaseLost
+	}
+	return nil
+}
+
+// Token returns the hold's fencing token. The first call commits it to a
+// majority of the masters (one round): the largest token of the masters
+// that hold, written into the hold and the counter of each, so that every
+// later grant on a master of that majority has a larger one, whatever the
+// timing. Later calls return it at once.
+func (h *QHold) Token(ctx context.Context) (int64, error) {
+	h.mu.Lock()
+	if err := h.live(); err != nil {
+		lost := errors.Is(err, errs.ErrLeaseLost) && !h.ended
+		h.mu.Unlock()
+		if lost {
+			h.lose(false)
+		}
+		return 0, err
+	}
+	if h.committed != 0 {
+		defer h.mu.Unlock()
+		return h.committed, nil
+	}
+	var t int64
+	for _, v := range h.views {
+		if v.held {
+			t = max(t, v.token)
+		}
+	}
+	h.mu.Unlock()
+	qm := h.l.qm
+	lease := h.lease
+	if h.fixed {
+		lease = 0
+	}
+	for range 3 {
+		// took runs on this goroutine, one answer at a time (see round).
+		var (
+			ok, n int
+			above int64
+		)
+		qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
+			return qm.run(cctx, i, func(*lua.Scripts) lua.Call {
+				return lua.QCommit(h.l.keys, h.owner, t, ms(lease), ms(qm.cfg.WaiterTTL), qm.skew(i))
+			}, lua.ReadQCommit)
+		}, func(a answer) bool {
+			if a.err != nil {
+				return false
+			}
+			n++
+			switch a.rep.State {
+			case lua.QHeld:
+				ok++
+				if lease > 0 {
+					h.mu.Lock()
+					h.views[a.i].held, h.views[a.i].token = true, t
+					h.views[a.i].until = a.sent.Add(qm.span(lease))
+					h.mu.Unlock()
+				}
+			case lua.QAbove:
+				above = max(above, a.rep.Token)
+			}
+			return above == 0 && ok >= qm.q
+		}, nil)
+		switch {
+		case above > t:
+			t = above // a master's hold has a larger token: commit that one
+			continue
+		case ok >= qm.q:
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if err := h.live(); err != nil {
+				return 0, err
+			}
+			h.committed = t
+			return t, nil
+		case n < qm.q:
+			return 0, fmt.Errorf("%w: %d of %d masters answered the commit, %d needed", errs.ErrNoQuorum, n, len(qm.masters), qm.q)
+		}
+		h.lose(false)
+		return 0, errs.ErrLeaseLost
+	}
+	return 0, fmt.Errorf("%w: the hold's token kept moving while it was committed", errs.ErrLeaseLost)
+}
+
+// Enter takes one more level (a re-entry) on every master that holds:
+// it counts when a majority does.
+func (h *QHold) Enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	qm := h.l.qm
+	if err := qm.begin(); err != nil {
+		return err
+	}
+	defer qm.ops.Done()
+	h.mu.Lock()
+	if err := h.live(); err != nil {
+		h.mu.Unlock()
+		return err
+	}
+	h.mu.Unlock()
+	lease := h.lease
+	if h.fixed {
+		lease = 0
+	}
+	call := queue.NewID()
+	// took runs on this goroutine; late on others, once the round is
+	// decided: a level counted late stays when the re-entry counts, and
+	// is given back when it does not.
+	var (
+		mu      sync.Mutex
+		counted []int
+		n       int
+		decided bool
+		kept    bool
+	)
+	qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
+		return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
+			return s.QTry(h.l.keys, call, h.owner, h.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeReenter, qm.receiptTTL(), qm.skew(i))
+		}, lua.ReadQTry)
+	}, func(a answer) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if a.err == nil {
+			n++
+			if a.rep.State == lua.QHeld {
+				counted = append(counted, a.i)
+			}
+		}
+		return len(counted) >= qm.q
+	}, func(a answer) {
+		if a.err != nil || a.rep.State != lua.QHeld {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case !decided:
+			counted = append(counted, a.i) // settled below
+		case !kept:
+			h.giveBackLevel(a.i)
+		}
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	decided = true
+	h.mu.Lock()
+	err := h.live()
+	if err == nil && len(counted) >= qm.q && ctx.Err() == nil {
+		h.levels++
+		h.mu.Unlock()
+		kept = true
+		return nil
+	}
+	h.mu.Unlock()
+	for _, i := range counted {
+		h.giveBackLevel(i)
+	}
+	switch {
+	case err != nil:
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case n < qm.q:
+		return fmt.Errorf("%w: %d of %d masters answered, %d needed", errs.ErrNoQuorum, n, len(qm.masters), qm.q)
+	}
+	h.lose(false)
+	return errs.ErrLeaseLost
+}
+
+// giveBackLevel releases one level above the last on master i, in the
+// background.
+func (h *QHold) giveBackLevel(i int) {
+	call := queue.NewID()
+	h.l.qm.background(func() { h.sendRelease(i, call, false, 0) })
+}
+
+// Unlock gives up one level. At the last level the hold ends, and every
+// master hands the lock to its next live waiter. It waits for a majority
+// of the masters (or the call timeout); the release goes on to the others
+// in the background, sent again until they answer or the lease is over.
+// It fails with errs.ErrNoQuorum when fewer than a majority answered (the
+// hold ends here all the same at the last level).
+func (h *QHold) Unlock(ctx context.Context) error {
+	h.mu.Lock()
+	if h.ended || h.levels == 0 {
+		defer h.mu.Unlock()
+		return h.endedErr()
+	}
+	h.levels--
+	last := h.levels == 0
+	committed := h.committed
+	h.mu.Unlock()
+	if last {
+		h.end(nil)
+	}
+	n := h.release(ctx, last, committed)
+	if qm := h.l.qm; n < qm.q {
+		return fmt.Errorf("%w: %d of %d masters answered the release, %d needed; it is sent again in the background", errs.ErrNoQuorum, n, len(qm.masters), qm.q)
+	}
+	return nil
+}
+
+// release sends one level's release to every master and returns how many
+// answered within the round; those that did not are sent it again in the
+// background.
+func (h *QHold) release(ctx context.Context, last bool, committed int64) int {
+	qm := h.l.qm
+	call := queue.NewID()
+	n := 0
+	failed := func(a answer) {
+		if a.err != nil {
+			qm.background(func() { h.sendRelease(a.i, call, last, committed) })
+		}
+	}
+	qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
+		return h.releaseOn(cctx, i, call, last, committed)
+	}, func(a answer) bool {
+		if a.err == nil {
+			n++
+		}
+		failed(a)
+		return n >= qm.q
+	}, failed)
+	return n
+}
+
+// releaseOn runs qrelease on master i.
+func (h *QHold) releaseOn(ctx context.Context, i int, call string, last bool, committed int64) (lua.QReply, error) {
+	qm := h.l.qm
+	lease := h.lease
+	if h.fixed {
+		lease = 0
+	}
+	rep, err := qm.run(ctx, i, func(s *lua.Scripts) lua.Call {
+		return s.QRelease(h.l.keys, call, h.owner, h.entry, committed, ms(lease), last, ms(qm.cfg.WaiterTTL), qm.tombTTL(), qm.receiptTTL(), qm.skew(i))
+	}, lua.ReadQRelease)
+	if publishRefused(err) {
+		return lua.QReply{State: lua.QHeld}, nil // released; the next holder finds it by its poll
+	}
+	return rep, err
+}
+
+// sendRelease sends a release to master i again, with a backoff, until
+// it answers, the lease is over or the Quorum closes.
+func (h *QHold) sendRelease(i int, call string, last bool, committed int64) {
+	qm := h.l.qm
+	until := time.Now().Add(h.lease)
+	retry := retryMin
+	for time.Now().Before(until) {
+		ctx, cancel := qm.detached(context.Background())
+		_, err := h.releaseOn(ctx, i, call, last, committed)
+		cancel()
+		if err == nil {
+			return
+		}
+		t := time.NewTimer(retry)
+		select {
+		case <-t.C:
+		case <-qm.closing:
+			t.Stop()
+			return
+		}
+		retry = min(2*retry, retryMax)
+	}
+}
+
+// end ends the hold once with cause (nil: unlocked), and returns the
+// levels it still had.
+func (h *QHold) end(cause error) (int, bool) {
+	return h.endFor(cause, false)
+}
+
+func (h *QHold) endFor(cause error, ranOut bool) (int, bool) {
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return 0, false
+	}
+	h.ended = true
+	h.cause = cause
+	levels := h.levels
+	h.levels = 0
+	token := h.committed
+	h.mu.Unlock()
+	h.cancel(cause)
+	qm := h.l.qm
+	qm.mu.Lock()
+	delete(qm.holds, h)
+	qm.mu.Unlock()
+	if qm.cfg.Observe != nil {
+		if token == 0 {
+			token = h.grantToken()
+		}
+		qm.observe(h.octxOr(), Event{Kind: EventHoldEnded, Lock: h.l.keys.Name, Owner: h.owner, Call: queue.WaiterIDOf(h.entry),
+			Token: token, Held: time.Since(h.took), End: endKind(cause, ranOut), Err: cause})
+	}
+	return levels, true
+}
+
+func (h *QHold) octxOr() context.Context {
+	if h.octx != nil {
+		return h.octx
+	}
+	return context.Background()
+}
+
+// lose ends the hold with errs.ErrLeaseLost, and releases what is left of
+// it on the masters in the background.
+func (h *QHold) lose(ranOut bool) {
+	levels, ok := h.endFor(errs.ErrLeaseLost, ranOut)
+	if ok && levels > 0 {
+		h.mu.Lock()
+		committed := h.committed
+		h.mu.Unlock()
+		h.l.qm.background(func() { h.releaseAll(levels, committed) })
+	}
+}
+
+// abandon ends the hold with cause and releases its levels.
+func (h *QHold) abandon(cause error) {
+	levels, ok := h.end(cause)
+	if ok && levels > 0 {
+		h.mu.Lock()
+		committed := h.committed
+		h.mu.Unlock()
+		h.releaseAll(levels, committed)
+	}
+}
+
+// releaseAll releases levels levels, the last one last.
+func (h *QHold) releaseAll(levels int, committed int64) {
+	for k := levels; k > 0; k-- {
+		h.release(context.Background(), k == 1, committed)
+	}
+}
+
+// renew renews the lease on every master, and recomputes the validity
+// from the answers. The hold is lost when fewer than a majority can still
+// hold it, or when its validity passes.
+func (h *QHold) renew() {
+	qm := h.l.qm
+	var (
+		mu            sync.Mutex
+		held, notHeld int
+		failed        error
+	)
+	qm.round(context.Background(), func(cctx context.Context, i int) (lua.QReply, error) {
+		return qm.run(cctx, i, func(*lua.Scripts) lua.Call {
+			return lua.QRenew(h.l.keys, h.owner, ms(h.lease))
+		}, lua.ReadQRenew)
+	}, func(a answer) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		v := &h.views[a.i]
+		switch {
+		case a.err != nil:
+			failed = a.err
+		case a.rep.State == lua.QHeld:
+			held++
+			v.held, v.token, v.until = true, a.rep.Token, a.sent.Add(qm.span(h.lease))
+		default:
+			notHeld++
+			v.held = false
+		}
+		if _, valid := counted(h.views, time.Time{}, qm.q); valid.After(h.validity) {
+			h.validity = valid
+		}
+		return false
+	}, nil)
+	mu.Lock()
+	lost := len(qm.masters)-notHeld < qm.q
+	err := failed
+	mu.Unlock()
+	h.mu.Lock()
+	h.renewing = false
+	_, valid := counted(h.views, time.Time{}, qm.q)
+	h.validity = valid
+	expired := !time.Now().Before(valid)
+	switch {
+	case h.fixed:
+		h.next = time.Now().Add(100 * 365 * 24 * time.Hour) // renewed once, after a hand-over
+	case err != nil || held < qm.q:
+		// Try again soon, within what validity is left.
+		h.next = time.Now().Add(max(min(h.lease/3, time.Until(valid)/3), retryMin))
+	default:
+		h.next = time.Now().Add(h.lease / 3)
+	}
+	h.mu.Unlock()
+	if err != nil && qm.cfg.Observe != nil {
+		qm.observe(h.octxOr(), Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner, Err: err})
+	}
+	if lost || expired {
+		h.lose(false)
+		return
+	}
+	qm.dog.watch()
+}
+
+// qdog is a Quorum's one watchdog: it renews every hold that is due and
+// ends those whose validity passed (or whose fixed lease ran out).
+type qdog struct {
+	qm      *Quorum
+	kick    chan struct{}
+	mu      sync.Mutex
+	running bool
+}
+
+// watch makes sure the watchdog runs, and has it look at the holds again.
+func (d *qdog) watch() {
+	d.mu.Lock()
+	start := !d.running
+	d.running = true
+	d.mu.Unlock()
+	if start && !d.qm.background(d.run) {
+		d.mu.Lock()
+		d.running = false
+		d.mu.Unlock()
+		return
+	}
+	signal(d.kick)
+}
+
+func (d *qdog) run() {
+	qm := d.qm
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		next := now.Add(time.Hour)
+		qm.mu.Lock()
+		holds := make([]*QHold, 0, len(qm.holds))
+		for h := range qm.holds {
+			holds = append(holds, h)
+		}
+		qm.mu.Unlock()
+		for _, h := range holds {
+			h.mu.Lock()
+			switch {
+			case h.ended:
+			case !now.Before(h.validity):
+				h.mu.Unlock()
+				h.lose(h.fixed)
+				continue
+			case h.renewing:
+				next = minTime(next, h.validity)
+			case !h.next.After(now):
+				h.renewing = true
+				qm.background(h.renew)
+				next = minTime(next, h.validity)
+			default:
+				next = minTime(next, minTime(h.next, h.validity))
+			}
+			h.mu.Unlock()
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-qm.closing:
+			return
+		case <-d.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}

@@ -1,0 +1,548 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// Quorum runs the locks of one Client over N independent Redis masters
+// (see "Quorum locks" in docs/algorithm.md): a lock is held while a
+// majority of the masters hold it for one Lock call. Each master has an
+// Engine of its own, for its client, its scripts and its notify hub; the
+// Quorum adds the rounds over all of them, the waiting, and the holds
+// with their one watchdog. Its methods are safe for concurrent use.
+type Quorum struct {
+	masters []*Engine
+	q       int // the majority: len(masters)/2 + 1
+	cfg     Config
+	drift   float64
+	log     *slog.Logger
+	tag     string
+	// skews are each master's clock skew in µs, added to the time its
+	// scripts read: 0, but in tests that step a master's clock.
+	skews []atomic.Int64
+
+	closing chan struct{}
+	dog     *qdog
+
+	mu        sync.Mutex
+	closed    bool
+	holds     map[*QHold]struct{} // live holds; guarded by mu
+	ops       sync.WaitGroup      // Lock calls in flight; Add only under mu while !closed
+	wg        sync.WaitGroup      // background calls, the watchdog; Add only within an op or a hold
+	closeOnce sync.Once
+}
+
+// QuorumConfig is what a Quorum needs besides each master's Config.
+type QuorumConfig struct {
+	// Drift is the clock drift factor: a hold is counted for (1-Drift) of
+	// the time a master keeps it, less a margin. In [0, 0.1).
+	Drift float64
+}
+
+// NewQuorum returns a Quorum over masters, each run as New would with
+// cfg. The caller checks that the masters are distinct servers (see
+// Quorum.Distinct).
+func NewQuorum(masters []Redis, cfg Config, qc QuorumConfig) (*Quorum, error) {
+	if len(masters) == 0 {
+		return nil, fmt.Errorf("%w: no masters", errBadConfig)
+	}
+	if qc.Drift < 0 || qc.Drift >= 0.1 {
+		return nil, fmt.Errorf("%w: drift factor %v, want [0, 0.1)", errBadConfig, qc.Drift)
+	}
+	if cfg.Replicas > 0 {
+		return nil, fmt.Errorf("%w: a quorum waits for no replicas", errBadConfig)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	tag := queue.NewTag()
+	qm := &Quorum{
+		q:       len(masters)/2 + 1,
+		cfg:     cfg,
+		drift:   qc.Drift,
+		log:     cfg.Logger,
+		tag:     tag,
+		skews:   make([]atomic.Int64, len(masters)),
+		closing: make(chan struct{}),
+		holds:   make(map[*QHold]struct{}),
+	}
+	for _, rdb := range masters {
+		c := cfg
+		c.Observe = nil // the Quorum reports its calls' events itself
+		c.Name = ""     // a quorum Client writes no name
+		e, err := NewEngine(rdb, c)
+		if err != nil {
+			for _, e := range qm.masters {
+				_ = e.Close()
+			}
+			return nil, err
+		}
+		e.tag = tag // one entry names the Client on every master
+		qm.masters = append(qm.masters, e)
+	}
+	qm.dog = &qdog{qm: qm, kick: make(chan struct{}, 1)}
+	return qm, nil
+}
+
+// Tag returns the Client's tag, which ends the waiter id of its entries.
+func (qm *Quorum) Tag() string { return qm.tag }
+
+// Size returns the number of masters, and Majority how many make one.
+func (qm *Quorum) Size() int     { return len(qm.masters) }
+func (qm *Quorum) Majority() int { return qm.q }
+
+// SetSkew makes the scripts on master i read the clock skew later than
+// the server's: for tests that step one master's clock.
+func (qm *Quorum) SetSkew(i int, skew time.Duration) { qm.skews[i].Store(skew.Microseconds()) }
+
+// Distinct returns the boot id of each master (see bootKey), and an error
+// when two masters are the same server (the same run_id, or the same boot
+// id: a Cluster given twice). ctx bounds the questions.
+func (qm *Quorum) Distinct(ctx context.Context, prefix string) ([]string, error) {
+	boots := make([]string, len(qm.masters))
+	seen := map[string]int{}
+	for i, e := range qm.masters {
+		cctx, cancel := context.WithTimeout(ctx, qm.cfg.CallTimeout)
+		boot, run, err := bootOf(cctx, e.rdb, prefix)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("master %d: %w", i, err)
+		}
+		for _, id := range []string{"run:" + run, "boot:" + boot} {
+			if id == "run:" {
+				continue
+			}
+			if j, dup := seen[id]; dup {
+				return nil, &SameServerError{First: j, Second: i, ID: id}
+			}
+			seen[id] = i
+		}
+		boots[i] = boot
+	}
+	return boots, nil
+}
+
+// SameServerError is Distinct's error for two masters that are one
+// server.
+type SameServerError struct {
+	First, Second int    // the masters' indexes
+	ID            string // "run:<run_id>" or "boot:<boot id>"
+}
+
+func (e *SameServerError) Error() string {
+	return fmt.Sprintf("masters %d and %d are the same server (%s)", e.First, e.Second, e.ID)
+}
+
+// bootKey is the key of a master's boot id: a random id written once
+// (SET NX) by the first quorum Client that meets the master, and lost
+// with the rest of its keys. Two masters with one boot id are one.
+func bootKey(prefix string) string { return prefix + ":boot" }
+
+// bootScript answers the boot id at KEYS[1], writing ARGV[1] there when
+// there is none.
+const bootScript = "local v = redis.call('GET', KEYS[1]) if v then return v end " +
+	"redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
+
+// bootOf returns the boot id of the server behind rdb (writing one when
+// it has none) and its run_id ("" when INFO is refused).
+func bootOf(ctx context.Context, rdb Redis, prefix string) (boot, run string, err error) {
+	got, err := rdb.Eval(ctx, bootScript, []string{bootKey(prefix)}, queue.NewID()).Text()
+	if err != nil {
+		return "", "", err
+	}
+	info, ierr := rdb.Info(ctx, "server").Result()
+	if ierr == nil {
+		run = infoField(info, "run_id")
+	}
+	return got, run, nil
+}
+
+// Close stops the Quorum: waiting Lock calls return errs.ErrClosed (after
+// leaving the line on every master), holds still live are released and
+// their contexts cancelled with errs.ErrClosed, and every master's engine
+// is closed. It is idempotent.
+func (qm *Quorum) Close() error {
+	qm.closeOnce.Do(func() {
+		qm.mu.Lock()
+		qm.closed = true
+		holds := make([]*QHold, 0, len(qm.holds))
+		for h := range qm.holds {
+			holds = append(holds, h)
+		}
+		qm.mu.Unlock()
+		close(qm.closing)
+		var wg sync.WaitGroup
+		for _, h := range holds {
+			wg.Go(func() { h.abandon(errs.ErrClosed) })
+		}
+		wg.Wait()
+		qm.ops.Wait()
+		qm.wg.Wait()
+		for _, e := range qm.masters {
+			_ = e.Close()
+		}
+	})
+	return nil
+}
+
+// Closed reports whether Close has been called.
+func (qm *Quorum) Closed() bool {
+	qm.mu.Lock()
+	defer qm.mu.Unlock()
+	return qm.closed
+}
+
+// begin registers a call in flight, or fails with errs.ErrClosed.
+func (qm *Quorum) begin() error {
+	qm.mu.Lock()
+	defer qm.mu.Unlock()
+	if qm.closed {
+		return errs.ErrClosed
+	}
+	qm.ops.Add(1)
+	return nil
+}
+
+// background runs f on a goroutine Close waits for, unless Close has
+// started.
+func (qm *Quorum) background(f func()) bool {
+	qm.mu.Lock()
+	defer qm.mu.Unlock()
+	if qm.closed {
+		return false
+	}
+	qm.wg.Go(f)
+	return true
+}
+
+// observe reports ev when the Client has an observer.
+func (qm *Quorum) observe(ctx context.Context, ev Event) {
+	if qm.cfg.Observe != nil {
+		qm.cfg.Observe(ctx, ev)
+	}
+}
+
+// detached returns a context for one call to a master on behalf of ctx:
+// its values, not its cancellation, bounded by the call timeout.
+func (qm *Quorum) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), qm.cfg.CallTimeout)
+}
+
+// span returns how long, from the send time of a call, a hold that the
+// master keeps for d is counted: d less the drift and a margin.
+func (qm *Quorum) span(d time.Duration) time.Duration {
+	return time.Duration(float64(d)*(1-qm.drift)) - qm.margin(d)
+}
+
+// margin is δ: 2 ms, plus a thousandth of d.
+func (qm *Quorum) margin(d time.Duration) time.Duration { return 2*time.Millisecond + d/1000 }
+
+// answer is one master's reply in a round.
+type answer struct {
+	i    int
+	sent time.Time
+	rep  lua.QReply
+	err  error
+}
+
+// round sends call to every master at once, each on a context detached
+// from ctx and bounded by the call timeout, and hands each answer to
+// took as it arrives, until took says the round is decided, every master
+// answered, or the call timeout passed. Answers that come after that
+// still go to late (nil: dropped), on goroutines Close waits for. It
+// returns how many masters answered without an error.
+func (qm *Quorum) round(ctx context.Context, call func(ctx context.Context, i int) (lua.QReply, error), took func(a answer) (decided bool), late func(a answer)) int {
+	out := make(chan answer, len(qm.masters))
+	var (
+		mu   sync.Mutex
+		done bool
+	)
+	for i := range qm.masters {
+		qm.wg.Go(func() {
+			cctx, cancel := qm.detached(ctx)
+			sent := time.Now()
+			rep, err := call(cctx, i)
+			cancel()
+			a := answer{i: i, sent: sent, rep: rep, err: err}
+			mu.Lock()
+			over := done
+			mu.Unlock()
+			if over {
+				if late != nil {
+					late(a)
+				}
+				return
+			}
+			out <- a
+		})
+	}
+	timer := time.NewTimer(qm.cfg.CallTimeout + 50*time.Millisecond)
+	defer timer.Stop()
+	ok := 0
+	finish := func() {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+		// Answers already sent to out are handed to late too.
+		for {
+			select {
+			case a := <-out:
+				if late != nil {
+					late(a)
+				}
+			default:
+				return
+			}
+		}
+	}
+	for n := 0; n < len(qm.masters); n++ {
+		select {
+		case a := <-out:
+			if a.err == nil {
+				ok++
+			}
+			if took(a) {
+				finish()
+				return ok
+			}
+		case <-timer.C:
+			finish()
+			return ok
+		}
+	}
+	finish()
+	return ok
+}
+
+// run runs one call of a script on master i, made from its set of
+// scripts by build, and reads it with read.
+func (qm *Quorum) run(ctx context.Context, i int, build func(*lua.Scripts) lua.Call, read func(*redis.Cmd) (lua.QReply, error)) (lua.QReply, error) {
+	e := qm.masters[i]
+	s, err := e.scripts(ctx)
+	if err != nil {
+		return lua.QReply{}, err
+	}
+	rep, err := read(build(s).Run(ctx, e.rdb))
+	if err != nil {
+		return lua.QReply{}, refusal(err)
+	}
+	return rep, nil
+}
+
+// skew returns master i's clock skew in µs.
+func (qm *Quorum) skew(i int) int64 { return qm.skews[i].Load() }
+
+// receiptTTL is how long a call's receipt outlives it.
+func (qm *Quorum) receiptTTL() int64 { return (2 * qm.cfg.CallTimeout).Milliseconds() }
+
+// tombTTL is how long a gone Lock call's tombstone lasts: longer than a
+// join of it sent before it went can arrive (each call is bounded by the
+// call timeout, and go-redis re-sends only within it).
+func (qm *Quorum) tombTTL() int64 { return (2 * qm.cfg.CallTimeout).Milliseconds() }
+
+// QMutex is one named lock of a Quorum. It is a cheap handle, safe for
+// concurrent use.
+type QMutex struct {
+	qm   *Quorum
+	keys queue.Keys
+	wake string // the Client's wake channel of the lock on every master
+}
+
+// Mutex returns the lock with the given keys (queue.Quorum's).
+func (qm *Quorum) Mutex(keys queue.Keys) *QMutex {
+	return &QMutex{qm: qm, keys: keys, wake: keys.ClientWake(qm.tag)}
+}
+
+// Took reports whether h is a hold of this very lock, taken through this
+// Quorum.
+func (l *QMutex) Took(h *QHold) bool {
+	return h != nil && h.l.qm == l.qm && h.l.keys.Lock == l.keys.Lock
+}
+
+// readAll reads the hold on every master: its owner, count, token and
+// PTTL, for the majority views. It fails with errs.ErrNoQuorum when fewer
+// than a majority answered.
+func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
+	reads := make([]holdRead, len(l.qm.masters))
+	var mu sync.Mutex
+	n := l.qm.round(ctx, func(ctx context.Context, i int) (lua.QReply, error) {
+		rdb := l.qm.masters[i].rdb
+		p := rdb.Pipeline()
+		hm := p.HMGet(ctx, l.keys.Lock, "owner", "count")
+		pt := p.PTTL(ctx, l.keys.Lock)
+		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			return lua.QReply{}, err
+		}
+		r := holdRead{ok: true, ttl: pt.Val()}
+		if v := hm.Val(); len(v) == 2 {
+			r.owner, _ = v[0].(string)
+			if c, ok := v[1].(string); ok {
+				_, _ = fmt.Sscan(c, &r.count)
+			}
+		}
+		mu.Lock()
+		reads[i] = r
+		mu.Unlock()
+		return lua.QReply{}, nil
+	}, func(answer) bool { return false }, nil)
+	if n < l.qm.q {
+		return nil, fmt.Errorf("%w: %d of %d masters answered, %d needed", errs.ErrNoQuorum, n, len(l.qm.masters), l.qm.q)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return append([]holdRead(nil), reads...), nil
+}
+
+// holdRead is what readAll read on one master.
+type holdRead struct {
+	ok    bool
+	owner string
+	count int
+	ttl   time.Duration
+}
+
+// majorityOwner returns the owner that holds on a majority of reads, and
+// the q-th largest of its counts and TTLs there; "" when none does.
+func (l *QMutex) majorityOwner(reads []holdRead) (owner string, count int, ttl time.Duration) {
+	by := map[string][]holdRead{}
+	for _, r := range reads {
+		if r.ok && r.owner != "" {
+			by[r.owner] = append(by[r.owner], r)
+		}
+	}
+	for o, rs := range by {
+		if len(rs) < l.qm.q {
+			continue
+		}
+		counts := make([]int, len(rs))
+		ttls := make([]time.Time, len(rs))
+		now := time.Now()
+		for i, r := range rs {
+			counts[i] = r.count
+			ttls[i] = now.Add(r.ttl)
+		}
+		return o, kthLargestInt(counts, l.qm.q), time.Until(kthLatest(ttls, l.qm.q))
+	}
+	return "", 0, 0
+}
+
+// IsLocked reports whether one owner holds the lock on a majority of the
+// masters.
+func (l *QMutex) IsLocked(ctx context.Context) (bool, error) {
+	reads, err := l.readAll(ctx)
+	if err != nil {
+		return false, err
+	}
+	owner, _, _ := l.majorityOwner(reads)
+	return owner != "", nil
+}
+
+// TTL returns the validity left of the hold of the owner that holds on a
+// majority (its q-th longest expiry, less the drift), 0 when none does.
+func (l *QMutex) TTL(ctx context.Context) (time.Duration, error) {
+	reads, err := l.readAll(ctx)
+	if err != nil {
+		return 0, err
+	}
+	owner, _, ttl := l.majorityOwner(reads)
+	if owner == "" || ttl <= 0 {
+		return 0, nil
+	}
+	return max(l.qm.span(ttl), 0), nil
+}
+
+// HoldCount returns the levels owner holds on a majority of the masters:
+// the q-th largest of its counts (0 where it holds nothing).
+func (l *QMutex) HoldCount(ctx context.Context, owner string) (int, error) {
+	reads, err := l.readAll(ctx)
+	if err != nil {
+		return 0, err
+	}
+	counts := make([]int, 0, len(reads))
+	for _, r := range reads {
+		if r.ok && r.owner == owner {
+			counts = append(counts, r.count)
+		} else {
+			counts = append(counts, 0)
+		}
+	}
+	return kthLargestInt(counts, l.qm.q), nil
+}
+
+// ForceUnlock removes the hold on every master, whoever owns it, and
+// hands the lock on. It reports whether a hold was removed anywhere; it
+// fails with errs.ErrNoQuorum when fewer than a majority answered.
+func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
+	var removed atomic.Bool
+	n := l.qm.round(ctx, func(ctx context.Context, i int) (lua.QReply, error) {
+		ok, err := l.flag(ctx, i, func(s *lua.Scripts) lua.Call {
+			return s.QForce(l.keys, ms(l.qm.cfg.WaiterTTL), l.qm.skew(i))
+		})
+		if ok {
+			removed.Store(true)
+		}
+		return lua.QReply{}, err
+	}, func(answer) bool { return false }, nil)
+	if n < l.qm.q {
+		return removed.Load(), fmt.Errorf("%w: %d of %d masters answered, %d needed", errs.ErrNoQuorum, n, len(l.qm.masters), l.qm.q)
+	}
+	return removed.Load(), nil
+}
+
+// flag runs a script that answers a flag on master i.
+func (l *QMutex) flag(ctx context.Context, i int, build func(*lua.Scripts) lua.Call) (bool, error) {
+	e := l.qm.masters[i]
+	s, err := e.scripts(ctx)
+	if err != nil {
+		return false, err
+	}
+	ok, err := lua.ReadFlag(build(s).Run(ctx, e.rdb))
+	if err != nil && !publishRefused(err) {
+		return false, refusal(err)
+	}
+	return ok, nil
+}
+
+// kthLargestInt returns the k-th largest of v (0 when v has fewer).
+func kthLargestInt(v []int, k int) int {
+	if len(v) < k {
+		return 0
+	}
+	s := append([]int(nil), v...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] > s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s[k-1]
+}
+
+// kthLatest returns the k-th latest of t (zero when t has fewer).
+func kthLatest(t []time.Time, k int) time.Time {
+	if len(t) < k {
+		return time.Time{}
+	}
+	s := append([]time.Time(nil), t...)
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j].After(s[i]) {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+	return s[k-1]
+}

@@ -1,0 +1,462 @@
+package fair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// qview is what a Lock call or a hold knows of itself on one master.
+type qview struct {
+	held  bool
+	token int64
+	// until is when the hold there is known to last at least, on this
+	// process's clock: the send time of the call that said so, plus the
+	// span of the expiry it set (Quorum.span). For a pushed grant, the
+	// send time of the latest call answered there (sent), or of the
+	// first (first) when none was.
+	until time.Time
+	sent  time.Time
+	first time.Time
+	// ok is when the master last answered without an error.
+	ok time.Time
+	// yielded is the largest token given back there, floor the counter
+	// of the latest answer that found no hold: a push at or below either
+	// is stale.
+	yielded, floor int64
+	lower          bool // a smaller key waits there while we hold it
+	gone           bool // the Lock call is buried there
+	yielding       bool // a yield is on its way
+	joined         bool // a join was answered there
+}
+
+// stale reports whether a pushed grant under token is older than what v
+// knows.
+func (v *qview) stale(token int64) bool {
+	return token <= v.yielded || token <= v.floor || (v.held && token <= v.token)
+}
+
+// counted returns how many views hold with until after at, and the q-th
+// latest until among the views that hold (zero when fewer hold).
+func counted(views []qview, at time.Time, q int) (int, time.Time) {
+	n := 0
+	var untils []time.Time
+	for _, v := range views {
+		if v.held && !v.yielding {
+			untils = append(untils, v.until)
+			if v.until.After(at) {
+				n++
+			}
+		}
+	}
+	return n, kthLatest(untils, q)
+}
+
+// minAccept is how much validity a grant must have left to count: a
+// third of min(lease, waiter TTL), as for a pushed hand-over of a Mutex.
+func (qm *Quorum) minAccept(lease time.Duration) time.Duration {
+	return min(lease, qm.cfg.WaiterTTL) / 3
+}
+
+// Lock takes the lock for req.Owner on a majority of the masters (see
+// Mutex.Lock for the contract). Without req.Wait it makes one round and
+// fails with errs.ErrLocked when no majority is free. Fewer than a
+// majority answering the first round fails it with errs.ErrNoQuorum.
+func (l *QMutex) Lock(ctx context.Context, req Request) (*QHold, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	qm := l.qm
+	if err := qm.begin(); err != nil {
+		return nil, err
+	}
+	defer qm.ops.Done()
+	start := time.Now()
+	var h *QHold
+	var err error
+	for {
+		w := l.newWaiter(req)
+		if qm.cfg.Observe != nil {
+			qm.observe(ctx, Event{Kind: EventWaitStarted, Lock: l.keys.Name, Owner: req.Owner, Call: queue.WaiterIDOf(w.entry), Wait: req.Wait})
+		}
+		var again bool
+		h, again, err = w.run(ctx)
+		if !again {
+			break
+		}
+		qm.log.Warn("fairlock: a quorum waiter lost its majority; it starts over", "lock", l.keys.Name)
+	}
+	if qm.cfg.Observe != nil {
+		ev := Event{Lock: l.keys.Name, Owner: req.Owner, Wait: req.Wait, Waited: time.Since(start)}
+		if err != nil {
+			ev.Kind, ev.Err = EventWaitEnded, err
+		} else {
+			ev.Kind, ev.Grant, ev.Token, ev.Call = EventGranted, GrantFresh, h.grantToken(), queue.WaiterIDOf(h.entry)
+			if h.waited {
+				ev.Grant = GrantHandOver
+			}
+		}
+		qm.observe(ctx, ev)
+	}
+	return h, err
+}
+
+// qwaiter is one attempt of a Lock call: one entry, one ticket.
+type qwaiter struct {
+	l     *QMutex
+	req   Request
+	entry string
+	start time.Time
+
+	changed chan struct{}   // capacity 1: a view changed
+	stop    chan struct{}   // closed when the attempt is over
+	kicks   []chan struct{} // per master, capacity 1: send a yield now
+
+	mu       sync.Mutex
+	views    []qview // guarded by mu
+	ticket   int64
+	joinSent time.Time // when the first join was sent
+	over     bool      // guarded by mu
+	queued   bool      // guarded by mu: EventQueued was reported
+	pushed   bool      // guarded by mu: a push decided a master
+}
+
+func (l *QMutex) newWaiter(req Request) *qwaiter {
+	n := len(l.qm.masters)
+	w := &qwaiter{
+		l:       l,
+		req:     req,
+		entry:   queue.Entry(queue.NewID()+l.qm.tag+queue.WakeVersion, req.Lease, req.Owner),
+		start:   time.Now(),
+		changed: make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		kicks:   make([]chan struct{}, n),
+		views:   make([]qview, n),
+	}
+	for i := range w.kicks {
+		w.kicks[i] = make(chan struct{}, 1)
+	}
+	return w
+}
+
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// run makes the attempt: the doorway round, then, when it must wait,
+// the joins and pushes until a majority holds for it, ctx ends or the
+// Quorum closes. again says the attempt lost its majority for a waiter
+// TTL and the call should start over with a fresh entry.
+func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
+	qm := w.l.qm
+	lease := w.req.Lease
+	var (
+		maxC, maxNow      int64
+		answered, replied int
+	)
+	took := func(a answer) bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.tried(a)
+		replied++
+		if a.err == nil {
+			answered++
+			maxC, maxNow = max(maxC, a.rep.Ticket), max(maxNow, a.rep.Now)
+		}
+		n, _ := counted(w.views, time.Now().Add(qm.minAccept(lease)), qm.q)
+		pending := len(qm.masters) - replied
+		// Decided: granted; or a majority answered (the doorway read),
+		// and a waiting call goes on to join (a try granted late counts
+		// there), or the masters still out cannot make a majority.
+		return n >= qm.q || answered >= qm.q && (w.req.Wait || n+pending < qm.q)
+	}
+	late := func(a answer) {
+		w.mu.Lock()
+		w.tried(a)
+		w.mu.Unlock()
+		signal(w.changed)
+	}
+	call := queue.NewID()
+	qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
+		return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
+			return s.QTry(w.l.keys, call, w.req.Owner, w.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
+		}, lua.ReadQTry)
+	}, took, late)
+
+	w.mu.Lock()
+	n, valid := counted(w.views, time.Now().Add(qm.minAccept(lease)), qm.q)
+	enough := answered >= qm.q
+	if n >= qm.q {
+		w.over = true
+		views := append([]qview(nil), w.views...)
+		w.mu.Unlock()
+		close(w.stop)
+		return w.l.newHold(w.req, w.entry, views, valid, false), false, nil
+	}
+	w.ticket = max(maxC+1, maxNow)
+	w.mu.Unlock()
+	switch {
+	case !enough:
+		w.giveUp(ctx)
+		return nil, false, fmt.Errorf("%w: %d of %d masters answered, %d needed", errs.ErrNoQuorum, answered, len(qm.masters), qm.q)
+	case !w.req.Wait:
+		w.giveUp(ctx)
+		return nil, false, errs.ErrLocked
+	}
+	for i := range qm.masters {
+		qm.wg.Go(func() { w.poll(ctx, i) })
+	}
+	return w.wait(ctx)
+}
+
+// tried takes a doorway answer into the views. Requires mu.
+func (w *qwaiter) tried(a answer) {
+	v := &w.views[a.i]
+	if v.first.IsZero() {
+		v.first = a.sent
+	}
+	if a.err != nil {
+		return
+	}
+	v.sent, v.ok = a.sent, time.Now()
+	switch a.rep.State {
+	case lua.QHeld:
+		v.held, v.token = true, a.rep.Token
+		v.until = a.sent.Add(w.l.qm.span(w.req.Lease))
+	case lua.QGone:
+		v.gone = true
+	default:
+		v.floor = max(v.floor, a.rep.Counter)
+	}
+}
+
+// wait is the main loop of a waiting attempt.
+func (w *qwaiter) wait(ctx context.Context) (*QHold, bool, error) {
+	qm := w.l.qm
+	lease := w.req.Lease
+	ttl := qm.cfg.WaiterTTL
+	tick := time.NewTicker(max(min(lease, ttl)/10, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			w.giveUp(ctx)
+			return nil, false, ctx.Err()
+		case <-qm.closing:
+			w.giveUp(ctx)
+			return nil, false, errs.ErrClosed
+		case <-w.changed:
+		case <-tick.C:
+		}
+		now := time.Now()
+		w.mu.Lock()
+		n, valid := counted(w.views, now.Add(qm.minAccept(lease)), qm.q)
+		if n >= qm.q {
+			w.over = true
+			views := append([]qview(nil), w.views...)
+			w.mu.Unlock()
+			close(w.stop)
+			return w.l.newHold(w.req, w.entry, views, valid, true), false, nil
+		}
+		joined, live, gone := 0, 0, 0
+		for i := range w.views {
+			v := &w.views[i]
+			if v.held && v.lower && !v.yielding {
+				// A smaller key waits there, and we have no majority:
+				// give that master back (Maekawa's yield), keeping our
+				// ticket's place.
+				v.held, v.yielding = false, true
+				signal(w.kicks[i])
+			}
+			if v.joined {
+				joined++
+			}
+			if now.Sub(v.ok) < ttl {
+				live++
+			}
+			if v.gone {
+				gone++
+			}
+		}
+		report := !w.queued && joined >= qm.q
+		if report {
+			w.queued = true
+		}
+		sent := w.joinSent
+		lost := gone > len(qm.masters)-qm.q || (live < qm.q && now.Sub(w.start) > ttl)
+		w.mu.Unlock()
+		if report && qm.cfg.Observe != nil {
+			qm.observe(ctx, Event{Kind: EventQueued, Lock: w.l.keys.Name, Owner: w.req.Owner, Call: queue.WaiterIDOf(w.entry), Wait: true, Sent: sent, Answered: now})
+		}
+		if lost {
+			w.giveUp(ctx)
+			return nil, true, nil
+		}
+	}
+}
+
+// poll keeps the attempt's place on master i: it watches the Client's
+// wake channel of the lock there, joins, and joins again at the hint,
+// at a push that is no grant (an inquiry), or to yield when the main loop
+// asks, until the attempt is over.
+func (w *qwaiter) poll(ctx context.Context, i int) {
+	qm := w.l.qm
+	e := qm.masters[i]
+	wctx, cancel := qm.detached(ctx)
+	watcher, err := e.hub.Watch(wctx, w.l.wake, w.entry)
+	cancel()
+	var sig <-chan struct{}
+	if err != nil {
+		qm.log.Warn("fairlock: a quorum master refused the wake channel; its grants are found by polls", "master", i, "err", err)
+	} else {
+		defer watcher.Stop()
+		sig = watcher.C()
+	}
+	var pushed int64
+	for {
+		w.mu.Lock()
+		if w.over {
+			w.mu.Unlock()
+			return
+		}
+		v := &w.views[i]
+		var yield int64
+		if v.yielding {
+			yield = v.token
+		}
+		if w.joinSent.IsZero() {
+			w.joinSent = time.Now()
+		}
+		ticket := w.ticket
+		w.mu.Unlock()
+
+		sent := time.Now()
+		cctx, cancel := qm.detached(ctx)
+		rep, err := qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
+			return s.QJoin(w.l.keys, w.req.Owner, w.entry, ms(w.req.Lease), ms(qm.cfg.WaiterTTL), ticket, yield, qm.skew(i))
+		}, lua.ReadQJoin)
+		cancel()
+		if publishRefused(err) {
+			err = nil // the wake message is lost; the state is in rep's place
+			rep = lua.QReply{State: lua.QWaiting, Hint: 1}
+		}
+		w.joined(i, sent, yield, rep, err)
+
+		delay := time.Duration(rep.Hint) * time.Millisecond
+		if err != nil {
+			delay = retryMin
+			if !errors.Is(err, errs.ErrClosed) {
+				qm.log.Debug("fairlock: a quorum join failed", "master", i, "err", err)
+			}
+		}
+		t := time.NewTimer(max(delay, time.Millisecond))
+	waiting:
+		for {
+			select {
+			case <-w.stop:
+				t.Stop()
+				return
+			case <-w.kicks[i]:
+			case <-t.C:
+			case <-sig:
+				if tok, ok := watcher.Grant(); ok && tok != pushed {
+					pushed = tok
+					if w.push(i, tok) {
+						continue waiting
+					}
+				}
+			}
+			break
+		}
+		t.Stop()
+	}
+}
+
+// joined takes a join's answer into master i's view.
+func (w *qwaiter) joined(i int, sent time.Time, yield int64, rep lua.QReply, err error) {
+	w.mu.Lock()
+	v := &w.views[i]
+	if v.first.IsZero() {
+		v.first = sent
+	}
+	if yield != 0 {
+		v.yielding = false
+		v.yielded = max(v.yielded, yield)
+	}
+	if err == nil {
+		v.sent, v.ok, v.joined = sent, time.Now(), true
+		switch {
+		case rep.State == lua.QHeld && v.yielding:
+			// A join that crossed the main loop's decision to yield: the
+			// master stays uncounted until the yield has been answered.
+			v.token = rep.Token
+		case rep.State == lua.QHeld:
+			v.held, v.token, v.lower = true, rep.Token, rep.Lower
+			v.until = sent.Add(w.l.qm.span(min(w.req.Lease, w.l.qm.cfg.WaiterTTL)))
+		case rep.State == lua.QGone:
+			v.held, v.gone = false, true
+		default:
+			v.held, v.lower = false, false
+			v.floor = max(v.floor, rep.Counter)
+		}
+	}
+	w.mu.Unlock()
+	signal(w.changed)
+}
+
+// push takes a pushed grant under token on master i into its view, and
+// reports whether it did (false: stale, or a yield is on its way).
+func (w *qwaiter) push(i int, token int64) bool {
+	w.mu.Lock()
+	v := &w.views[i]
+	if v.stale(token) || v.yielding {
+		w.mu.Unlock()
+		return false
+	}
+	from := v.sent
+	if from.IsZero() {
+		from = v.first
+	}
+	v.held, v.token, v.lower = true, token, false
+	v.until = from.Add(w.l.qm.span(min(w.req.Lease, w.l.qm.cfg.WaiterTTL)))
+	w.pushed = true
+	w.mu.Unlock()
+	signal(w.changed)
+	return true
+}
+
+// giveUp ends the attempt: the pollers stop, and the entry leaves the
+// line of every master (a grant that raced goes to the next waiter
+// there). It waits for a majority of the masters, or the call timeout;
+// the others are told in the background.
+func (w *qwaiter) giveUp(ctx context.Context) {
+	w.mu.Lock()
+	already := w.over
+	w.over = true
+	w.mu.Unlock()
+	if !already {
+		close(w.stop)
+	}
+	qm := w.l.qm
+	n := 0
+	qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
+		_, err := w.l.flag(cctx, i, func(s *lua.Scripts) lua.Call {
+			return s.QCancel(w.l.keys, w.entry, ms(qm.cfg.WaiterTTL), qm.tombTTL(), qm.skew(i))
+		})
+		return lua.QReply{}, err
+	}, func(a answer) bool {
+		if a.err == nil {
+			n++
+		}
+		return n >= qm.q
+	}, nil)
+}

@@ -1,0 +1,175 @@
+package fairlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/fair"
+)
+
+// NewQuorum returns a Client whose locks live on all of masters: N
+// independent Redis masters (not replicas of one another, not shards of
+// one Cluster). A lock is held while a majority of them, N/2+1, hold it
+// for one Lock call, so it survives the loss of the others, and a
+// failover of any one of them cannot grant it twice. Every Mutex method
+// works as with New:
+//   - Lock is FIFO in bakery order: a caller is served before every caller
+//     whose Lock began after its own had joined the line of a majority;
+//   - Token commits the hold's fencing token to a majority on its first
+//     call (one round trip; later calls are free), and tokens strictly
+//     increase across holders even when a holder pauses past its
+//     validity or a master's clock steps;
+//   - TTL is the validity left: the time a majority is known to keep the
+//     hold, measured on this process's monotonic clock, less the drift
+//     (WithDriftFactor); IsLocked and HoldCount are the majority's view;
+//     ForceUnlock acts on every master;
+//   - a waiter is woken by a push from each master (one pub/sub
+//     connection per master), and a hand-over completes when a majority
+//     has pushed.
+//
+// Fewer than a majority of masters answering makes calls fail with
+// ErrNoQuorum. Mutual exclusion rests on timing, as every lease-based
+// lock's does: see "Quorum locks" in docs/operations.md for the rules of
+// deployment (independent masters, an odd N, a delayed restart or
+// appendfsync always, clocks that slew) and when to prefer New.
+//
+// NewQuorum fails with ErrInvalidOption for no masters, a nil client, an
+// invalid option, WithReplicas (a quorum waits for no replicas), or the
+// same server listed twice: two masters with one run_id or one boot id
+// (the key <prefix>:boot, written once on each master), checked among
+// the masters that answer within the call timeout. It logs a warning for
+// an even N, which tolerates no more failures than N-1. Semaphore,
+// RWMutex, MultiLock, Inspect and List are not offered on a quorum
+// Client: their handles fail with ErrInvalidOption.
+func NewQuorum(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
+	if len(masters) == 0 {
+		return nil, fmt.Errorf("%w: NewQuorum needs at least one master", ErrInvalidOption)
+	}
+	rdbs := make([]fair.Redis, len(masters))
+	for i, m := range masters {
+		if isNil(m) {
+			return nil, fmt.Errorf("%w: master %d is a nil redis client", ErrInvalidOption, i)
+		}
+		rdbs[i] = m
+	}
+	cfg := defaults()
+	for i, o := range opts {
+		if o == nil {
+			cfg.invalid("option %d is nil", i)
+			continue
+		}
+		o.applyClient(&cfg)
+	}
+	if cfg.replicas > 0 {
+		cfg.invalid("WithReplicas does not apply to a quorum Client: its masters have no replicas to wait for")
+	}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	qm, err := fair.NewQuorum(rdbs, fair.Config{
+		WaiterTTL:   cfg.waiterTTL,
+		CallTimeout: cfg.callTimeout,
+		Heartbeat:   cfg.heartbeat,
+		Logger:      cfg.logger,
+		Observe:     hook(cfg.observer, cfg.logger),
+		Prefix:      cfg.prefix,
+	}, fair.QuorumConfig{Drift: cfg.drift})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.callTimeout)
+	defer cancel()
+	if _, err := qm.Distinct(ctx, cfg.prefix); err != nil {
+		var same *fair.SameServerError
+		if errors.As(err, &same) {
+			_ = qm.Close()
+			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		cfg.logger.Warn("fairlock: a quorum master could not be checked for duplicates", "err", err)
+	}
+	if len(masters)%2 == 0 {
+		cfg.logger.Warn("fairlock: a quorum of an even number of masters tolerates no more failures than one master fewer; use an odd number",
+			"masters", len(masters))
+	}
+	return &Client{quorum: qm, cfg: cfg}, nil
+}
+
+// WithDriftFactor sets a quorum Client's clock drift factor: a hold
+// counts for (1-f) of the time its masters keep it, less a few ms, so
+// that clocks whose rates differ by less than f cannot make two holders.
+// Default 0.01. f must be at least 0 and below 0.1; otherwise, or on a
+// Client made by New, it fails with ErrInvalidOption.
+func WithDriftFactor(f float64) Option {
+	return clientOption(func(c *config) {
+		if !(f >= 0 && f < 0.1) {
+			c.invalid("drift factor %v, want at least 0 and below 0.1", f)
+			return
+		}
+		c.drift, c.driftSet = f, true
+	})
+}
+
+// errNotOnQuorum is the error of a handle a quorum Client does not offer.
+func errNotOnQuorum(what string) error {
+	return fmt.Errorf("%w: a quorum Client (NewQuorum) has no %s", ErrInvalidOption, what)
+}
+
+// closed reports whether the Client was closed.
+func (c *Client) closed() bool {
+	if c.quorum != nil {
+		return c.quorum.Closed()
+	}
+	return c.engine.Closed()
+}
+
+// qtake is take on a quorum Client.
+func (m *Mutex) qtake(ctx context.Context, owner string, shared, wait bool) (*fair.QHold, error) {
+	h, err := m.qholdFrom(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if h != nil && (!shared || owner == h.Owner()) {
+		switch err := h.Enter(ctx); {
+		case err == nil:
+			return h, nil
+		case !errors.Is(err, ErrNotHeld):
+			return nil, err
+		}
+	}
+	return m.q.Lock(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: shared})
+}
+
+// qholdFrom returns the quorum hold of m's lock that ctx carries, or nil.
+func (m *Mutex) qholdFrom(ctx context.Context) (*fair.QHold, error) {
+	for c := m.carriedFrom(ctx); c != nil; c = c.next {
+		if c.qh != nil && m.q.Took(c.qh) {
+			return c.qh, nil
+		}
+	}
+	return nil, nil
+}
+
+// qheld returns the live quorum hold ctx carries, or ErrNotHeld.
+func (m *Mutex) qheld(ctx context.Context) (*fair.QHold, error) {
+	h, err := m.qholdFrom(ctx)
+	switch {
+	case err != nil:
+		return nil, err
+	case h == nil:
+		return nil, ErrNotHeld
+	}
+	return h, nil
+}
+
+// qttl is TTL on a quorum Client: the validity left of the hold ctx
+// carries, or else the majority's view.
+func (m *Mutex) qttl(ctx context.Context) (time.Duration, error) {
+	if h, _ := m.qholdFrom(ctx); h != nil && h.Context().Err() == nil {
+		return max(time.Until(h.Validity()), 0), nil
+	}
+	return m.q.TTL(ctx)
+}

@@ -1,0 +1,206 @@
+package fairlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+// quorumPrefixes keeps one key prefix per test, so that every quorum
+// Client of a test shares its locks.
+var quorumPrefixes sync.Map
+
+// quorumOf returns a quorum Client over servers, with the test's key
+// prefix, closed when t ends.
+func quorumOf(t *testing.T, servers []*redistest.Server, opts ...fairlock.Option) *fairlock.Client {
+	t.Helper()
+	masters := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		masters[i] = s.Client(t)
+	}
+	prefix, _ := quorumPrefixes.LoadOrStore(t.Name(), redistest.Prefix(t))
+	c, err := fairlock.NewQuorum(masters, append([]fairlock.Option{fairlock.WithPrefix(prefix.(string))}, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func TestQuorumLockUnlockTokenAndViews(t *testing.T) {
+	for _, n := range []int{3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			servers := redistest.Masters(t, n)
+			c := quorumOf(t, servers)
+			m := c.Mutex("job")
+			ctx := context.Background()
+
+			held, err := m.Lock(ctx)
+			require.NoError(t, err)
+			tok, err := m.Token(held)
+			require.NoError(t, err)
+			require.Positive(t, tok)
+			again, err := m.Token(held)
+			require.NoError(t, err)
+			require.Equal(t, tok, again, "a hold's token is committed once")
+
+			locked, err := m.IsLocked(ctx)
+			require.NoError(t, err)
+			require.True(t, locked)
+			ttl, err := m.TTL(held)
+			require.NoError(t, err)
+			require.Greater(t, ttl, 20*time.Second)
+			require.LessOrEqual(t, ttl, 30*time.Second)
+
+			// Re-entry counts on the majority.
+			inner, err := m.Lock(held)
+			require.NoError(t, err)
+			count, err := m.HoldCount(inner)
+			require.NoError(t, err)
+			require.Equal(t, 2, count)
+			require.NoError(t, m.Unlock(inner))
+			count, err = m.HoldCount(held)
+			require.NoError(t, err)
+			require.Equal(t, 1, count)
+
+			// Another Client's TryLock fails; its Lock waits for the release.
+			other := quorumOf(t, servers)
+			om := other.Mutex("job")
+			_, err = om.TryLock(ctx)
+			require.ErrorIs(t, err, fairlock.ErrLocked)
+			got := make(chan context.Context, 1)
+			go func() {
+				h, err := om.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- h
+			}()
+			time.Sleep(200 * time.Millisecond)
+			require.NoError(t, m.Unlock(held))
+			require.ErrorIs(t, held.Err(), context.Canceled)
+			var h2 context.Context
+			select {
+			case h2 = <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the waiter was not handed the lock")
+			}
+			require.NotNil(t, h2)
+			tok2, err := om.Token(h2)
+			require.NoError(t, err)
+			require.Greater(t, tok2, tok)
+			require.NoError(t, om.Unlock(h2))
+
+			locked, err = m.IsLocked(ctx)
+			require.NoError(t, err)
+			require.False(t, locked)
+			require.ErrorIs(t, m.Unlock(held), fairlock.ErrNotHeld)
+		})
+	}
+}
+
+func TestQuorumIsFIFOAndExclusiveUnderContention(t *testing.T) {
+	servers := redistest.Masters(t, 3)
+	clients := []*fairlock.Client{quorumOf(t, servers), quorumOf(t, servers), quorumOf(t, servers)}
+	ctx := context.Background()
+	var (
+		inside   atomic.Int32
+		mu       sync.Mutex
+		lastTok  int64
+		grants   int
+		overlaps int
+		wg       sync.WaitGroup
+	)
+	for g := range 9 {
+		m := clients[g%3].Mutex("hot")
+		wg.Go(func() {
+			for range 15 {
+				held, err := m.Lock(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if inside.Add(1) != 1 {
+					mu.Lock()
+					overlaps++
+					mu.Unlock()
+				}
+				tok, err := m.Token(held)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				if tok <= lastTok {
+					t.Errorf("token %d after %d", tok, lastTok)
+				}
+				lastTok = tok
+				grants++
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				inside.Add(-1)
+				if err := m.Unlock(held); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, overlaps)
+	require.Equal(t, 9*15, grants)
+}
+
+func TestNewQuorumRefusesBadConfigurations(t *testing.T) {
+	servers := redistest.Masters(t, 2)
+	a, b := servers[0].Client(t), servers[1].Client(t)
+	_, err := fairlock.NewQuorum(nil)
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, nil, b})
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	var nilClient *redis.Client
+	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, nilClient, b})
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	// The same server twice, through two clients.
+	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b, servers[0].Client(t)})
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	require.ErrorContains(t, err, "same server")
+	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithDriftFactor(0.5))
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	_, err = fairlock.New(a, fairlock.WithDriftFactor(0.02))
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithReplicas(1, time.Second))
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+
+	c, err := fairlock.NewQuorum([]redis.UniversalClient{a})
+	require.NoError(t, err)
+	defer c.Close()
+	require.ErrorIs(t, c.Semaphore("s", 2).Release(context.Background()), fairlock.ErrInvalidOption)
+	_, err = c.MultiLock([]string{"a", "b"}).Lock(context.Background())
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	_, err = c.Inspect(context.Background(), "a")
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+}
+
+func TestQuorumWithoutAMajorityFailsWithErrNoQuorum(t *testing.T) {
+	servers := redistest.Masters(t, 3)
+	c := quorumOf(t, servers, fairlock.WithCallTimeout(time.Second))
+	m := c.Mutex("x")
+	servers[0].Kill()
+	servers[1].Kill()
+	_, err := m.Lock(context.Background())
+	require.ErrorIs(t, err, fairlock.ErrNoQuorum)
+	_, err = m.IsLocked(context.Background())
+	require.ErrorIs(t, err, fairlock.ErrNoQuorum)
+	require.NoError(t, servers[0].Restart())
+	held, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(held))
+	require.True(t, errors.Is(err, nil))
+}

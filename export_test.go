@@ -15,3 +15,9 @@ func WithHeartbeat(d time.Duration) Option {
 func WithCallTimeout(d time.Duration) Option {
 	return clientOption(func(c *config) { c.callTimeout = d })
 }
+
+// SetQuorumSkew makes the scripts of a quorum Client c read master i's
+// clock d later than it is: with the keys' expiries on that master
+// shortened by d, it is a step of that master's clock (see
+// lua/lib.lua, qlib).
+func SetQuorumSkew(c *Client, i int, d time.Duration) { c.quorum.SetSkew(i, d) }

@@ -395,3 +395,40 @@ func ExampleRWMutex() {
 	// writer while read: true
 	// still reading: true
 }
+
+// A lock held on a majority of three independent Redis masters: it
+// survives the loss of any one of them, a failover of one cannot grant it
+// twice, and its fencing token is committed to a majority.
+func ExampleNewQuorum() {
+	var masters []redis.UniversalClient
+	for _, addr := range masterAddrs() {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		masters = append(masters, rdb)
+	}
+	locks, err := fairlock.NewQuorum(masters, fairlock.WithPrefix("example"))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	m := locks.Mutex("ledger")
+	ctx, err := m.Lock(context.Background()) // bakery order across every Client
+	if err != nil {
+		panic(err)
+	}
+	token, err := m.Token(ctx) // the first call commits it to a majority
+	if err != nil {
+		panic(err)
+	}
+	ttl, _ := m.TTL(ctx)
+	fmt.Println("token:", token > 0, "validity left:", ttl > 20*time.Second)
+	if err := m.Unlock(ctx); err != nil {
+		panic(err)
+	}
+	// Output: token: true validity left: true
+}
+
+// masterAddrs are the addresses of three independent Redis masters the
+// examples use; in your code, yours.
+func masterAddrs() []string { return redistest.SharedMasterAddrs() }

@@ -221,7 +221,44 @@ func Main(m *testing.M) int {
 	}
 	shared.Store(s)
 	defer s.Stop()
+	defer stopExtraMasters()
 	return m.Run()
+}
+
+// extra are the two servers SharedMasterAddrs starts beside the shared
+// one, once, for the examples of a quorum; Main stops them.
+var extra struct {
+	mu      sync.Mutex
+	servers []*Server
+}
+
+// SharedMasterAddrs returns the addresses of three independent servers:
+// the one started by Main and two more, started at the first call and
+// stopped by Main. It returns nil when they cannot be started.
+func SharedMasterAddrs() []string {
+	s := shared.Load()
+	if s == nil {
+		return nil
+	}
+	extra.mu.Lock()
+	defer extra.mu.Unlock()
+	for len(extra.servers) < 2 {
+		e, err := Start()
+		if err != nil {
+			return nil
+		}
+		extra.servers = append(extra.servers, e)
+	}
+	return []string{s.Addr, extra.servers[0].Addr, extra.servers[1].Addr}
+}
+
+func stopExtraMasters() {
+	extra.mu.Lock()
+	defer extra.mu.Unlock()
+	for _, e := range extra.servers {
+		e.Stop()
+	}
+	extra.servers = nil
 }
 
 // Shared returns the server started by Main.

@@ -1,9 +1,11 @@
 package fairlock_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,6 +173,24 @@ func TestNewQuorumRefusesBadConfigurations(t *testing.T) {
 	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b, servers[0].Client(t)})
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 	require.ErrorContains(t, err, "same server")
+	// Two servers with one boot id (a copy of the key) are taken for one.
+	boot, err := fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithPrefix("boots"))
+	require.NoError(t, err)
+	require.NoError(t, boot.Close())
+	id, err := a.Get(context.Background(), "boots:boot").Result()
+	require.NoError(t, err)
+	require.NoError(t, b.Set(context.Background(), "boots:boot", id, 0).Err())
+	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithPrefix("boots"))
+	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
+	require.ErrorContains(t, err, "boot:"+id)
+
+	// An even number of masters is allowed, with a warning.
+	var logged bytes.Buffer
+	even, err := fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	require.NoError(t, err)
+	require.NoError(t, even.Close())
+	require.Contains(t, logged.String(), "even number of masters")
+
 	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithDriftFactor(0.5))
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 	_, err = fairlock.New(a, fairlock.WithDriftFactor(0.02))

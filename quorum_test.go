@@ -224,3 +224,58 @@ func TestQuorumWithoutAMajorityFailsWithErrNoQuorum(t *testing.T) {
 	require.NoError(t, m.Unlock(held))
 	require.True(t, errors.Is(err, nil))
 }
+
+func TestQuorumLostLeaseEndsTheHoldAndIsNotReentered(t *testing.T) {
+	servers := redistest.Masters(t, 3)
+	c := quorumOf(t, servers, fairlock.WithLease(time.Second))
+	other := quorumOf(t, servers)
+	m, om := c.Mutex("lost"), other.Mutex("lost")
+	ctx := context.Background()
+	held, err := m.Lock(ctx)
+	require.NoError(t, err)
+	removed, err := om.ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, removed)
+	select {
+	case <-held.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog did not notice the hold was gone")
+	}
+	require.ErrorIs(t, context.Cause(held), fairlock.ErrLeaseLost)
+	_, err = m.Lock(held)
+	require.ErrorIs(t, err, fairlock.ErrLeaseLost, "a lost hold is never re-entered as a fresh one")
+	require.ErrorIs(t, m.Unlock(held), fairlock.ErrNotHeld)
+	_, err = m.Token(held)
+	require.ErrorIs(t, err, fairlock.ErrNotHeld)
+}
+
+func TestQuorumCloseEndsWaitsAndHolds(t *testing.T) {
+	servers := redistest.Masters(t, 3)
+	c := quorumOf(t, servers)
+	other := quorumOf(t, servers)
+	ctx := context.Background()
+	held, err := c.Mutex("closing").Lock(ctx)
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() {
+		_, err := other.Mutex("closing").Lock(ctx)
+		waited <- err
+	}()
+	third := quorumOf(t, servers)
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, other.Close())
+	select {
+	case err := <-waited:
+		require.ErrorIs(t, err, fairlock.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a waiting Lock did not end at Close")
+	}
+	require.NoError(t, c.Close())
+	require.ErrorIs(t, context.Cause(held), fairlock.ErrClosed)
+	// Close released the hold: another Client takes it without waiting.
+	h3, err := third.Mutex("closing").TryLock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, third.Mutex("closing").Unlock(h3))
+	_, err = c.Mutex("closing").Lock(ctx)
+	require.ErrorIs(t, err, fairlock.ErrClosed)
+}

@@ -2,7 +2,6 @@ package fair
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -105,11 +104,15 @@ func (h *QHold) endedErr() error {
 	return fmt.Errorf("%w: %w", errs.ErrNotHeld, h.cause)
 }
 
-// live returns an error when the hold has ended or its validity passed.
-// Requires mu.
+// live returns an error when the hold has ended or its validity passed:
+// the cause it ended with (errs.ErrLeaseLost, errs.ErrClosed), or
+// errs.ErrNotHeld after its last Unlock. Requires mu.
 func (h *QHold) live() error {
 	if h.ended || h.levels == 0 {
-		return h.endedErr()
+		if h.cause != nil {
+			return h.cause
+		}
+		return errs.ErrNotHeld
 	}
 	if !time.Now().Before(h.validity) {
 		return errs.ErrLeaseLost
@@ -123,13 +126,19 @@ func (h *QHold) live() error {
 // later grant on a master of that majority has a larger one, whatever the
 // timing. Later calls return it at once.
 func (h *QHold) Token(ctx context.Context) (int64, error) {
+	qm := h.l.qm
+	if err := qm.begin(); err != nil {
+		return 0, fmt.Errorf("%w: %w", errs.ErrNotHeld, err)
+	}
+	defer qm.ops.Done()
 	h.mu.Lock()
+	if h.ended || h.levels == 0 {
+		defer h.mu.Unlock()
+		return 0, h.endedErr()
+	}
 	if err := h.live(); err != nil {
-		lost := errors.Is(err, errs.ErrLeaseLost) && !h.ended
 		h.mu.Unlock()
-		if lost {
-			h.lose(false)
-		}
+		h.lose(false)
 		return 0, err
 	}
 	if h.committed != 0 {
@@ -143,7 +152,6 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 		}
 	}
 	h.mu.Unlock()
-	qm := h.l.qm
 	lease := h.lease
 	if h.fixed {
 		lease = 0
@@ -298,6 +306,11 @@ func (h *QHold) giveBackLevel(i int) {
 // It fails with errs.ErrNoQuorum when fewer than a majority answered (the
 // hold ends here all the same at the last level).
 func (h *QHold) Unlock(ctx context.Context) error {
+	qm := h.l.qm
+	if err := qm.begin(); err != nil {
+		return fmt.Errorf("%w: %w", errs.ErrNotHeld, err)
+	}
+	defer qm.ops.Done()
 	h.mu.Lock()
 	if h.ended || h.levels == 0 {
 		defer h.mu.Unlock()
@@ -311,7 +324,7 @@ func (h *QHold) Unlock(ctx context.Context) error {
 		h.end(nil)
 	}
 	n := h.release(ctx, last, committed)
-	if qm := h.l.qm; n < qm.q {
+	if n < qm.q {
 		return fmt.Errorf("%w: %d of %d masters answered the release, %d needed; it is sent again in the background", errs.ErrNoQuorum, n, len(qm.masters), qm.q)
 	}
 	return nil

@@ -276,16 +276,18 @@ func (qm *Quorum) round(ctx context.Context, call func(ctx context.Context, i in
 			rep, err := call(cctx, i)
 			cancel()
 			a := answer{i: i, sent: sent, rep: rep, err: err}
+			// The answer goes to out (which has room for every master)
+			// while the round waits, else to late: both under mu, so
+			// that none is lost between the two.
 			mu.Lock()
 			over := done
-			mu.Unlock()
-			if over {
-				if late != nil {
-					late(a)
-				}
-				return
+			if !over {
+				out <- a
 			}
-			out <- a
+			mu.Unlock()
+			if over && late != nil {
+				late(a)
+			}
 		})
 	}
 	timer := time.NewTimer(qm.cfg.CallTimeout + 50*time.Millisecond)
@@ -375,6 +377,10 @@ func (l *QMutex) Took(h *QHold) bool {
 // PTTL, for the majority views. It fails with errs.ErrNoQuorum when fewer
 // than a majority answered.
 func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
+	if err := l.qm.begin(); err != nil {
+		return nil, err
+	}
+	defer l.qm.ops.Done()
 	reads := make([]holdRead, len(l.qm.masters))
 	var mu sync.Mutex
 	n := l.qm.round(ctx, func(ctx context.Context, i int) (lua.QReply, error) {
@@ -485,6 +491,10 @@ func (l *QMutex) HoldCount(ctx context.Context, owner string) (int, error) {
 // hands the lock on. It reports whether a hold was removed anywhere; it
 // fails with errs.ErrNoQuorum when fewer than a majority answered.
 func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
+	if err := l.qm.begin(); err != nil {
+		return false, err
+	}
+	defer l.qm.ops.Done()
 	var removed atomic.Bool
 	n := l.qm.round(ctx, func(ctx context.Context, i int) (lua.QReply, error) {
 		ok, err := l.flag(ctx, i, func(s *lua.Scripts) lua.Call {

@@ -24,7 +24,7 @@ var quorumPrefixes sync.Map
 
 // quorumOf returns a quorum Client over servers, with the test's key
 // prefix, closed when t ends.
-func quorumOf(t *testing.T, servers []*redistest.Server, opts ...fairlock.Option) *fairlock.Client {
+func quorumOf(t testing.TB, servers []*redistest.Server, opts ...fairlock.Option) *fairlock.Client {
 	t.Helper()
 	masters := make([]redis.UniversalClient, len(servers))
 	for i, s := range servers {

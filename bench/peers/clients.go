@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"time"
@@ -57,8 +58,9 @@ func (c count) minus(o count) count {
 	return count{calls: c.calls - o.calls, dials: c.dials - o.dials}
 }
 
-// clientSet is the clients one library uses in one run: n go-redis
-// clients, each with the counting hook and a locker of the library.
+// clientSet is the clients one library uses in one run: n lockers of the
+// library, each over a go-redis client, or one per master, all with the
+// counting hook.
 type clientSet struct {
 	rdbs    []*redis.Client
 	lockers []locker
@@ -66,15 +68,31 @@ type clientSet struct {
 	hook    *roundTrips
 }
 
-// openClients opens n clients of the server described by opts and a
-// locker of lib over each.
-func openClients(lib library, opts *redis.Options, n int) (*clientSet, error) {
+// openClients opens n lockers of lib: over one client each of the server
+// described by opts[0], or, when opts describes several masters, lib's
+// quorum lock over one client of each master.
+func openClients(lib library, opts []*redis.Options, n int) (*clientSet, error) {
 	s := &clientSet{hook: &roundTrips{}}
 	for range n {
-		rdb := redis.NewClient(opts)
-		rdb.AddHook(s.hook)
-		s.rdbs = append(s.rdbs, rdb)
-		l, closeFn, err := lib.open(rdb)
+		rdbs := make([]*redis.Client, len(opts))
+		for i, o := range opts {
+			rdbs[i] = redis.NewClient(o)
+			rdbs[i].AddHook(s.hook)
+		}
+		s.rdbs = append(s.rdbs, rdbs...)
+		var (
+			l       locker
+			closeFn func() error
+			err     error
+		)
+		switch {
+		case len(rdbs) == 1:
+			l, closeFn, err = lib.open(rdbs[0])
+		case lib.openQuorum == nil:
+			err = fmt.Errorf("%s: %w", lib.name, errNoQuorumLock)
+		default:
+			l, closeFn, err = lib.openQuorum(rdbs)
+		}
 		if err != nil {
 			return nil, errors.Join(err, s.close())
 		}

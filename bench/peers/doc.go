@@ -8,7 +8,9 @@
 // script or none, written here (see Several locks at once). In the one that
 // shares a semaphore's permits, semaphore, each peer is a counting
 // semaphore built from its locks the way their users build one (see A
-// semaphore). Before them, a
+// semaphore). One workload, redlock, runs on three independent Redis
+// masters that it starts, and sets redsync's RedLock against fairlock's
+// quorum lock (see RedLock on three masters). Before them, a
 // ring of bare scripts measures the cross-process floor, the fastest a
 // strict FIFO hand-over between processes goes on the server, which
 // fairlock's contended throughput is set against. A scale part, fairlock
@@ -24,11 +26,13 @@
 //	go run . -workloads scale -scale-waiters 1000 -scale-holds 1000
 //	go run . -workloads multi -multi-wait 10ms
 //	go run . -workloads semaphore -semaphore-wait 5ms
+//	go run . -workloads redlock
 //	go run . -redis redis://127.0.0.1:6379/0
 //
 // With -redis it uses an existing server and only adds keys (lock names
 // under "peers:", fairlock's under "fairlock:"); CONFIG RESETSTAT still
-// runs before every measured part. -libs runs only some libraries
+// runs before every measured part. The redlock workload starts its
+// masters from PATH all the same. -libs runs only some libraries
 // (fairlock, redsync, redislock, atomic: the atomic try-all, which runs in
 // multi only).
 //
@@ -48,6 +52,8 @@
 //	multi           16 goroutines over 4 clients, 16 names, 2 to 4 of them at once, holding 1 ms
 //	semaphore       16 goroutines over 4 clients, a semaphore of 3 permits, 8 goroutines taking 1
 //	                at a time and 8 taking 2, holding 1 ms
+//	redlock         16 goroutines over 4 clients, one name on 3 independent masters, holding
+//	                nothing; redsync and fairlock only
 //	waiters         10,000 goroutines over 4 clients, one name
 //	scale           fairlock alone, run after the others: see The scale part
 //
@@ -115,6 +121,14 @@
 //     any of the grant's names). Any is a broken mutual exclusion. In
 //     semaphore the count is of permits held: a grant that takes it past
 //     the 3 permits is a violation.
+//   - tokens, in redlock only: "none" for a library whose locks carry no
+//     fencing token; else the tokens read, one under every hold, and
+//     whether each was greater than the one read before it (see RedLock
+//     on three masters).
+//
+// In redlock the round trips, commands, dials and server figures are
+// those of all three masters together: the clients' hooks count what
+// goes to each, and the server counters are the sums of the three's.
 //
 // Round trips and server counters are read at the deadline, so the
 // clean-up of the waits it cut short is not counted.
@@ -125,7 +139,9 @@
 // wait in hold0 and hold0-1x16, the same for hold5ms, round trips and
 // server µs per grant in hold0; grants/s in many; grants/s, Jain's index
 // with the longest wait, and attempts and round trips per grant in multi
-// and in semaphore; grants/s and goroutines never granted in waiters.
+// and in semaphore; grants/s, Jain's index with the longest wait, round
+// trips per grant and the tokens in redlock; grants/s and goroutines
+// never granted in waiters.
 // fairlock's rates carry its ratio to the best peer's, and in hold0 to
 // the floor. A last row holds the floor, when it ran with hold0: its
 // hand-overs/s, round trips and server µs per hand-over.
@@ -182,7 +198,7 @@
 // woken by pub/sub.
 //
 // redsync: redsync.New(goredis.NewPool(rdb)) per go-redis client, a single
-// pool (no quorum over several servers); a NewMutex per lock, since a
+// pool (no quorum over several servers, but in redlock); a NewMutex per lock, since a
 // Mutex keeps the value of its hold, with WithExpiry(ttl),
 // WithTries(1<<30) (a wait ends at the run's deadline, not after a count
 // of tries) and WithRetryDelay(10ms); LockContext and UnlockContext.
@@ -311,6 +327,42 @@
 // callers of 1 permit then barge less often: Jain's index rose from about
 // 0.62 at 1 ms to 0.76 to 0.86 at 20 ms, and the share of the grants of 2
 // permits from about 0.12 to 0.22 to 0.30, at 2 attempts per grant.
+//
+// # RedLock on three masters
+//
+// redlock runs on three redis-servers that the benchmark starts for it,
+// without persistence and each on a free loopback port: independent
+// masters, sharing nothing but the machine, each a loopback round trip
+// away (a deployment puts them in separate failure domains, further
+// apart). Its shape is hold0's: 16 goroutines over 4 clients on one lock
+// name, holding nothing. A client is one locker of the library's quorum
+// lock over three go-redis clients, one per master, all with the counting
+// hook, so that round trips count the commands sent to every master.
+// redislock has no quorum lock and the atomic try-all is no lock of one
+// name, so neither runs in it.
+//
+// redsync: redsync.New(pool1, pool2, pool3), one goredis pool per master
+// (RedLock), with the options of the single-pool runs (WithExpiry(ttl),
+// WithTries(1<<30), WithRetryDelay(10ms)) and its defaults otherwise: a
+// quorum of 2, a drift factor of 0.01, each try bounded by 5% of the
+// expiry. A try sends SET NX to the three masters at once and holds the
+// lock when 2 of them set it within the validity; otherwise it deletes its
+// value on all three and sleeps the retry delay. Its waiters poll, as
+// over one pool, and three callers that each set the key on one master
+// leave it to nobody until they try again. Its holds carry no token (the
+// value is random): the tokens column reads "none".
+//
+// fairlock: fairlock.NewQuorum([]redis.UniversalClient{c1, c2, c3},
+// fairlock.WithLease(ttl)) per client; Mutex(name).Lock, Token with the
+// context Lock returned, Unlock. Its line lives on the masters, and a
+// caller is served before every caller whose Lock began after its join
+// reached a majority of them. Every hold calls Token inside the critical
+// section, as a holder that passes its token to the resource would: the
+// first call of a hold commits the token to a majority of the masters, one
+// round more than redsync's hold, inside it. The holds of the one name
+// exclude each other, so the tokens are read in the order of the grants,
+// and each must be greater than the one before it; one that is not is
+// counted as not rising.
 //
 // # The scale part
 //

@@ -8,6 +8,7 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/fairlock/fairlock"
 	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 )
@@ -49,6 +50,12 @@ type library struct {
 	// open returns a locker over rdb and the function that releases what
 	// the locker started (not rdb itself).
 	open func(rdb *redis.Client) (locker, func() error, error)
+	// openQuorum returns a locker of the library's quorum lock over
+	// masters, one go-redis client per independent master, and the
+	// function that releases what the locker started (not the clients);
+	// nil when the library has none. Only the workloads on several
+	// masters run it, and only them (redlock.go).
+	openQuorum func(masters []*redis.Client) (locker, func() error, error)
 }
 
 // libraries returns the libraries under test, fairlock first, and last
@@ -63,16 +70,9 @@ func libraries(cfg libConfig) []library {
 			return fairLocker{c}, c.Close, nil
 		}},
 		{name: "redsync", open: func(rdb *redis.Client) (locker, func() error, error) {
-			return redsyncLocker{
-				rs: redsync.New(goredis.NewPool(rdb)),
-				opts: []redsync.Option{
-					redsync.WithExpiry(cfg.ttl),
-					redsync.WithTries(1 << 30), // the run's deadline ends a wait, not a count
-					redsync.WithRetryDelay(cfg.redsyncDelay),
-				},
-				multiWait:     cfg.multiWait,
-				semaphoreWait: cfg.semaphoreWait,
-			}, noClose, nil
+			return newRedsyncLocker(cfg, rdb), noClose, nil
+		}, openQuorum: func(masters []*redis.Client) (locker, func() error, error) {
+			return newRedsyncLocker(cfg, masters...), noClose, nil
 		}},
 		{name: "redislock", open: func(rdb *redis.Client) (locker, func() error, error) {
 			return redislockLocker{
@@ -90,7 +90,12 @@ func libraries(cfg libConfig) []library {
 }
 
 // runsIn reports whether l runs in w.
-func (l library) runsIn(w workload) bool { return !l.multiOnly || w.multi[1] > 0 }
+func (l library) runsIn(w workload) bool {
+	if w.masters > 0 {
+		return l.openQuorum != nil
+	}
+	return !l.multiOnly || w.multi[1] > 0
+}
 
 func noClose() error { return nil }
 
@@ -109,8 +114,9 @@ func (f fairLocker) lock(ctx context.Context, name string) (func(context.Context
 	return func(context.Context) error { return m.Unlock(held) }, nil
 }
 
-// redsyncLocker takes redsync mutexes over one pool. A redsync.Mutex keeps
-// the value of its hold, so every lock makes a new one.
+// redsyncLocker takes redsync mutexes over one pool, or over several: a
+// RedLock, held while a majority of the pools hold it. A redsync.Mutex
+// keeps the value of its hold, so every lock makes a new one.
 type redsyncLocker struct {
 	rs            *redsync.Redsync
 	opts          []redsync.Option
@@ -119,6 +125,25 @@ type redsyncLocker struct {
 }
 
 var _ locker = redsyncLocker{}
+
+// newRedsyncLocker returns a locker of redsync.New with one pool per
+// client of rdbs, configured by cfg.
+func newRedsyncLocker(cfg libConfig, rdbs ...*redis.Client) redsyncLocker {
+	pools := make([]redsyncredis.Pool, len(rdbs))
+	for i, rdb := range rdbs {
+		pools[i] = goredis.NewPool(rdb)
+	}
+	return redsyncLocker{
+		rs: redsync.New(pools...),
+		opts: []redsync.Option{
+			redsync.WithExpiry(cfg.ttl),
+			redsync.WithTries(1 << 30), // the run's deadline ends a wait, not a count
+			redsync.WithRetryDelay(cfg.redsyncDelay),
+		},
+		multiWait:     cfg.multiWait,
+		semaphoreWait: cfg.semaphoreWait,
+	}
+}
 
 // errNotReleased reports an unlock that found the lock no longer ours.
 var errNotReleased = errors.New("lock was not held at unlock")

@@ -118,6 +118,15 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 	if slices.ContainsFunc(sel.workloads, func(w workload) bool { return w.permits > 0 }) {
 		r.SemaphoreWait = o.lib.semaphoreWait.String()
 	}
+	// The workloads on several masters run on masters started for them.
+	var masters servers
+	if n := quorumMasters(sel.workloads, libs); n > 0 {
+		if masters, err = openMasters(ctx, n); err != nil {
+			return err
+		}
+		defer masters.close()
+		r.Masters = masters.describe()
+	}
 	r.printHeader(out)
 	runID := rand.Text()[:8]
 	// The floor is measured right before the workload it is set against,
@@ -157,7 +166,11 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 				continue
 			}
 			fmt.Fprintf(log, "peers: %s, %s: %v warm-up, %v measured\n", w.key, lib.name, warm, d)
-			res, err := measure(ctx, srv, w, lib, d, warm, runID)
+			on := servers{srv}
+			if w.masters > 0 {
+				on = masters
+			}
+			res, err := measure(ctx, on, w, lib, d, warm, runID)
 			if err != nil {
 				return fmt.Errorf("%s: %w", w.key, err)
 			}

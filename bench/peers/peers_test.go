@@ -100,6 +100,16 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 					res.Workload, res.Library, res.AttemptsPerGrant, multiKey, semaphoreKey)
 			}
 		}
+		// On several masters, every hold of a fencing lock reads a token
+		// that rose since the last; the others' holds read none.
+		switch {
+		case res.Workload != redlockKey || !res.Fenced:
+			if res.Tokens != 0 || res.TokensNotRising != 0 {
+				t.Errorf("%s, %s: %d tokens read, %d not rising", res.Workload, res.Library, res.Tokens, res.TokensNotRising)
+			}
+		case res.Tokens < res.Grants || res.TokensNotRising != 0:
+			t.Errorf("%s, %s: %d tokens read in %d grants, %d not rising", res.Workload, res.Library, res.Tokens, res.Grants, res.TokensNotRising)
+		}
 		// A semaphore's grants take 1 or 2 permits each.
 		if res.Workload == semaphoreKey {
 			if perGrant := res.PermitsPerSec / res.GrantsPerSec; perGrant < 1 || perGrant > 2 || res.HeaviestShare > 1 {
@@ -132,6 +142,9 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 		if f.FairlockRatio <= 0 || !strings.Contains(out, "the cross-process floor (") {
 			t.Errorf("fairlock's hold0 not compared to the floor: ratio %v", f.FairlockRatio)
 		}
+	}
+	if r.Masters == "" || !strings.Contains(out, "| tokens |") {
+		t.Errorf("the %s workload's masters or its tokens column are missing", redlockKey)
 	}
 	if r.Scale == nil {
 		t.Errorf("no scale part, which runs by default")

@@ -25,6 +25,7 @@ type report struct {
 	RedislockDelay  string       `json:"redislock_linear_backoff"`
 	MultiWait       string       `json:"multi_max_wait,omitempty"`     // set when the multi workload runs
 	SemaphoreWait   string       `json:"semaphore_max_wait,omitempty"` // set when the semaphore workload runs
+	Masters         string       `json:"masters,omitempty"`            // the masters of the workloads on several; set when one runs
 	Workloads       []string     `json:"workloads"`
 	Results         []result     `json:"results"`
 	Floor           *floorResult `json:"floor,omitempty"` // the cross-process floor; nil when it did not run
@@ -57,12 +58,16 @@ func (r *report) printHeader(w io.Writer) {
 		fmt.Fprintf(w, "Semaphore: redsync and redislock hold a lock name per permit, try the names in turn, "+
 			"give back what they took when too few are free, and wait at random up to %s.\n", r.SemaphoreWait)
 	}
+	if r.Masters != "" {
+		fmt.Fprintf(w, "RedLock: %s; redsync.New with one pool per master, fairlock.NewQuorum with one client per master.\n", r.Masters)
+	}
 }
 
 // printWorkload prints the table of one workload's results; a semaphore
 // workload's has columns of permits/s and of the heaviest callers' share
-// of the grants after Jain, and a multi or semaphore workload's a column
-// of attempts per grant after the waits.
+// of the grants after Jain, a multi or semaphore workload's a column of
+// attempts per grant after the waits, and a workload on several masters
+// a column of the fencing tokens read under the holds, last.
 func printWorkload(w io.Writer, wl workload, rows []result) {
 	fmt.Fprintf(w, "\n## %s (%s)\n\n", wl.title, wl.shape())
 	semHead, semAlign, head, align := "", "", "", ""
@@ -73,22 +78,29 @@ func printWorkload(w io.Writer, wl workload, rows []result) {
 	if wl.countsAttempts() {
 		head, align = " attempts/grant |", " ---: |"
 	}
+	tokHead, tokAlign := "", ""
+	if wl.masters > 0 {
+		tokHead, tokAlign = " tokens |", " --- |"
+	}
 	fmt.Fprintln(w, "| library | grants/s | × best peer | Jain |"+semHead+" starved | wait p50 ms | wait p99 ms | wait max ms |"+head+
-		" round trips/grant | commands/grant | dials | server µs/grant | EVALSHA µs/call | errors | violations |")
-	fmt.Fprintln(w, "| --- | ---: | ---: | ---: |"+semAlign+" ---: | ---: | ---: | ---: |"+align+" ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		" round trips/grant | commands/grant | dials | server µs/grant | EVALSHA µs/call | errors | violations |"+tokHead)
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: |"+semAlign+" ---: | ---: | ---: | ---: |"+align+" ---: | ---: | ---: | ---: | ---: | ---: | ---: |"+tokAlign)
 	for _, r := range rows {
-		sem, attempts := "", ""
+		sem, attempts, tokens := "", "", ""
 		if wl.permits > 0 {
 			sem = fmt.Sprintf(" %s | %s |", group(round(r.PermitsPerSec)), ifGranted(r, "%.3f", r.HeaviestShare))
 		}
 		if wl.countsAttempts() {
 			attempts = " " + ifGranted(r, "%.2f", r.AttemptsPerGrant) + " |"
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %.3f |%s %d | %s | %s | %s |%s %s | %s | %d | %s | %s | %d | %d |\n",
+		if wl.masters > 0 {
+			tokens = " " + tokensCell(r) + " |"
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.3f |%s %d | %s | %s | %s |%s %s | %s | %d | %s | %s | %d | %d |%s\n",
 			cmp.Or(r.Label, r.Library), group(round(r.GrantsPerSec)), ratio(r.VsBestPeer), r.Jain, sem, r.Starved,
 			ifGranted(r, "%.2f", r.WaitP50ms), ifGranted(r, "%.2f", r.WaitP99ms), ifGranted(r, "%.1f", r.WaitMaxms),
 			attempts, ifGranted(r, "%.2f", r.RoundTripsPerGrant), ifGranted(r, "%.2f", r.CommandsPerGrant), r.Dials,
-			ifGranted(r, "%.1f", r.ServerUsPerGrant), evalsha(r), r.Errors, r.Violations)
+			ifGranted(r, "%.1f", r.ServerUsPerGrant), evalsha(r), r.Errors, r.Violations, tokens)
 	}
 	for _, r := range rows {
 		if r.FirstError != "" {
@@ -138,6 +150,11 @@ func (r *report) summaryColumns() []summaryColumn {
 		{head: "semaphore: grants/s", workloads: []string{semaphoreKey}, cell: rate},
 		{head: "semaphore: Jain / max wait", workloads: []string{semaphoreKey}, cell: jainAndMax},
 		{head: "semaphore: attempts / round trips per grant", workloads: []string{semaphoreKey}, cell: attemptsAndTrips},
+		{head: "RedLock, 3 masters: grants/s", workloads: []string{redlockKey}, cell: rate},
+		{head: "RedLock, 3 masters: Jain / max wait", workloads: []string{redlockKey}, cell: jainAndMax},
+		{head: "RedLock, 3 masters: round trips per grant", workloads: []string{redlockKey},
+			cell: func(x result) string { return ifGranted(x, "%.2f", x.RoundTripsPerGrant) }},
+		{head: "RedLock, 3 masters: tokens", workloads: []string{redlockKey}, cell: tokensCell},
 		{head: "10,000 waiters: grants/s / never granted", workloads: []string{"waiters"},
 			cell: func(x result) string {
 				return fmt.Sprintf("%s / %s", group(round(x.GrantsPerSec)), group(int64(x.Starved)))

@@ -65,6 +65,12 @@ func TestSummaryHasTheColumnsOfTheWorkloadsThatRanAndTheLibrariesThatRanThem(t *
 			libs:    []string{"fairlock", "cross-process floor"},
 		},
 		{
+			name:    "redlock alone",
+			results: results(redlockKey, "fairlock", "redsync"),
+			heads:   []string{"RedLock, 3 masters: grants/s", "RedLock, 3 masters: Jain / max wait", "RedLock, 3 masters: round trips per grant", "RedLock, 3 masters: tokens"},
+			libs:    []string{"fairlock", "redsync"},
+		},
+		{
 			name:    "uncontended-bg gives the commands column",
 			results: results("uncontended-bg", "redsync"),
 			heads:   []string{"uncontended Lock+Unlock ops/s, context.Background()", "commands per uncontended Lock+Unlock"},

@@ -43,7 +43,14 @@ type result struct {
 	CommandsPerGrant float64 `json:"commands_per_grant"`
 	Errors           int64   `json:"errors"`
 	Violations       int64   `json:"violations"`
-	FirstError       string  `json:"first_error,omitempty"`
+	// Fenced is set, in a workload on several masters, when the
+	// library's holds carry fencing tokens, and Tokens counts those read
+	// under the holds; TokensNotRising, those no greater than the token
+	// read before them.
+	Fenced          bool   `json:"fenced,omitempty"`
+	Tokens          int64  `json:"tokens,omitempty"`
+	TokensNotRising int64  `json:"tokens_not_rising,omitempty"`
+	FirstError      string `json:"first_error,omitempty"`
 }
 
 // warmGoroutines caps the goroutines of a warm-up, which only has to open
@@ -58,13 +65,14 @@ type reading struct {
 	err    error
 }
 
-// measure runs w with lib on srv: fresh clients, a warm-up of warm on
-// locks of their own, then d measured. Round trips and server statistics
+// measure runs w with lib on on, the one server or the masters of a
+// workload on several: fresh clients, a warm-up of warm on locks of their
+// own, then d measured. Round trips and server statistics
 // are read at the deadline, so that the waits the deadline cut short
 // (and leaving their queue) are not counted. runID keeps the lock names
 // of one invocation apart from any other's.
-func measure(ctx context.Context, srv *server, w workload, lib library, d, warm time.Duration, runID string) (res result, err error) {
-	set, err := openClients(lib, srv.opts, w.clients)
+func measure(ctx context.Context, on servers, w workload, lib library, d, warm time.Duration, runID string) (res result, err error) {
+	set, err := openClients(lib, on.options(), w.clients)
 	if err != nil {
 		return result{}, fmt.Errorf("%s: open clients: %w", lib.name, err)
 	}
@@ -81,23 +89,27 @@ func measure(ctx context.Context, srv *server, w workload, lib library, d, warm 
 	}
 
 	var t *tally
-	before, end, elapsed, err := measureWindow(ctx, srv, set.hook, d, func(rctx context.Context) error {
+	before, end, elapsed, err := measureWindow(ctx, on, set.hook, d, func(rctx context.Context) error {
 		t = drive(rctx, w, set.lockers, prefix, w.goroutines)
 		return nil
 	})
 	if err != nil {
 		return result{}, err
 	}
-	return summarize(w, lib, t, elapsed, end, before), nil
+	res = summarize(w, lib, t, elapsed, end, before)
+	if _, ok := set.lockers[0].(fencer); ok && w.masters > 0 {
+		res.Fenced, res.Tokens, res.TokensNotRising = true, t.tokens.Load(), t.backwards.Load()
+	}
+	return res, nil
 }
 
-// measureWindow runs body for d on srv, whose statistics it resets
-// first, and reads the clients' round trips (hook) and the server's
+// measureWindow runs body for d on srv, one server or several, whose
+// statistics it resets first, and reads the clients' round trips (hook) and the server's
 // counters at the deadline, so that what the deadline cut short (and
 // leaving a queue) is not counted. It returns the server's counters
 // before, the reading at the deadline, the measured time, and body's
 // error or the reading's.
-func measureWindow(ctx context.Context, srv *server, hook *roundTrips, d time.Duration, body func(context.Context) error) (before serverStats, end reading, elapsed time.Duration, err error) {
+func measureWindow(ctx context.Context, srv statsReader, hook *roundTrips, d time.Duration, body func(context.Context) error) (before serverStats, end reading, elapsed time.Duration, err error) {
 	if err := srv.resetStats(ctx); err != nil {
 		return serverStats{}, reading{}, 0, err
 	}

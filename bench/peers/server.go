@@ -19,6 +19,7 @@ type server struct {
 	admin   *redis.Client  // INFO and CONFIG RESETSTAT, outside the counted hooks
 	started *redistest.Server
 	desc    string // address and version, for the report
+	version string // redis_version
 }
 
 // openServer connects to the server at url, or when url is empty starts a
@@ -45,7 +46,8 @@ func openServer(ctx context.Context, url string) (*server, error) {
 		s.close()
 		return nil, fmt.Errorf("redis at %s: %w", s.opts.Addr, err)
 	}
-	s.desc = fmt.Sprintf("Redis %s at %s", info["redis_version"], s.opts.Addr)
+	s.version = info["redis_version"]
+	s.desc = fmt.Sprintf("Redis %s at %s", s.version, s.opts.Addr)
 	if s.started != nil {
 		s.desc += " (started for this run)"
 	}
@@ -58,6 +60,58 @@ func (s *server) close() {
 		s.started.Stop()
 	}
 }
+
+// servers are the servers one workload runs on: the one server, or
+// several independent masters. Their statistics are the sums of every
+// server's.
+type servers []*server
+
+// options returns how the benchmark's clients reach each server.
+func (ss servers) options() []*redis.Options {
+	opts := make([]*redis.Options, len(ss))
+	for i, s := range ss {
+		opts[i] = s.opts
+	}
+	return opts
+}
+
+// resetStats zeroes the command statistics of every server.
+func (ss servers) resetStats(ctx context.Context) error {
+	for _, s := range ss {
+		if err := s.resetStats(ctx); err != nil {
+			return fmt.Errorf("%s: %w", s.opts.Addr, err)
+		}
+	}
+	return nil
+}
+
+// stats returns the sum of every server's counters.
+func (ss servers) stats(ctx context.Context) (serverStats, error) {
+	var sum serverStats
+	for _, s := range ss {
+		st, err := s.stats(ctx)
+		if err != nil {
+			return serverStats{}, fmt.Errorf("%s: %w", s.opts.Addr, err)
+		}
+		sum.cpu += st.cpu
+		sum.evalshaCalls += st.evalshaCalls
+		sum.evalshaUsec += st.evalshaUsec
+		sum.commands += st.commands
+	}
+	return sum, nil
+}
+
+// A statsReader resets and reads the counters of one server, or the sums
+// of several's.
+type statsReader interface {
+	resetStats(ctx context.Context) error
+	stats(ctx context.Context) (serverStats, error)
+}
+
+var (
+	_ statsReader = (*server)(nil)
+	_ statsReader = servers(nil)
+)
 
 // serverStats is a reading of the server's counters.
 type serverStats struct {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -17,6 +19,8 @@ type tally struct {
 
 	errors     atomic.Int64 // failed Lock or Unlock calls that the deadline did not end
 	violations atomic.Int64 // grants that found another holder in the critical section
+	tokens     atomic.Int64 // fencing tokens read under a hold
+	backwards  atomic.Int64 // tokens read that were no greater than the one read before them
 
 	mu       sync.Mutex
 	firstErr error // guarded by mu: the first error counted, to show what failed
@@ -46,6 +50,25 @@ func (t *tally) fail(err error) {
 		t.firstErr = err
 	}
 	t.mu.Unlock()
+}
+
+// checkToken reads the fencing token of a hold of the lock whose latest
+// token read is in last, and counts it: as a fault when it is no greater
+// than that one, or as an error when reading it failed while ctx, the
+// run's, had not ended. The holds of one lock exclude each other, so the
+// tokens are read one at a time, in the order of the grants.
+func (t *tally) checkToken(ctx context.Context, token func() (int64, error), last *atomic.Int64) {
+	tok, err := token()
+	if err != nil {
+		if ctx.Err() == nil {
+			t.fail(fmt.Errorf("token: %w", err))
+		}
+		return
+	}
+	t.tokens.Add(1)
+	if prev := last.Swap(tok); tok <= prev {
+		t.backwards.Add(1)
+	}
 }
 
 // firstError returns the first error counted, or nil.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -41,6 +42,14 @@ type workload struct {
 	// so on. The clients take the goroutines round-robin, so each client
 	// serves each weight alike when the runs are multiples of the clients.
 	weights []int
+	// masters, when set, makes the workload run on that many independent
+	// Redis masters (redlock.go) instead of the one server: each client
+	// is a locker of the library's quorum lock over one go-redis client
+	// per master, and only the libraries that have one run it. Each hold
+	// of a locker whose locks carry fencing tokens asks for its token
+	// inside the critical section, and the tokens of a name must rise
+	// strictly from grant to grant.
+	masters int
 }
 
 // workloads are every workload, in the order they run.
@@ -53,6 +62,7 @@ var workloads = []workload{
 	{key: "many", title: "many locks", goroutines: 64, clients: 4, names: 1000},
 	{key: multiKey, title: "several locks at once", goroutines: 16, clients: 4, names: 16, hold: time.Millisecond, multi: [2]int{2, 4}},
 	{key: semaphoreKey, title: "a weighted semaphore", goroutines: 16, clients: 4, names: 1, hold: time.Millisecond, permits: 3, weights: []int{1, 2}},
+	{key: redlockKey, title: "RedLock: one lock on 3 independent masters", goroutines: 16, clients: 4, names: 1, masters: redlockMasters},
 	{key: "waiters", title: "10,000 waiters on one lock", goroutines: 10000, clients: 4, names: 1, long: true},
 }
 
@@ -65,6 +75,9 @@ const multiKey = "multi"
 // semaphoreKey is the workload that shares the permits of a semaphore.
 const semaphoreKey = "semaphore"
 
+// redlockKey is the workload on several independent masters.
+const redlockKey = "redlock"
+
 // shape describes w in a few words for the report.
 func (w workload) shape() string {
 	s := fmt.Sprintf("%s goroutines over %d clients", group(int64(w.goroutines)), w.clients)
@@ -75,6 +88,8 @@ func (w workload) shape() string {
 		s = fmt.Sprintf("%s goroutines in 1 client", group(int64(w.goroutines)))
 	}
 	switch {
+	case w.masters > 0:
+		s += fmt.Sprintf(", 1 lock on %d masters", w.masters)
 	case w.multi[1] > 0:
 		s += fmt.Sprintf(", %d to %d of %s locks at once", w.multi[0], w.multi[1], group(int64(w.names)))
 	case w.permits > 0:
@@ -194,27 +209,37 @@ func (w workload) pick(rng *rand.Rand, dst []int) []int {
 // take takes the locks of names at indexes picked, with lk.lock for one
 // name, lk.lockAll for a multi workload or weight permits with lk.acquire
 // for a semaphore workload, and returns the function that releases them
-// and the attempts it made (1 for lk.lock).
-func (w workload) take(ctx context.Context, lk locker, names []string, picked []int, weight int) (func(context.Context) error, int64, error) {
+// and the attempts it made (1 for lk.lock). For a workload on several
+// masters whose locker is a fencer, it takes the lock with
+// lk.lockFenced and returns the function that reads the hold's token
+// too; token is nil otherwise.
+func (w workload) take(ctx context.Context, lk locker, names []string, picked []int, weight int) (unlock func(context.Context) error, token func() (int64, error), attempts int64, err error) {
 	if w.permits > 0 {
-		return lk.acquire(ctx, names[picked[0]], w.permits, weight)
+		unlock, attempts, err = lk.acquire(ctx, names[picked[0]], w.permits, weight)
+		return unlock, nil, attempts, err
+	}
+	if f, ok := lk.(fencer); ok && w.masters > 0 {
+		unlock, token, err = f.lockFenced(ctx, names[picked[0]])
+		return unlock, token, 1, err
 	}
 	if w.multi[1] == 0 {
-		unlock, err := lk.lock(ctx, names[picked[0]])
-		return unlock, 1, err
+		unlock, err = lk.lock(ctx, names[picked[0]])
+		return unlock, nil, 1, err
 	}
 	set := make([]string, len(picked))
 	for j, i := range picked {
 		set[j] = names[i]
 	}
-	return lk.lockAll(ctx, set)
+	unlock, attempts, err = lk.lockAll(ctx, set)
+	return unlock, nil, attempts, err
 }
 
 // drive runs goroutines goroutines of w, spread round-robin over lockers,
 // on locks named prefix:0, prefix:1, ..., until ctx ends; ctx must have a
 // deadline. Each loops: lock (one name, or several at once in a multi
 // workload, or its weight of a semaphore's permits), enter the critical
-// section of each, hold, leave, unlock. Lock takes ctx, or
+// section of each, read the hold's fencing token when it has one, hold,
+// leave, unlock. Lock takes ctx, or
 // context.Background() when w.background is set, and then so does Unlock.
 // A grant counts when it came before the deadline; a Lock that the
 // deadline ended counts as nothing. drive returns once every goroutine
@@ -233,6 +258,13 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 	// broke mutual exclusion (or gave out more permits than there are).
 	inside := make([]atomic.Int32, w.names)
 	capacity := int32(w.capacity())
+	// last[i] is the token of lock i's latest hold that read one: a
+	// token no greater than the one before it, of an earlier grant, is a
+	// fencing fault. Only a workload of one name per grant reads tokens.
+	last := make([]atomic.Int64, w.names)
+	for i := range last {
+		last[i].Store(math.MinInt64)
+	}
 	t := newTally(goroutines)
 	lockCtx := ctx
 	if w.background {
@@ -248,7 +280,7 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 			for ctx.Err() == nil {
 				picked = w.pick(rng, picked[:0])
 				start := time.Now()
-				unlock, attempts, err := w.take(lockCtx, lk, names, picked, weight)
+				unlock, token, attempts, err := w.take(lockCtx, lk, names, picked, weight)
 				granted := time.Now()
 				if err != nil {
 					if ctx.Err() == nil {
@@ -262,6 +294,9 @@ func drive(ctx context.Context, w workload, lockers []locker, prefix string, gor
 				}
 				if over {
 					t.violations.Add(1)
+				}
+				if token != nil {
+					t.checkToken(ctx, token, &last[picked[0]])
 				}
 				if w.hold > 0 {
 					time.Sleep(w.hold)

@@ -68,7 +68,7 @@ func libraries(cfg libConfig) []library {
 				return nil, nil, err
 			}
 			return fairLocker{c}, c.Close, nil
-		}},
+		}, openQuorum: openFairQuorum(cfg)},
 		{name: "redsync", open: func(rdb *redis.Client) (locker, func() error, error) {
 			return newRedsyncLocker(cfg, rdb), noClose, nil
 		}, openQuorum: func(masters []*redis.Client) (locker, func() error, error) {

@@ -16,8 +16,8 @@ import (
 // quorumLibraries are the libraries that have a quorum lock, in their
 // order; fencedLibraries, those of them whose holds carry fencing tokens.
 var (
-	quorumLibraries = []string{"redsync"}
-	fencedLibraries = []string{}
+	quorumLibraries = []string{"fairlock", "redsync"}
+	fencedLibraries = []string{"fairlock"}
 )
 
 func redlockWorkload(t *testing.T) workload {

@@ -46,14 +46,22 @@ func (l *QMutex) newHold(req Request, entry string, views []qview, validity time
 	ctx, cancel := context.WithCancelCause(context.Background())
 	h := &QHold{l: l, owner: req.Owner, shared: req.Shared, entry: entry, lease: req.Lease, fixed: req.Fixed,
 		waited: waited, ctx: ctx, cancel: cancel, took: time.Now(), views: views, validity: validity, levels: 1}
-	// A hold granted by joins and pushes is known for min(lease, waiter
-	// TTL) only: renew it at once. A fresh one, at a third of its lease.
-	h.next = time.Now()
+	// A fresh hold is renewed a third of its lease after its grant. One
+	// granted by joins and pushes is known for min(lease, waiter TTL)
+	// from the latest join on each master: it is renewed when a third of
+	// that has passed, at once if its grant came later (a short hold is
+	// released first). A fixed lease is never renewed: it ends at the
+	// validity known at its grant, which is never later than the expiry
+	// its masters set.
+	now := time.Now()
+	known := l.qm.span(min(req.Lease, l.qm.cfg.WaiterTTL))
 	switch {
-	case !waited && req.Fixed:
-		h.next = h.next.Add(100 * 365 * 24 * time.Hour) // a fixed lease is never renewed
+	case req.Fixed:
+		h.next = now.Add(100 * 365 * 24 * time.Hour)
 	case !waited:
-		h.next = h.next.Add(req.Lease / 3)
+		h.next = now.Add(req.Lease / 3)
+	default:
+		h.next = validity.Add(-known * 2 / 3)
 	}
 	l.qm.mu.Lock()
 	closed := l.qm.closed
@@ -509,8 +517,6 @@ func (h *QHold) renew() {
 	h.validity = valid
 	expired := !time.Now().Before(valid)
 	switch {
-	case h.fixed:
-		h.next = time.Now().Add(100 * 365 * 24 * time.Hour) // renewed once, after a hand-over
 	case err != nil || held < qm.q:
 		// Try again soon, within what validity is left.
 		h.next = time.Now().Add(max(min(h.lease/3, time.Until(valid)/3), retryMin))

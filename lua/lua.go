@@ -5,9 +5,9 @@
 // types (Keys, Reply, the acquire modes) the bindings use; queue's tests
 // run these bindings against the model.
 //
-// Each operation's source is lib.lua (the helpers every script shares)
-// followed by the operation's own file, so that each script is one
-// self-contained EVAL body.
+// Each operation's source is lib.lua (the helpers every script shares),
+// for a quorum lock's scripts qlib.lua, and the operation's own file, so
+// that each script is one self-contained EVAL body.
 //
 // The scripts come in two sets that differ only in the command that sends
 // wake messages: Classic publishes with PUBLISH, Sharded with SPUBLISH
@@ -83,6 +83,15 @@ func source(name string) string {
 	lib, err := files.ReadFile("lib.lua")
 	if err != nil {
 		panic("lua: lib.lua missing")
+	}
+	if strings.HasPrefix(name, "q") {
+		// A quorum lock's scripts have helpers of their own, which the
+		// scripts of a lock of one server do not carry.
+		qlib, err := files.ReadFile("qlib.lua")
+		if err != nil {
+			panic("lua: qlib.lua missing")
+		}
+		return string(lib) + "\n" + string(qlib) + "\n" + string(op)
 	}
 	return string(lib) + "\n" + string(op)
 }

@@ -1,11 +1,11 @@
 -- qcancel.lua: a quorum lock's Lock call gives up on one master.
 --
--- KEYS[1..5]  the lock's keys on this master (see qlib in lib.lua)
+-- KEYS[1..5]  the lock's keys on this master (see qlib.lua)
 -- ARGV[1]     waiter entry of the Lock call
 -- ARGV[2]     wake channel P:{N}:q:wake
 -- ARGV[3]     waiter TTL in ms
 -- ARGV[4]     tombstone TTL in ms
--- ARGV[5]     clock skew in us (0; see qlib)
+-- ARGV[5]     clock skew in us (0; see qlib.lua)
 --
 -- Returns 1 when a hold of the entry was given up, else 0. The entry
 -- leaves the line and is buried: a join of it that arrives later is

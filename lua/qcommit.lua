@@ -1,12 +1,12 @@
 -- qcommit.lua: a quorum lock's holder commits its fencing token on one
 -- master (the first Token call of a hold).
 --
--- KEYS[1..5]  the lock's keys on this master (see qlib in lib.lua)
+-- KEYS[1..5]  the lock's keys on this master (see qlib.lua)
 -- ARGV[1]     owner id
 -- ARGV[2]     token T: the largest token of the hold's masters
 -- ARGV[3]     lease in ms; 0 keeps the hold's expiry (a fixed lease)
 -- ARGV[4]     waiter TTL in ms
--- ARGV[5]     clock skew in us (0; see qlib)
+-- ARGV[5]     clock skew in us (0; see qlib.lua)
 --
 -- Returns {1, T} when the owner holds here under a token at most T: the
 -- hold's token becomes T, and K at least T, so that every later hold here
@@ -19,7 +19,6 @@ local t = ARGV[2]
 local lease = tonumber(ARGV[3])
 local waiter_ttl = tonumber(ARGV[4])
 local lk = quorum_lock(5, waiter_ttl)
-local now = now_ms()
 
 local h = quorum_hold(lk)
 if not h or h.owner ~= owner then
@@ -28,7 +27,7 @@ end
 if tonumber(h.token) > tonumber(t) then
   return {2, h.token}
 end
-raise(lk.token, t, now, math.max(lease, waiter_ttl))
+raise(lk.token, t, math.max(lease, waiter_ttl))
 redis.call('HSET', lk.hold, 'token', t)
 if lease > 0 then
   redis.call('PEXPIRE', lk.hold, lease)

@@ -1,10 +1,10 @@
 -- qforce.lua: remove a quorum lock's hold on one master, whoever
 -- owns it, and hand the lock to the next live waiter there.
 --
--- KEYS[1..5]  the lock's keys on this master (see qlib in lib.lua)
+-- KEYS[1..5]  the lock's keys on this master (see qlib.lua)
 -- ARGV[1]     wake channel P:{N}:q:wake
 -- ARGV[2]     waiter TTL in ms
--- ARGV[3]     clock skew in us (0; see qlib)
+-- ARGV[3]     clock skew in us (0; see qlib.lua)
 --
 -- Returns 1 when a hold was removed, 0 when there was none.
 

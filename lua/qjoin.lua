@@ -1,7 +1,7 @@
 -- qjoin.lua: a quorum lock's waiter joins the line of one master, keeps
 -- its place there (a heartbeat), or yields a hold it has here.
 --
--- KEYS[1..5]  the lock's keys on this master (see qlib in lib.lua)
+-- KEYS[1..5]  the lock's keys on this master (see qlib.lua)
 -- ARGV[1]     owner id
 -- ARGV[2]     waiter entry of this Lock call
 -- ARGV[3]     lease in ms of the hold the entry is to have
@@ -9,7 +9,7 @@
 -- ARGV[5]     wake channel P:{N}:q:wake
 -- ARGV[6]     the entry's ticket (decimal)
 -- ARGV[7]     token of a hold of the entry here to yield, or "0"
--- ARGV[8]     clock skew in us (0; see qlib)
+-- ARGV[8]     clock skew in us (0; see qlib.lua)
 --
 -- Returns {state, token, lower, hint, K, now}: state 1 when the entry
 -- holds here after the call (with token), 0 when it waits in line, -1
@@ -40,7 +40,7 @@ local now = now_ms()
 if buried(lk, entry) then
   return {-1, '0', 0, 1, counter(lk.token), string.format('%d', clock_us)}
 end
-raise(lk.ticket, ticket, now, waiter_ttl)
+raise(lk.ticket, ticket, waiter_ttl)
 local h = quorum_hold(lk)
 if h and h.entry == entry and yield_token ~= '0' and h.token == yield_token then
   redis.call('DEL', lk.hold)
@@ -55,11 +55,10 @@ if h and h.entry == entry then
 else
   join(lk, entry, now + waiter_ttl, ticket)
 end
-settle(lk, now, channel)
-h = quorum_hold(lk)
+local lower
+h, lower = settle(lk, now, channel)
 local reply
 if h and h.entry == entry then
-  local lower = blocked(lk, h, now)
   reply = {1, h.token, lower and 1 or 0, math.max(math.floor(math.min(lease, waiter_ttl) / 3), 1)}
 else
   reply = {0, '0', 0, poll_hint({lk}, waiter_ttl)}

@@ -1,6 +1,6 @@
 -- qrelease.lua: a quorum lock's owner gives up one level on one master.
 --
--- KEYS[1..5]  the lock's keys on this master (see qlib in lib.lua)
+-- KEYS[1..5]  the lock's keys on this master (see qlib.lua)
 -- KEYS[6]     P:{N}:q:call:<call id>  receipt of this call
 -- ARGV[1]     owner id
 -- ARGV[2]     waiter entry of the Lock call that took the hold
@@ -11,7 +11,7 @@
 -- ARGV[7]     wake channel P:{N}:q:wake
 -- ARGV[8]     tombstone TTL in ms
 -- ARGV[9]     receipt TTL in ms
--- ARGV[10]    clock skew in us (0; see qlib)
+-- ARGV[10]    clock skew in us (0; see qlib.lua)
 --
 -- Returns {held, count}: held 1 when the owner held here, count the levels
 -- it keeps. At the last level the hold ends, the committed token is
@@ -54,7 +54,7 @@ if count > 0 then
 end
 redis.call('DEL', lk.hold)
 if committed ~= '0' then
-  raise(lk.token, committed, now, waiter_ttl)
+  raise(lk.token, committed, waiter_ttl)
 end
 leave(lk, entry)
 bury(lk, entry, tomb)

@@ -1,6 +1,6 @@
 -- qrenew.lua: a quorum lock's holder renews its lease on one master.
 --
--- KEYS[1..5]  the lock's keys on this master (see qlib in lib.lua)
+-- KEYS[1..5]  the lock's keys on this master (see qlib.lua)
 -- ARGV[1]     owner id
 -- ARGV[2]     lease in ms
 --

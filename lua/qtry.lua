@@ -1,7 +1,7 @@
 -- qtry.lua: a quorum lock's first round on one master (the doorway),
 -- and a re-entry.
 --
--- KEYS[1..5]  the lock's keys on this master (see qlib in lib.lua)
+-- KEYS[1..5]  the lock's keys on this master (see qlib.lua)
 -- KEYS[6]     P:{N}:q:call:<call id>  receipt of this call
 -- ARGV[1]     owner id
 -- ARGV[2]     waiter entry of this Lock call (see lib.lua)
@@ -12,7 +12,7 @@
 -- ARGV[6]     mode: "try" takes a free lock nobody waits for; "reenter"
 --             only adds a level to a hold the owner has
 -- ARGV[7]     receipt TTL in ms
--- ARGV[8]     clock skew in us (0; see qlib)
+-- ARGV[8]     clock skew in us (0; see qlib.lua)
 --
 -- Returns {state, token, count, C, now, K}: state 1 when the owner holds
 -- here after the call (a fresh grant, a grant to this entry it claims, or

@@ -11,7 +11,7 @@ import (
 )
 
 // The quorum lock's scripts (qtry, qjoin, qcancel, qrelease, qrenew,
-// qcommit, qforce) run on each master of the lock; see qlib in lib.lua.
+// qcommit, qforce) run on each master of the lock; see qlib.lua.
 
 // QState is what a quorum script answers of the caller on one master.
 type QState int

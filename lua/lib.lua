@@ -217,6 +217,14 @@ local function prune(lk, now)
   end
 end
 
+-- outlast returns the first ms of the server's clock whose clock term
+-- (ms * 1000) is above value, a counter's value in us: a counter at value
+-- must not expire before then, or a token drawn from the clock alone
+-- after it expired could be at or below value.
+local function outlast(value)
+  return math.floor(tonumber(value) / 1000) + 1
+end
+
 -- next_token draws a fresh fencing token of lk for a hold that lasts
 -- ttl ms from now (the server's time in ms), and returns it as a decimal
 -- string. take (a Mutex's grant) and grant_weighted (a Semaphore's or a
@@ -239,7 +247,10 @@ end
 -- no key once its hold and receipts are gone. Tokens still rise: every
 -- token issued at now is below (now + 1) * 1000, and a grant that finds
 -- the counter gone runs at now + 1 or later, so its clock term alone is
--- above them (see "Fencing tokens" in docs/algorithm.md). The expiry is an
+-- above them (see "Fencing tokens" in docs/algorithm.md). A counter above
+-- the clock term (a quorum lock's, raised to a token drawn on a master
+-- whose clock reads later; a clock that went back) expires no sooner than
+-- outlast says, when this server's clock term has passed it. The expiry is an
 -- absolute time: from Redis 7.2 on, a PX inside a script counts from the
 -- script's start, which may be ms before now. Redis 7 and later (which
 -- tell scripts their version) are given SET ... PXAT; older servers are
@@ -259,12 +270,13 @@ local function next_token(lk, ttl, now)
     token = clock
     if counter + 1 > now * 1000 then
       token = string.format('%d', counter + 1)
+      at = string.format('%d', math.max(now + keep, outlast(token)))
       redis.call('SET', lk.token, token, 'PXAT', at)
     end
   else
     local counter = tonumber(redis.call('GET', lk.token) or '0')
     token = string.format('%d', math.max(counter + 1, now * 1000))
-    redis.call('SET', lk.token, token, 'PX', string.format('%d', keep))
+    redis.call('SET', lk.token, token, 'PX', string.format('%d', math.max(keep, outlast(token) - now)))
   end
   return token
 end

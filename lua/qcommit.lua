@@ -19,6 +19,7 @@ local t = ARGV[2]
 local lease = tonumber(ARGV[3])
 local waiter_ttl = tonumber(ARGV[4])
 local lk = quorum_lock(5, waiter_ttl)
+local now = now_ms()
 
 local h = quorum_hold(lk)
 if not h or h.owner ~= owner then
@@ -27,7 +28,7 @@ end
 if tonumber(h.token) > tonumber(t) then
   return {2, h.token}
 end
-raise(lk.token, t, math.max(lease, waiter_ttl))
+raise(lk.token, t, now, math.max(lease, waiter_ttl))
 redis.call('HSET', lk.hold, 'token', t)
 if lease > 0 then
   redis.call('PEXPIRE', lk.hold, lease)

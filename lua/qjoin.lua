@@ -40,7 +40,7 @@ local now = now_ms()
 if buried(lk, entry) then
   return {-1, '0', 0, 1, counter(lk.token), string.format('%d', clock_us)}
 end
-raise(lk.ticket, ticket, waiter_ttl)
+raise(lk.ticket, ticket, now, waiter_ttl)
 local h = quorum_hold(lk)
 if h and h.entry == entry and yield_token ~= '0' and h.token == yield_token then
   redis.call('DEL', lk.hold)

@@ -38,9 +38,9 @@
 -- quorum_lock.
 
 -- quorum_lock returns the lock's keys, sets the clock's skew from
--- ARGV[skew_at], and keeps counters at least keep ms (see next_token:
--- a token committed from another master's clock must outlast the masters'
--- clock offsets).
+-- ARGV[skew_at], and keeps counters at least keep ms (see next_token;
+-- a token committed from another master's clock is kept, besides, until
+-- this master's clock has passed it: see raise).
 local function quorum_lock(skew_at, keep)
   clock_skew_us = tonumber(ARGV[skew_at] or '0') or 0
   return {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], ticket = KEYS[5],
@@ -79,15 +79,16 @@ local function key_less(t1, e1, t2, e2)
 end
 
 -- raise sets the counter at key to at least value (a decimal string), to
--- last keep ms from now (a waiter TTL at least, far above the masters'
--- clock offsets; see next_token): the write-backs of tickets into C and
--- of tokens into K.
-local function raise(key, value, keep)
+-- last keep ms from now (a waiter TTL at least), and until this master's
+-- clock term has passed it (outlast: the value may come from another
+-- master's clock, however far ahead): the write-backs of tickets into C
+-- and of tokens into K.
+local function raise(key, value, now, keep)
   local cur = redis.call('GET', key)
   if not cur or tonumber(cur) < tonumber(value) then
     cur = value
   end
-  redis.call('SET', key, cur, 'PX', math.max(keep, 1))
+  redis.call('SET', key, cur, 'PX', math.max(now + math.max(keep, 1), outlast(cur)) - now)
 end
 
 -- quorum_hold returns the hold here as a table, or nil.

@@ -54,7 +54,7 @@ if count > 0 then
 end
 redis.call('DEL', lk.hold)
 if committed ~= '0' then
-  raise(lk.token, committed, waiter_ttl)
+  raise(lk.token, committed, now, waiter_ttl)
 end
 leave(lk, entry)
 bury(lk, entry, tomb)

@@ -166,6 +166,37 @@ func TestAQuorumCommitRaisesTheCounter(t *testing.T) {
 	require.Greater(t, tb.Token, far)
 }
 
+// A token or a ticket drawn on a master whose clock reads an hour later
+// than this one's is kept here until this clock has passed it, not only
+// for the lease or the waiter TTL: a grant here after the lock idled is
+// still above it.
+func TestAQuorumCounterRaisedAboveTheClockOutlastsIt(t *testing.T) {
+	r := newQuorumRig(t)
+	ctx := context.Background()
+	ahead := int64(time.Hour / time.Microsecond)
+	kept := func(key string) time.Duration {
+		t.Helper()
+		return r.rdb.PTTL(ctx, key).Val()
+	}
+	ea := r.entry("a")
+	ta := r.try("a", ea, "try")
+	far := ta.Token + ahead
+	rep, err := lua.ReadQCommit(lua.QCommit(r.k, "a", far, 60000, 30000, 0).Run(ctx, r.rdb))
+	require.NoError(t, err)
+	require.Equal(t, lua.QHeld, rep.State)
+	require.Greater(t, kept(r.k.Token), 59*time.Minute, "the commit")
+	r.release("a", ea, far, true)
+	require.Greater(t, kept(r.k.Token), 59*time.Minute, "the release's write-back")
+
+	tb := r.try("b", r.entry("b"), "try")
+	require.Equal(t, lua.QHeld, tb.State)
+	require.Greater(t, tb.Token, far)
+	require.Greater(t, kept(r.k.Token), 59*time.Minute, "a grant above the clock")
+
+	r.join("c", r.entry("c"), ta.Now+ahead, 0)
+	require.Greater(t, kept(r.k.Ticket), 59*time.Minute, "a ticket")
+}
+
 func TestAQuorumReentryCountsOnceAndReleasesLevelByLevel(t *testing.T) {
 	r := newQuorumRig(t)
 	ea := r.entry("a")

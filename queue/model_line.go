@@ -101,9 +101,11 @@ const tokensPerMs = 1000
 // grants come in one ms (as on a real server), every token issued at now
 // is below (now + 1) * tokensPerMs, so a grant that finds the counter
 // gone, at now + 1 or later, takes a higher token from the clock alone.
+// A counter above the clock term (a clock that went back) lasts until the
+// clock term has passed it (outlast in lua/lib.lua).
 func (c *counter) next(now, ttl int64) int64 {
 	c.lastToken = max(c.lastToken+1, now*tokensPerMs)
-	c.tokenEnd = now + max(ttl, 1)
+	c.tokenEnd = max(now+max(ttl, 1), c.lastToken/tokensPerMs+1)
 	return c.lastToken
 }
 

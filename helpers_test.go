@@ -236,6 +236,9 @@ func (w *grantWatcher) Write(p []byte) (int, error) {
 }
 
 func helperMain() int {
+	if os.Getenv(helperEnv) == quorumHolderRole {
+		return quorumHolderMain()
+	}
 	rdb := redis.NewClient(&redis.Options{Addr: os.Getenv("FAIRLOCK_ADDR")})
 	opts := []fairlock.Option{fairlock.WithPrefix(os.Getenv("FAIRLOCK_PREFIX"))}
 	permits, weight := int64(1), int64(1)

@@ -27,6 +27,7 @@ const (
 	workerDied violationKind = "worker"      // a worker process failed
 	partial    violationKind = "all-or-none" // a MultiLock held some of its names, not all or none
 	misordered violationKind = "name-order"  // MultiLocks that take names one by one took two in different orders
+	bakeryPass violationKind = "bakery"      // a quorum lock's grant passed a waiter whose join had reached a majority before it began
 )
 
 // violation is one broken property.
@@ -56,6 +57,14 @@ func (v violation) String() string {
 // waiter is only sure to keep its place that long after it joined (0:
 // forever). It returns the violations found, oldest first.
 func check(attempts []attempt, waiterTTL time.Duration, way multiWay) []violation {
+	return checkRun(attempts, waiterTTL, way, nil)
+}
+
+// checkRun is check, for a run on a quorum of masters when q is not nil:
+// the order of each lock's grants is then the quorum lock's bakery order
+// (see bakery) instead of the FIFO order of one server's line, and q
+// receives the tally of that check.
+func checkRun(attempts []attempt, waiterTTL time.Duration, way multiWay, q *quorumCheck) []violation {
 	c := checker{}
 	for i := range attempts {
 		if c.origin.IsZero() || attempts[i].Start.Before(c.origin) {
@@ -88,7 +97,11 @@ func check(attempts []attempt, waiterTTL time.Duration, way multiWay) []violatio
 		s := scaleOf(as)
 		c.exclusive(holds, s)
 		c.tokens(holds, s)
-		c.order(as, holds, waiterTTL, s)
+		if q != nil {
+			c.bakery(as, holds, q)
+		} else {
+			c.order(as, holds, waiterTTL, s)
+		}
 	}
 	slices.SortStableFunc(c.found, func(x, y violation) int { return x.At.Compare(y.At) })
 	return c.found

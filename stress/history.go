@@ -74,6 +74,7 @@ type attempt struct {
 	Downgrade time.Time `json:"downgrade,omitzero"`
 
 	Start       time.Time `json:"start"`                 // Lock or TryLock called
+	Began       time.Time `json:"began,omitzero"`        // the call reported WaitStarted: it had sent nothing yet
 	Joins       []join    `json:"joins,omitempty"`       // appended to the queue; more than one: it lost its place
 	Kept        time.Time `json:"kept,omitzero"`         // its place in line is certain until then (see keep)
 	Polled      time.Time `json:"polled,omitzero"`       // sent its last poll that left it in line: not granted before then

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,8 +19,17 @@ import (
 // config is one run's configuration, from the command line. A worker
 // process receives the part it needs as JSON.
 type config struct {
-	deploy.Spec        // the deployment; none: the embedded Redis
+	deploy.Spec        // the deployment; none: the embedded Redis (or a quorum, below)
 	Prefix      string `json:"prefix"` // key prefix of the run
+
+	// A quorum of independent masters (-masters): their addresses, each
+	// worker's Clients built with fairlock.NewQuorum over one go-redis
+	// client per master. The parent alone knows how many it starts
+	// itself on loopback (then it sets Masters once they run), and when
+	// it kills and restarts the first of them.
+	Masters       []string      `json:"masters,omitempty"`
+	StartMasters  int           `json:"-"`
+	RestartMaster time.Duration `json:"-"`
 
 	Kind       string        `json:"kind"`      // runMutex, runMultiLock, runSemaphore or runRWMutex
 	Names      nameRange     `json:"names"`     // names per attempt of the multilock kind
@@ -83,11 +94,19 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"every name at once, or one order of the names on a cluster. With -kind\n"+
 			"semaphore or rwmutex each attempt takes permits of a Semaphore or the\n"+
 			"read or write lock of a RWMutex, and the check is that no more was held\n"+
-			"at once than the lock allows, with grants in FIFO order.\n"+
-			"Without -redis, -cluster or -sentinel it runs against an embedded Redis.\n\nFlags:\n")
+			"at once than the lock allows, with grants in FIFO order. With -masters\n"+
+			"the Mutexes are quorum locks over independent masters, and grants must\n"+
+			"come in their bakery order.\n"+
+			"Without -redis, -cluster, -sentinel or -masters it runs against an\n"+
+			"embedded Redis.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	c.Spec.Flags(fs, "(default: an embedded Redis)")
+	fs.Var(masterFlag{&c}, "masters", "a quorum of independent Redis masters, their `addresses` host:port,host:port,..., or how many\n"+
+		"to start here on free loopback ports (redis-server on PATH); every Client is fairlock.NewQuorum\n"+
+		"over them; only -kind "+runMutex)
+	fs.DurationVar(&c.RestartMaster, "restart-master", 0, "with -masters N: `D` after the start, kill master 1 (SIGKILL: its keys are lost), and restart it\n"+
+		"empty on its port once the lease and the waiter TTL have passed (0: never)")
 	fs.StringVar(&c.Kind, "kind", runMutex, "`KIND` of attempt: "+runMutex+" (one name each), "+runMultiLock+" (several at once, see -names), "+
 		runSemaphore+" (permits of a Semaphore, see -permits) or "+runRWMutex+" (a RWMutex's read or write lock, see -readers)")
 	fs.Var(&c.Names, "names", "names per attempt of -kind "+runMultiLock+", `N` or LO..HI (uniform), drawn from the -locks names; one name is taken with a Mutex")
@@ -158,6 +177,7 @@ const (
 	maxProcs   = 64
 	maxReentry = 100
 	maxPermits = 1000
+	maxMasters = 15
 )
 
 // multiWay returns how the run's MultiLocks take their names: with one
@@ -172,6 +192,9 @@ func (c *config) multiWay() multiWay {
 
 func (c *config) validate() error {
 	if err := c.Spec.Validate(); err != nil {
+		return err
+	}
+	if err := c.validateQuorum(); err != nil {
 		return err
 	}
 	switch {
@@ -214,6 +237,79 @@ func (c *config) validate() error {
 	case c.Grace <= 0:
 		return fmt.Errorf("-grace %v: want a positive duration", c.Grace)
 	}
+	return nil
+}
+
+// quorum reports whether the run is on a quorum of masters (-masters).
+func (c *config) quorum() bool { return len(c.Masters) > 0 || c.StartMasters > 0 }
+
+// validateQuorum checks -masters and -restart-master.
+func (c *config) validateQuorum() error {
+	switch {
+	case c.quorum() && len(c.Chosen()) > 0:
+		return fmt.Errorf("-masters and %s exclude each other: give one", c.Chosen()[0])
+	case c.quorum() && c.Kind != runMutex:
+		return fmt.Errorf("-masters needs -kind %s: a quorum Client has Mutexes only", runMutex)
+	case c.RestartMaster < 0:
+		return fmt.Errorf("-restart-master %v: negative", c.RestartMaster)
+	case c.RestartMaster > 0 && c.StartMasters == 0:
+		return errors.New("-restart-master needs -masters N: it restarts a master this command started")
+	case c.RestartMaster > 0 && c.StartMasters < 3:
+		return fmt.Errorf("-restart-master needs -masters 3 or more, so that a majority stays up, not %d", c.StartMasters)
+	case c.RestartMaster > 0 && c.Ops == 0 && c.RestartMaster >= c.Duration:
+		return fmt.Errorf("-restart-master %v: not within -duration %v", c.RestartMaster, c.Duration)
+	}
+	return nil
+}
+
+// masterFlag is the flag.Value of -masters: a list of addresses, or a
+// number of masters to start.
+type masterFlag struct{ c *config }
+
+var _ flag.Value = masterFlag{}
+
+// String returns the addresses, or the number to start. The flag package
+// may call it on a zero masterFlag.
+func (m masterFlag) String() string {
+	switch {
+	case m.c == nil:
+		return ""
+	case m.c.StartMasters > 0:
+		return strconv.Itoa(m.c.StartMasters)
+	}
+	return strings.Join(m.c.Masters, ",")
+}
+
+// Set parses a number from 1 to maxMasters, or host:port items split at
+// commas (empty items skipped), each address once.
+func (m masterFlag) Set(v string) error {
+	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+		if n < 1 || n > maxMasters {
+			return fmt.Errorf("%d masters: want 1 to %d", n, maxMasters)
+		}
+		m.c.StartMasters, m.c.Masters = n, nil
+		return nil
+	}
+	var l []string
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("%q: want a number or host:port,host:port,...: %v", a, err)
+		}
+		if slices.Contains(l, a) {
+			return fmt.Errorf("%s given twice", a)
+		}
+		l = append(l, a)
+	}
+	switch {
+	case len(l) == 0:
+		return fmt.Errorf("%q: no address", v)
+	case len(l) > maxMasters:
+		return fmt.Errorf("%d masters: want at most %d", len(l), maxMasters)
+	}
+	m.c.StartMasters, m.c.Masters = 0, l
 	return nil
 }
 

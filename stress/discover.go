@@ -14,11 +14,18 @@ import (
 
 // discover returns the addresses of the deployment's servers, true for
 // the primaries: the one server of a URL, the nodes a cluster node lists,
-// or the primary the sentinels name and the replicas they know.
+// or the primary the sentinels name and the replicas they know, or the
+// masters of a quorum.
 func (s *sampler) discover(ctx context.Context) (map[string]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, sampleDial+sampleRead)
 	defer cancel()
 	switch {
+	case s.tgt.quorum():
+		found := map[string]bool{}
+		for _, addr := range s.tgt.masters {
+			found[addr] = true
+		}
+		return found, nil
 	case len(s.sentinels) > 0:
 		var errs []error
 		for i, sc := range s.sentinels {

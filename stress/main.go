@@ -122,14 +122,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer tgt.close()
 	cfg.Prefix = "fairlock-stress-" + randomHex(6)
-	admin := tgt.client()
-	defer admin.Close()
-	if err := admin.Ping(ctx).Err(); err != nil {
-		fmt.Fprintf(stderr, "stress: cannot reach %s: %v\n", tgt, err)
-		return exitCannotRun
+	admins := tgt.clients() // one per master of a quorum
+	defer func() {
+		for _, a := range admins {
+			_ = a.Close()
+		}
+	}()
+	for i, a := range admins {
+		if err := a.Ping(ctx).Err(); err != nil {
+			where := tgt.String()
+			if tgt.quorum() {
+				where = fmt.Sprintf("master %d (%s)", i+1, tgt.masters[i])
+			}
+			fmt.Fprintf(stderr, "stress: cannot reach %s: %v\n", where, err)
+			return exitCannotRun
+		}
 	}
 	fmt.Fprintf(stderr, "stress: %s, prefix %s, seed %d\n", tgt, cfg.Prefix, cfg.Seed)
-	if tgt.mini == nil {
+	if tgt.mini == nil && !tgt.quorum() {
 		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run go run ./cmd/fairlock inspect with the same -redis, -cluster or -sentinel and -prefix %s lock-0\n", cfg.Prefix)
 	}
 
@@ -137,6 +147,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	hist := &history{}
 	started := time.Now()
 	prog := startProgress(stderr, hist, cfg, started)
+	var restarts *restarter
+	if cfg.RestartMaster > 0 {
+		restarts = startRestarter(tgt, 0, started, cfg.RestartMaster, restartDelay(cfg))
+	}
 	var failures []violation
 	if cfg.Procs > 0 {
 		failures = runProcs(ctx, cfg, tgt, hist, stderr)
@@ -146,6 +160,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		p.run(ctx)
 	}
 	elapsed := time.Since(started)
+	var restart *masterRestart
+	if restarts != nil {
+		restart = restarts.finish()
+		if restart.Err != "" {
+			failures = append(failures, violation{Kind: errored, At: restart.Dead,
+				Detail: fmt.Sprintf("restarting master %d (%s): %s", restart.Master, restart.Addr, restart.Err)})
+		}
+	}
 	prog.stop()
 	interrupted := ctx.Err() != nil
 
@@ -157,14 +179,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cmds = smp.stop(pctx)
 	}
 	attempts := hist.Attempts()
-	violations := append(check(attempts, cfg.WaiterTTL, cfg.multiWay()), failures...)
-	snaps := finalState(pctx, admin, cfg, &violations)
-	if _, err := cleanup(pctx, admin, cfg.Prefix); err != nil {
-		fmt.Fprintf(stderr, "stress: deleting the keys under %s: %v\n", cfg.Prefix, err)
+	var q *quorumCheck
+	if tgt.quorum() {
+		q = &quorumCheck{}
+		if o, ok := restart.outage(); ok {
+			q.Outages = append(q.Outages, o)
+		}
+	}
+	violations := append(checkRun(attempts, cfg.WaiterTTL, cfg.multiWay(), q), failures...)
+	var snaps map[string]string
+	if tgt.quorum() {
+		snaps = quorumFinalState(pctx, admins, tgt.masters, cfg, &violations)
+	} else {
+		snaps = finalState(pctx, admins[0], cfg, &violations)
+	}
+	for _, a := range admins {
+		if _, err := cleanup(pctx, a, cfg.Prefix); err != nil {
+			fmt.Fprintf(stderr, "stress: deleting the keys under %s: %v\n", cfg.Prefix, err)
+		}
 	}
 
 	rep := buildReport(cfg, tgt.String(), attempts, violations, elapsed, cmds, snaps)
 	rep.Interrupted = interrupted
+	if q != nil {
+		rep.Quorum = quorumReport(tgt, restart, q.Tally, started)
+	}
 	if err := rep.write(stdout, cfg.JSON); err != nil {
 		fmt.Fprintf(stderr, "stress: writing the report: %v\n", err)
 		return exitCannotRun

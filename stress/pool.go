@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -51,6 +52,9 @@ func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	names := lockNames(cfg.Locks)
+	if tgt.quorum() {
+		return nil, errors.New("a quorum of masters needs fairlock.NewQuorum, which this build lacks")
+	}
 	for _, ci := range ids {
 		rdb := tgt.client()
 		c, err := fairlock.New(rdb,

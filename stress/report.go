@@ -35,6 +35,7 @@ type report struct {
 	Push          latencyStats      `json:"push_ms"`     // a pushed hand-over in Redis to the push reaching the waiter (Observer's estimate)
 	Fairness      fairness          `json:"fairness"`
 	Weighted      *weightedSums     `json:"weighted,omitempty"`          // the semaphore and rwmutex kinds
+	Quorum        *quorumSums       `json:"quorum,omitempty"`            // a run on a quorum of masters (-masters)
 	Pause         float64           `json:"longest_pause_ms"`            // longest time in which no client saw anything happen
 	Commands      *commandSums      `json:"redis_commands,omitempty"`    // nil: not known, see CommandsNA
 	CommandsNA    string            `json:"redis_commands_na,omitempty"` // why Commands is nil
@@ -376,6 +377,9 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 			fmt.Fprintf(&b, "holds:       %d read, %d write (%d downgraded); at most %d holds at once; %d upgrades refused (ErrWouldDeadlock)\n",
 				w.Reads, w.Writes, w.Downgrades, w.MostHeld, w.Refused)
 		}
+	}
+	if q := r.Quorum; q != nil {
+		q.write(&b)
 	}
 	fmt.Fprintf(&b, "throughput:  %.0f grants/s\n", r.GrantsPerSec)
 	fmt.Fprintf(&b, "wait:        %s (Lock call to grant)\n", r.Wait)

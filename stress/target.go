@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -10,14 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/deploy"
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/queue"
 )
 
 // target is the Redis deployment of a run: a server given by URL, a
-// cluster, a primary watched by sentinels, or an embedded miniredis
-// listening on loopback (then spec is its URL).
+// cluster, a primary watched by sentinels, an embedded miniredis
+// listening on loopback (then spec is its URL), or a quorum of
+// independent masters (then spec is empty).
 type target struct {
 	spec    deploy.Spec          // the deployment, as the flags or the embedded server name it
+	masters []string             // a quorum's masters, in the order of -masters
+	local   []*redistest.Server  // the masters this command started, in the order of masters
 	mini    *miniredis.Miniredis // the embedded server, nil otherwise
 	stop    chan struct{}        // closed by close: stops the embedded clock
 	ticking sync.WaitGroup       // the embedded clock's goroutine
@@ -32,7 +37,10 @@ const tick = 10 * time.Millisecond
 // every command instead, miniredis's ClockTTL, costs a scan of every key
 // with a TTL per command, and call receipts make those many.)
 func openTarget(c config) (*target, error) {
-	if len(c.Chosen()) > 0 {
+	switch {
+	case c.StartMasters > 0:
+		return startMasters(c.StartMasters)
+	case len(c.Chosen()) > 0, len(c.Masters) > 0:
 		return remoteTarget(c), nil
 	}
 	m := miniredis.NewMiniRedis()
@@ -57,36 +65,65 @@ func openTarget(c config) (*target, error) {
 	return t, nil
 }
 
-// remoteTarget returns the deployment c names with -redis, -cluster or
-// -sentinel.
+// remoteTarget returns the deployment c names with -redis, -cluster,
+// -sentinel or -masters.
 func remoteTarget(c config) *target {
-	return &target{spec: c.Spec}
+	return &target{spec: c.Spec, masters: c.Masters}
 }
+
+// quorum reports whether the deployment is a quorum of masters.
+func (t *target) quorum() bool { return len(t.masters) > 0 }
 
 // describe writes the deployment into a worker process's configuration.
 func (t *target) describe(c *config) {
-	c.Spec = t.spec
+	c.Spec, c.Masters = t.spec, t.masters
 }
 
-// close stops the embedded server, if any.
+// close stops the embedded server and the masters the command started,
+// if any.
 func (t *target) close() {
 	if t.mini != nil {
 		close(t.stop)
 		t.ticking.Wait()
 		t.mini.Close()
 	}
+	for _, s := range t.local {
+		s.Stop()
+	}
 }
 
 // client returns a new go-redis client of the deployment, with its own
-// connection pool. The URL was validated with the flags.
+// connection pool. The URL was validated with the flags. Not for a
+// quorum: see clients.
 func (t *target) client() redis.UniversalClient {
 	return t.spec.Client(0)
 }
 
+// clients returns new go-redis clients of every server the run's keys
+// live on, each with its own connection pool: one per master of a
+// quorum, in order, or the one client of the deployment.
+func (t *target) clients() []redis.UniversalClient {
+	if !t.quorum() {
+		return []redis.UniversalClient{t.client()}
+	}
+	cs := make([]redis.UniversalClient, len(t.masters))
+	for i, addr := range t.masters {
+		cs[i] = redis.NewClient(&redis.Options{Addr: addr})
+	}
+	return cs
+}
+
 // String names the deployment for reports, without credentials.
 func (t *target) String() string {
-	if t.mini != nil {
+	switch {
+	case t.mini != nil:
 		return "embedded Redis (miniredis " + t.mini.Addr() + ")"
+	case t.quorum():
+		s := fmt.Sprintf("quorum of %d masters %s", len(t.masters), strings.Join(t.masters, ","))
+		if len(t.local) > 0 {
+			s += " (redis-servers started on loopback)"
+		}
+		return s
 	}
 	return t.spec.String()
 }

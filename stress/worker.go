@@ -166,6 +166,15 @@ func (w *worker) lockOne(l single, a attempt, p plan, cfg *config, rec recorder,
 	broken := false // a poll came too late to be sure of the place; used under w.mu
 	ctx := context.WithValue(context.Background(), steps{}, func(e fairlock.Event) {
 		switch e.Kind {
+		case fairlock.WaitStarted:
+			// The call has sent nothing yet; a re-entry's call comes
+			// later, under the hold.
+			now := wall(time.Now())
+			w.update(func(a *attempt) {
+				if a.Began.IsZero() {
+					a.Began = now
+				}
+			})
 		case fairlock.Queued:
 			w.update(func(a *attempt) { a.Joins = append(a.Joins, join{Sent: wall(e.Sent), Answered: wall(e.Answered)}) })
 		case fairlock.Polled:

@@ -21,6 +21,14 @@
 // (the readers granted together in one batch in any order), and the same
 // tokens, waiters and leftovers as for a Mutex.
 //
+// With -masters the Mutexes are quorum locks (fairlock.NewQuorum) over
+// independent masters, given by address or started on loopback
+// (-masters N), and the order checked is the quorum lock's bakery order:
+// a waiter whose join reached a majority before another call began is
+// granted first. -restart-master kills one of the masters it started
+// during the run and restarts it empty once no hold or place in line it
+// kept could still count.
+//
 // Usage:
 //
 //	go run ./stress                                   # embedded Redis, ~10 s
@@ -33,6 +41,8 @@
 //	                                                  # MultiLocks of 2 to 4 names
 //	go run ./stress -kind semaphore -permits 3        # Semaphores of 3 permits
 //	go run ./stress -kind rwmutex -readers 0.7        # RWMutexes, 70% of attempts reading
+//	go run ./stress -masters 3 -restart-master 20s -duration 60s
+//	                                                  # a quorum of 3 masters, one restarted
 //	go run ./stress -json -history attempts.jsonl     # for machines
 //
 // A run uses keys under a random prefix of its own ("fairlock-stress-..."),

@@ -20,6 +20,25 @@ type outage struct {
 type quorumCheck struct {
 	Outages []outage    // when a master lost its keys (-restart-master)
 	Tally   bakeryTally // filled by the check
+	// LostWithMaster counts the holds that lost their lease and may have
+	// counted a master that lost its keys (see lostWithMaster): not
+	// violations. Filled by the check.
+	LostWithMaster int
+}
+
+// lostWithMaster reports whether hold a may have counted a master while
+// it lost its keys: its call began before an outage ended, and it had
+// not begun to unlock when the outage began. A hold whose majority
+// counted that master has one master fewer, and may no longer reach a
+// majority to renew its lease or commit its token: losing its lease is
+// the lock keeping its promise, not breaking it.
+func (q *quorumCheck) lostWithMaster(a *attempt) bool {
+	for _, o := range q.Outages {
+		if began(a).Before(o.To) && (a.UnlockStart.IsZero() || !a.UnlockStart.Before(o.From)) {
+			return true
+		}
+	}
+	return false
 }
 
 // bakeryTally counts the pairs the bakery check looked at, over all locks.

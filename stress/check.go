@@ -65,7 +65,7 @@ func check(attempts []attempt, waiterTTL time.Duration, way multiWay) []violatio
 // (see bakery) instead of the FIFO order of one server's line, and q
 // receives the tally of that check.
 func checkRun(attempts []attempt, waiterTTL time.Duration, way multiWay, q *quorumCheck) []violation {
-	c := checker{}
+	c := checker{quorum: q}
 	for i := range attempts {
 		if c.origin.IsZero() || attempts[i].Start.Before(c.origin) {
 			c.origin = attempts[i].Start
@@ -110,6 +110,7 @@ func checkRun(attempts []attempt, waiterTTL time.Duration, way multiWay, q *quor
 type checker struct {
 	origin time.Time // earliest start: times are shown relative to it
 	found  []violation
+	quorum *quorumCheck // a run on a quorum of masters; nil otherwise
 }
 
 func (c *checker) add(kind violationKind, lock string, at time.Time, format string, args ...any) {
@@ -134,7 +135,9 @@ func (c *checker) ending(a *attempt) {
 			c.add(leftBehind, a.Lock, a.UnlockStart, "%s still unlocking at the end (called %s)", a.Worker, c.t(a.UnlockStart))
 		}
 	}
-	if a.LeaseLost {
+	if a.LeaseLost && c.quorum != nil && c.quorum.lostWithMaster(a) {
+		c.quorum.LostWithMaster++
+	} else if a.LeaseLost {
 		c.add(leaseLost, a.Lock, a.Granted, "%s lost the lease of its hold (granted %s, %s)", a.Worker, c.t(a.Granted), a.tokenText())
 	}
 	if a.Err != "" {

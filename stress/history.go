@@ -53,6 +53,10 @@ type attempt struct {
 	Worker string      `json:"worker"` // "p<process>/c<client>/g<goroutine>"
 	Lock   string      `json:"lock"`   // a MultiLock's: its names joined by "+"
 	Kind   attemptKind `json:"kind"`
+	// Call is the id of the Lock or TryLock call, from the Observer: the
+	// waiter id in its entry in Redis (the last, for a quorum Lock that
+	// started over with a fresh entry).
+	Call string `json:"call,omitempty"`
 
 	// A MultiLock attempt's names, in the order it takes them (empty for
 	// a Mutex attempt), what it did on each name, and the token of each

@@ -212,7 +212,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rep := buildReport(cfg, tgt.String(), attempts, violations, elapsed, cmds, snaps)
 	rep.Interrupted = interrupted
 	if q != nil {
-		rep.Quorum = quorumReport(tgt, restart, q.Tally, started)
+		rep.Quorum = quorumReport(tgt, restart, q, started)
 	}
 	if err := rep.write(stdout, cfg.JSON); err != nil {
 		fmt.Fprintf(stderr, "stress: writing the report: %v\n", err)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,8 +26,8 @@ func lockNames(n int) []string {
 }
 
 // pool is the workers of one process: its clients, each with its own
-// go-redis client (as separate processes would have), and their
-// goroutines.
+// go-redis client (as separate processes would have; on a quorum, one
+// per master), and their goroutines.
 type pool struct {
 	cfg     config
 	rec     recorder
@@ -52,23 +51,30 @@ func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr
 		log = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	names := lockNames(cfg.Locks)
-	if tgt.quorum() {
-		return nil, errors.New("a quorum of masters needs fairlock.NewQuorum, which this build lacks")
-	}
 	for _, ci := range ids {
-		rdb := tgt.client()
-		c, err := fairlock.New(rdb,
+		rdbs := tgt.clients() // one per master of a quorum
+		opts := []fairlock.Option{
 			fairlock.WithPrefix(cfg.Prefix),
 			fairlock.WithLease(cfg.Lease),
 			fairlock.WithWaiterTTL(cfg.WaiterTTL),
 			fairlock.WithLogger(log.With("client", ci)),
-			fairlock.WithObserver(attemptObserver))
+			fairlock.WithObserver(attemptObserver),
+		}
+		var c *fairlock.Client
+		var err error
+		if tgt.quorum() {
+			c, err = fairlock.NewQuorum(rdbs, opts...)
+		} else {
+			c, err = fairlock.New(rdbs[0], opts...)
+		}
 		if err != nil {
-			_ = rdb.Close()
+			for _, r := range rdbs {
+				_ = r.Close()
+			}
 			p.close()
 			return nil, err
 		}
-		p.rdbs = append(p.rdbs, rdb)
+		p.rdbs = append(p.rdbs, rdbs...)
 		p.clients = append(p.clients, c)
 		for g := range cfg.Goroutines {
 			w := &worker{

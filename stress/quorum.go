@@ -137,15 +137,19 @@ type restartSums struct {
 	KilledAt    float64 `json:"killed_at_s,omitempty"`
 	RestartedAt float64 `json:"restarted_at_s,omitempty"`
 	Down        float64 `json:"down_s,omitempty"` // from the kill to the restart
+	// LeasesLost counts the holds that lost their lease and may have
+	// counted the master as it lost its keys: not violations (see
+	// quorumCheck.lostWithMaster).
+	LeasesLost int `json:"leases_lost"`
 }
 
 // quorumReport sums up a run on t's masters for the report: the restart
-// (nil: none was asked for) and the bakery check's tally. started is the
+// (nil: none was asked for) and what the check counted. started is the
 // start of the run.
-func quorumReport(t *target, restart *masterRestart, tally bakeryTally, started time.Time) *quorumSums {
-	q := &quorumSums{Masters: t.masters, Started: len(t.local) > 0, Bakery: tally}
+func quorumReport(t *target, restart *masterRestart, qc *quorumCheck, started time.Time) *quorumSums {
+	q := &quorumSums{Masters: t.masters, Started: len(t.local) > 0, Bakery: qc.Tally}
 	if restart != nil {
-		rs := &restartSums{masterRestart: *restart}
+		rs := &restartSums{masterRestart: *restart, LeasesLost: qc.LostWithMaster}
 		if !restart.Killed.IsZero() {
 			rs.KilledAt = restart.Killed.Sub(started).Seconds()
 		}
@@ -175,6 +179,9 @@ func (q *quorumSums) write(b *strings.Builder) {
 		default:
 			fmt.Fprintf(b, "restart:     master %d (%s) killed at +%.1fs (SIGKILL: its keys lost), restarted empty at +%.1fs: down %.1fs\n",
 				r.Master, r.Addr, r.KilledAt, r.RestartedAt, r.Down)
+		}
+		if r.LeasesLost > 0 {
+			fmt.Fprintf(b, "             %d hold(s) that may have counted it lost their lease (not violations)\n", r.LeasesLost)
 		}
 	}
 	t := q.Bakery

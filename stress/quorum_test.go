@@ -101,12 +101,13 @@ func TestRestarterKillsAMasterAndRestartsItEmptyOnItsPort(t *testing.T) {
 		assert.Equal(t, "v", r.Get(ctx, "k").Val(), "the other masters keep their keys")
 	}
 
-	q := quorumReport(tgt, rec, bakeryTally{Pairs: 7}, start)
+	q := quorumReport(tgt, rec, &quorumCheck{Tally: bakeryTally{Pairs: 7}, LostWithMaster: 2}, start)
 	var b strings.Builder
 	q.write(&b)
 	assert.Contains(t, b.String(), "quorum:      3 masters ("+strings.Join(tgt.masters, ",")+", started on loopback)")
 	assert.Contains(t, b.String(), "restart:     master 1 ("+tgt.masters[0]+") killed at +0.")
 	assert.Contains(t, b.String(), "restarted empty at +")
+	assert.Contains(t, b.String(), "2 hold(s) that may have counted it lost their lease (not violations)")
 	assert.Contains(t, b.String(), "bakery:      7 pairs checked")
 }
 
@@ -122,7 +123,7 @@ func TestRestarterDoesNothingAfterTheRun(t *testing.T) {
 	assert.False(t, ok)
 
 	var b strings.Builder
-	quorumReport(tgt, rec, bakeryTally{}, time.Now()).write(&b)
+	quorumReport(tgt, rec, &quorumCheck{}, time.Now()).write(&b)
 	assert.Contains(t, b.String(), "was to be killed at +3600.0s: the run ended first")
 }
 
@@ -155,7 +156,7 @@ func TestQuorumResidue(t *testing.T) {
 		assert.Equal(t, "lock-0", v.Lock)
 		assert.True(t, strings.HasPrefix(v.Detail, "master 2 (b:2): "), v.Detail)
 	}
-	assert.Contains(t, dirty.String(), "lock-0 on master 2 (b:2): held by o1 (token 9, 1 level(s)), 1 waiter(s)")
+	assert.Contains(t, dirty.String(), "lock-0 on master 2 (b:2): held by o1 (entry , token 9, 1 level(s), lease left 0s), 1 waiter(s)")
 }
 
 func TestQuorumFinalStateReadsTheLockOnEveryMaster(t *testing.T) {
@@ -178,7 +179,7 @@ func TestQuorumFinalStateReadsTheLockOnEveryMaster(t *testing.T) {
 	snaps := quorumFinalState(ctx, rdbs, tgt.masters, config{Prefix: "p", Locks: 2}, &vs)
 	require.Len(t, vs, 1)
 	assert.Equal(t, residual, vs[0].Kind)
-	assert.Equal(t, "master 2 ("+tgt.masters[1]+"): still held after the run by o1 (token 5, 1 level(s))", vs[0].Detail)
+	assert.Equal(t, "master 2 ("+tgt.masters[1]+"): still held after the run by o1 (entry , token 5, 1 level(s), lease left -1ns)", vs[0].Detail)
 	require.Contains(t, snaps, "lock-0")
 	assert.NotContains(t, snaps, "lock-1")
 	assert.Contains(t, snaps["lock-0"], "lock-0 on master 1 ("+tgt.masters[0]+"): free, 0 waiter(s), 0 deadline(s), token counter 5")

@@ -18,6 +18,7 @@ type quorumState struct {
 	Name      string
 	Master    string            // "master <i> (<address>)"
 	Hold      map[string]string // the hold's hash: owner, count, token, entry, ticket, inquired
+	HoldTTL   time.Duration     // the hold's time left
 	Queue     []string          // waiter entries, in ticket order
 	Deadlines int64             // entries of the deadline zset
 	LastToken int64             // the token counter K; 0 when there is none
@@ -34,7 +35,7 @@ func inspectQuorum(ctx context.Context, rdb redis.UniversalClient, prefix, name,
 		return quorumState{}, err
 	}
 	p := rdb.TxPipeline()
-	hold := p.HGetAll(ctx, k.Lock)
+	hold, holdTTL := p.HGetAll(ctx, k.Lock), p.PTTL(ctx, k.Lock)
 	line := p.ZRange(ctx, k.Queue, 0, -1)
 	deadlines := p.ZCard(ctx, k.Deadline)
 	token, tokenTTL := p.Get(ctx, k.Token), p.PTTL(ctx, k.Token)
@@ -42,7 +43,7 @@ func inspectQuorum(ctx context.Context, rdb redis.UniversalClient, prefix, name,
 	if _, err := p.Exec(ctx); err != nil && err != redis.Nil {
 		return quorumState{}, err
 	}
-	s := quorumState{Name: name, Master: master, Hold: hold.Val(), Queue: line.Val(), Deadlines: deadlines.Val()}
+	s := quorumState{Name: name, Master: master, Hold: hold.Val(), HoldTTL: holdTTL.Val(), Queue: line.Val(), Deadlines: deadlines.Val()}
 	s.LastToken, s.TokenTTL = counterOf(token, tokenTTL)
 	s.Ticket, s.TicketTTL = counterOf(ticket, ticketTTL)
 	return s, nil
@@ -67,7 +68,8 @@ func (s quorumState) residue() []violation {
 		out = append(out, violation{Kind: residual, Lock: s.Name, Detail: s.Master + ": " + fmt.Sprintf(format, args...)})
 	}
 	if len(s.Hold) > 0 {
-		add("still held after the run by %s (token %s, %s level(s))", s.Hold["owner"], s.Hold["token"], s.Hold["count"])
+		add("still held after the run by %s (entry %s, token %s, %s level(s), lease left %v)",
+			s.Hold["owner"], s.Hold["entry"], s.Hold["token"], s.Hold["count"], s.HoldTTL)
 	}
 	if n := len(s.Queue); n > 0 {
 		add("%d waiter(s) left in the line after the run, first %s", n, s.Queue[0])
@@ -89,7 +91,8 @@ func (s quorumState) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s on %s: ", s.Name, s.Master)
 	if len(s.Hold) > 0 {
-		fmt.Fprintf(&b, "held by %s (token %s, %s level(s))", s.Hold["owner"], s.Hold["token"], s.Hold["count"])
+		fmt.Fprintf(&b, "held by %s (entry %s, token %s, %s level(s), lease left %v)",
+			s.Hold["owner"], s.Hold["entry"], s.Hold["token"], s.Hold["count"], s.HoldTTL)
 	} else {
 		b.WriteString("free")
 	}

@@ -165,6 +165,13 @@ func (w *worker) lockOne(l single, a attempt, p plan, cfg *config, rec recorder,
 	defer w.finish(rec)
 	broken := false // a poll came too late to be sure of the place; used under w.mu
 	ctx := context.WithValue(context.Background(), steps{}, func(e fairlock.Event) {
+		if e.Call != "" {
+			w.update(func(a *attempt) {
+				if a.Granted.IsZero() { // not a re-entry's
+					a.Call = e.Call
+				}
+			})
+		}
 		switch e.Kind {
 		case fairlock.WaitStarted:
 			// The call has sent nothing yet; a re-entry's call comes
@@ -193,8 +200,13 @@ func (w *worker) lockOne(l single, a attempt, p plan, cfg *config, rec recorder,
 		return
 	}
 	token, err := l.Token(held)
-	w.update(func(a *attempt) { a.Granted, a.Token = end, token })
-	if err != nil {
+	w.update(func(a *attempt) {
+		a.Granted, a.Token = end, token
+		// A quorum hold's first Token commits the token to a majority,
+		// and fails with the lease when it cannot.
+		a.LeaseLost = a.LeaseLost || errors.Is(err, fairlock.ErrLeaseLost)
+	})
+	if err != nil && !errors.Is(err, fairlock.ErrLeaseLost) {
 		w.fail("token: %v", err)
 	}
 	keep(held, token)

@@ -131,7 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.JSON, "json", false, "write the report as JSON to stdout")
 	fs.StringVar(&c.SVG, "svg", "", "draw a timeline of the holds into `FILE`")
 	fs.StringVar(&c.History, "history", "", "write every attempt to `FILE` as JSON lines")
-	fs.BoolVar(&c.Verbose, "v", false, "log the clients' warnings to stderr")
+	fs.BoolVar(&c.Verbose, "v", false, "log the clients' warnings to stderr (and, on a quorum, go-redis's failed dials of a master that is down)")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

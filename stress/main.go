@@ -125,6 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitCannotRun
 	}
 
+	quietRedis(cfg)
 	tgt, err := openTarget(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "stress: %v\n", err)

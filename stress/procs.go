@@ -121,6 +121,7 @@ func workerMain(spec string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stress worker: bad %s: %v\n", workerEnv, err)
 		return exitCannotRun
 	}
+	quietRedis(cfg)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	s := newStream(stdout)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/redistest"
 )
@@ -194,3 +197,17 @@ func (q *quorumSums) write(b *strings.Builder) {
 	}
 	b.WriteByte('\n')
 }
+
+// quietRedis keeps go-redis from logging every failed dial of a master
+// that is down, as one is through -restart-master, in a run on a quorum:
+// the report says when it was down. -v lets them through.
+func quietRedis(c config) {
+	if c.quorum() && !c.Verbose {
+		redis.SetLogger(discardRedisLog{})
+	}
+}
+
+// discardRedisLog is a go-redis logger that writes nothing.
+type discardRedisLog struct{}
+
+func (discardRedisLog) Printf(context.Context, string, ...any) {}

@@ -43,7 +43,7 @@ func runQuorum(t *testing.T, args ...string) (report, []attempt) {
 
 func TestQuorumRunFindsNoViolation(t *testing.T) {
 	redistest.Slow(t)
-	r, as := runQuorum(t, "-duration", "2s")
+	r, as := runQuorum(t, "-duration", "1500ms")
 	assert.Positive(t, r.Outcomes[outGaveUp]+r.Outcomes[outTryFailed], "the workload should make calls fail")
 	assert.Nil(t, r.Quorum.Restart)
 	for _, a := range as {
@@ -58,7 +58,7 @@ func TestQuorumRunFindsNoViolation(t *testing.T) {
 // processes run the Clients.
 func TestQuorumRunThroughARestartFindsNoViolation(t *testing.T) {
 	redistest.Slow(t)
-	r, _ := runQuorum(t, "-procs", "2", "-duration", "3s", "-lease", "200ms", "-waiter-ttl", "200ms", "-restart-master", "500ms")
+	r, _ := runQuorum(t, "-procs", "2", "-duration", "2500ms", "-lease", "200ms", "-waiter-ttl", "200ms", "-restart-master", "500ms")
 	rs := r.Quorum.Restart
 	require.NotNil(t, rs)
 	assert.Empty(t, rs.Err)

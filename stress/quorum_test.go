@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fairlock/fairlock/internal/redistest"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -62,6 +63,7 @@ func TestQuorumFlags(t *testing.T) {
 // restarts is killed at its time, stays down for its delay, and comes
 // back empty on its port.
 func TestRestarterKillsAMasterAndRestartsItEmptyOnItsPort(t *testing.T) {
+	redistest.Slow(t)
 	tgt, err := startMasters(3)
 	require.NoError(t, err)
 	defer tgt.close()
@@ -113,6 +115,7 @@ func TestRestarterKillsAMasterAndRestartsItEmptyOnItsPort(t *testing.T) {
 
 // A restart not due by the end of the run is not made.
 func TestRestarterDoesNothingAfterTheRun(t *testing.T) {
+	redistest.Slow(t)
 	tgt, err := startMasters(3)
 	require.NoError(t, err)
 	defer tgt.close()
@@ -160,6 +163,7 @@ func TestQuorumResidue(t *testing.T) {
 }
 
 func TestQuorumFinalStateReadsTheLockOnEveryMaster(t *testing.T) {
+	redistest.Slow(t)
 	tgt, err := startMasters(2)
 	require.NoError(t, err)
 	defer tgt.close()

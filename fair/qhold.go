@@ -312,7 +312,9 @@ func (h *QHold) giveBackLevel(i int) {
 // of the masters (or the call timeout); the release goes on to the others
 // in the background, sent again until they answer or the lease is over.
 // It fails with errs.ErrNoQuorum when fewer than a majority answered (the
-// hold ends here all the same at the last level).
+// hold ends here all the same at the last level), and with
+// errs.ErrLeaseLost when the hold's validity had passed (the process was
+// paused past it before its watchdog could end the hold).
 func (h *QHold) Unlock(ctx context.Context) error {
 	qm := h.l.qm
 	if err := qm.begin(); err != nil {
@@ -323,6 +325,14 @@ func (h *QHold) Unlock(ctx context.Context) error {
 	if h.ended || h.levels == 0 {
 		defer h.mu.Unlock()
 		return h.endedErr()
+	}
+	if !time.Now().Before(h.validity) {
+		// The watchdog has not ended the hold yet (this process was
+		// paused, or busy), but no majority is known to keep it: it was
+		// lost, and what is left of it is released in the background.
+		h.mu.Unlock()
+		h.lose(false)
+		return errs.ErrLeaseLost
 	}
 	h.levels--
 	last := h.levels == 0

@@ -28,6 +28,13 @@ type QHold struct {
 	cancel context.CancelCauseFunc
 	took   time.Time
 	octx   context.Context // the values of the Lock call, for the observer
+	// seq orders the hold's calls on each master, after those of the
+	// Lock call that took it: one at a time, in the order they were
+	// made. A round waits for a majority, and its call to a slow master
+	// goes on after it; without the order, a re-entry that reached a
+	// master late could land after the release of the level below it
+	// and leave a level there that nothing releases.
+	seq []sync.Mutex
 
 	mu        sync.Mutex
 	views     []qview   // guarded by mu
@@ -42,10 +49,10 @@ type QHold struct {
 
 // newHold returns the hold of a grant whose views count a majority until
 // validity, and hands it to the watchdog.
-func (l *QMutex) newHold(req Request, entry string, views []qview, validity time.Time, waited bool) *QHold {
+func (l *QMutex) newHold(req Request, entry string, views []qview, validity time.Time, waited bool, seq []sync.Mutex) *QHold {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	h := &QHold{l: l, owner: req.Owner, shared: req.Shared, entry: entry, lease: req.Lease, fixed: req.Fixed,
-		waited: waited, ctx: ctx, cancel: cancel, took: time.Now(), views: views, validity: validity, levels: 1}
+		waited: waited, ctx: ctx, cancel: cancel, took: time.Now(), views: views, validity: validity, levels: 1, seq: seq}
 	// A fresh hold is renewed a third of its lease after its grant. One
 	// granted by joins and pushes is known for min(lease, waiter TTL)
 	// from the latest join on each master: it is renewed when a third of
@@ -171,6 +178,8 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			above int64
 		)
 		qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
+			h.seq[i].Lock()
+			defer h.seq[i].Unlock()
 			return qm.run(cctx, i, func(*lua.Scripts) lua.Call {
 				return lua.QCommit(h.l.keys, h.owner, t, ms(lease), ms(qm.cfg.WaiterTTL), qm.skew(i))
 			}, lua.ReadQCommit)
@@ -247,6 +256,8 @@ func (h *QHold) Enter(ctx context.Context) error {
 		kept    bool
 	)
 	qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
+		h.seq[i].Lock()
+		defer h.seq[i].Unlock()
 		return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QTry(h.l.keys, call, h.owner, h.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeReenter, qm.receiptTTL(), qm.skew(i))
 		}, lua.ReadQTry)
@@ -379,6 +390,8 @@ func (h *QHold) releaseOn(ctx context.Context, i int, call string, last bool, co
 	if h.fixed {
 		lease = 0
 	}
+	h.seq[i].Lock()
+	defer h.seq[i].Unlock()
 	rep, err := qm.run(ctx, i, func(s *lua.Scripts) lua.Call {
 		return s.QRelease(h.l.keys, call, h.owner, h.entry, committed, ms(lease), last, ms(qm.cfg.WaiterTTL), qm.tombTTL(), qm.receiptTTL(), qm.skew(i))
 	}, lua.ReadQRelease)
@@ -493,6 +506,8 @@ func (h *QHold) renew() {
 		failed        error
 	)
 	qm.round(context.Background(), func(cctx context.Context, i int) (lua.QReply, error) {
+		h.seq[i].Lock()
+		defer h.seq[i].Unlock()
 		return qm.run(cctx, i, func(*lua.Scripts) lua.Call {
 			return lua.QRenew(h.l.keys, h.owner, ms(h.lease))
 		}, lua.ReadQRenew)

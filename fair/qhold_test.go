@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -41,4 +43,90 @@ func TestQuorumUnlockPastTheValidityIsALostLease(t *testing.T) {
 	other, err := l.Lock(context.Background(), Request{Owner: "p", Lease: 30 * time.Second, Wait: true})
 	require.NoError(t, err)
 	require.NoError(t, other.Unlock(context.Background()))
+}
+
+// delayReentries is a go-redis hook that holds back every qtry call in
+// "reenter" mode for d before sending it.
+type delayReentries struct{ d time.Duration }
+
+func (h delayReentries) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h delayReentries) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		for _, a := range cmd.Args() {
+			if a == queue.ModeReenter {
+				time.Sleep(h.d)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h delayReentries) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A hold's calls on one master land in the order they were made, even
+// when the round they belong to did not wait for that master. Here a
+// re-entry reaches master 2 late, after the hold's inner Unlock was
+// answered by the others, and master 2 hands the lock to the hold's
+// entry (still in line there) in between: without the order, the inner
+// release finds nothing there, the re-entry then counts a second level
+// on the hand-over's hold, and the last Unlock leaves one level behind.
+func TestQuorumHoldCallsOnAMasterKeepTheirOrder(t *testing.T) {
+	servers := redistest.Masters(t, 3)
+	var masters []Redis
+	var rdbs []*redis.Client
+	for i, s := range servers {
+		c := s.Client(t)
+		if i == 2 {
+			c.AddHook(delayReentries{d: 500 * time.Millisecond})
+		}
+		rdbs = append(rdbs, c)
+		masters = append(masters, c)
+	}
+	qm, err := NewQuorum(masters, Config{WaiterTTL: 10 * time.Second, CallTimeout: 5 * time.Second}, QuorumConfig{Drift: 0.01})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = qm.Close() })
+	keys, err := queue.Quorum(redistest.Prefix(t), "ordered")
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	// z holds masters 0 and 2 alone, by its own tries.
+	zEntry := queue.Entry(queue.NewID()+"0000abcd"+queue.WakeVersion, time.Minute, "z")
+	for _, i := range []int{0, 2} {
+		rep, err := lua.ReadQTry(lua.Classic.QTry(keys, queue.NewID(), "z", zEntry, 60000, 10000, queue.ModeTry, 10000, 0).Run(ctx, rdbs[i]))
+		require.NoError(t, err)
+		require.Equal(t, lua.QHeld, rep.State)
+	}
+	l := qm.Mutex(keys)
+	got := make(chan *QHold, 1)
+	go func() {
+		h, err := l.Lock(ctx, Request{Owner: "o", Lease: 30 * time.Second, Wait: true})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	zRelease := func(i int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			n, err := rdbs[i].ZCard(ctx, keys.Queue).Result()
+			return err == nil && n == 1
+		}, 5*time.Second, 5*time.Millisecond, "o's entry is in line on master %d", i)
+		_, err := lua.ReadQRelease(lua.Classic.QRelease(keys, queue.NewID(), "z", zEntry, 0, 60000, true, 10000, 10000, 10000, 0).Run(ctx, rdbs[i]))
+		require.NoError(t, err)
+	}
+	zRelease(0) // master 0 goes to o, which then holds 0 and 1
+	h := <-got
+	require.NotNil(t, h)
+
+	require.NoError(t, h.Enter(ctx)) // counted on 0 and 1; master 2's is late
+	require.NoError(t, h.Unlock(ctx))
+	zRelease(2) // master 2 goes to o's entry, still in line there
+	time.Sleep(700 * time.Millisecond) // the late re-entry lands
+	require.NoError(t, h.Unlock(ctx))
+
+	require.Eventually(t, func() bool {
+		n, err := rdbs[2].Exists(ctx, keys.Lock).Result()
+		return err == nil && n == 0
+	}, 5*time.Second, 10*time.Millisecond, "a level of o's hold is left on master 2")
 }

@@ -121,7 +121,7 @@ func TestQuorumHoldCallsOnAMasterKeepTheirOrder(t *testing.T) {
 
 	require.NoError(t, h.Enter(ctx)) // counted on 0 and 1; master 2's is late
 	require.NoError(t, h.Unlock(ctx))
-	zRelease(2) // master 2 goes to o's entry, still in line there
+	zRelease(2)                        // master 2 goes to o's entry, still in line there
 	time.Sleep(700 * time.Millisecond) // the late re-entry lands
 	require.NoError(t, h.Unlock(ctx))
 

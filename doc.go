@@ -45,6 +45,17 @@
 // not re-entrant, and a RWMutex's read hold cannot be upgraded
 // (ErrWouldDeadlock).
 //
+// NewQuorum makes a Client whose Mutex locks live on N independent Redis
+// masters and count while a majority holds them, for a lock that must
+// survive the loss of a server and never be granted twice by a failover.
+// Every Mutex method works as with New; Lock serves callers in bakery
+// order (a caller is served before every caller whose Lock began after
+// its own had joined the line of a majority), and Token commits the
+// fencing token to a majority on its first call, so that tokens rise
+// across holders even when a holder pauses past its validity or a
+// master's clock steps. Fewer than a majority answering gives
+// ErrNoQuorum.
+//
 // A hold has a lease. By default a watchdog renews it every third of the
 // lease (WithLease, 30s), so a hold lasts until Unlock, and a crashed
 // holder's lock expires one lease after its last renewal. WithFixedLease

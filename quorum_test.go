@@ -236,6 +236,11 @@ func TestQuorumLostLeaseEndsTheHoldAndIsNotReentered(t *testing.T) {
 	removed, err := om.ForceUnlock(ctx)
 	require.NoError(t, err)
 	require.True(t, removed)
+	for i, s := range servers { // on every master
+		n, err := s.Client(t).Exists(ctx, quorumKeys(t, "lost").Lock).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "master %d still holds", i)
+	}
 	select {
 	case <-held.Done():
 	case <-time.After(10 * time.Second):

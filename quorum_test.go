@@ -284,3 +284,50 @@ func TestQuorumCloseEndsWaitsAndHolds(t *testing.T) {
 	_, err = c.Mutex("closing").Lock(ctx)
 	require.ErrorIs(t, err, fairlock.ErrClosed)
 }
+
+// Bakery order: a caller whose join reached a majority before another's
+// Lock began is served first, whichever Client each waits in.
+func TestQuorumServesWaitersInBakeryOrder(t *testing.T) {
+	servers := redistest.Masters(t, 3)
+	ctx := context.Background()
+	holder := quorumOf(t, servers)
+	held, err := holder.Mutex("line").Lock(ctx)
+	require.NoError(t, err)
+
+	var (
+		mu    sync.Mutex
+		order []int
+		wg    sync.WaitGroup
+	)
+	for i := range 5 {
+		queued := make(chan struct{})
+		var once sync.Once
+		c := quorumOf(t, servers, fairlock.WithObserver(fairlock.ObserverFunc(func(_ context.Context, e fairlock.Event) {
+			if e.Kind == fairlock.Queued {
+				once.Do(func() { close(queued) })
+			}
+		})))
+		m := c.Mutex("line")
+		wg.Go(func() {
+			h, err := m.Lock(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			if err := m.Unlock(h); err != nil {
+				t.Error(err)
+			}
+		})
+		select {
+		case <-queued: // its join reached a majority: the next one begins after
+		case <-time.After(10 * time.Second):
+			t.Fatalf("waiter %d did not join", i)
+		}
+	}
+	require.NoError(t, holder.Mutex("line").Unlock(held))
+	wg.Wait()
+	require.Equal(t, []int{0, 1, 2, 3, 4}, order)
+}

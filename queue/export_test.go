@@ -18,3 +18,47 @@ var IsTicket = isTicket
 
 // ParseWeighted is parseWeighted.
 var ParseWeighted = parseWeighted
+
+// QuorumFlaw is quorumFlaw: steps of the scripts a QuorumModel leaves out.
+type QuorumFlaw = quorumFlaw
+
+// The flaws.
+const (
+	FlawNoWriteBack       = flawNoWriteBack
+	FlawNoCommitRaise     = flawNoCommitRaise
+	FlawNoReleaseRaise    = flawNoReleaseRaise
+	FlawHandOverWhileHeld = flawHandOverWhileHeld
+)
+
+// Break makes the model leave out the steps of flaws.
+func (m *QuorumModel) Break(flaws QuorumFlaw) { m.flaws |= flaws }
+
+// The keys of a quorum lock that expire, for Lapse.
+const (
+	LapseHold    = "hold"
+	LapseCounter = "counter"
+	LapseTicket  = "ticket"
+	LapseGone    = "gone"
+	LapseReceipt = "receipt"
+)
+
+// Lapse ends a key of the lock as its expiry would, without moving the
+// clock: what a test that deletes the key on a server tells the model.
+// what is one of the Lapse kinds; id names the tombstone (a waiter id) or
+// the receipt (a call id).
+func (m *QuorumModel) Lapse(what, id string) {
+	switch what {
+	case LapseHold:
+		m.hold = nil
+	case LapseCounter:
+		m.token = counter{}
+	case LapseTicket:
+		m.ticket = counter{}
+	case LapseGone:
+		delete(m.gone, id)
+	case LapseReceipt:
+		delete(m.receipts, id)
+	default:
+		panic("queue: Lapse of " + what)
+	}
+}

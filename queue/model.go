@@ -171,9 +171,19 @@ func (m *Model) pttl() int64 {
 // (expiry publishes nothing), and at least three times per waiter TTL
 // (the heartbeat that keeps its place).
 func pollHint(locks []*Model, waiterTTL int64) int64 {
+	pttls := make([]int64, len(locks))
+	for i, l := range locks {
+		pttls[i] = l.pttl()
+	}
+	return hintOf(waiterTTL, pttls...)
+}
+
+// hintOf is lib.lua's poll_hint on holds whose PTTLs are pttls: a third
+// of the waiter TTL, or right after the first hold that expires sooner.
+func hintOf(waiterTTL int64, pttls ...int64) int64 {
 	hint := floorDiv(waiterTTL, 3)
-	for _, l := range locks {
-		if pttl := l.pttl(); pttl >= 0 && pttl+1 < hint {
+	for _, pttl := range pttls {
+		if pttl >= 0 && pttl+1 < hint {
 			hint = pttl + 1
 		}
 	}

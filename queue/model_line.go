@@ -13,12 +13,31 @@ import (
 // line is a lock's line: the list P:{N}:queue and the zset
 // P:{N}:deadline. Neither key expires; a dead waiter stays until a script
 // finds it at the head.
+//
+// A quorum lock's line is ordered (see QuorumModel): P:{N}:queue is a
+// zset of entry -> ticket there, and queue keeps its members in the zset's
+// order, (ticket, entry) ascending. The helpers below serve both shapes,
+// as lib.lua's join, leave, line_head, line_pop and prune do.
 type line struct {
-	queue     []string         // oldest first
+	queue     []string         // oldest first; by (ticket, entry) when ordered
 	deadlines map[string]int64 // entry -> server time (ms) by which it must poll again
+	tickets   map[string]int64 // when ordered: entry -> its ticket, the zset's score; else nil
 }
 
 func newLine() line { return line{deadlines: map[string]int64{}} }
+
+// newOrderedLine returns the line of a quorum lock.
+func newOrderedLine() line { return line{deadlines: map[string]int64{}, tickets: map[string]int64{}} }
+
+// keyLess reports whether the key (ticket t1, entry e1) comes before (t2,
+// e2): tickets by number, then entries by their bytes, as a zset orders
+// equal scores (qlib.lua's key_less).
+func keyLess(t1 int64, e1 string, t2 int64, e2 string) bool {
+	if t1 != t2 {
+		return t1 < t2
+	}
+	return e1 < e2
+}
 
 // lrem is LREM queue 1 entry: the oldest occurrence of entry leaves the
 // queue.
@@ -26,13 +45,16 @@ func (l *line) lrem(entry string) {
 	if i := slices.Index(l.queue, entry); i >= 0 {
 		l.queue = slices.Delete(l.queue, i, i+1)
 	}
+	delete(l.tickets, entry)
 }
 
-// popHead is LPOP queue followed by ZREM deadline head.
+// popHead is LPOP queue (ZREM of the head in an ordered line) followed by
+// ZREM deadline head.
 func (l *line) popHead() string {
 	head := l.queue[0]
 	l.queue = l.queue[1:]
 	delete(l.deadlines, head)
+	delete(l.tickets, head)
 	return head
 }
 
@@ -45,6 +67,27 @@ func (l *line) join(entry string, deadline int64) int {
 	if _, queued := l.deadlines[entry]; !queued {
 		l.queue = append(l.queue, entry)
 		place = len(l.queue)
+	}
+	l.deadlines[entry] = deadline
+	return place
+}
+
+// joinByTicket is join on an ordered line: an entry that is not in line
+// takes its place by ticket (ZADD, which moves an entry that is in the
+// zset to its new score), one in line only moves its deadline, and keeps
+// its place whatever ticket it names. It returns the entry's place in
+// line when it joined (1 for the head), 0 for a heartbeat.
+func (l *line) joinByTicket(entry string, deadline, ticket int64) int {
+	place := 0
+	if _, queued := l.deadlines[entry]; !queued {
+		l.lrem(entry)
+		i := 0
+		for i < len(l.queue) && keyLess(l.tickets[l.queue[i]], l.queue[i], ticket, entry) {
+			i++
+		}
+		l.queue = slices.Insert(l.queue, i, entry)
+		l.tickets[entry] = ticket
+		place = i + 1
 	}
 	l.deadlines[entry] = deadline
 	return place
@@ -103,11 +146,38 @@ const tokensPerMs = 1000
 // gone, at now + 1 or later, takes a higher token from the clock alone.
 // A counter above the clock term (a clock that went back) lasts until the
 // clock term has passed it (outlast in lua/lib.lua).
-func (c *counter) next(now, ttl int64) int64 {
-	c.lastToken = max(c.lastToken+1, now*tokensPerMs)
-	c.tokenEnd = max(now+max(ttl, 1), c.lastToken/tokensPerMs+1)
+func (c *counter) next(now, ttl int64) int64 { return c.draw(now, ttl, 1) }
+
+// draw is next for a counter kept at least keep ms (next_token with
+// lk.keep, a quorum lock's): the key expires max(ttl, keep) ms after now,
+// or when the clock term has passed a counter above it. The expiry is an
+// absolute time (SET ... PXAT), so a quorum script whose clock is skewed
+// sets it on its skewed clock; the caller drops a counter whose expiry is
+// already past on the server's own clock (see expire).
+func (c *counter) draw(now, ttl, keep int64) int64 {
+	keep = max(ttl, keep)
+	if c.lastToken+1 > now*tokensPerMs {
+		c.lastToken++
+		c.tokenEnd = max(now+keep, outlast(c.lastToken))
+	} else {
+		c.lastToken, c.tokenEnd = now*tokensPerMs, now+keep
+	}
 	return c.lastToken
 }
+
+// raise is qlib.lua's raise (a quorum lock's write-back of a ticket or a
+// token): the counter becomes at least value, which is positive, and
+// lasts keep ms (1 at least) from now, the scripts' time in ms, or until
+// the clock term has passed it, whichever is later (SET ... PX, which
+// counts on the server's clock: at keyNow, the server's time in ms).
+func (c *counter) raise(value, now, keyNow, keep int64) {
+	c.lastToken = max(c.lastToken, value)
+	c.tokenEnd = keyNow + max(now+max(keep, 1), outlast(c.lastToken)) - now
+}
+
+// outlast is lib.lua's outlast: the first ms whose clock term is above
+// value, a counter's value.
+func outlast(value int64) int64 { return value/tokensPerMs + 1 }
 
 // expire drops the counter once the clock reaches its expiry.
 func (c *counter) expire(now int64) {
@@ -136,10 +206,13 @@ func (r receipts) expire(now int64) {
 // wakeMessage is the wake message of a grant to entry under token at now
 // (ms), as wake writes it: "<entry> <token>", followed by " <time in µs>"
 // for an entry that is Timed (the model's clock has ms only).
-func wakeMessage(entry string, token, now int64) string {
+func wakeMessage(entry string, token, now int64) string { return wakeMessageUs(entry, token, now*1000) }
+
+// wakeMessageUs is wakeMessage at us, the server's time in µs.
+func wakeMessageUs(entry string, token, us int64) string {
 	msg := entry + " " + strconv.FormatInt(token, 10)
 	if Timed(entry) {
-		msg += " " + strconv.FormatInt(now*1000, 10)
+		msg += " " + strconv.FormatInt(us, 10)
 	}
 	return msg
 }

@@ -14,7 +14,9 @@ import (
 // every line and none of them is held; until then it holds nothing, and a
 // free lock it heads stays free (see MultiAcquire and lua/lib.lua). The
 // weighted locks of the server (a Semaphore's, a RWMutex's) are each a
-// WeightedModel, by their hash key P:{N}:<kind>, on the same clock.
+// WeightedModel, by their hash key P:{N}:<kind>, on the same clock, and
+// the server's part of each quorum lock a QuorumModel, by its hash key
+// P:{N}:q.
 //
 // A Server is not safe for concurrent use.
 type Server struct {
@@ -22,6 +24,7 @@ type Server struct {
 	receiptTTL int64
 	locks      map[string]*Model         // by hash key; a lock is made when first named
 	weighted   map[string]*WeightedModel // weighted locks, by hash key P:{N}:<kind>; made when first named
+	quorums    map[string]*QuorumModel   // quorum locks on this master, by hash key P:{N}:q; made when first named
 	published  []Wake                    // wake messages not yet drained, oldest first
 }
 
@@ -40,7 +43,8 @@ func NewServer(now, receiptTTL int64) *Server {
 	if receiptTTL <= 0 {
 		panic("queue: NewServer with a receipt TTL that is not positive")
 	}
-	return &Server{now: now, receiptTTL: receiptTTL, locks: map[string]*Model{}, weighted: map[string]*WeightedModel{}}
+	return &Server{now: now, receiptTTL: receiptTTL, locks: map[string]*Model{}, weighted: map[string]*WeightedModel{},
+		quorums: map[string]*QuorumModel{}}
 }
 
 // Lock returns the model of the lock whose hash key is key (its Keys.Lock).
@@ -85,9 +89,10 @@ func (s *Server) Now() int64 { return s.now }
 
 // Advance lets d ms pass. In every lock, holds, token counters, receipts
 // and tickets' lists whose expiry is reached are gone, and so are the
-// hashes and holders sets of weighted locks; nothing else
-// happens, in particular nobody is told that a hold expired, and dead
-// waiters stay in line until a script prunes them.
+// hashes and holders sets of weighted locks, and the ticket counters and
+// tombstones of quorum locks; nothing else happens, in particular nobody
+// is told that a hold expired, and dead waiters stay in line until a
+// script prunes them.
 func (s *Server) Advance(d int64) {
 	if d < 0 {
 		panic("queue: Advance with a negative duration")
@@ -98,6 +103,9 @@ func (s *Server) Advance(d int64) {
 	}
 	for _, w := range s.weighted {
 		w.expire()
+	}
+	for _, q := range s.quorums {
+		q.expire()
 	}
 }
 

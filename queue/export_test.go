@@ -62,3 +62,16 @@ func (m *QuorumModel) Lapse(what, id string) {
 		panic("queue: Lapse of " + what)
 	}
 }
+
+// Places calls f with the entry of the hold (deadline 0), when it has an
+// owner, and with each entry in line and its deadline: what a run on
+// several masters watches to see a waiter lose its place, without a copy
+// of the whole state at every step.
+func (m *QuorumModel) Places(f func(entry string, deadline int64)) {
+	if m.hold != nil && m.hold.Owner != "" {
+		f(m.hold.Entry, 0)
+	}
+	for _, e := range m.queue {
+		f(e, m.deadlines[e])
+	}
+}

@@ -28,13 +28,9 @@ type QHold struct {
 	cancel context.CancelCauseFunc
 	took   time.Time
 	octx   context.Context // the values of the Lock call, for the observer
-	// seq orders the hold's calls on each master, after those of the
-	// Lock call that took it: one at a time, in the order they were
-	// made. A round waits for a majority, and its call to a slow master
-	// goes on after it; without the order, a re-entry that reached a
-	// master late could land after the release of the level below it
-	// and leave a level there that nothing releases.
-	seq []sync.Mutex
+	// ord orders the hold's calls on each master, after those of the
+	// Lock call that took it (see order).
+	ord *order
 
 	mu        sync.Mutex
 	views     []qview   // guarded by mu
@@ -49,10 +45,10 @@ type QHold struct {
 
 // newHold returns the hold of a grant whose views count a majority until
 // validity, and hands it to the watchdog.
-func (l *QMutex) newHold(req Request, entry string, views []qview, validity time.Time, waited bool, seq []sync.Mutex) *QHold {
+func (l *QMutex) newHold(req Request, entry string, views []qview, validity time.Time, waited bool, ord *order) *QHold {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	h := &QHold{l: l, owner: req.Owner, shared: req.Shared, entry: entry, lease: req.Lease, fixed: req.Fixed,
-		waited: waited, ctx: ctx, cancel: cancel, took: time.Now(), views: views, validity: validity, levels: 1, seq: seq}
+		waited: waited, ctx: ctx, cancel: cancel, took: time.Now(), views: views, validity: validity, levels: 1, ord: ord}
 	// A fresh hold is renewed a third of its lease after its grant. One
 	// granted by joins and pushes is known for min(lease, waiter TTL)
 	// from the latest join on each master: it is renewed when a third of
@@ -177,9 +173,7 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			ok, n int
 			above int64
 		)
-		qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
-			h.seq[i].Lock()
-			defer h.seq[i].Unlock()
+		qm.round(ctx, h.ord, func(cctx context.Context, i int) (lua.QReply, error) {
 			return qm.run(cctx, i, func(*lua.Scripts) lua.Call {
 				return lua.QCommit(h.l.keys, h.owner, t, ms(lease), ms(qm.cfg.WaiterTTL), qm.skew(i))
 			}, lua.ReadQCommit)
@@ -255,9 +249,7 @@ func (h *QHold) Enter(ctx context.Context) error {
 		decided bool
 		kept    bool
 	)
-	qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
-		h.seq[i].Lock()
-		defer h.seq[i].Unlock()
+	qm.round(ctx, h.ord, func(cctx context.Context, i int) (lua.QReply, error) {
 		return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QTry(h.l.keys, call, h.owner, h.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeReenter, qm.receiptTTL(), qm.skew(i))
 		}, lua.ReadQTry)
@@ -371,7 +363,7 @@ func (h *QHold) release(ctx context.Context, last bool, committed int64) int {
 			qm.background(func() { h.sendRelease(a.i, call, last, committed) })
 		}
 	}
-	qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
+	qm.round(ctx, h.ord, func(cctx context.Context, i int) (lua.QReply, error) {
 		return h.releaseOn(cctx, i, call, last, committed)
 	}, func(a answer) bool {
 		if a.err == nil {
@@ -390,8 +382,6 @@ func (h *QHold) releaseOn(ctx context.Context, i int, call string, last bool, co
 	if h.fixed {
 		lease = 0
 	}
-	h.seq[i].Lock()
-	defer h.seq[i].Unlock()
 	rep, err := qm.run(ctx, i, func(s *lua.Scripts) lua.Call {
 		return s.QRelease(h.l.keys, call, h.owner, h.entry, committed, ms(lease), last, ms(qm.cfg.WaiterTTL), qm.tombTTL(), qm.receiptTTL(), qm.skew(i))
 	}, lua.ReadQRelease)
@@ -408,9 +398,12 @@ func (h *QHold) sendRelease(i int, call string, last bool, committed int64) {
 	until := time.Now().Add(h.lease)
 	retry := retryMin
 	for time.Now().Before(until) {
+		turn, next := h.ord.turn(i)
+		<-turn
 		ctx, cancel := qm.detached(context.Background())
 		_, err := h.releaseOn(ctx, i, call, last, committed)
 		cancel()
+		next()
 		if err == nil {
 			return
 		}
@@ -505,9 +498,7 @@ func (h *QHold) renew() {
 		held, notHeld int
 		failed        error
 	)
-	qm.round(context.Background(), func(cctx context.Context, i int) (lua.QReply, error) {
-		h.seq[i].Lock()
-		defer h.seq[i].Unlock()
+	qm.round(context.Background(), h.ord, func(cctx context.Context, i int) (lua.QReply, error) {
 		return qm.run(cctx, i, func(*lua.Scripts) lua.Call {
 			return lua.QRenew(h.l.keys, h.owner, ms(h.lease))
 		}, lua.ReadQRenew)

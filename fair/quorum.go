@@ -257,20 +257,62 @@ type answer struct {
 	err  error
 }
 
+// order runs the calls of one Lock call and its hold on each master one
+// at a time, in the order they were started: a round reserves each
+// master's turn before any of its calls goes out, and each call waits
+// for the call before it on that master to be answered. A round waits
+// for a majority, and its call to a slower master goes on after it;
+// without the order, the next round's call could overtake it (a re-entry
+// landing after the release of the level below it).
+type order struct {
+	mu   sync.Mutex
+	tail []chan struct{} // per master: closed once the latest call started there is answered
+}
+
+func newOrder(n int) *order {
+	o := &order{tail: make([]chan struct{}, n)}
+	for i := range o.tail {
+		o.tail[i] = make(chan struct{})
+		close(o.tail[i])
+	}
+	return o
+}
+
+// turn reserves the next turn on master i: wait is closed when the turn
+// comes, and done must be called once the call is answered.
+func (o *order) turn(i int) (wait <-chan struct{}, done func()) {
+	next := make(chan struct{})
+	o.mu.Lock()
+	prev := o.tail[i]
+	o.tail[i] = next
+	o.mu.Unlock()
+	return prev, func() { close(next) }
+}
+
 // round sends call to every master at once, each on a context detached
 // from ctx and bounded by the call timeout, and hands each answer to
 // took as it arrives, until took says the round is decided, every master
 // answered, or the call timeout passed. Answers that come after that
-// still go to late (nil: dropped), on goroutines Close waits for. It
+// still go to late (nil: dropped), on goroutines Close waits for. With
+// an order, each master's call waits for its turn (see order). It
 // returns how many masters answered without an error.
-func (qm *Quorum) round(ctx context.Context, call func(ctx context.Context, i int) (lua.QReply, error), took func(a answer) (decided bool), late func(a answer)) int {
+func (qm *Quorum) round(ctx context.Context, ord *order, call func(ctx context.Context, i int) (lua.QReply, error), took func(a answer) (decided bool), late func(a answer)) int {
 	out := make(chan answer, len(qm.masters))
 	var (
 		mu   sync.Mutex
 		done bool
 	)
 	for i := range qm.masters {
+		var turn <-chan struct{}
+		next := func() {}
+		if ord != nil {
+			turn, next = ord.turn(i)
+		}
 		qm.wg.Go(func() {
+			if turn != nil {
+				<-turn
+			}
+			defer next()
 			cctx, cancel := qm.detached(ctx)
 			sent := time.Now()
 			rep, err := call(cctx, i)
@@ -383,7 +425,7 @@ func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
 	defer l.qm.ops.Done()
 	reads := make([]holdRead, len(l.qm.masters))
 	var mu sync.Mutex
-	n := l.qm.round(ctx, func(ctx context.Context, i int) (lua.QReply, error) {
+	n := l.qm.round(ctx, nil, func(ctx context.Context, i int) (lua.QReply, error) {
 		rdb := l.qm.masters[i].rdb
 		p := rdb.Pipeline()
 		hm := p.HMGet(ctx, l.keys.Lock, "owner", "count")
@@ -496,7 +538,7 @@ func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}
 	defer l.qm.ops.Done()
 	var removed atomic.Bool
-	n := l.qm.round(ctx, func(ctx context.Context, i int) (lua.QReply, error) {
+	n := l.qm.round(ctx, nil, func(ctx context.Context, i int) (lua.QReply, error) {
 		ok, err := l.flag(ctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QForce(l.keys, ms(l.qm.cfg.WaiterTTL), l.qm.skew(i))
 		})

@@ -114,9 +114,9 @@ type qwaiter struct {
 	entry string
 	start time.Time
 
-	// seq orders the calls of the attempt, and then of its hold, on each
-	// master: one at a time, in the order they were made (see QHold.seq).
-	seq []sync.Mutex
+	// ord orders the calls of the attempt, and then of its hold, on each
+	// master (see order).
+	ord *order
 
 	changed chan struct{}   // capacity 1: a view changed
 	stop    chan struct{}   // closed when the attempt is over
@@ -142,7 +142,7 @@ func (l *QMutex) newWaiter(req Request) *qwaiter {
 		stop:    make(chan struct{}),
 		kicks:   make([]chan struct{}, n),
 		views:   make([]qview, n),
-		seq:     make([]sync.Mutex, n),
+		ord:     newOrder(n),
 	}
 	for i := range w.kicks {
 		w.kicks[i] = make(chan struct{}, 1)
@@ -191,9 +191,7 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		signal(w.changed)
 	}
 	call := queue.NewID()
-	qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
-		w.seq[i].Lock()
-		defer w.seq[i].Unlock()
+	qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
 		return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QTry(w.l.keys, call, w.req.Owner, w.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
 		}, lua.ReadQTry)
@@ -207,7 +205,7 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		views := append([]qview(nil), w.views...)
 		w.mu.Unlock()
 		close(w.stop)
-		return w.l.newHold(w.req, w.entry, views, valid, false, w.seq), false, nil
+		return w.l.newHold(w.req, w.entry, views, valid, false, w.ord), false, nil
 	}
 	w.ticket = max(maxC+1, maxNow)
 	w.mu.Unlock()
@@ -272,7 +270,7 @@ func (w *qwaiter) wait(ctx context.Context) (*QHold, bool, error) {
 			views := append([]qview(nil), w.views...)
 			w.mu.Unlock()
 			close(w.stop)
-			return w.l.newHold(w.req, w.entry, views, valid, true, w.seq), false, nil
+			return w.l.newHold(w.req, w.entry, views, valid, true, w.ord), false, nil
 		}
 		joined, live, gone := 0, 0, 0
 		for i := range w.views {
@@ -346,14 +344,15 @@ func (w *qwaiter) poll(ctx context.Context, i int) {
 		ticket := w.ticket
 		w.mu.Unlock()
 
-		w.seq[i].Lock()
+		turn, next := w.ord.turn(i)
+		<-turn
 		sent := time.Now()
 		cctx, cancel := qm.detached(ctx)
 		rep, err := qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QJoin(w.l.keys, w.req.Owner, w.entry, ms(w.req.Lease), ms(qm.cfg.WaiterTTL), ticket, yield, qm.skew(i))
 		}, lua.ReadQJoin)
 		cancel()
-		w.seq[i].Unlock()
+		next()
 		if publishRefused(err) {
 			err = nil // the wake message is lost; the state is in rep's place
 			rep = lua.QReply{State: lua.QWaiting, Hint: 1}
@@ -457,9 +456,7 @@ func (w *qwaiter) giveUp(ctx context.Context) {
 	}
 	qm := w.l.qm
 	n := 0
-	qm.round(ctx, func(cctx context.Context, i int) (lua.QReply, error) {
-		w.seq[i].Lock()
-		defer w.seq[i].Unlock()
+	qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
 		_, err := w.l.flag(cctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QCancel(w.l.keys, w.entry, ms(qm.cfg.WaiterTTL), qm.tombTTL(), qm.skew(i))
 		})

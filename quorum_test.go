@@ -331,3 +331,37 @@ func TestQuorumServesWaitersInBakeryOrder(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, []int{0, 1, 2, 3, 4}, order)
 }
+
+type quorumCtxKey struct{}
+
+// A quorum Lock call's events, and its hold's, reach the Observer with
+// the values of the call's context.
+func TestQuorumObserverSeesTheCallsEvents(t *testing.T) {
+	servers := redistest.Masters(t, 3)
+	var (
+		mu    sync.Mutex
+		kinds []fairlock.EventKind
+	)
+	c := quorumOf(t, servers, fairlock.WithObserver(fairlock.ObserverFunc(func(ctx context.Context, e fairlock.Event) {
+		if ctx.Value(quorumCtxKey{}) != "job-7" {
+			return
+		}
+		mu.Lock()
+		kinds = append(kinds, e.Kind)
+		mu.Unlock()
+	})))
+	other := quorumOf(t, servers)
+	ctx := context.WithValue(context.Background(), quorumCtxKey{}, "job-7")
+	busy, err := other.Mutex("seen").Lock(context.Background())
+	require.NoError(t, err)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_ = other.Mutex("seen").Unlock(busy)
+	}()
+	held, err := c.Mutex("seen").Lock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.Mutex("seen").Unlock(held))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Queued, fairlock.Granted, fairlock.HoldEnded}, kinds)
+}

@@ -45,10 +45,10 @@ type QHold struct {
 
 // newHold returns the hold of a grant whose views count a majority until
 // validity, and hands it to the watchdog.
-func (l *QMutex) newHold(req Request, entry string, views []qview, validity time.Time, waited bool, ord *order) *QHold {
-	ctx, cancel := context.WithCancelCause(context.Background())
+func (l *QMutex) newHold(ctx context.Context, req Request, entry string, views []qview, validity time.Time, waited bool, ord *order) *QHold {
+	hctx, cancel := context.WithCancelCause(context.Background())
 	h := &QHold{l: l, owner: req.Owner, shared: req.Shared, entry: entry, lease: req.Lease, fixed: req.Fixed,
-		waited: waited, ctx: ctx, cancel: cancel, took: time.Now(), views: views, validity: validity, levels: 1, ord: ord}
+		waited: waited, ctx: hctx, cancel: cancel, octx: context.WithoutCancel(ctx), took: time.Now(), views: views, validity: validity, levels: 1, ord: ord}
 	// A fresh hold is renewed a third of its lease after its grant. One
 	// granted by joins and pushes is known for min(lease, waiter TTL)
 	// from the latest join on each master: it is renewed when a third of
@@ -445,17 +445,10 @@ func (h *QHold) endFor(cause error, ranOut bool) (int, bool) {
 		if token == 0 {
 			token = h.grantToken()
 		}
-		qm.observe(h.octxOr(), Event{Kind: EventHoldEnded, Lock: h.l.keys.Name, Owner: h.owner, Call: queue.WaiterIDOf(h.entry),
+		qm.observe(h.octx, Event{Kind: EventHoldEnded, Lock: h.l.keys.Name, Owner: h.owner, Call: queue.WaiterIDOf(h.entry),
 			Token: token, Held: time.Since(h.took), End: endKind(cause, ranOut), Err: cause})
 	}
 	return levels, true
-}
-
-func (h *QHold) octxOr() context.Context {
-	if h.octx != nil {
-		return h.octx
-	}
-	return context.Background()
 }
 
 // lose ends the hold with errs.ErrLeaseLost, and releases what is left of
@@ -541,7 +534,7 @@ func (h *QHold) renew() {
 	}
 	h.mu.Unlock()
 	if err != nil && qm.cfg.Observe != nil {
-		qm.observe(h.octxOr(), Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner, Err: err})
+		qm.observe(h.octx, Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner, Err: err})
 	}
 	if lost || expired {
 		h.lose(false)

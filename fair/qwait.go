@@ -128,7 +128,6 @@ type qwaiter struct {
 	joinSent time.Time // when the first join was sent
 	over     bool      // guarded by mu
 	queued   bool      // guarded by mu: EventQueued was reported
-	pushed   bool      // guarded by mu: a push decided a master
 }
 
 func (l *QMutex) newWaiter(req Request) *qwaiter {
@@ -205,7 +204,7 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		views := append([]qview(nil), w.views...)
 		w.mu.Unlock()
 		close(w.stop)
-		return w.l.newHold(w.req, w.entry, views, valid, false, w.ord), false, nil
+		return w.l.newHold(ctx, w.req, w.entry, views, valid, false, w.ord), false, nil
 	}
 	w.ticket = max(maxC+1, maxNow)
 	w.mu.Unlock()
@@ -270,7 +269,7 @@ func (w *qwaiter) wait(ctx context.Context) (*QHold, bool, error) {
 			views := append([]qview(nil), w.views...)
 			w.mu.Unlock()
 			close(w.stop)
-			return w.l.newHold(w.req, w.entry, views, valid, true, w.ord), false, nil
+			return w.l.newHold(ctx, w.req, w.entry, views, valid, true, w.ord), false, nil
 		}
 		joined, live, gone := 0, 0, 0
 		for i := range w.views {
@@ -436,7 +435,6 @@ func (w *qwaiter) push(i int, token int64) bool {
 	}
 	v.held, v.token, v.lower = true, token, false
 	v.until = from.Add(w.l.qm.span(min(w.req.Lease, w.l.qm.cfg.WaiterTTL)))
-	w.pushed = true
 	w.mu.Unlock()
 	signal(w.changed)
 	return true

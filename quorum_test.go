@@ -209,6 +209,7 @@ func TestNewQuorumRefusesBadConfigurations(t *testing.T) {
 }
 
 func TestQuorumWithoutAMajorityFailsWithErrNoQuorum(t *testing.T) {
+	redistest.Slow(t)
 	servers := redistest.Masters(t, 3)
 	c := quorumOf(t, servers, fairlock.WithCallTimeout(time.Second))
 	m := c.Mutex("x")

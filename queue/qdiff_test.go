@@ -38,7 +38,11 @@ func TestQuorumScriptsMatchModelOnRedisServer(t *testing.T) {
 	srv, err := redistest.Start()
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
-	for _, seed := range seeds(t, 3) {
+	n := 3
+	if testing.Short() {
+		n = 1 // the quick loop: one seed; CI runs three
+	}
+	for _, seed := range seeds(t, n) {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			t.Parallel()
 			d := newQuorumDiffer(t, srv.Addr, qskews[seed%uint64(len(qskews))], reproduce("TestQuorumScriptsMatchModelOnRedisServer", seed))

@@ -28,14 +28,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if isNil(rdb) {
 		return nil, fmt.Errorf("%w: nil redis client", ErrInvalidOption)
 	}
-	cfg := defaults()
-	for i, o := range opts {
-		if o == nil {
-			cfg.invalid("option %d is nil", i)
-			continue
-		}
-		o.applyClient(&cfg)
-	}
+	cfg := configure(opts)
 	cfg.checkReplicas(rdb)
 	if cfg.driftSet {
 		cfg.invalid("WithDriftFactor applies to a quorum Client (NewQuorum) only")
@@ -61,6 +54,20 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	return &Client{engine: e, cfg: cfg}, nil
+}
+
+// configure returns the configuration of a Client built with opts, its
+// err set to the first invalid option.
+func configure(opts []Option) config {
+	cfg := defaults()
+	for i, o := range opts {
+		if o == nil {
+			cfg.invalid("option %d is nil", i)
+			continue
+		}
+		o.applyClient(&cfg)
+	}
+	return cfg
 }
 
 // readTimeout returns the read timeout of rdb's connections (0: none), and

@@ -56,14 +56,7 @@ func NewQuorum(masters []redis.UniversalClient, opts ...Option) (*Client, error)
 		}
 		rdbs[i] = m
 	}
-	cfg := defaults()
-	for i, o := range opts {
-		if o == nil {
-			cfg.invalid("option %d is nil", i)
-			continue
-		}
-		o.applyClient(&cfg)
-	}
+	cfg := configure(opts)
 	if cfg.replicas > 0 {
 		cfg.invalid("WithReplicas does not apply to a quorum Client: its masters have no replicas to wait for")
 	}

@@ -216,22 +216,32 @@ func leaveQueue[G any](ln line[G], ctx context.Context, req Request, entry strin
 // engine closes. It reports which of the first two ended it (done), or
 // that the engine closed. Run it in a goroutine the engine waits for.
 func (e *Engine) sendAgain(until time.Time, send func(ctx context.Context) (done bool)) (done, closed bool) {
+	return resend(e.closing, until, func() bool {
+		ctx, cancel := e.detached(context.Background())
+		defer cancel()
+		return send(ctx)
+	})
+}
+
+// resend calls send with a backoff of retryMin doubling to retryMax
+// before each call, until send reports that it is done, until the time
+// until has passed, or until closing is closed. It reports which of the
+// first two ended it (done), or that closing was. It serves an engine's
+// re-sends (sendAgain) and a quorum hold's (QHold.sendRelease).
+func resend(closing <-chan struct{}, until time.Time, send func() (done bool)) (done, closed bool) {
 	retry := retryMin
 	for {
 		t := time.NewTimer(retry)
 		select {
 		case <-t.C:
-		case <-e.closing:
+		case <-closing:
 			t.Stop()
 			return false, true
 		}
 		if !time.Now().Before(until) {
 			return false, false
 		}
-		ctx, cancel := e.detached(context.Background())
-		done := send(ctx)
-		cancel()
-		if done {
+		if send() {
 			return true, false
 		}
 		retry = min(2*retry, retryMax)

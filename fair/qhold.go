@@ -98,6 +98,12 @@ func (h *QHold) Validity() time.Time {
 func (h *QHold) grantToken() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.heldToken()
+}
+
+// heldToken is the largest token among the masters known to hold.
+// Requires mu.
+func (h *QHold) heldToken() int64 {
 	var t int64
 	for _, v := range h.views {
 		if v.held {
@@ -156,12 +162,7 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 		defer h.mu.Unlock()
 		return h.committed, nil
 	}
-	var t int64
-	for _, v := range h.views {
-		if v.held {
-			t = max(t, v.token)
-		}
-	}
+	t := h.heldToken()
 	h.mu.Unlock()
 	lease := h.lease
 	if h.fixed {
@@ -395,26 +396,17 @@ func (h *QHold) releaseOn(ctx context.Context, i int, call string, last bool, co
 // it answers, the lease is over or the Quorum closes.
 func (h *QHold) sendRelease(i int, call string, last bool, committed int64) {
 	qm := h.l.qm
-	until := time.Now().Add(h.lease)
-	retry := retryMin
-	for time.Now().Before(until) {
+	send := func() bool {
 		turn, next := h.ord.turn(i)
 		<-turn
+		defer next()
 		ctx, cancel := qm.detached(context.Background())
+		defer cancel()
 		_, err := h.releaseOn(ctx, i, call, last, committed)
-		cancel()
-		next()
-		if err == nil {
-			return
-		}
-		t := time.NewTimer(retry)
-		select {
-		case <-t.C:
-		case <-qm.closing:
-			t.Stop()
-			return
-		}
-		retry = min(2*retry, retryMax)
+		return err == nil
+	}
+	if until := time.Now().Add(h.lease); !send() {
+		resend(qm.closing, until, send)
 	}
 }
 

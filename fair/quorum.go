@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -572,15 +573,9 @@ func kthLargestInt(v []int, k int) int {
 	if len(v) < k {
 		return 0
 	}
-	s := append([]int(nil), v...)
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j] > s[i] {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
-	return s[k-1]
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)-k]
 }
 
 // kthLatest returns the k-th latest of t (zero when t has fewer).
@@ -588,13 +583,7 @@ func kthLatest(t []time.Time, k int) time.Time {
 	if len(t) < k {
 		return time.Time{}
 	}
-	s := append([]time.Time(nil), t...)
-	for i := range s {
-		for j := i + 1; j < len(s); j++ {
-			if s[j].After(s[i]) {
-				s[i], s[j] = s[j], s[i]
-			}
-		}
-	}
-	return s[k-1]
+	s := slices.Clone(t)
+	slices.SortFunc(s, time.Time.Compare)
+	return s[len(s)-k]
 }

@@ -61,33 +61,79 @@ func carriedOf(ctx context.Context, key holdKey) *carried {
 	return c
 }
 
-// holdFrom returns the hold of m's lock that ctx carries, or nil. A hold
-// taken through m's Client is that lock for certain. A hold of the same
-// key taken through another Client is the same lock only if m's Redis
-// holds it: the same owner under the same fencing token (one HMGET);
-// otherwise it is another lock that happens to have the same key.
+// holdFrom returns the hold of m's lock that ctx carries, or nil.
 func (m *Mutex) holdFrom(ctx context.Context) (*fair.Hold, error) {
-	var others []*fair.Hold
-	for c := m.carriedFrom(ctx); c != nil; c = c.next {
-		if c.h == nil {
-			continue // a quorum Client's hold
+	return heldOf(ctx, m.key, m.lock, (*carried).single, anyHold)
+}
+
+// lockOf is what heldOf asks of a lock whose holds are H: whether a hold
+// was taken through the lock's own Client, and whether its Redis has it.
+type lockOf[H comparable] interface {
+	Took(h H) bool
+	Holds(ctx context.Context, h H) (bool, error)
+}
+
+// single and quorum return the hold c carries of the kind they name, or
+// nil.
+func (c *carried) single() *fair.Hold  { return c.h }
+func (c *carried) quorum() *fair.QHold { return c.qh }
+
+// heldOf returns the newest hold of the lock l (whose holds contexts
+// carry under key) that ctx carries and for which keep is true, or nil;
+// get picks the holds of l's kind. A hold taken through l's Client is
+// that lock for certain. A hold of the same key taken through another
+// Client is the same lock only if l's Redis has it (Holds: for one
+// server, the same owner under the same fencing token; for a quorum, the
+// same owner on a majority); otherwise it is another lock that happens
+// to have the same key.
+//
+// The reads keep ctx's deadline but not its cancellation: the context an
+// Unlock is given is often that of a hold that has just ended (the last
+// name of a MultiLock released), which must not stop the next question.
+func heldOf[H comparable](ctx context.Context, key holdKey, l lockOf[H], get func(*carried) H, keep func(H) bool) (H, error) {
+	var none H
+	var others []H
+	for c := carriedOf(ctx, key); c != nil; c = c.next {
+		h := get(c)
+		if h == none || !keep(h) {
+			continue // another kind of Client's hold, or not of the kind asked for
 		}
-		if m.lock.Took(c.h) {
-			return c.h, nil
+		if l.Took(h) {
+			return h, nil
 		}
-		others = append(others, c.h)
+		others = append(others, h)
 	}
+	if len(others) == 0 {
+		return none, nil
+	}
+	rctx, cancel := uncancelled(ctx)
+	defer cancel()
 	for _, h := range others {
-		same, err := m.lock.Holds(ctx, h)
+		same, err := l.Holds(rctx, h)
 		if err != nil {
-			return nil, fmt.Errorf("fairlock: is the hold the context carries one of this lock? %w", err)
+			return none, fmt.Errorf("fairlock: is the hold the context carries one of this lock? %w", err)
 		}
 		if same {
 			return h, nil
 		}
 	}
-	return nil, nil
+	return none, nil
 }
+
+// uncancelled returns ctx's values and deadline, without its cancellation.
+func uncancelled(ctx context.Context) (context.Context, context.CancelFunc) {
+	c := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(c, d)
+	}
+	return c, func() {}
+}
+
+// What heldOf may keep: every hold, or a RWMutex's write holds or read
+// holds.
+func anyHold(*fair.Hold) bool        { return true }
+func writeHold(held *fair.Hold) bool { return held.Exclusive() }
+func readHold(held *fair.Hold) bool  { return !held.Exclusive() }
 
 // heldContext is the context Lock returns: the values of the caller's
 // context, the hold, and the hold's cancellation (no deadline).

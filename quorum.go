@@ -138,12 +138,7 @@ func (m *Mutex) qtake(ctx context.Context, owner string, shared, wait bool) (*fa
 
 // qholdFrom returns the quorum hold of m's lock that ctx carries, or nil.
 func (m *Mutex) qholdFrom(ctx context.Context) (*fair.QHold, error) {
-	for c := m.carriedFrom(ctx); c != nil; c = c.next {
-		if c.qh != nil && m.q.Took(c.qh) {
-			return c.qh, nil
-		}
-	}
-	return nil, nil
+	return heldOf(ctx, m.key, m.q, (*carried).quorum, func(*fair.QHold) bool { return true })
 }
 
 // qheld returns the live quorum hold ctx carries, or ErrNotHeld.

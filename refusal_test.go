@@ -3,7 +3,6 @@ package fairlock_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // refusalWithin bounds every wait of the refusal tests: far below the
@@ -32,7 +32,7 @@ func newScriptRefuser(t *testing.T) *scriptRefuser {
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
 	admin := srv.Client(t)
-	user := newACLUser(t, srv.Addr, admin, aclRules+" "+aclServerCheck)
+	user := newACLUser(t, srv.Addr, admin, "ACL SETUSER locker on >secret resetkeys ~* resetchannels &* +@all")
 	t.Cleanup(func() { _ = user.Close() })
 	return &scriptRefuser{admin: admin, user: user}
 }
@@ -61,52 +61,90 @@ func requireLive(t *testing.T, hctx context.Context) {
 	require.NoError(t, hctx.Err(), "the hold's context ended: %v", context.Cause(hctx))
 }
 
-// TestARefusedUnlockOfAnInnerLevelLeavesTheLevelHeld takes two levels and
-// has Redis refuse the inner Unlock. Redis still counts both, and so must
-// the hold: whichever context the caller unlocks with next, that Unlock
-// gives up one level (the hold goes on, renewed), and the one after it
-// frees the lock.
-func TestARefusedUnlockOfAnInnerLevelLeavesTheLevelHeld(t *testing.T) {
+// reentrant is a primitive whose holds are re-entered through their
+// contexts, as the refusal tests drive it.
+type reentrant struct {
+	name   string
+	lock   func(ctx context.Context) (context.Context, error)
+	unlock func(ctx context.Context) error
+	keys   []string // the keys that exist while it is held
+}
+
+// reentrants returns each re-entrant primitive of c, on locks named after
+// base under the default prefix.
+func reentrants(t *testing.T, c *fairlock.Client, base string) []reentrant {
+	key := func(name string) string {
+		k, err := queue.For("fairlock", name)
+		require.NoError(t, err)
+		return k.Lock
+	}
+	rwKey := func(name string) string {
+		k, err := queue.Weighted("fairlock", name, queue.KindRWMutex)
+		require.NoError(t, err)
+		return k.Lock
+	}
+	m := c.Mutex(base + "-mutex")
+	rw := c.RWMutex(base + "-rw")
+	names := []string{base + "-multi-1", base + "-multi-2"}
+	ml := c.MultiLock(names)
+	return []reentrant{
+		{"Mutex", m.Lock, m.Unlock, []string{key(m.Name())}},
+		{"RWMutexWrite", rw.Lock, rw.Unlock, []string{rwKey(rw.Name())}},
+		{"RWMutexRead", rw.RLock, rw.RUnlock, []string{rwKey(rw.Name())}},
+		{"MultiLock", ml.Lock, ml.Unlock, []string{key(names[0]), key(names[1])}},
+	}
+}
+
+// TestARefusedInnerUnlockThenTheOuterUnlockFreesTheLock drives the usual
+// shape of nested holds,
+//
+//	outer, _ := m.Lock(ctx); defer m.Unlock(outer)
+//	inner, _ := m.Lock(outer); ...; if err := m.Unlock(inner); err != nil { log(err) }
+//
+// with Redis refusing the inner Unlock (NOPERM, as during an ACL change).
+// The inner Unlock says so and that its release is sent again; the level
+// counts as gone, so the outer Unlock is the hold's last: when Redis
+// takes releases again before it, it frees the lock and returns nil;
+// when Redis still refuses, it returns the refusal, the hold ends, and
+// the lock is free as soon as Redis takes releases again. The outer
+// Unlock never returns nil while the lock stays held. Every re-entrant
+// primitive, in both orders.
+func TestARefusedInnerUnlockThenTheOuterUnlockFreesTheLock(t *testing.T) {
 	t.Parallel()
-	for _, next := range []string{"the inner context again", "the outer context"} {
-		t.Run(next, func(t *testing.T) {
+	for _, order := range []string{"RedisBackBeforeTheOuterUnlock", "RedisBackAfterTheOuterUnlock"} {
+		t.Run(order, func(t *testing.T) {
+			t.Parallel()
 			r := newScriptRefuser(t)
-			m := r.client(t).Mutex("inner-" + strings.ReplaceAll(next, " ", "-"))
-			ctx := context.Background()
-			outer, err := m.Lock(ctx)
-			require.NoError(t, err)
-			inner, err := m.Lock(outer)
-			require.NoError(t, err)
+			for _, p := range reentrants(t, r.client(t), order) {
+				t.Run(p.name, func(t *testing.T) {
+					ctx := context.Background()
+					outer, err := p.lock(ctx)
+					require.NoError(t, err)
+					inner, err := p.lock(outer)
+					require.NoError(t, err)
 
-			r.refuse(t, true)
-			err = m.Unlock(inner)
-			require.ErrorIs(t, err, fairlock.ErrNoPermission)
-			require.ErrorContains(t, err, "the level is still held")
-			r.refuse(t, false)
+					r.refuse(t, true)
+					err = p.unlock(inner)
+					require.ErrorIs(t, err, fairlock.ErrNoPermission)
+					require.ErrorContains(t, err, "sent again in the background")
+					requireLive(t, outer)
 
-			n, err := m.HoldCount(outer)
-			require.NoError(t, err)
-			require.Equal(t, 2, n, "Redis refused the release: both levels are held")
-
-			again := inner
-			if next == "the outer context" {
-				again = outer
+					if order == "RedisBackBeforeTheOuterUnlock" {
+						r.refuse(t, false)
+						require.NoError(t, p.unlock(outer))
+						requireDone(t, outer, refusalWithin)
+						require.Zero(t, r.admin.Exists(ctx, p.keys...).Val(), "the lock is free when the outer Unlock returns nil")
+						return
+					}
+					err = p.unlock(outer)
+					require.ErrorIs(t, err, fairlock.ErrNoPermission, "the lock is still held: the outer Unlock must not return nil")
+					requireDone(t, outer, refusalWithin)
+					r.refuse(t, false)
+					require.Eventually(t, func() bool { return r.admin.Exists(ctx, p.keys...).Val() == 0 },
+						refusalWithin, 10*time.Millisecond, "the releases were sent again once Redis took them")
+					require.ErrorIs(t, p.unlock(outer), fairlock.ErrNotHeld)
+				})
 			}
-			require.NoError(t, m.Unlock(again))
-			requireLive(t, outer)
-			n, err = m.HoldCount(outer)
-			require.NoError(t, err)
-			require.Equal(t, 1, n)
-			token, err := m.Token(outer)
-			require.NoError(t, err, "the hold goes on")
-			require.Positive(t, token)
-
-			require.NoError(t, m.Unlock(outer))
-			requireDone(t, outer, refusalWithin)
-			locked, err := m.IsLocked(ctx)
-			require.NoError(t, err)
-			require.False(t, locked, "every level was released")
-			require.ErrorIs(t, m.Unlock(outer), fairlock.ErrNotHeld)
 		})
 	}
 }
@@ -319,4 +357,68 @@ func TestTheLastUnlockReleasesLevelsWhoseReleaseIsStillOnItsWay(t *testing.T) {
 	require.NoError(t, m.Unlock(outer))
 	requireDone(t, outer, refusalWithin)
 	require.Zero(t, e.rdb.Exists(ctx, e.keys("levels").Lock).Val(), "the lock is free when the last Unlock returns")
+}
+
+// TestAQuorumRefusedInnerUnlockThenTheOuterUnlockFreesTheLock is
+// TestARefusedInnerUnlockThenTheOuterUnlockFreesTheLock on a quorum of
+// three masters, each of which refuses the scripts.
+func TestAQuorumRefusedInnerUnlockThenTheOuterUnlockFreesTheLock(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	for _, order := range []string{"RedisBackBeforeTheOuterUnlock", "RedisBackAfterTheOuterUnlock"} {
+		t.Run(order, func(t *testing.T) {
+			t.Parallel()
+			var (
+				rs      []*scriptRefuser
+				masters []redis.UniversalClient
+			)
+			for range 3 {
+				r := newScriptRefuser(t)
+				rs = append(rs, r)
+				masters = append(masters, r.user)
+			}
+			refuse := func(on bool) {
+				for _, r := range rs {
+					r.refuse(t, on)
+				}
+			}
+			keys, err := queue.Quorum("fairlock", "q")
+			require.NoError(t, err)
+			held := func() int64 {
+				n := int64(0)
+				for _, r := range rs {
+					n += r.admin.Exists(context.Background(), keys.Lock).Val()
+				}
+				return n
+			}
+			c, err := fairlock.NewQuorum(masters)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			m := c.Mutex("q")
+			ctx := context.Background()
+			outer, err := m.Lock(ctx)
+			require.NoError(t, err)
+			inner, err := m.Lock(outer)
+			require.NoError(t, err)
+
+			refuse(true)
+			err = m.Unlock(inner)
+			require.ErrorIs(t, err, fairlock.ErrNoQuorum)
+			require.ErrorContains(t, err, "sent again in the background")
+			requireLive(t, outer)
+
+			if order == "RedisBackBeforeTheOuterUnlock" {
+				refuse(false)
+				require.NoError(t, m.Unlock(outer))
+				requireDone(t, outer, refusalWithin)
+				require.LessOrEqual(t, held(), int64(1), "a majority is free when the outer Unlock returns nil")
+			} else {
+				require.ErrorIs(t, m.Unlock(outer), fairlock.ErrNoQuorum, "the lock is still held: the outer Unlock must not return nil")
+				requireDone(t, outer, refusalWithin)
+				refuse(false)
+			}
+			require.Eventually(t, func() bool { return held() == 0 },
+				refusalWithin, 10*time.Millisecond, "every master is free once it takes releases again")
+		})
+	}
 }

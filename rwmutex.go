@@ -105,8 +105,14 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool) (context.Context,
 	if write {
 		level = writeLevel
 	}
-	reading, writing := rw.newest(ctx, func(h *fair.Hold) bool { return alive(h) && readHold(h) }),
-		rw.newest(ctx, func(h *fair.Hold) bool { return alive(h) && writeHold(h) })
+	reading, err := rw.newest(ctx, func(h *fair.Hold) bool { return alive(h) && readHold(h) })
+	if err != nil {
+		return nil, err
+	}
+	writing, err := rw.newest(ctx, func(h *fair.Hold) bool { return alive(h) && writeHold(h) })
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case write && writing != nil || !write && reading != nil:
 		// One more level of the hold of that kind.

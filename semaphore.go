@@ -105,7 +105,10 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool) (context.Co
 	if ctx.Err() != nil {
 		return nil, ctxErr(ctx)
 	}
-	if s.newest(ctx, alive) != nil {
+	switch held, err := s.newest(ctx, alive); {
+	case err != nil:
+		return nil, err
+	case held != nil:
 		return nil, fmt.Errorf("%w: semaphore %q: the context holds some of its permits already", ErrWouldDeadlock, s.name)
 	}
 	return s.take(ctx, lua.Level{Weight: n}, wait)

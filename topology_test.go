@@ -117,6 +117,7 @@ func runCoreCases(t *testing.T, topo topology) {
 		{"MultiLockOverlappingSetsNeverDeadlock", multiLockOverlappingSetsNeverDeadlock},
 	}
 	cases = append(cases, weightedCoreCases...)
+	cases = append(cases, familyCases...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -73,22 +73,11 @@ func (h *weighted) take(ctx context.Context, level lua.Level, wait bool) (contex
 	return withHoldOf(ctx, h.key, held), nil
 }
 
-// newest returns the newest hold of this lock that ctx carries, taken
-// through this Client, for which keep is true; nil when none.
-func (h *weighted) newest(ctx context.Context, keep func(*fair.Hold) bool) *fair.Hold {
-	for c := carriedOf(ctx, h.key); c != nil; c = c.next {
-		if h.c.engine.Took(c.h) && keep(c.h) {
-			return c.h
-		}
-	}
-	return nil
+// newest returns the newest hold of this lock that ctx carries for which
+// keep is true (see heldOf); nil when none.
+func (h *weighted) newest(ctx context.Context, keep func(*fair.Hold) bool) (*fair.Hold, error) {
+	return heldOf(ctx, h.key, h.c.engine.Weighted(h.keys, h.w, lua.Level{}), (*carried).single, keep)
 }
-
-// What newest may keep: every hold, or a RWMutex's write holds or read
-// holds.
-func anyHold(*fair.Hold) bool        { return true }
-func writeHold(held *fair.Hold) bool { return held.Exclusive() }
-func readHold(held *fair.Hold) bool  { return !held.Exclusive() }
 
 // alive reports whether a hold has not ended.
 func alive(held *fair.Hold) bool { return held.Context().Err() == nil }
@@ -99,8 +88,11 @@ func (h *weighted) unlock(ctx context.Context, keep func(*fair.Hold) bool) error
 	if err := h.usable(ctx); err != nil {
 		return notHeld(err)
 	}
-	held := h.newest(ctx, keep)
-	if held == nil {
+	held, err := h.newest(ctx, keep)
+	switch {
+	case err != nil:
+		return err
+	case held == nil:
 		return ErrNotHeld
 	}
 	return held.Unlock(ctx)
@@ -112,8 +104,11 @@ func (h *weighted) token(ctx context.Context) (int64, error) {
 	if err := h.usable(ctx); err != nil {
 		return 0, notHeld(err)
 	}
-	held := h.newest(ctx, anyHold)
-	if held == nil {
+	held, err := h.newest(ctx, anyHold)
+	switch {
+	case err != nil:
+		return 0, err
+	case held == nil:
 		return 0, ErrNotHeld
 	}
 	return held.Token()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
@@ -31,6 +32,9 @@ type Hold struct {
 	ended  bool   // guarded by mu
 	cause  error  // why the hold ended (nil: unlocked); guarded by mu
 	call   string // call id of the last level's release, once sent; guarded by mu
+	// resending counts the releases of this hold being sent again in
+	// the background (see goResend).
+	resending atomic.Int32
 	// valid is a time until which the hold lasts in Redis at least, and
 	// span the length of the window that set it. Once watched, they are
 	// written only by the renewal in flight, and handed from one renewal

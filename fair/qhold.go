@@ -365,7 +365,17 @@ func (h *QHold) release(ctx context.Context, last bool, committed int64) int {
 		}
 	}
 	qm.round(ctx, h.ord, func(cctx context.Context, i int) (lua.QReply, error) {
-		return h.releaseOn(cctx, i, call, last, committed)
+		rep, err := h.releaseOn(cctx, i, call, last, committed)
+		if err == nil && last && !h.shared {
+			// The master counts levels this process no longer does:
+			// releases of inner levels still being sent again. The owner
+			// id is this hold's alone, so they are ours to end now, rather
+			// than leave the master held until its lease runs out.
+			for k := rep.Count; k > 0 && err == nil; k-- {
+				rep, err = h.releaseOn(cctx, i, queue.NewID(), true, committed)
+			}
+		}
+		return rep, err
 	}, func(a answer) bool {
 		if a.err == nil {
 			n++

@@ -416,6 +416,24 @@ func (l *QMutex) Took(h *QHold) bool {
 	return h != nil && h.l.qm == l.qm && h.l.keys.Lock == l.keys.Lock
 }
 
+// Holds reports whether a majority of the masters have h as the hold of
+// l: h's owner holds it there. It tells a hold of this lock taken through
+// another Quorum over the same masters (another Client) from a hold of a
+// lock that only has the same keys (on other masters).
+func (l *QMutex) Holds(ctx context.Context, h *QHold) (bool, error) {
+	reads, err := l.readAll(ctx)
+	if err != nil {
+		return false, err
+	}
+	n := 0
+	for _, r := range reads {
+		if r.ok && r.owner == h.owner && r.count > 0 {
+			n++
+		}
+	}
+	return n >= l.qm.q, nil
+}
+
 // readAll reads the hold on every master: its owner, count, token and
 // PTTL, for the majority views. It fails with errs.ErrNoQuorum when fewer
 // than a majority answered.

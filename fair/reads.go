@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // read runs one read of Redis for a caller (see within): it returns when
@@ -57,7 +58,14 @@ func (e *Engine) Took(h *Hold) bool { return h.l.e == e }
 // this lock taken through another engine (another Client of the same
 // deployment) from a hold of a lock that only has the same keys (the same
 // name and prefix on another deployment or DB).
+//
+// A weighted lock's hold is its owner's record in the lock's hash, under
+// the same token, with a level of the hold's kind (a write level for a
+// RWMutex's write hold, a shared level otherwise).
 func (l *Mutex) Holds(ctx context.Context, h *Hold) (bool, error) {
+	if l.w != nil {
+		return l.holdsWeighted(ctx, h)
+	}
 	return read(l.e, ctx, func(ctx context.Context) (bool, error) {
 		v, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "token").Result()
 		if err != nil {
@@ -66,6 +74,29 @@ func (l *Mutex) Holds(ctx context.Context, h *Hold) (bool, error) {
 		owner, _ := v[0].(string)
 		token, _ := v[1].(string)
 		return owner == h.owner && token == strconv.FormatInt(h.token, 10), nil
+	})
+}
+
+// holdsWeighted is Holds for a weighted lock.
+func (l *Mutex) holdsWeighted(ctx context.Context, h *Hold) (bool, error) {
+	return read(l.e, ctx, func(ctx context.Context) (bool, error) {
+		rec, err := l.e.rdb.HMGet(ctx, l.keys.Lock, "o:"+h.owner).Result()
+		if err != nil {
+			return false, refusal(err)
+		}
+		s, ok := rec[0].(string)
+		if !ok {
+			return false, nil
+		}
+		r, err := queue.ParseHolder(s)
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", errs.ErrUnexpectedReply, err)
+		}
+		levels := r.Shared
+		if h.Exclusive() {
+			levels = r.Excl
+		}
+		return r.Token == h.token && levels > 0, nil
 	})
 }
 

@@ -15,16 +15,20 @@ import (
 // errs.ErrLeaseLost or errs.ErrClosed wrapped when that is why), and with
 // errs.ErrLeaseLost when Redis no longer knows the hold.
 //
-// The levels counted here move only on what Redis answered. A release
-// that Redis refused (an error reply: NOPERM after an ACL change,
-// WRONGTYPE, ...) changed nothing there: a level above the last stays
-// held, and Unlock may be called again. A release of the last level that
-// Redis refused or did not answer (a network error, a failover) ends the
-// hold here (the watchdog stops renewing it) and is sent again in the
-// background, under the same call id so that it counts once, until Redis
-// answers it, the lease has run out or the Client closes; the error
-// returned says so. A release of a level above the last that Redis did
-// not answer is sent again in the same way, and the level counts as gone.
+// Every Unlock gives up a level here, whatever Redis answers: a caller
+// that logs an Unlock's error and goes on has nothing left to call but
+// the Unlocks of the levels below. A release that Redis refused (an error
+// reply: NOPERM after an ACL change, WRONGTYPE, ...) or did not answer (a
+// network error, a failover) is sent again in the background, under the
+// same call id so that it counts once, until Redis takes it, the lease
+// has run out or the Client closes; the error returned says so. At the
+// last level the hold ends here (the watchdog stops renewing it), and
+// when Redis still counts levels of an owner id of the hold's own (inner
+// releases still being sent again) the last release takes them too: the
+// last Unlock never returns nil while the lock stays held. Under a shared
+// owner id (see Request.Shared) other callers' levels may be among those
+// Redis counts, so the last Unlock then says that releases of this hold
+// are still on their way instead.
 //
 // ctx's deadline bounds Unlock: when it passes before Redis answers,
 // Unlock returns context.DeadlineExceeded (at the last level the hold
@@ -114,20 +118,14 @@ func (h *Hold) settle(out released, last bool, call string, lease time.Duration)
 		notAcked, err = err, nil
 	}
 	switch {
-	case err != nil && !last && !retryable(err):
-		// Refused: Redis still counts the level, and so does the hold.
-		if h.restore() {
-			return fmt.Errorf("fairlock: unlock: %w (the level is still held)", err)
-		}
-		return fmt.Errorf("fairlock: unlock: %w", err)
 	case err != nil:
 		// No answer, or a server in a failover (CLUSTERDOWN, READONLY,
-		// NOREPLICAS, ...), or a refusal of the last level: the same
-		// release is sent again until it counts.
+		// NOREPLICAS, ...), or a refusal: the same release is sent again
+		// until it counts, and the level counts as gone here.
 		if last {
 			h.end(nil)
 		}
-		if !h.l.e.goUnlessClosed(func() { h.resendRelease(call, lease) }) {
+		if !h.goResend(call, lease) {
 			return fmt.Errorf("fairlock: unlock: %w (the Client is closed; the lock expires after its lease)", err)
 		}
 		return fmt.Errorf("fairlock: unlock: %w (sent again in the background until Redis takes it or the lease runs out)", err)
@@ -144,6 +142,9 @@ func (h *Hold) settle(out released, last bool, call string, lease time.Duration)
 		if err := h.releaseLevels(n); err != nil {
 			return fmt.Errorf("fairlock: unlock: %w (the lock expires after its lease)", err)
 		}
+	case last && n > 0 && h.resending.Load() > 0:
+		h.end(nil)
+		return fmt.Errorf("fairlock: unlock: %d level(s) of the shared owner are still held in Redis, and releases of this hold's inner levels are still sent again in the background until Redis takes them or the lease runs out", n)
 	case last:
 		h.end(nil)
 	}
@@ -151,7 +152,7 @@ func (h *Hold) settle(out released, last bool, call string, lease time.Duration)
 		if !retryable(notAcked) {
 			return fmt.Errorf("fairlock: unlock: released on the primary, but %w", notAcked)
 		}
-		if !h.l.e.goUnlessClosed(func() { h.resendRelease(call, lease) }) {
+		if !h.goResend(call, lease) {
 			return fmt.Errorf("fairlock: unlock: released on the primary, but %w (the Client is closed; not sent again)", notAcked)
 		}
 		return fmt.Errorf("fairlock: unlock: released on the primary, but %w (sent again in the background until the replicas acknowledge it or the lease runs out)", notAcked)
@@ -162,17 +163,18 @@ func (h *Hold) settle(out released, last bool, call string, lease time.Duration)
 	return nil
 }
 
-// restore counts again a level whose release Redis refused, unless the
-// hold ended meanwhile (its levels were released, or it was lost). It
-// reports whether the level counts.
-func (h *Hold) restore() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ended {
-		return false
+// goResend sends a release again in the background (see resendRelease),
+// unless the Client is closed; it reports whether it does.
+func (h *Hold) goResend(call string, lease time.Duration) bool {
+	h.resending.Add(1)
+	if h.l.e.goUnlessClosed(func() {
+		defer h.resending.Add(-1)
+		h.resendRelease(call, lease)
+	}) {
+		return true
 	}
-	h.levels++
-	return true
+	h.resending.Add(-1)
+	return false
 }
 
 // releaseReceiptTTL is how long a release's receipt is kept: long enough

@@ -1,9 +1,12 @@
 package queue
 
 import (
+	"errors"
+	"fmt"
 	"maps"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // WeightedModel is the reference model of a weighted lock's scripts (a
@@ -48,6 +51,25 @@ type Holder struct {
 	Excl   int    // write levels
 	Token  int64  // fencing token of the grant
 	Entry  string // waiter entry the hold was granted to
+}
+
+// ParseHolder reads a holder's record as the scripts write it.
+func ParseHolder(rec string) (Holder, error) {
+	var h Holder
+	f := strings.SplitN(rec, " ", 5)
+	if len(f) != 5 {
+		return h, fmt.Errorf("%q is not a holder's record", rec)
+	}
+	var errs [4]error
+	h.Weight, errs[0] = strconv.ParseInt(f[0], 10, 64)
+	h.Shared, errs[1] = strconv.Atoi(f[1])
+	h.Excl, errs[2] = strconv.Atoi(f[2])
+	h.Token, errs[3] = strconv.ParseInt(f[3], 10, 64)
+	h.Entry = f[4]
+	if err := errors.Join(errs[:]...); err != nil {
+		return Holder{}, fmt.Errorf("holder's record %q: %w", rec, err)
+	}
+	return h, nil
 }
 
 // WeightedState is everything the model holds of one weighted lock at one

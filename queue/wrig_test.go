@@ -126,7 +126,7 @@ func weightedState(k queue.Keys, now int64, rd weightedReads) (queue.WeightedSta
 		var err error
 		switch owner, holder := strings.CutPrefix(f, "o:"); {
 		case holder:
-			s.Holders[owner], err = holderOf(v)
+			s.Holders[owner], err = queue.ParseHolder(v)
 		case f == "permits":
 			s.Capacity, err = strconv.ParseInt(v, 10, 64)
 		case f == "used":
@@ -161,21 +161,4 @@ func weightedState(k queue.Keys, now int64, rd weightedReads) (queue.WeightedSta
 		s.Receipts[strings.TrimPrefix(key, k.Call(""))] = queue.Receipt{Answer: rd.receipts[i].Val(), ExpiresAt: expiry(rd.receiptTTLs[i].Val())}
 	}
 	return s, nil
-}
-
-// holderOf reads a holder's record "<weight> <shared levels> <exclusive
-// levels> <token> <entry>".
-func holderOf(rec string) (queue.Holder, error) {
-	var h queue.Holder
-	f := strings.SplitN(rec, " ", 5)
-	if len(f) != 5 {
-		return h, errors.New("not a holder's record")
-	}
-	var errs [4]error
-	h.Weight, errs[0] = strconv.ParseInt(f[0], 10, 64)
-	h.Shared, errs[1] = strconv.Atoi(f[1])
-	h.Excl, errs[2] = strconv.Atoi(f[2])
-	h.Token, errs[3] = strconv.ParseInt(f[3], 10, 64)
-	h.Entry = f[4]
-	return h, errors.Join(errs[:]...)
 }

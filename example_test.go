@@ -406,7 +406,7 @@ func ExampleNewQuorum() {
 		defer rdb.Close()
 		masters = append(masters, rdb)
 	}
-	locks, err := fairlock.NewQuorum(masters, fairlock.WithPrefix("example"))
+	locks, err := fairlock.NewQuorum(context.Background(), masters, fairlock.WithPrefix("example"))
 	if err != nil {
 		panic(err)
 	}

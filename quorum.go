@@ -40,12 +40,18 @@ import (
 // NewQuorum fails with ErrInvalidOption for no masters, a nil client, an
 // invalid option, WithReplicas (a quorum waits for no replicas), or the
 // same server listed twice: two masters with one run_id or one boot id
-// (the key <prefix>:boot, written once on each master), checked among
-// the masters that answer within the call timeout. It logs a warning for
-// an even N, which tolerates no more failures than N-1. Semaphore,
+// (the key <prefix>:boot, written once on each master). It asks every
+// master at once, and waits for each until ctx ends or the call timeout
+// passes; a master that has not answered by then is asked again before
+// its first answer counts, and a master found then to be another one's
+// twin never counts (its calls fail, and an error is logged). It logs a
+// warning for an even N, which tolerates no more failures than N-1. Semaphore,
 // RWMutex, MultiLock, Inspect and List are not offered on a quorum
 // Client: their handles fail with ErrInvalidOption.
-func NewQuorum(masters []redis.UniversalClient, opts ...Option) (*Client, error) {
+func NewQuorum(ctx context.Context, masters []redis.UniversalClient, opts ...Option) (*Client, error) {
+	if ctx == nil {
+		return nil, errNilContext
+	}
 	if len(masters) == 0 {
 		return nil, fmt.Errorf("%w: NewQuorum needs at least one master", ErrInvalidOption)
 	}
@@ -74,15 +80,13 @@ func NewQuorum(masters []redis.UniversalClient, opts ...Option) (*Client, error)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.callTimeout)
-	defer cancel()
-	if _, err := qm.Distinct(ctx, cfg.prefix); err != nil {
-		var same *fair.SameServerError
-		if errors.As(err, &same) {
-			_ = qm.Close()
-			return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
-		}
-		cfg.logger.Warn("fairlock: a quorum master could not be checked for duplicates", "err", err)
+	same, unanswered := qm.Check(ctx)
+	if same != nil {
+		_ = qm.Close()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, same)
+	}
+	if unanswered != nil {
+		cfg.logger.Warn("fairlock: a quorum master could not be checked for duplicates yet; it is checked again before its first answer counts", "err", unanswered)
 	}
 	if len(masters)%2 == 0 {
 		cfg.logger.Warn("fairlock: a quorum of an even number of masters tolerates no more failures than one master fewer; use an odd number",

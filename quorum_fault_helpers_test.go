@@ -45,7 +45,7 @@ func quorumVia(t *testing.T, addrs []string, opts ...fairlock.Option) *fairlock.
 		masters[i] = rdb
 	}
 	prefix, _ := quorumPrefixes.LoadOrStore(t.Name(), redistest.Prefix(t))
-	c, err := fairlock.NewQuorum(masters, append([]fairlock.Option{fairlock.WithPrefix(prefix.(string))}, opts...)...)
+	c, err := fairlock.NewQuorum(context.Background(), masters, append([]fairlock.Option{fairlock.WithPrefix(prefix.(string))}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -31,7 +31,7 @@ func quorumOf(t testing.TB, servers []*redistest.Server, opts ...fairlock.Option
 		masters[i] = s.Client(t)
 	}
 	prefix, _ := quorumPrefixes.LoadOrStore(t.Name(), redistest.Prefix(t))
-	c, err := fairlock.NewQuorum(masters, append([]fairlock.Option{fairlock.WithPrefix(prefix.(string))}, opts...)...)
+	c, err := fairlock.NewQuorum(context.Background(), masters, append([]fairlock.Option{fairlock.WithPrefix(prefix.(string))}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -162,43 +162,43 @@ func TestQuorumIsFIFOAndExclusiveUnderContention(t *testing.T) {
 func TestNewQuorumRefusesBadConfigurations(t *testing.T) {
 	servers := redistest.Masters(t, 2)
 	a, b := servers[0].Client(t), servers[1].Client(t)
-	_, err := fairlock.NewQuorum(nil)
+	_, err := fairlock.NewQuorum(context.Background(), nil)
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
-	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, nil, b})
+	_, err = fairlock.NewQuorum(context.Background(), []redis.UniversalClient{a, nil, b})
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 	var nilClient *redis.Client
-	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, nilClient, b})
+	_, err = fairlock.NewQuorum(context.Background(), []redis.UniversalClient{a, nilClient, b})
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 	// The same server twice, through two clients.
-	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b, servers[0].Client(t)})
+	_, err = fairlock.NewQuorum(context.Background(), []redis.UniversalClient{a, b, servers[0].Client(t)})
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 	require.ErrorContains(t, err, "same server")
 	// Two servers with one boot id (a copy of the key) are taken for one.
-	boot, err := fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithPrefix("boots"))
+	boot, err := fairlock.NewQuorum(context.Background(), []redis.UniversalClient{a, b}, fairlock.WithPrefix("boots"))
 	require.NoError(t, err)
 	require.NoError(t, boot.Close())
 	id, err := a.Get(context.Background(), "boots:boot").Result()
 	require.NoError(t, err)
 	require.NoError(t, b.Set(context.Background(), "boots:boot", id, 0).Err())
-	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithPrefix("boots"))
+	_, err = fairlock.NewQuorum(context.Background(), []redis.UniversalClient{a, b}, fairlock.WithPrefix("boots"))
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 	require.ErrorContains(t, err, "boot:"+id)
 
 	// An even number of masters is allowed, with a warning.
 	var logged bytes.Buffer
-	even, err := fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
+	even, err := fairlock.NewQuorum(context.Background(), []redis.UniversalClient{a, b}, fairlock.WithLogger(slog.New(slog.NewTextHandler(&logged, nil))))
 	require.NoError(t, err)
 	require.NoError(t, even.Close())
 	require.Contains(t, logged.String(), "even number of masters")
 
-	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithDriftFactor(0.5))
+	_, err = fairlock.NewQuorum(context.Background(), []redis.UniversalClient{a, b}, fairlock.WithDriftFactor(0.5))
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 	_, err = fairlock.New(a, fairlock.WithDriftFactor(0.02))
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
-	_, err = fairlock.NewQuorum([]redis.UniversalClient{a, b}, fairlock.WithReplicas(1, time.Second))
+	_, err = fairlock.NewQuorum(context.Background(), []redis.UniversalClient{a, b}, fairlock.WithReplicas(1, time.Second))
 	require.ErrorIs(t, err, fairlock.ErrInvalidOption)
 
-	c, err := fairlock.NewQuorum([]redis.UniversalClient{a})
+	c, err := fairlock.NewQuorum(context.Background(), []redis.UniversalClient{a})
 	require.NoError(t, err)
 	defer c.Close()
 	require.ErrorIs(t, c.Semaphore("s", 2).Release(context.Background()), fairlock.ErrInvalidOption)

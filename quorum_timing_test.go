@@ -174,7 +174,7 @@ func quorumHolderMain() int {
 	} else {
 		opts = append(opts, fairlock.WithLease(lease))
 	}
-	c, err := fairlock.NewQuorum(masters, opts...)
+	c, err := fairlock.NewQuorum(context.Background(), masters, opts...)
 	if err != nil {
 		return fail(err)
 	}

@@ -46,7 +46,7 @@ func TestQuorumOfEveryClientKind(t *testing.T) {
 	}
 	prefix := redistest.Prefix(t)
 	newClient := func() *fairlock.Client {
-		c, err := fairlock.NewQuorum(members(t), fairlock.WithPrefix(prefix), fairlock.WithWaiterTTL(30*time.Second))
+		c, err := fairlock.NewQuorum(context.Background(), members(t), fairlock.WithPrefix(prefix), fairlock.WithWaiterTTL(30*time.Second))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		return c

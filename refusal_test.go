@@ -391,7 +391,7 @@ func TestAQuorumRefusedInnerUnlockThenTheOuterUnlockFreesTheLock(t *testing.T) {
 				}
 				return n
 			}
-			c, err := fairlock.NewQuorum(masters)
+			c, err := fairlock.NewQuorum(context.Background(), masters)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = c.Close() })
 			m := c.Mutex("q")

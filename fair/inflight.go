@@ -288,6 +288,18 @@ func (e *Engine) background(f func() error) <-chan error {
 
 // graced waits for done at most cleanupGrace: its error and true, or
 // false when it has not come by then.
+// graceAfter returns a context with ctx's values that ends cleanupGrace
+// after ctx ends: the bound of a clean-up that a caller who gave up still
+// waits for a little, as awaitCleanup does.
+func graceAfter(ctx context.Context) (context.Context, context.CancelFunc) {
+	g, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(cleanupGrace, cancel) })
+	return g, func() {
+		stop()
+		cancel()
+	}
+}
+
 func graced(done <-chan error) (error, bool) {
 	t := time.NewTimer(cleanupGrace)
 	defer t.Stop()

@@ -210,7 +210,7 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			h.committed = t
 			return t, nil
 		case n < qm.q:
-			return 0, fmt.Errorf("%w: %d of %d masters answered the commit, %d needed", errs.ErrNoQuorum, n, len(qm.masters), qm.q)
+			return 0, qm.noQuorum(ctx, n, " the commit")
 		}
 		h.lose(false)
 		return 0, errs.ErrLeaseLost
@@ -298,7 +298,7 @@ func (h *QHold) Enter(ctx context.Context) error {
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case n < qm.q:
-		return fmt.Errorf("%w: %d of %d masters answered, %d needed", errs.ErrNoQuorum, n, len(qm.masters), qm.q)
+		return qm.noQuorum(ctx, n, "")
 	}
 	h.lose(false)
 	return errs.ErrLeaseLost
@@ -345,11 +345,22 @@ func (h *QHold) Unlock(ctx context.Context) error {
 	if last {
 		h.end(nil)
 	}
-	n := h.release(ctx, last, committed)
-	if n < qm.q {
-		return fmt.Errorf("%w: %d of %d masters answered the release, %d needed; it is sent again in the background", errs.ErrNoQuorum, n, len(qm.masters), qm.q)
+	// Only ctx's deadline bounds the release, not its cancellation: the
+	// context an Unlock is given is often that of a hold that has just
+	// ended.
+	rctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	if d, ok := ctx.Deadline(); ok {
+		rctx, cancel = context.WithDeadline(rctx, d)
 	}
-	return nil
+	defer cancel()
+	n := h.release(rctx, last, committed)
+	switch {
+	case n >= qm.q:
+		return nil
+	case rctx.Err() != nil:
+		return fmt.Errorf("fairlock: unlock: %w (the release goes on in the background until the masters take it or the lease runs out)", rctx.Err())
+	}
+	return fmt.Errorf("%w: %d of %d masters answered the release, %d needed; it is sent again in the background", errs.ErrNoQuorum, n, len(qm.masters), qm.q)
 }
 
 // release sends one level's release to every master and returns how many
@@ -484,8 +495,15 @@ func (h *QHold) releaseAll(levels int, committed int64) {
 }
 
 // renew renews the lease on every master, and recomputes the validity
-// from the answers. The hold is lost when fewer than a majority can still
-// hold it, or when its validity passes.
+// from the answers. It is decided once a majority holds: a master that
+// hangs does not hold up the hold's renewals, and its answer, when it
+// comes, still counts in the views. The hold is lost when fewer than a
+// majority can still hold it, or when its validity passes.
+//
+// Renewals are not ordered with the hold's other calls (see order): a
+// renewal only extends the lease of the owner's hold where there is one,
+// so one that lands late changes nothing that counts, and a master that
+// hangs then keeps no queue of renewals behind the first.
 func (h *QHold) renew() {
 	qm := h.l.qm
 	var (
@@ -493,13 +511,7 @@ func (h *QHold) renew() {
 		held, notHeld int
 		failed        error
 	)
-	qm.round(context.Background(), h.ord, func(cctx context.Context, i int) (lua.QReply, error) {
-		return qm.run(cctx, i, func(*lua.Scripts) lua.Call {
-			return lua.QRenew(h.l.keys, h.owner, ms(h.lease))
-		}, lua.ReadQRenew)
-	}, func(a answer) bool {
-		mu.Lock()
-		defer mu.Unlock()
+	view := func(a answer) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		v := &h.views[a.i]
@@ -516,11 +528,24 @@ func (h *QHold) renew() {
 		if _, valid := counted(h.views, time.Time{}, qm.q); valid.After(h.validity) {
 			h.validity = valid
 		}
-		return false
-	}, nil)
+	}
+	qm.round(context.Background(), nil, func(cctx context.Context, i int) (lua.QReply, error) {
+		return qm.run(cctx, i, func(*lua.Scripts) lua.Call {
+			return lua.QRenew(h.l.keys, h.owner, ms(h.lease))
+		}, lua.ReadQRenew)
+	}, func(a answer) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		view(a)
+		return held >= qm.q
+	}, func(a answer) {
+		mu.Lock()
+		defer mu.Unlock()
+		view(a)
+	})
 	mu.Lock()
 	lost := len(qm.masters)-notHeld < qm.q
-	err := failed
+	err, renewed := failed, held >= qm.q
 	mu.Unlock()
 	h.mu.Lock()
 	h.renewing = false
@@ -528,7 +553,7 @@ func (h *QHold) renew() {
 	h.validity = valid
 	expired := !time.Now().Before(valid)
 	switch {
-	case err != nil || held < qm.q:
+	case !renewed:
 		// Try again soon, within what validity is left.
 		h.next = time.Now().Add(max(min(h.lease/3, time.Until(valid)/3), retryMin))
 	default:

@@ -36,6 +36,7 @@ type Quorum struct {
 
 	closing chan struct{}
 	dog     *qdog
+	ids     *identities // which server each master is (see qcheck.go)
 
 	mu        sync.Mutex
 	closed    bool
@@ -53,8 +54,8 @@ type QuorumConfig struct {
 }
 
 // NewQuorum returns a Quorum over masters, each run as New would with
-// cfg. The caller checks that the masters are distinct servers (see
-// Quorum.Distinct).
+// cfg. No master's answer counts before it is known to be a server of
+// its own (see Quorum.Check).
 func NewQuorum(masters []Redis, cfg Config, qc QuorumConfig) (*Quorum, error) {
 	if len(masters) == 0 {
 		return nil, fmt.Errorf("%w: no masters", errBadConfig)
@@ -94,6 +95,7 @@ func NewQuorum(masters []Redis, cfg Config, qc QuorumConfig) (*Quorum, error) {
 		qm.masters = append(qm.masters, e)
 	}
 	qm.dog = &qdog{qm: qm, kick: make(chan struct{}, 1)}
+	qm.ids = newIdentities(len(masters))
 	return qm, nil
 }
 
@@ -107,68 +109,6 @@ func (qm *Quorum) Majority() int { return qm.q }
 // SetSkew makes the scripts on master i read the clock skew later than
 // the server's: for tests that step one master's clock.
 func (qm *Quorum) SetSkew(i int, skew time.Duration) { qm.skews[i].Store(skew.Microseconds()) }
-
-// Distinct returns the boot id of each master (see bootKey), and an error
-// when two masters are the same server (the same run_id, or the same boot
-// id: a Cluster given twice). ctx bounds the questions.
-func (qm *Quorum) Distinct(ctx context.Context, prefix string) ([]string, error) {
-	boots := make([]string, len(qm.masters))
-	seen := map[string]int{}
-	for i, e := range qm.masters {
-		cctx, cancel := context.WithTimeout(ctx, qm.cfg.CallTimeout)
-		boot, run, err := bootOf(cctx, e.rdb, prefix)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("master %d: %w", i, err)
-		}
-		for _, id := range []string{"run:" + run, "boot:" + boot} {
-			if id == "run:" {
-				continue
-			}
-			if j, dup := seen[id]; dup {
-				return nil, &SameServerError{First: j, Second: i, ID: id}
-			}
-			seen[id] = i
-		}
-		boots[i] = boot
-	}
-	return boots, nil
-}
-
-// SameServerError is Distinct's error for two masters that are one
-// server.
-type SameServerError struct {
-	First, Second int    // the masters' indexes
-	ID            string // "run:<run_id>" or "boot:<boot id>"
-}
-
-func (e *SameServerError) Error() string {
-	return fmt.Sprintf("masters %d and %d are the same server (%s)", e.First, e.Second, e.ID)
-}
-
-// bootKey is the key of a master's boot id: a random id written once
-// (SET NX) by the first quorum Client that meets the master, and lost
-// with the rest of its keys. Two masters with one boot id are one.
-func bootKey(prefix string) string { return prefix + ":boot" }
-
-// bootScript answers the boot id at KEYS[1], writing ARGV[1] there when
-// there is none.
-const bootScript = "local v = redis.call('GET', KEYS[1]) if v then return v end " +
-	"redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]"
-
-// bootOf returns the boot id of the server behind rdb (writing one when
-// it has none) and its run_id ("" when INFO is refused).
-func bootOf(ctx context.Context, rdb Redis, prefix string) (boot, run string, err error) {
-	got, err := rdb.Eval(ctx, bootScript, []string{bootKey(prefix)}, queue.NewID()).Text()
-	if err != nil {
-		return "", "", err
-	}
-	info, ierr := rdb.Info(ctx, "server").Result()
-	if ierr == nil {
-		run = infoField(info, "run_id")
-	}
-	return got, run, nil
-}
 
 // Close stops the Quorum: waiting Lock calls return errs.ErrClosed (after
 // leaving the line on every master), holds still live are released and
@@ -293,9 +233,10 @@ func (o *order) turn(i int) (wait <-chan struct{}, done func()) {
 // round sends call to every master at once, each on a context detached
 // from ctx and bounded by the call timeout, and hands each answer to
 // took as it arrives, until took says the round is decided, every master
-// answered, or the call timeout passed. Answers that come after that
-// still go to late (nil: dropped), on goroutines Close waits for. With
-// an order, each master's call waits for its turn (see order). It
+// answered, the call timeout passed, or ctx ended: a round never keeps
+// its caller past ctx, whatever the masters do. Answers that come after
+// that still go to late (nil: dropped), on goroutines Close waits for.
+// With an order, each master's call waits for its turn (see order). It
 // returns how many masters answered without an error.
 func (qm *Quorum) round(ctx context.Context, ord *order, call func(ctx context.Context, i int) (lua.QReply, error), took func(a answer) (decided bool), late func(a answer)) int {
 	out := make(chan answer, len(qm.masters))
@@ -365,16 +306,32 @@ func (qm *Quorum) round(ctx context.Context, ord *order, call func(ctx context.C
 		case <-timer.C:
 			finish()
 			return ok
+		case <-ctx.Done():
+			finish()
+			return ok
 		}
 	}
 	finish()
 	return ok
 }
 
+// noQuorum is the error of a call that n of the masters answered, fewer
+// than a majority: ctx's error when ctx ended first, else
+// errs.ErrNoQuorum.
+func (qm *Quorum) noQuorum(ctx context.Context, n int, what string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %d of %d masters answered%s, %d needed", errs.ErrNoQuorum, n, len(qm.masters), what, qm.q)
+}
+
 // run runs one call of a script on master i, made from its set of
 // scripts by build, and reads it with read.
 func (qm *Quorum) run(ctx context.Context, i int, build func(*lua.Scripts) lua.Call, read func(*redis.Cmd) (lua.QReply, error)) (lua.QReply, error) {
 	e := qm.masters[i]
+	if err := qm.distinct(ctx, i); err != nil {
+		return lua.QReply{}, err
+	}
 	s, err := e.scripts(ctx)
 	if err != nil {
 		return lua.QReply{}, err
@@ -445,6 +402,9 @@ func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
 	reads := make([]holdRead, len(l.qm.masters))
 	var mu sync.Mutex
 	n := l.qm.round(ctx, nil, func(ctx context.Context, i int) (lua.QReply, error) {
+		if err := l.qm.distinct(ctx, i); err != nil {
+			return lua.QReply{}, err
+		}
 		rdb := l.qm.masters[i].rdb
 		p := rdb.Pipeline()
 		hm := p.HMGet(ctx, l.keys.Lock, "owner", "count")
@@ -465,7 +425,7 @@ func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
 		return lua.QReply{}, nil
 	}, func(answer) bool { return false }, nil)
 	if n < l.qm.q {
-		return nil, fmt.Errorf("%w: %d of %d masters answered, %d needed", errs.ErrNoQuorum, n, len(l.qm.masters), l.qm.q)
+		return nil, l.qm.noQuorum(ctx, n, "")
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -567,7 +527,7 @@ func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return lua.QReply{}, err
 	}, func(answer) bool { return false }, nil)
 	if n < l.qm.q {
-		return removed.Load(), fmt.Errorf("%w: %d of %d masters answered, %d needed", errs.ErrNoQuorum, n, len(l.qm.masters), l.qm.q)
+		return removed.Load(), l.qm.noQuorum(ctx, n, "")
 	}
 	return removed.Load(), nil
 }
@@ -575,6 +535,9 @@ func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
 // flag runs a script that answers a flag on master i.
 func (l *QMutex) flag(ctx context.Context, i int, build func(*lua.Scripts) lua.Call) (bool, error) {
 	e := l.qm.masters[i]
+	if err := l.qm.distinct(ctx, i); err != nil {
+		return false, err
+	}
 	s, err := e.scripts(ctx)
 	if err != nil {
 		return false, err

@@ -3,7 +3,6 @@ package fair
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -80,10 +79,12 @@ func (l *QMutex) Lock(ctx context.Context, req Request) (*QHold, error) {
 	start := time.Now()
 	var h *QHold
 	var err error
+	var call string // the call id of the latest attempt, which every event of the call carries
 	for {
 		w := l.newWaiter(req)
+		call = queue.WaiterIDOf(w.entry)
 		if qm.cfg.Observe != nil {
-			qm.observe(ctx, Event{Kind: EventWaitStarted, Lock: l.keys.Name, Owner: req.Owner, Call: queue.WaiterIDOf(w.entry), Wait: req.Wait})
+			qm.observe(ctx, Event{Kind: EventWaitStarted, Lock: l.keys.Name, Owner: req.Owner, Call: call, Wait: req.Wait})
 		}
 		var again bool
 		h, again, err = w.run(ctx)
@@ -93,11 +94,11 @@ func (l *QMutex) Lock(ctx context.Context, req Request) (*QHold, error) {
 		qm.log.Warn("fairlock: a quorum waiter lost its majority; it starts over", "lock", l.keys.Name)
 	}
 	if qm.cfg.Observe != nil {
-		ev := Event{Lock: l.keys.Name, Owner: req.Owner, Wait: req.Wait, Waited: time.Since(start)}
+		ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: call, Wait: req.Wait, Waited: time.Since(start)}
 		if err != nil {
 			ev.Kind, ev.Err = EventWaitEnded, err
 		} else {
-			ev.Kind, ev.Grant, ev.Token, ev.Call = EventGranted, GrantFresh, h.grantToken(), queue.WaiterIDOf(h.entry)
+			ev.Kind, ev.Grant, ev.Token = EventGranted, GrantFresh, h.grantToken()
 			if h.waited {
 				ev.Grant = GrantHandOver
 			}
@@ -196,6 +197,12 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		}, lua.ReadQTry)
 	}, took, late)
 
+	if err := ctx.Err(); err != nil {
+		// The caller gave up during the doorway: a grant that raced with
+		// it is given back, as every place the call took.
+		w.giveUp(ctx)
+		return nil, false, err
+	}
 	w.mu.Lock()
 	n, valid := counted(w.views, time.Now().Add(qm.minAccept(lease)), qm.q)
 	enough := answered >= qm.q
@@ -211,7 +218,7 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 	switch {
 	case !enough:
 		w.giveUp(ctx)
-		return nil, false, fmt.Errorf("%w: %d of %d masters answered, %d needed", errs.ErrNoQuorum, answered, len(qm.masters), qm.q)
+		return nil, false, qm.noQuorum(ctx, answered, "")
 	case !w.req.Wait:
 		w.giveUp(ctx)
 		return nil, false, errs.ErrLocked
@@ -260,6 +267,9 @@ func (w *qwaiter) wait(ctx context.Context) (*QHold, bool, error) {
 			return nil, false, errs.ErrClosed
 		case <-w.changed:
 		case <-tick.C:
+		}
+		if ctx.Err() != nil {
+			continue // the select above gives up
 		}
 		now := time.Now()
 		w.mu.Lock()
@@ -421,8 +431,12 @@ func (w *qwaiter) joined(i int, sent time.Time, yield int64, rep lua.QReply, err
 }
 
 // push takes a pushed grant under token on master i into its view, and
-// reports whether it did (false: stale, or a yield is on its way).
+// reports whether it did (false: stale, a yield is on its way, or the
+// master does not count: see distinct).
 func (w *qwaiter) push(i int, token int64) bool {
+	if !w.l.qm.ids.counts(i) {
+		return false // a master not known to be a server of its own
+	}
 	w.mu.Lock()
 	v := &w.views[i]
 	if v.stale(token) || v.yielding {
@@ -442,8 +456,9 @@ func (w *qwaiter) push(i int, token int64) bool {
 
 // giveUp ends the attempt: the pollers stop, and the entry leaves the
 // line of every master (a grant that raced goes to the next waiter
-// there). It waits for a majority of the masters, or the call timeout;
-// the others are told in the background.
+// there). It waits for a majority of the masters, or the call timeout,
+// or a quarter of a second after ctx ended (see graceAfter); the others
+// are told in the background.
 func (w *qwaiter) giveUp(ctx context.Context) {
 	w.mu.Lock()
 	already := w.over
@@ -454,7 +469,9 @@ func (w *qwaiter) giveUp(ctx context.Context) {
 	}
 	qm := w.l.qm
 	n := 0
-	qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
+	gctx, cancel := graceAfter(ctx)
+	defer cancel()
+	qm.round(gctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
 		_, err := w.l.flag(cctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QCancel(w.l.keys, w.entry, ms(qm.cfg.WaiterTTL), qm.tombTTL(), qm.skew(i))
 		})

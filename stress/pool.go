@@ -63,7 +63,7 @@ func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr
 		var c *fairlock.Client
 		var err error
 		if tgt.quorum() {
-			c, err = fairlock.NewQuorum(rdbs, opts...)
+			c, err = fairlock.NewQuorum(context.Background(), rdbs, opts...)
 		} else {
 			c, err = fairlock.New(rdbs[0], opts...)
 		}

@@ -352,7 +352,7 @@
 // leave it to nobody until they try again. Its holds carry no token (the
 // value is random): the tokens column reads "none".
 //
-// fairlock: fairlock.NewQuorum([]redis.UniversalClient{c1, c2, c3},
+// fairlock: fairlock.NewQuorum(context.Background(), []redis.UniversalClient{c1, c2, c3},
 // fairlock.WithLease(ttl)) per client; Mutex(name).Lock, Token with the
 // context Lock returned, Unlock. Its line lives on the masters, and a
 // caller is served before every caller whose Lock began after its join

@@ -15,7 +15,7 @@ func openFairQuorum(cfg libConfig) func(masters []*redis.Client) (locker, func()
 		for i, m := range masters {
 			rdbs[i] = m
 		}
-		c, err := fairlock.NewQuorum(rdbs, fairlock.WithLease(cfg.ttl))
+		c, err := fairlock.NewQuorum(context.Background(), rdbs, fairlock.WithLease(cfg.ttl))
 		if err != nil {
 			return nil, nil, err
 		}

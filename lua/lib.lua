@@ -568,7 +568,9 @@ end
 -- id>", x for a writer (exclusive), s otherwise. The hash and the holders
 -- set expire when the last lease or waiter deadline is over (keep_alive),
 -- so that a name nobody uses keeps no key; the capacity is stored with
--- them, from the first grant that finds none until then.
+-- them, from the first grant that finds none until then. A capacity, and
+-- so a weight, is at most 2^53, which the scripts count exactly (see
+-- fits).
 local RW_CAPACITY = 1073741824
 
 local function weighted_keys(lk, holders)
@@ -613,6 +615,16 @@ end
 local function capacity(sk)
   local c = redis.call('HGET', sk.hold, 'permits')
   return c and tonumber(c)
+end
+
+-- fits reports whether weight fits beside the weights held, held, in the
+-- capacity cap. Weights and capacities are at most 2^53 (a Semaphore's
+-- MaxPermits; RW_CAPACITY is below), and Lua's numbers, doubles, hold
+-- every integer up to 2^53 exactly; but not every sum of two of them:
+-- 2^53 + 1 rounds to 2^53. So the room left, cap - held, which is exact,
+-- is compared with the weight, never the sum with the capacity.
+local function fits(weight, held, cap)
+  return weight <= cap - held
 end
 
 -- drop_holder ends owner's hold h: its weight is given back.
@@ -711,7 +723,7 @@ local function grant_heads(sk, now, channel)
     if not owner or weight > cap or redis.call('HEXISTS', sk.hold, 'o:' .. owner) == 1 then
       return 'drop'
     end
-    if held + weight > cap then
+    if not fits(weight, held, cap) then
       return 'stop'
     end
     return 'grant'

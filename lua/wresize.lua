@@ -2,7 +2,7 @@
 -- waiters from the head that now fit.
 --
 -- KEYS[1..5]  the weighted lock's keys (see "Weighted locks" in lib.lua)
--- ARGV[1]     the new capacity (permits), at least 1
+-- ARGV[1]     the new capacity (permits), 1 to 2^53
 -- ARGV[2]     wake channel P:{N}:sem:wake
 --
 -- Holders above a lowered capacity keep their permits until they release

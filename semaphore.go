@@ -153,11 +153,12 @@ func (s *Semaphore) Token(ctx context.Context) (int64, error) {
 }
 
 // SetPermits changes the semaphore's capacity in Redis, and this handle's,
-// to permits (1 to MaxPermits; ErrInvalidOption otherwise). Callers waiting at the head of the line that
-// now fit are granted at once. Holders above a lowered capacity keep
-// their permits until they release them, and nobody new is granted until
-// the permits held fit under it; a waiter asking for more than the new
-// capacity fails with ErrInvalidOption. Other handles that still believe
+// to permits (1 to MaxPermits; ErrInvalidOption otherwise). Callers
+// waiting at the head of the line that now fit are granted at once.
+// Holders above a lowered capacity keep their permits until they release
+// them, and nobody new is granted until the permits held fit under it;
+// a waiter asking for more than the new capacity, in any Client, is told
+// by push and its Acquire fails with ErrInvalidOption at once. Other handles that still believe
 // in the old capacity fail with ErrPermits at their next Acquire, until
 // they are made with the new one. When nothing holds or waits, nothing is
 // stored, and the next grant stores its own handle's capacity.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -59,4 +60,66 @@ func TestSemaphoreCountsExactlyAtTheLargestCapacity(t *testing.T) {
 	require.NoError(t, other.Release(got.ctx))
 	require.NoError(t, s.Release(most))
 	e.requireWeightedGone("exact", queue.KindSemaphore)
+}
+
+// A waiter that SetPermits leaves asking for more than the capacity is
+// told by push, as a grant is: it fails at once, not at its next poll.
+func TestSemaphoreWaiterAboveALoweredCapacityIsToldAtOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := e.client().Semaphore("told", 10)
+	held, err := s.Acquire(ctx, 8)
+	require.NoError(t, err)
+
+	// It polls every 10 s: a third of its waiter TTL, and before the
+	// holder's lease (30 s) ends.
+	waiter := e.client(fairlock.WithWaiterTTL(30*time.Second)).Semaphore("told", 10)
+	w := acquireAsync(ctx, waiter, 5)
+	e.waitWeightedQueued("told", queue.KindSemaphore, 1)
+	resized := time.Now()
+	require.NoError(t, e.client().Semaphore("told", 10).SetPermits(ctx, 4))
+	select {
+	case got := <-w:
+		require.ErrorIs(t, got.err, fairlock.ErrInvalidOption)
+		require.ErrorContains(t, got.err, "lowered to 4")
+		require.Less(t, time.Since(resized), 2*time.Second)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter was not told within 2s that its weight is above the capacity")
+	}
+	require.NoError(t, s.Release(held))
+	e.requireWeightedGone("told", queue.KindSemaphore)
+}
+
+// So is a waiter further back, behind a head that waits for room.
+func TestSemaphoreWaiterBehindTheHeadAboveALoweredCapacityIsToldAtOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := e.client().Semaphore("behind", 10)
+	held, err := s.Acquire(ctx, 8)
+	require.NoError(t, err)
+
+	waiters := e.client(fairlock.WithWaiterTTL(30 * time.Second))
+	first := waiters.Semaphore("behind", 10)
+	head := acquireAsync(ctx, first, 3)
+	e.waitWeightedQueued("behind", queue.KindSemaphore, 1)
+	back := acquireAsync(ctx, waiters.Semaphore("behind", 10), 5)
+	e.waitWeightedQueued("behind", queue.KindSemaphore, 2)
+	resized := time.Now()
+	require.NoError(t, s.SetPermits(ctx, 4))
+	select {
+	case got := <-back:
+		require.ErrorIs(t, got.err, fairlock.ErrInvalidOption)
+		require.ErrorContains(t, got.err, "lowered to 4")
+		require.Less(t, time.Since(resized), 2*time.Second)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the waiter behind the head was not told within 2s that its weight is above the capacity")
+	}
+	requirePending(t, head) // 3 fits under 4, not beside the 8 held
+	require.NoError(t, s.Release(held))
+	got := awaitAcquired(t, head)
+	require.NoError(t, got.err)
+	require.NoError(t, first.Release(got.ctx))
+	e.requireWeightedGone("behind", queue.KindSemaphore)
 }

@@ -32,15 +32,32 @@ type Semaphore struct {
 	weighted
 }
 
+// MaxPermits is the largest capacity of a Semaphore, 2^53, and so the
+// most permits one Acquire can ask for. The semaphore's scripts count
+// permits in Lua's numbers, doubles, which hold every integer up to 2^53
+// exactly and not every one above it: a larger capacity could not be
+// counted to the permit.
+const MaxPermits = 1 << 53
+
 // Semaphore returns the handle of the semaphore name with permits as its
 // capacity. WithFixedLease is the one option it takes, as for a Mutex.
-// A capacity below 1 makes every method fail with ErrInvalidOption.
+// A capacity below 1 or above MaxPermits makes every method fail with
+// ErrInvalidOption.
 func (c *Client) Semaphore(name string, permits int64, opts ...MutexOption) *Semaphore {
 	s := &Semaphore{newWeighted(c, name, queue.KindSemaphore, permits, opts, errNilSemaphore)}
-	if s.err == nil && permits < 1 {
-		s.err = fmt.Errorf("%w: semaphore %q: permits %d, want at least 1", ErrInvalidOption, name, permits)
+	if s.err == nil {
+		s.err = checkPermits(name, permits)
 	}
 	return s
+}
+
+// checkPermits returns the error of a capacity that the semaphore name
+// cannot have: below 1, or above MaxPermits.
+func checkPermits(name string, permits int64) error {
+	if permits < 1 || permits > MaxPermits {
+		return fmt.Errorf("%w: semaphore %q: permits %d, want 1 to %d (MaxPermits)", ErrInvalidOption, name, permits, int64(MaxPermits))
+	}
+	return nil
 }
 
 // Name returns the semaphore's name.
@@ -73,7 +90,8 @@ func (s *Semaphore) usable(ctx context.Context) error {
 // Mutex.Lock does: it keeps ctx's values, not its deadline, and is
 // cancelled when the hold ends (Release; cause ErrLeaseLost when the
 // lease was lost, ErrClosed at Close). n must be between 1 and the
-// capacity (ErrInvalidOption otherwise, at once).
+// capacity, which is at most MaxPermits (ErrInvalidOption otherwise, at
+// once).
 //
 // A Semaphore hold is not re-entrant: Acquire with a context that carries
 // a live hold of this semaphore fails with ErrWouldDeadlock, because
@@ -138,11 +156,12 @@ func (s *Semaphore) Token(ctx context.Context) (int64, error) {
 }
 
 // SetPermits changes the semaphore's capacity in Redis, and this handle's,
-// to permits (at least 1). Callers waiting at the head of the line that
-// now fit are granted at once. Holders above a lowered capacity keep
-// their permits until they release them, and nobody new is granted until
-// the permits held fit under it; a waiter asking for more than the new
-// capacity fails with ErrInvalidOption. Other handles that still believe
+// to permits (1 to MaxPermits; ErrInvalidOption otherwise). Callers
+// waiting at the head of the line that now fit are granted at once.
+// Holders above a lowered capacity keep their permits until they release
+// them, and nobody new is granted until the permits held fit under it;
+// a waiter asking for more than the new capacity, in any Client, is told
+// by push and its Acquire fails with ErrInvalidOption at once. Other handles that still believe
 // in the old capacity fail with ErrPermits at their next Acquire, until
 // they are made with the new one. When nothing holds or waits, nothing is
 // stored, and the next grant stores its own handle's capacity.
@@ -150,8 +169,8 @@ func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 	if err := s.usable(ctx); err != nil {
 		return err
 	}
-	if permits < 1 {
-		return fmt.Errorf("%w: semaphore %q: permits %d, want at least 1", ErrInvalidOption, s.name, permits)
+	if err := checkPermits(s.name, permits); err != nil {
+		return err
 	}
 	l := s.c.engine.Weighted(s.keys, s.w, lua.Level{})
 	_, err := l.Resize(ctx, permits)

@@ -518,6 +518,15 @@ wake = function(channel, entry, token, now, own)
   return nil
 end
 
+-- tell publishes entry alone on its channel of the lock's wake channel
+-- channel (see wake_target): a wake that carries no grant, which every
+-- client reads as "look now", so that the entry's waiter polls at once
+-- and its poll answers what changed (a refusal, a quorum holder's call to
+-- yield) where it would otherwise learn it a poll interval later.
+local function tell(channel, entry)
+  publish((wake_target(channel, entry)), entry)
+end
+
 -- A call that changes a hold in a way it cannot tell from the hold
 -- afterwards (a re-entry, a release) leaves a receipt: its answer, kept
 -- under the key of its call id for a while, so that the same call sent
@@ -568,7 +577,9 @@ end
 -- id>", x for a writer (exclusive), s otherwise. The hash and the holders
 -- set expire when the last lease or waiter deadline is over (keep_alive),
 -- so that a name nobody uses keeps no key; the capacity is stored with
--- them, from the first grant that finds none until then.
+-- them, from the first grant that finds none until then. A capacity, and
+-- so a weight, is at most 2^53, which the scripts count exactly (see
+-- fits).
 local RW_CAPACITY = 1073741824
 
 local function weighted_keys(lk, holders)
@@ -613,6 +624,16 @@ end
 local function capacity(sk)
   local c = redis.call('HGET', sk.hold, 'permits')
   return c and tonumber(c)
+end
+
+-- fits reports whether weight fits beside the weights held, held, in the
+-- capacity cap. Weights and capacities are at most 2^53 (a Semaphore's
+-- MaxPermits; RW_CAPACITY is below), and Lua's numbers, doubles, hold
+-- every integer up to 2^53 exactly; but not every sum of two of them:
+-- 2^53 + 1 rounds to 2^53. So the room left, cap - held, which is exact,
+-- is compared with the weight, never the sum with the capacity.
+local function fits(weight, held, cap)
+  return weight <= cap - held
 end
 
 -- drop_holder ends owner's hold h: its weight is given back.
@@ -694,11 +715,12 @@ end
 -- with the head of the line blocking). Each granted waiter holds for its
 -- lease, but no longer than its waiter deadline (as a Mutex's hand-over),
 -- and is told by wake on channel. A head whose weight is above the
--- capacity (lowered since it joined) is taken out of the line: its next
--- poll tells it why. So is a head whose owner holds already (under
--- another entry): an owner's one record cannot keep two holds, whose
--- weights would both be counted in 'used' and only one given back. now
--- is the server's time in ms. Returns how many waiters it granted.
+-- capacity (lowered since it joined) is taken out of the line, and told
+-- (tell), so that it polls at once and its poll refuses it. So is a head
+-- whose owner holds already (under another entry): an owner's one record
+-- cannot keep two holds, whose weights would both be counted in 'used'
+-- and only one given back. A malformed head is taken out untold. now is
+-- the server's time in ms. Returns how many waiters it granted.
 local function grant_heads(sk, now, channel)
   local cap = capacity(sk)
   if not cap then
@@ -708,10 +730,14 @@ local function grant_heads(sk, now, channel)
   local granted = 0
   grant_from_head(sk, now, function(head)
     local owner, _, weight = parse_weighted(head)
-    if not owner or weight > cap or redis.call('HEXISTS', sk.hold, 'o:' .. owner) == 1 then
+    if not owner then
       return 'drop'
     end
-    if held + weight > cap then
+    if weight > cap or redis.call('HEXISTS', sk.hold, 'o:' .. owner) == 1 then
+      tell(channel, head)
+      return 'drop'
+    end
+    if not fits(weight, held, cap) then
       return 'stop'
     end
     return 'grant'

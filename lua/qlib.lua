@@ -133,16 +133,15 @@ local function quorum_hand_over(lk, now, channel)
 end
 
 -- inquire asks the holder h here to yield when a smaller key heads the
--- line, once per head: it publishes "<holder entry>" alone (no token) on
--- the holder's channel, which wakes it to join again and learn that a
--- smaller key waits. A holder with a majority ignores it. Returns
+-- line, once per head: it tells the holder (tell in lib.lua: its entry
+-- alone, no token, on its channel), which wakes it to join again and
+-- learn that a smaller key waits. A holder with a majority ignores it. Returns
 -- whether a smaller key waits.
 local function inquire(lk, h, now, channel)
   local lower, head = blocked(lk, h, now)
   if lower and h.inquired ~= head then
     redis.call('HSET', lk.hold, 'inquired', head)
-    local target = wake_target(channel, h.entry)
-    publish(target, h.entry)
+    tell(channel, h.entry)
   end
   return lower
 end

@@ -14,8 +14,8 @@
 -- ARGV[8]     weight: the permits asked for; a RWMutex's reader 1, its
 --             writer RW_CAPACITY
 -- ARGV[9]     "x" for a writer (an exclusive level), "s" otherwise
--- ARGV[10]    the caller's capacity: a Semaphore handle's permits, or 0
---             for a RWMutex (RW_CAPACITY)
+-- ARGV[10]    the caller's capacity: a Semaphore handle's permits (at
+--             most 2^53), or 0 for a RWMutex (RW_CAPACITY)
 --
 -- Replies as acquire.lua does: {1, token, count} when the caller holds
 -- after the call (count: its levels of the kind asked for), or
@@ -158,7 +158,7 @@ end
 
 -- 4. A caller nobody live is ahead of is granted when its weight fits.
 local head = prune(SK, now)
-if (not head or head == entry) and used(SK) + weight <= cap then
+if (not head or head == entry) and fits(weight, used(SK), cap) then
   leave(SK, entry)
   local token = grant_weighted(SK, owner, entry, weight, excl, lease, now)
   keep_alive(SK, now)

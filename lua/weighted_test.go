@@ -96,6 +96,20 @@ func (r *weightedRig) woken() string {
 	}
 }
 
+// told returns the entry of the next wake message, which must carry no
+// grant: the entry alone, on its Client's channel.
+func (r *weightedRig) told() string {
+	r.t.Helper()
+	select {
+	case m := <-r.pubsub.Channel():
+		require.Equal(r.t, r.k.WakeOf(m.Payload), m.Channel, "told on the entry's channel")
+		return m.Payload
+	case <-time.After(5 * time.Second):
+		r.t.Fatal("no wake message")
+		return ""
+	}
+}
+
 func permits(n int64) lua.Level { return lua.Level{Weight: n} }
 
 var (
@@ -152,12 +166,15 @@ func TestASemaphoreRefusesAnotherCapacityAndTooMuch(t *testing.T) {
 	require.ErrorIs(t, err, errs.ErrPermits)
 
 	// A waiter in line when the capacity is lowered below its weight
-	// leaves the line and is told at its next poll.
+	// leaves the line, is told by its entry alone to poll, and its poll
+	// refuses it.
 	eb, b := r.take("b", queue.ModeWait, permits(3))
 	require.False(t, b.Granted)
 	before, err := lua.ReadCount(lua.Classic.WResize(r.k, 2).Run(context.Background(), r.rdb))
 	require.NoError(t, err)
 	require.EqualValues(t, 3, before)
+	require.Equal(t, eb, r.told())
+	require.Empty(t, r.line())
 	_, err = r.acquire("b", eb, queue.ModeWait, permits(3))
 	require.ErrorIs(t, err, errs.ErrInvalidOption)
 	require.Empty(t, r.line())
@@ -170,6 +187,30 @@ func TestASemaphoreRefusesAnotherCapacityAndTooMuch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ec, r.woken())
 	require.EqualValues(t, 3, r.used())
+}
+
+func TestALoweredCapacityTellsEveryWaiterAboveIt(t *testing.T) {
+	r := newWeightedRig(t, queue.KindSemaphore, 10)
+	_, a := r.take("a", queue.ModeWait, permits(8))
+	require.True(t, a.Granted)
+	// b, at the head, would fit under 4 but not beside the 8 held; c
+	// behind it asks for more than 4 and d for less.
+	eb, _ := r.take("b", queue.ModeWait, permits(3))
+	ec, _ := r.take("c", queue.ModeWait, permits(5))
+	ed, _ := r.take("d", queue.ModeWait, permits(1))
+	_, err := lua.ReadCount(lua.Classic.WResize(r.k, 4).Run(context.Background(), r.rdb))
+	require.NoError(t, err)
+	require.Equal(t, ec, r.told())
+	require.Equal(t, []string{eb, ec, ed}, r.line(), "c leaves when its poll is refused")
+	_, err = r.acquire("c", ec, queue.ModeWait, permits(5))
+	require.ErrorIs(t, err, errs.ErrInvalidOption)
+	require.Equal(t, []string{eb, ed}, r.line())
+
+	// Raising the capacity tells nobody: nobody waits above it.
+	_, err = lua.ReadCount(lua.Classic.WResize(r.k, 6).Run(context.Background(), r.rdb))
+	require.NoError(t, err)
+	require.Equal(t, 0, r.release("a", permits(8)))
+	require.ElementsMatch(t, []string{eb, ed}, []string{r.woken(), r.woken()}, "grants, after a's release")
 }
 
 func TestAnExpiredHolderGivesItsPermitsBack(t *testing.T) {

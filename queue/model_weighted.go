@@ -316,9 +316,10 @@ func (w *WeightedModel) grant(owner, entry string, weight int64, excl bool, ttl 
 // line, oldest first, as long as each one's weight fits beside the
 // weights held; the first that does not fit stops it (nobody passes it).
 // Each holds for its lease, but no longer than its waiter deadline, and is
-// told by a wake message. A head whose weight is above the capacity, whose
-// entry is not a weighted one, or whose owner holds already (under another
-// entry: its one record cannot keep two holds) leaves the line.
+// told by a wake message. A head whose weight is above the capacity, or
+// whose owner holds already (under another entry: its one record cannot
+// keep two holds), leaves the line and is told by its entry alone (tell in
+// lib.lua); a head whose entry is not a weighted one leaves it untold.
 func (w *WeightedModel) grantHeads() {
 	capacity, ok := w.capacity()
 	if !ok {
@@ -333,7 +334,10 @@ func (w *WeightedModel) grantHeads() {
 		owner, lease, weight, excl, ok := parseWeighted(head)
 		_, holds := w.holder(owner)
 		switch {
-		case !ok || weight > capacity || holds:
+		case !ok:
+			w.leave(head)
+		case weight > capacity || holds:
+			w.srv.publish(w.key, head)
 			w.leave(head)
 		case w.used()+weight > capacity:
 			return

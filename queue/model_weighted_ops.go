@@ -239,11 +239,14 @@ func (w *WeightedModel) Cancel(owner, entry string) bool {
 	return released
 }
 
-// Resize is wresize.lua: a Semaphore's stored capacity becomes permits (at
-// least 1), and the waiters from the head that now fit are granted.
-// Holders above a lowered capacity keep their weights; a waiter above it
-// leaves the line when it reaches the head. It returns the capacity stored
-// before, or 0 when none was in force (see inUse): then nothing is stored.
+// Resize is wresize.lua: a Semaphore's stored capacity becomes permits (1
+// to 2^53), and the waiters from the head that now fit are granted.
+// Holders above a lowered capacity keep their weights. A waiter above it
+// is told by its entry alone: at the head it leaves the line too (see
+// grantHeads), and when the capacity was lowered every other waiter in
+// line above it is told after that, in the line's order (it leaves when
+// its poll is refused). It returns the capacity stored before, or 0 when
+// none was in force (see inUse): then nothing is stored.
 func (w *WeightedModel) Resize(permits int64) int64 {
 	w.pruneHolders()
 	before, ok := w.capacity()
@@ -252,6 +255,13 @@ func (w *WeightedModel) Resize(permits int64) int64 {
 	}
 	w.hash.capacity = permits
 	w.grantHeads()
+	if permits < before {
+		for _, entry := range w.queue {
+			if _, _, weight, _, ok := parseWeighted(entry); ok && weight > permits {
+				w.srv.publish(w.key, entry)
+			}
+		}
+	}
 	w.keepAlive()
 	return before
 }

@@ -112,10 +112,12 @@ func TestWeightedModelRefusesAnotherCapacityTooMuchAndAHolder(t *testing.T) {
 	_, err = l.acquire(3, "a", ModeWait, permitsOf(1))
 	assert.Equal(t, &Refusal{Reason: RefuseHeld}, err, "a fresh call of a holder")
 
-	// A waiter above a lowered capacity leaves the line, told at its poll.
+	// A waiter above a lowered capacity leaves the line, and is told by
+	// its entry alone to poll, which refuses it.
 	require.False(t, l.take(4, "b", ModeWait, permitsOf(3)).Granted)
 	assert.Equal(t, int64(semCap), l.m.Resize(2))
 	assert.Empty(t, l.m.State().Queue, "the head above the capacity left the line")
+	assert.Equal(t, []string{wEntry(4, "b", permitsOf(3))}, l.m.Drain())
 	_, err = l.acquire(4, "b", ModeWait, permitsOf(3))
 	assert.Equal(t, &Refusal{Reason: RefuseTooBig, Capacity: 2}, err)
 
@@ -138,6 +140,27 @@ func TestWeightedModelLowersTheCapacityBelowWhatIsHeld(t *testing.T) {
 	assert.Len(t, s.Queue, 1)
 	require.Equal(t, 0, l.release("a", permitsOf(3)))
 	assert.Equal(t, []string{wakeOf(2, "b", permitsOf(1), tok0+1)}, l.m.Drain())
+}
+
+// A lowering tells every waiter above the new capacity, in line order:
+// the head leaves the line, one further back when its poll refuses it.
+// A raise tells nobody.
+func TestWeightedModelLoweredCapacityTellsEveryWaiterAboveIt(t *testing.T) {
+	l := newWLock(t, semCap)
+	require.True(t, l.take(1, "a", ModeWait, permitsOf(2)).Granted)
+	require.False(t, l.take(2, "b", ModeWait, permitsOf(2)).Granted)
+	require.False(t, l.take(3, "c", ModeWait, permitsOf(3)).Granted)
+	require.False(t, l.take(4, "d", ModeWait, permitsOf(1)).Granted)
+	require.False(t, l.take(5, "e", ModeWait, permitsOf(3)).Granted)
+	assert.Equal(t, int64(semCap), l.m.Resize(2))
+	assert.Equal(t, []string{wEntry(3, "c", permitsOf(3)), wEntry(5, "e", permitsOf(3))}, l.m.Drain())
+	assert.Len(t, l.m.State().Queue, 4, "b waits for room: nobody left the line")
+	_, err := l.acquire(3, "c", ModeWait, permitsOf(3))
+	assert.Equal(t, &Refusal{Reason: RefuseTooBig, Capacity: 2}, err)
+	assert.Len(t, l.m.State().Queue, 3)
+
+	assert.Equal(t, int64(2), l.m.Resize(semCap))
+	assert.Empty(t, l.m.Drain(), "nobody waits above a raised capacity")
 }
 
 func TestWeightedModelIdleResizeStoresNothing(t *testing.T) {
@@ -284,7 +307,8 @@ func TestWeightedModelGrantsAnOwnerOneHold(t *testing.T) {
 	require.False(t, l.take(2, "x", ModeWait, permitsOf(1)).Granted)
 	require.False(t, l.take(3, "x", ModeWait, permitsOf(1)).Granted)
 	require.Equal(t, 0, l.release("h", permitsOf(3)))
-	assert.Equal(t, []string{wakeOf(2, "x", permitsOf(1), tok0+1)}, l.m.Drain())
+	assert.Equal(t, []string{wakeOf(2, "x", permitsOf(1), tok0+1), wEntry(3, "x", permitsOf(1))}, l.m.Drain(),
+		"the second call is told to poll")
 	s := l.m.State()
 	assert.Equal(t, int64(1), s.Used)
 	assert.Empty(t, s.Queue, "the second call left the line")

@@ -282,7 +282,11 @@ func (d *wdiffer) translate(c wcall, ss []queue.WeightedState, msgs []queue.Wake
 	}
 	out := make([]queue.Wake, len(msgs))
 	for k, msg := range msgs {
-		entry, rest, _ := strings.Cut(msg.Message, " ") // "<entry> <token>", then maybe " <µs>"
+		entry, rest, grant := strings.Cut(msg.Message, " ") // "<entry> <token>", then maybe " <µs>"
+		if !grant {
+			out[k] = msg // "<entry>" alone: a waiter told to poll
+			continue
+		}
 		token, at, timed := strings.Cut(rest, " ")
 		m := entry + " " + text(idx[msg.Lock], token)
 		if timed {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // deadlineBound is how long after it was called a call with a 100ms
@@ -234,4 +235,72 @@ func TestFirstCallsHonourTheirDeadlineWhileRedisIsStopped(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, removed)
 	e.requireClean("hung")
+}
+
+// TestEveryPrimitivesCallsHonourTheirDeadlineWhileRedisIsStopped is
+// TestFirstCallsHonourTheirDeadlineWhileRedisIsStopped for the rest of
+// the family: every call of a Semaphore, a RWMutex and a MultiLock, made
+// through a Client of its own while the server is stopped, returns
+// context.DeadlineExceeded within deadlineBound; the releases made then
+// free their locks once the server runs again.
+func TestEveryPrimitivesCallsHonourTheirDeadlineWhileRedisIsStopped(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	fresh := func() *fairlock.Client { return e.client() }
+
+	semHeld, err := fresh().Semaphore("sem", 1).Acquire(ctx, 1)
+	require.NoError(t, err)
+	released := fresh().Semaphore("sem-released", 1)
+	toRelease, err := released.Acquire(ctx, 1)
+	require.NoError(t, err)
+	rwHeld, err := fresh().RWMutex("rw").Lock(ctx)
+	require.NoError(t, err)
+	runlocked := fresh().RWMutex("rw-read")
+	toRUnlock, err := runlocked.RLock(ctx)
+	require.NoError(t, err)
+	_, err = fresh().Mutex("multi-1").Lock(ctx)
+	require.NoError(t, err)
+	unlocked := fresh().MultiLock([]string{"multi-unlocked-1", "multi-unlocked-2"})
+	toUnlock, err := unlocked.Lock(ctx)
+	require.NoError(t, err)
+
+	sem, try, resized, semOther := fresh().Semaphore("sem", 1), fresh().Semaphore("sem", 1), fresh().Semaphore("sem", 1), fresh().Semaphore("sem", 1)
+	rlock, wlock, tryR, rwOther := fresh().RWMutex("rw"), fresh().RWMutex("rw"), fresh().RWMutex("rw"), fresh().RWMutex("rw")
+	multi, tryMulti := fresh().MultiLock([]string{"multi-1", "multi-2"}), fresh().MultiLock([]string{"multi-1", "multi-2"})
+	calls := map[string]func(ctx context.Context) error{
+		"Semaphore.Acquire":    func(ctx context.Context) error { _, err := sem.Acquire(ctx, 1); return err },
+		"Semaphore.TryAcquire": func(ctx context.Context) error { _, err := try.TryAcquire(ctx, 1); return err },
+		"Semaphore.SetPermits": func(ctx context.Context) error { return resized.SetPermits(ctx, 2) },
+		"Semaphore.Token of another Client's hold": func(ctx context.Context) error {
+			_, err := semOther.Token(withValuesOf(ctx, semHeld))
+			return err
+		},
+		"Semaphore.Release": func(ctx context.Context) error { return released.Release(withValuesOf(ctx, toRelease)) },
+		"RWMutex.RLock":     func(ctx context.Context) error { _, err := rlock.RLock(ctx); return err },
+		"RWMutex.Lock":      func(ctx context.Context) error { _, err := wlock.Lock(ctx); return err },
+		"RWMutex.TryRLock":  func(ctx context.Context) error { _, err := tryR.TryRLock(ctx); return err },
+		"RWMutex.Lock re-entering another Client's hold": func(ctx context.Context) error {
+			_, err := rwOther.Lock(withValuesOf(ctx, rwHeld))
+			return err
+		},
+		"RWMutex.RUnlock":   func(ctx context.Context) error { return runlocked.RUnlock(withValuesOf(ctx, toRUnlock)) },
+		"MultiLock.Lock":    func(ctx context.Context) error { _, err := multi.Lock(ctx); return err },
+		"MultiLock.TryLock": func(ctx context.Context) error { _, err := tryMulti.TryLock(ctx); return err },
+		"MultiLock.Unlock":  func(ctx context.Context) error { return unlocked.Unlock(withValuesOf(ctx, toUnlock)) },
+	}
+
+	resume := redistest.Pause(t, e.rdb.(*redis.Client))
+	requireHung(t, e, nil)
+	requireDeadlinesHonoured(t, calls)
+	resume()
+
+	requireDone(t, toRelease, deadlineBound)
+	requireDone(t, toRUnlock, deadlineBound)
+	requireDone(t, toUnlock, deadlineBound)
+	e.requireWeightedGone("sem-released", queue.KindSemaphore)
+	e.requireWeightedGone("rw-read", queue.KindRWMutex)
+	require.Eventually(t, func() bool {
+		return e.rdb.Exists(ctx, e.keys("multi-unlocked-1").Lock, e.keys("multi-unlocked-2").Lock).Val() == 0
+	}, 10*time.Second, 10*time.Millisecond, "the MultiLock's releases free its names once the server answers")
 }

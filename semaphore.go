@@ -161,10 +161,13 @@ func (s *Semaphore) Token(ctx context.Context) (int64, error) {
 // Holders above a lowered capacity keep their permits until they release
 // them, and nobody new is granted until the permits held fit under it;
 // a waiter asking for more than the new capacity, in any Client, is told
-// by push and its Acquire fails with ErrInvalidOption at once. Other handles that still believe
-// in the old capacity fail with ErrPermits at their next Acquire, until
-// they are made with the new one. When nothing holds or waits, nothing is
-// stored, and the next grant stores its own handle's capacity.
+// by push and its Acquire fails with ErrInvalidOption at once. Other
+// handles that still believe in the old capacity fail with ErrPermits at
+// their next Acquire, until they are made with the new one. When nothing
+// holds or waits, nothing is stored, and the next grant stores its own
+// handle's capacity. When ctx ends before Redis answers, SetPermits
+// returns ctx's error at once, and the change may still be made once
+// Redis answers.
 func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 	if err := s.usable(ctx); err != nil {
 		return err

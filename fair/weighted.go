@@ -59,18 +59,32 @@ func (l *Mutex) weightedAcquire(ctx context.Context, call, owner, entry string, 
 // Resize stores permits as the Semaphore's capacity in Redis, which grants
 // the waiters that now fit, and makes it the handles' own. It returns the
 // capacity stored before, 0 when none was (nothing holds or waits: the
-// next grant stores its caller's).
+// next grant stores its caller's). When ctx ends before Redis answers,
+// Resize returns ctx's error at once, and the change may still be made
+// once Redis answers (its outcome is logged).
 func (l *Mutex) Resize(ctx context.Context, permits int64) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	if err := l.e.begin(); err != nil {
 		return 0, err
 	}
 	defer l.e.ops.Done()
-	s, err := l.e.scripts(ctx)
-	if err != nil {
-		return 0, err
-	}
 	l.w.SetCapacity(permits)
-	before, err := lua.ReadCount(s.WResize(l.keys, permits).Run(ctx, l.e.rdb))
-	l.e.topo.failed(err)
-	return before, refusal(err)
+	// As ForceUnlock: the script runs detached from ctx, bounded by the
+	// call timeout, and the caller gets ctx's error as soon as ctx ends.
+	return within(l.e, ctx, func() (int64, error) {
+		cctx, cancel := l.e.detached(ctx)
+		defer cancel()
+		s, err := l.e.scripts(cctx)
+		if err != nil {
+			return 0, err
+		}
+		before, err := lua.ReadCount(s.WResize(l.keys, permits).Run(cctx, l.e.rdb))
+		l.e.topo.failed(err)
+		return before, refusal(err)
+	}, func(before int64, err error) {
+		l.e.log.Info("fairlock: a change of capacity answered after its caller gave up",
+			"lock", l.keys.Name, "permits", permits, "err", err)
+	})
 }

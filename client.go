@@ -15,10 +15,24 @@ import (
 // pub/sub connection, shared by every waiter of every lock, and the
 // watchdogs of its holds. It is safe for concurrent use.
 type Client struct {
-	engine *fair.Engine // nil for a quorum Client
-	quorum *fair.Quorum // nil but for a quorum Client (NewQuorum)
+	run    runner       // the engine, or a quorum Client's Quorum
+	engine *fair.Engine // nil for a quorum Client (NewQuorum), which offers only Mutex
 	cfg    config
 }
+
+// runner is what a Client's engine and a quorum Client's Quorum both are.
+type runner interface {
+	Close() error
+	Closed() bool
+	Tag() string
+	// Lock returns the lock called name (its keys made with prefix).
+	Lock(prefix, name string) (queue.Keys, fair.Locker, error)
+}
+
+var (
+	_ runner = (*fair.Engine)(nil)
+	_ runner = (*fair.Quorum)(nil)
+)
 
 // New returns a Client that keeps its locks in rdb (a *redis.Client,
 // *redis.ClusterClient, *redis.Ring or a failover client). It opens no
@@ -53,7 +67,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		// is a bug of this package, reported rather than panicking.
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	return &Client{engine: e, cfg: cfg}, nil
+	return &Client{run: e, engine: e, cfg: cfg}, nil
 }
 
 // configure returns the configuration of a Client built with opts, its
@@ -112,10 +126,7 @@ func (c *Client) Close() error {
 	if c == nil {
 		return nil
 	}
-	if c.quorum != nil {
-		return c.quorum.Close()
-	}
-	return c.engine.Close()
+	return c.run.Close()
 }
 
 // leaseConfig is how a lock's holds keep their lease: d, renewed by the
@@ -157,23 +168,14 @@ func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
 	m := &Mutex{c: c, name: name}
 	lc, optErr := c.leaseOf(opts)
 	m.lease, m.fixed = lc.d, lc.fixed
-	keys, err := queue.For(c.cfg.prefix, name)
-	if c.quorum != nil {
-		keys, err = queue.Quorum(c.cfg.prefix, name)
-	}
+	keys, lock, err := c.run.Lock(c.cfg.prefix, name)
 	switch {
 	case err != nil:
 		m.err = err
 	case optErr != nil:
 		m.err = optErr
-	case c.quorum != nil:
-		m.q = c.quorum.Mutex(keys)
-		m.keys = keys
-		m.key = holdKey{lock: keys.Lock}
 	default:
-		m.lock = c.engine.Mutex(keys)
-		m.keys = keys
-		m.key = holdKey{lock: keys.Lock}
+		m.lock, m.keys, m.key = lock, keys, holdKey{lock: keys.Lock}
 	}
 	return m
 }

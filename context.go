@@ -39,17 +39,8 @@ func ownerFrom(ctx context.Context) (string, bool) {
 // name can still be different locks: the same name and prefix on another
 // Redis deployment, or in another DB of one server.
 type carried struct {
-	h    *fair.Hold
-	qh   *fair.QHold // in place of h, a quorum Client's hold
-	next *carried    // an older hold of the same key, or nil
-}
-
-// context returns the context of the carried hold.
-func (c *carried) context() context.Context {
-	if c.qh != nil {
-		return c.qh.Context()
-	}
-	return c.h.Context()
+	h    fair.Held
+	next *carried // an older hold of the same key, or nil
 }
 
 // carriedFrom returns the holds of m's key carried by ctx, newest first.
@@ -62,62 +53,47 @@ func carriedOf(ctx context.Context, key holdKey) *carried {
 }
 
 // holdFrom returns the hold of m's lock that ctx carries, or nil.
-func (m *Mutex) holdFrom(ctx context.Context) (*fair.Hold, error) {
-	return heldOf(ctx, m.key, m.lock, (*carried).single, anyHold)
+func (m *Mutex) holdFrom(ctx context.Context) (fair.Held, error) {
+	return heldOf(ctx, m.key, m.lock, anyHold)
 }
-
-// lockOf is what heldOf asks of a lock whose holds are H: whether a hold
-// was taken through the lock's own Client, and whether its Redis has it.
-type lockOf[H comparable] interface {
-	Took(h H) bool
-	Holds(ctx context.Context, h H) (bool, error)
-}
-
-// single and quorum return the hold c carries of the kind they name, or
-// nil.
-func (c *carried) single() *fair.Hold  { return c.h }
-func (c *carried) quorum() *fair.QHold { return c.qh }
 
 // heldOf returns the newest hold of the lock l (whose holds contexts
-// carry under key) that ctx carries and for which keep is true, or nil;
-// get picks the holds of l's kind. A hold taken through l's Client is
-// that lock for certain. A hold of the same key taken through another
-// Client is the same lock only if l's Redis has it (Holds: for one
-// server, the same owner under the same fencing token; for a quorum, the
-// same owner on a majority); otherwise it is another lock that happens
-// to have the same key.
+// carry under key) that ctx carries and for which keep is true, or nil.
+// A hold taken through l's Client is that lock for certain. A hold of the
+// same key taken through another Client is the same lock only if l's
+// Redis has it (Holds: for one deployment, the same owner under the same
+// fencing token; for a quorum, the same owner on a majority); otherwise
+// it is another lock that happens to have the same key.
 //
 // The reads keep ctx's deadline but not its cancellation: the context an
 // Unlock is given is often that of a hold that has just ended (the last
 // name of a MultiLock released), which must not stop the next question.
-func heldOf[H comparable](ctx context.Context, key holdKey, l lockOf[H], get func(*carried) H, keep func(H) bool) (H, error) {
-	var none H
-	var others []H
+func heldOf(ctx context.Context, key holdKey, l fair.Locker, keep func(fair.Held) bool) (fair.Held, error) {
+	var others []fair.Held
 	for c := carriedOf(ctx, key); c != nil; c = c.next {
-		h := get(c)
-		if h == none || !keep(h) {
-			continue // another kind of Client's hold, or not of the kind asked for
+		if !keep(c.h) {
+			continue
 		}
-		if l.Took(h) {
-			return h, nil
+		if l.Took(c.h) {
+			return c.h, nil
 		}
-		others = append(others, h)
+		others = append(others, c.h)
 	}
 	if len(others) == 0 {
-		return none, nil
+		return nil, nil
 	}
 	rctx, cancel := uncancelled(ctx)
 	defer cancel()
 	for _, h := range others {
 		same, err := l.Holds(rctx, h)
 		if err != nil {
-			return none, fmt.Errorf("fairlock: is the hold the context carries one of this lock? %w", err)
+			return nil, fmt.Errorf("fairlock: is the hold the context carries one of this lock? %w", err)
 		}
 		if same {
 			return h, nil
 		}
 	}
-	return none, nil
+	return nil, nil
 }
 
 // uncancelled returns ctx's values and deadline, without its cancellation.
@@ -131,9 +107,15 @@ func uncancelled(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // What heldOf may keep: every hold, or a RWMutex's write holds or read
 // holds.
-func anyHold(*fair.Hold) bool        { return true }
-func writeHold(held *fair.Hold) bool { return held.Exclusive() }
-func readHold(held *fair.Hold) bool  { return !held.Exclusive() }
+func anyHold(fair.Held) bool { return true }
+func writeHold(h fair.Held) bool {
+	x, ok := h.(*fair.Hold)
+	return ok && x.Exclusive()
+}
+func readHold(h fair.Held) bool {
+	x, ok := h.(*fair.Hold)
+	return ok && !x.Exclusive()
+}
 
 // heldContext is the context Lock returns: the values of the caller's
 // context, the hold, and the hold's cancellation (no deadline).
@@ -143,13 +125,9 @@ type heldContext struct {
 	holds           *carried // holds[0] is this context's hold
 }
 
-func withHold(ctx context.Context, m *Mutex, h *fair.Hold) context.Context {
-	return withHoldOf(ctx, m.key, h)
-}
-
 // withHoldOf returns the context of the hold h of the lock of key, which
 // carries the holds ctx carries too.
-func withHoldOf(ctx context.Context, key holdKey, h *fair.Hold) context.Context {
+func withHoldOf(ctx context.Context, key holdKey, h fair.Held) context.Context {
 	prev := carriedOf(ctx, key)
 	holds := prev
 	if prev == nil || prev.h != h {
@@ -158,20 +136,9 @@ func withHoldOf(ctx context.Context, key holdKey, h *fair.Hold) context.Context 
 	return &heldContext{Context: context.WithoutCancel(ctx), key: key, holds: holds}
 }
 
-// withQuorumHold returns the context of a quorum Client's hold h of the
-// lock of key, which carries the holds ctx carries too.
-func withQuorumHold(ctx context.Context, key holdKey, h *fair.QHold) context.Context {
-	prev := carriedOf(ctx, key)
-	holds := prev
-	if prev == nil || prev.qh != h {
-		holds = &carried{qh: h, next: prev}
-	}
-	return &heldContext{Context: context.WithoutCancel(ctx), key: key, holds: holds}
-}
-
 func (c *heldContext) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (c *heldContext) Done() <-chan struct{}       { return c.holds.context().Done() }
-func (c *heldContext) Err() error                  { return c.holds.context().Err() }
+func (c *heldContext) Done() <-chan struct{}       { return c.holds.h.Context().Done() }
+func (c *heldContext) Err() error                  { return c.holds.h.Context().Err() }
 
 // Value finds the holds, then the caller's values, then the values of the
 // hold's own context. The last step is what lets context.Cause report the
@@ -185,7 +152,7 @@ func (c *heldContext) Value(key any) any {
 	if v := c.Context.Value(key); v != nil {
 		return v
 	}
-	return c.holds.context().Value(key)
+	return c.holds.h.Context().Value(key)
 }
 
 func (c *heldContext) String() string { return "fairlock.held(" + c.key.lock + ")" }

@@ -1,6 +1,10 @@
 package fairlock
 
-import "time"
+import (
+	"time"
+
+	"github.com/fairlock/fairlock/fair"
+)
 
 // WithHeartbeat sets the heartbeat of the Client's notify hub (default 1s):
 // after one silent heartbeat the hub pings, after two it rebuilds its
@@ -20,4 +24,4 @@ func WithCallTimeout(d time.Duration) Option {
 // clock d later than it is: with the keys' expiries on that master
 // shortened by d, it is a step of that master's clock (see
 // lua/lib.lua, qlib).
-func SetQuorumSkew(c *Client, i int, d time.Duration) { c.quorum.SetSkew(i, d) }
+func SetQuorumSkew(c *Client, i int, d time.Duration) { c.run.(*fair.Quorum).SetSkew(i, d) }

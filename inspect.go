@@ -53,10 +53,7 @@ func (c *Client) ID() string {
 	if c == nil {
 		return ""
 	}
-	if c.quorum != nil {
-		return c.quorum.Tag()
-	}
-	return c.engine.Tag()
+	return c.run.Tag()
 }
 
 // usable returns the error that stops a call of the Client.
@@ -66,9 +63,9 @@ func (c *Client) usable(ctx context.Context) error {
 		return errNilClientCall
 	case ctx == nil:
 		return errNilContext
-	case c.quorum != nil:
+	case c.engine == nil:
 		return errNotOnQuorum("Inspect or List")
-	case c.engine.Closed():
+	case c.closed():
 		return ErrClosed
 	}
 	return nil

@@ -54,7 +54,7 @@ func (c *Client) MultiLock(names []string, opts ...MutexOption) *MultiLock {
 		return &MultiLock{err: errNilClient}
 	}
 	ml := &MultiLock{c: c}
-	if c.quorum != nil {
+	if c.engine == nil {
 		ml.err = errNotOnQuorum("MultiLock")
 		return ml
 	}
@@ -177,7 +177,7 @@ type acquisition struct {
 	wctx  context.Context         // ctx, and also ended when a hold taken ends
 	stop  context.CancelCauseFunc // ends wctx
 	req   fair.Request            // Lease and Fixed are set per lock
-	holds []*fair.Hold            // holds[i] is the hold of ml.locks[i], once taken
+	holds []fair.Held             // holds[i] is the hold of ml.locks[i], once taken
 	took  []int                   // the indexes of the holds taken, in the order taken
 	// unhooks stop the watches of the holds taken (see keep).
 	unhooks []func() bool
@@ -186,7 +186,7 @@ type acquisition struct {
 func (ml *MultiLock) begin(ctx context.Context, owner string, shared, wait bool) *acquisition {
 	wctx, stop := context.WithCancelCause(ctx)
 	return &acquisition{ml: ml, ctx: ctx, wctx: wctx, stop: stop,
-		req: fair.Request{Owner: owner, Wait: wait, Shared: shared}, holds: make([]*fair.Hold, len(ml.locks))}
+		req: fair.Request{Owner: owner, Wait: wait, Shared: shared}, holds: make([]fair.Held, len(ml.locks))}
 }
 
 // end stops what the acquisition watches; the holds it took stay.
@@ -207,7 +207,7 @@ func (a *acquisition) request(m *Mutex) fair.Request {
 // keep records the hold of ml.locks[i]. The wait for the names still to
 // take ends when it ends (its lease lost, Close): the call could not hold
 // every name then.
-func (a *acquisition) keep(i int, h *fair.Hold) {
+func (a *acquisition) keep(i int, h fair.Held) {
 	a.holds[i] = h
 	a.took = append(a.took, i)
 	name := a.ml.locks[i].name
@@ -255,7 +255,7 @@ func (a *acquisition) join(indexes []int) ([]int, error) {
 	var rest []int
 	for _, i := range indexes {
 		m := a.ml.locks[i]
-		h, err := m.lock.Join(a.wctx, a.request(m))
+		h, err := a.ml.engineLock(i).Join(a.wctx, a.request(m))
 		switch {
 		case errors.Is(err, ErrNotHeld):
 			rest = append(rest, i)
@@ -292,7 +292,7 @@ func (a *acquisition) ticket(indexes []int) error {
 func (a *acquisition) oneByOne(indexes []int) error {
 	for _, i := range indexes {
 		m := a.ml.locks[i]
-		h, err := m.lock.Lock(a.wctx, a.request(m))
+		h, err := a.ml.engineLock(i).Lock(a.wctx, a.request(m))
 		if err != nil {
 			return fmt.Errorf("fairlock: lock %q: %w", m.name, err)
 		}
@@ -300,6 +300,10 @@ func (a *acquisition) oneByOne(indexes []int) error {
 	}
 	return nil
 }
+
+// engineLock returns the engine's lock of ml.locks[i]: a MultiLock runs
+// on one deployment's engine only (a quorum Client offers none).
+func (ml *MultiLock) engineLock(i int) *fair.Mutex { return ml.c.engine.Mutex(ml.locks[i].keys) }
 
 // quoted returns names quoted and joined with commas.
 func quoted(names []string) string {
@@ -335,7 +339,7 @@ func endedCause(name string, hctx context.Context) error {
 // in took), the last taken first, after a MultiLock could not take every
 // name. The releases are bounded as an Unlock with the call timeout is:
 // one that Redis does not answer goes on in the background.
-func (ml *MultiLock) giveBack(holds []*fair.Hold, took []int) error {
+func (ml *MultiLock) giveBack(holds []fair.Held, took []int) error {
 	var errs []error
 	for j := len(took) - 1; j >= 0; j-- {
 		m := ml.locks[took[j]]
@@ -411,7 +415,7 @@ type multiHeld struct {
 
 // withHolds returns the context of holds, one per lock of ml in order,
 // on top of ctx.
-func (ml *MultiLock) withHolds(ctx context.Context, holds []*fair.Hold) context.Context {
+func (ml *MultiLock) withHolds(ctx context.Context, holds []fair.Held) context.Context {
 	ended, end := context.WithCancelCause(context.Background())
 	c := &multiHeld{Context: context.WithoutCancel(ctx), holds: make(map[holdKey]*carried, len(holds)), ended: ended, end: end}
 	for i, h := range holds {

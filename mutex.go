@@ -18,9 +18,8 @@ import (
 type Mutex struct {
 	c     *Client
 	name  string
-	lock  *fair.Mutex  // nil when err != nil, or on a quorum Client
-	q     *fair.QMutex // on a quorum Client (NewQuorum), when err == nil
-	keys  queue.Keys   // the lock's keys, when err == nil
+	lock  fair.Locker // the engine's lock (one deployment's or a quorum's); nil when err != nil
+	keys  queue.Keys  // the lock's keys, when err == nil
 	key   holdKey
 	lease time.Duration
 	fixed bool
@@ -94,18 +93,11 @@ func (m *Mutex) acquire(ctx context.Context, wait bool) (context.Context, error)
 	if err != nil {
 		return nil, err
 	}
-	if m.q != nil {
-		h, err := m.qtake(ctx, owner, explicit, wait)
-		if err != nil {
-			return nil, err
-		}
-		return withQuorumHold(ctx, m.key, h), nil
-	}
 	h, err := m.take(ctx, owner, explicit, wait)
 	if err != nil {
 		return nil, err
 	}
-	return withHold(ctx, m, h), nil
+	return withHoldOf(ctx, m.key, h), nil
 }
 
 // lockOwner returns the owner a Lock call with ctx takes a fresh hold
@@ -129,12 +121,12 @@ func lockOwner(ctx context.Context) (owner string, shared bool, err error) {
 // takes a fresh hold for owner (shared: the owner came from
 // ContextWithOwner), waiting in line when wait is set. A carried hold is
 // re-entered only by its own owner when ctx names one.
-func (m *Mutex) take(ctx context.Context, owner string, shared, wait bool) (*fair.Hold, error) {
+func (m *Mutex) take(ctx context.Context, owner string, shared, wait bool) (fair.Held, error) {
 	h, entered, err := m.reenter(ctx, owner, shared)
 	if err != nil || entered {
 		return h, err
 	}
-	return m.lock.Lock(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: shared})
+	return m.lock.Take(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: shared})
 }
 
 // reenter re-enters the live hold of this lock that ctx carries, if any:
@@ -142,7 +134,7 @@ func (m *Mutex) take(ctx context.Context, owner string, shared, wait bool) (*fai
 // owner when ctx names one (shared); one that was unlocked is no hold to
 // re-enter, and one that was lost fails the call: a re-entry is never a
 // fresh grant.
-func (m *Mutex) reenter(ctx context.Context, owner string, shared bool) (*fair.Hold, bool, error) {
+func (m *Mutex) reenter(ctx context.Context, owner string, shared bool) (fair.Held, bool, error) {
 	h, err := m.holdFrom(ctx)
 	if err != nil || h == nil || (shared && owner != h.Owner()) {
 		return nil, false, err
@@ -172,13 +164,6 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return notHeld(err)
 	}
-	if m.q != nil {
-		h, err := m.qheld(ctx)
-		if err != nil {
-			return err
-		}
-		return h.Unlock(ctx)
-	}
 	h, err := m.holdFrom(ctx)
 	switch {
 	case err != nil:
@@ -207,13 +192,6 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 	if err := m.usable(ctx); err != nil {
 		return 0, notHeld(err)
 	}
-	if m.q != nil {
-		h, err := m.qheld(ctx)
-		if err != nil {
-			return 0, err
-		}
-		return h.Token(ctx)
-	}
 	h, err := m.holdFrom(ctx)
 	switch {
 	case err != nil:
@@ -221,7 +199,7 @@ func (m *Mutex) Token(ctx context.Context) (int64, error) {
 	case h == nil:
 		return 0, ErrNotHeld
 	}
-	return h.Token()
+	return h.Token(ctx)
 }
 
 // HoldCount returns how many levels the owner carried by ctx holds in
@@ -241,15 +219,6 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 		defer cancel()
 	}
 	owner, explicit := ownerFrom(ctx)
-	if m.q != nil {
-		if h, _ := m.qholdFrom(ctx); h != nil && (!explicit || owner == h.Owner()) {
-			owner, explicit = h.Owner(), true
-		}
-		if !explicit {
-			return 0, nil
-		}
-		return m.q.HoldCount(ctx, owner)
-	}
 	h, err := m.holdFrom(ctx)
 	if err != nil {
 		return 0, err
@@ -268,9 +237,6 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	if err := m.usable(ctx); err != nil {
 		return false, err
 	}
-	if m.q != nil {
-		return m.q.IsLocked(ctx)
-	}
 	return m.lock.IsLocked(ctx)
 }
 
@@ -280,10 +246,8 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	if err := m.usable(ctx); err != nil {
 		return 0, err
 	}
-	if m.q != nil {
-		return m.qttl(ctx)
-	}
-	return m.lock.TTL(ctx)
+	h, _ := m.holdFrom(ctx) // a quorum's hold knows its validity; nil asks Redis
+	return m.lock.TTL(ctx, h)
 }
 
 // ForceUnlock removes the current hold, whoever owns it, and hands the lock
@@ -296,9 +260,6 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 func (m *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := m.usable(ctx); err != nil {
 		return false, err
-	}
-	if m.q != nil {
-		return m.q.ForceUnlock(ctx)
 	}
 	return m.lock.ForceUnlock(ctx)
 }

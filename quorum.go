@@ -2,9 +2,7 @@ package fairlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -92,7 +90,7 @@ func NewQuorum(ctx context.Context, masters []redis.UniversalClient, opts ...Opt
 		cfg.logger.Warn("fairlock: a quorum of an even number of masters tolerates no more failures than one master fewer; use an odd number",
 			"masters", len(masters))
 	}
-	return &Client{quorum: qm, cfg: cfg}, nil
+	return &Client{run: qm, cfg: cfg}, nil
 }
 
 // WithDriftFactor sets a quorum Client's clock drift factor: a hold
@@ -116,52 +114,5 @@ func errNotOnQuorum(what string) error {
 }
 
 // closed reports whether the Client was closed.
-func (c *Client) closed() bool {
-	if c.quorum != nil {
-		return c.quorum.Closed()
-	}
-	return c.engine.Closed()
-}
+func (c *Client) closed() bool { return c.run.Closed() }
 
-// qtake is take on a quorum Client.
-func (m *Mutex) qtake(ctx context.Context, owner string, shared, wait bool) (*fair.QHold, error) {
-	h, err := m.qholdFrom(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if h != nil && (!shared || owner == h.Owner()) {
-		switch err := h.Enter(ctx); {
-		case err == nil:
-			return h, nil
-		case !errors.Is(err, ErrNotHeld):
-			return nil, err
-		}
-	}
-	return m.q.Lock(ctx, fair.Request{Owner: owner, Lease: m.lease, Fixed: m.fixed, Wait: wait, Shared: shared})
-}
-
-// qholdFrom returns the quorum hold of m's lock that ctx carries, or nil.
-func (m *Mutex) qholdFrom(ctx context.Context) (*fair.QHold, error) {
-	return heldOf(ctx, m.key, m.q, (*carried).quorum, func(*fair.QHold) bool { return true })
-}
-
-// qheld returns the live quorum hold ctx carries, or ErrNotHeld.
-func (m *Mutex) qheld(ctx context.Context) (*fair.QHold, error) {
-	h, err := m.qholdFrom(ctx)
-	switch {
-	case err != nil:
-		return nil, err
-	case h == nil:
-		return nil, ErrNotHeld
-	}
-	return h, nil
-}
-
-// qttl is TTL on a quorum Client: the validity left of the hold ctx
-// carries, or else the majority's view.
-func (m *Mutex) qttl(ctx context.Context) (time.Duration, error) {
-	if h, _ := m.qholdFrom(ctx); h != nil && h.Context().Err() == nil {
-		return max(time.Until(h.Validity()), 0), nil
-	}
-	return m.q.TTL(ctx)
-}

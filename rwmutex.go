@@ -105,11 +105,11 @@ func (rw *RWMutex) lock(ctx context.Context, write, wait bool) (context.Context,
 	if write {
 		level = writeLevel
 	}
-	reading, err := rw.newest(ctx, func(h *fair.Hold) bool { return alive(h) && readHold(h) })
+	reading, err := rw.newest(ctx, func(h fair.Held) bool { return alive(h) && readHold(h) })
 	if err != nil {
 		return nil, err
 	}
-	writing, err := rw.newest(ctx, func(h *fair.Hold) bool { return alive(h) && writeHold(h) })
+	writing, err := rw.newest(ctx, func(h fair.Held) bool { return alive(h) && writeHold(h) })
 	if err != nil {
 		return nil, err
 	}

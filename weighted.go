@@ -32,7 +32,7 @@ func newWeighted(c *Client, name, kind string, capacity int64, opts []MutexOptio
 		h.err = errNilClient
 		return h
 	}
-	if c.quorum != nil {
+	if c.engine == nil {
 		h.err = errNotOnQuorum("Semaphore or RWMutex")
 		return h
 	}
@@ -56,7 +56,7 @@ func (h *weighted) usable(ctx context.Context) error {
 		return h.isNil
 	case ctx == nil:
 		return errNilContext
-	case h.c.engine.Closed():
+	case h.c.closed():
 		return ErrClosed
 	}
 	return nil
@@ -75,16 +75,16 @@ func (h *weighted) take(ctx context.Context, level lua.Level, wait bool) (contex
 
 // newest returns the newest hold of this lock that ctx carries for which
 // keep is true (see heldOf); nil when none.
-func (h *weighted) newest(ctx context.Context, keep func(*fair.Hold) bool) (*fair.Hold, error) {
-	return heldOf(ctx, h.key, h.c.engine.Weighted(h.keys, h.w, lua.Level{}), (*carried).single, keep)
+func (h *weighted) newest(ctx context.Context, keep func(fair.Held) bool) (fair.Held, error) {
+	return heldOf(ctx, h.key, h.c.engine.Weighted(h.keys, h.w, lua.Level{}), keep)
 }
 
 // alive reports whether a hold has not ended.
-func alive(held *fair.Hold) bool { return held.Context().Err() == nil }
+func alive(held fair.Held) bool { return held.Context().Err() == nil }
 
 // unlock gives up one level of the newest hold ctx carries for which
 // keep is true: ErrNotHeld when there is none.
-func (h *weighted) unlock(ctx context.Context, keep func(*fair.Hold) bool) error {
+func (h *weighted) unlock(ctx context.Context, keep func(fair.Held) bool) error {
 	if err := h.usable(ctx); err != nil {
 		return notHeld(err)
 	}
@@ -111,5 +111,5 @@ func (h *weighted) token(ctx context.Context) (int64, error) {
 	case held == nil:
 		return 0, ErrNotHeld
 	}
-	return held.Token()
+	return held.Token(ctx)
 }

@@ -104,8 +104,9 @@ func (h *Hold) Owner() string { return h.owner }
 func (h *Hold) Exclusive() bool { return h.l.level.Excl }
 
 // Token returns the fencing token of the hold, or an error wrapping
-// errs.ErrNotHeld when the hold has ended.
-func (h *Hold) Token() (int64, error) {
+// errs.ErrNotHeld when the hold has ended. It is known in the process:
+// ctx is not needed.
+func (h *Hold) Token(context.Context) (int64, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ended {

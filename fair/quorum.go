@@ -369,15 +369,20 @@ func (qm *Quorum) Mutex(keys queue.Keys) *QMutex {
 
 // Took reports whether h is a hold of this very lock, taken through this
 // Quorum.
-func (l *QMutex) Took(h *QHold) bool {
-	return h != nil && h.l.qm == l.qm && h.l.keys.Lock == l.keys.Lock
+func (l *QMutex) Took(held Held) bool {
+	h, ok := held.(*QHold)
+	return ok && h != nil && h.l.qm == l.qm && h.l.keys.Lock == l.keys.Lock
 }
 
 // Holds reports whether a majority of the masters have h as the hold of
 // l: h's owner holds it there. It tells a hold of this lock taken through
 // another Quorum over the same masters (another Client) from a hold of a
 // lock that only has the same keys (on other masters).
-func (l *QMutex) Holds(ctx context.Context, h *QHold) (bool, error) {
+func (l *QMutex) Holds(ctx context.Context, held Held) (bool, error) {
+	h, ok := held.(*QHold)
+	if !ok {
+		return false, nil // a single deployment's hold: never one of this lock
+	}
 	reads, err := l.readAll(ctx)
 	if err != nil {
 		return false, err
@@ -476,9 +481,14 @@ func (l *QMutex) IsLocked(ctx context.Context) (bool, error) {
 	return owner != "", nil
 }
 
-// TTL returns the validity left of the hold of the owner that holds on a
-// majority (its q-th longest expiry, less the drift), 0 when none does.
-func (l *QMutex) TTL(ctx context.Context) (time.Duration, error) {
+// TTL returns the validity left of held when it is this lock's live hold
+// taken through this Quorum (measured here, no call); otherwise that of
+// the hold of the owner that holds on a majority (its q-th longest
+// expiry, less the drift), 0 when none does.
+func (l *QMutex) TTL(ctx context.Context, held Held) (time.Duration, error) {
+	if h, ok := held.(*QHold); ok && l.Took(h) && h.Context().Err() == nil {
+		return max(time.Until(h.Validity()), 0), nil
+	}
 	reads, err := l.readAll(ctx)
 	if err != nil {
 		return 0, err

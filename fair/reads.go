@@ -48,7 +48,10 @@ func (l *Mutex) HoldCount(ctx context.Context, owner string) (int, error) {
 
 // Took reports whether h was taken through this lock's engine, which makes
 // it a hold of this lock when its keys are the same.
-func (l *Mutex) Took(h *Hold) bool { return l.e.Took(h) }
+func (l *Mutex) Took(h Held) bool {
+	x, ok := h.(*Hold)
+	return ok && l.e.Took(x)
+}
 
 // Took reports whether h was taken through this engine.
 func (e *Engine) Took(h *Hold) bool { return h.l.e == e }
@@ -62,7 +65,11 @@ func (e *Engine) Took(h *Hold) bool { return h.l.e == e }
 // A weighted lock's hold is its owner's record in the lock's hash, under
 // the same token, with a level of the hold's kind (a write level for a
 // RWMutex's write hold, a shared level otherwise).
-func (l *Mutex) Holds(ctx context.Context, h *Hold) (bool, error) {
+func (l *Mutex) Holds(ctx context.Context, held Held) (bool, error) {
+	h, ok := held.(*Hold)
+	if !ok {
+		return false, nil // a quorum's hold: never one of this lock
+	}
 	if l.w != nil {
 		return l.holdsWeighted(ctx, h)
 	}
@@ -108,8 +115,9 @@ func (l *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	})
 }
 
-// TTL returns the hold's remaining lease, 0 when the lock is free.
-func (l *Mutex) TTL(ctx context.Context) (time.Duration, error) {
+// TTL returns the hold's remaining lease, 0 when the lock is free, as
+// Redis has it (held is not needed).
+func (l *Mutex) TTL(ctx context.Context, _ Held) (time.Duration, error) {
 	return read(l.e, ctx, func(ctx context.Context) (time.Duration, error) {
 		d, err := l.e.rdb.PTTL(ctx, l.keys.Lock).Result()
 		if err != nil {

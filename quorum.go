@@ -115,4 +115,3 @@ func errNotOnQuorum(what string) error {
 
 // closed reports whether the Client was closed.
 func (c *Client) closed() bool { return c.run.Closed() }
-

@@ -76,7 +76,7 @@ func TestAuditLeavesOtherHoldsOfASharedOwnerAlone(t *testing.T) {
 
 	// The ended hold itself, under its token, with its last release: sent
 	// again once, whatever the number of checks.
-	h := &Hold{l: r.l, owner: "S", shared: true, entry: eA, token: rep.Token, lease: rigLease}
+	h := &Hold{l: r.l, token: rep.Token, holdState: holdState{owner: "S", shared: true, entry: eA, lease: rigLease}}
 	a.ended(r.l, Request{Owner: "S", Shared: true}, eA, h, "call-1")
 	a.check(a.watched(r.l))
 	a.check(a.watched(r.l))

@@ -3,8 +3,6 @@ package fair
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,21 +15,11 @@ import (
 // the hold. Unless its lease is fixed, the engine's watchdog renews the
 // lease every third of it until the hold ends.
 type Hold struct {
-	l      *Mutex
-	owner  string
-	shared bool   // the owner id is shared (see Request.Shared)
-	entry  string // the waiter entry of the Lock call that took it
-	token  int64
-	lease  time.Duration
-	fixed  bool
-	ctx    context.Context         // cancelled when the hold ends, with its cause
-	cancel context.CancelCauseFunc // cancels ctx
+	holdState // owner, lease, levels, end; its mu guards call too
+	l         *Mutex
+	token     int64
 
-	mu     sync.Mutex
-	levels int    // levels this process holds; guarded by mu
-	ended  bool   // guarded by mu
-	cause  error  // why the hold ended (nil: unlocked); guarded by mu
-	call   string // call id of the last level's release, once sent; guarded by mu
+	call string // call id of the last level's release, once sent; guarded by mu
 	// resending counts the releases of this hold being sent again in
 	// the background (see goResend).
 	resending atomic.Int32
@@ -68,37 +56,22 @@ type Hold struct {
 // newHold returns the hold of a grant, known to last in Redis for span
 // from the time from.
 func newHold(l *Mutex, req Request, entry string, token int64, from time.Time, span time.Duration) *Hold {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Hold{
+	h := &Hold{
 		l:           l,
-		owner:       req.Owner,
-		shared:      req.Shared,
-		entry:       entry,
 		token:       token,
-		lease:       req.Lease,
-		fixed:       req.Fixed,
-		ctx:         ctx,
-		cancel:      cancel,
 		slot:        -1,
-		levels:      1,
 		valid:       from.Add(span),
 		span:        span,
 		fixedMargin: min(max(2*time.Since(from), 5*time.Millisecond), span/10),
 	}
+	h.init(req, entry)
+	return h
 }
 
 // start hands the hold to the engine's watchdog.
 func (h *Hold) start() {
 	h.l.e.dog.watch(h)
 }
-
-// Context returns a context that is cancelled when the hold ends: with
-// cause errs.ErrLeaseLost when the lease was lost, errs.ErrClosed when the Client was
-// closed, and context.Canceled after the last Release.
-func (h *Hold) Context() context.Context { return h.ctx }
-
-// Owner returns the owner id of the hold.
-func (h *Hold) Owner() string { return h.owner }
 
 // Exclusive reports whether the hold is a RWMutex's write hold.
 func (h *Hold) Exclusive() bool { return h.l.level.Excl }
@@ -113,14 +86,6 @@ func (h *Hold) Token(context.Context) (int64, error) {
 		return 0, h.endedErr()
 	}
 	return h.token, nil
-}
-
-// endedErr says why the hold is over. Requires mu.
-func (h *Hold) endedErr() error {
-	if h.cause == nil {
-		return errs.ErrNotHeld
-	}
-	return fmt.Errorf("%w: %w", errs.ErrNotHeld, h.cause)
 }
 
 // Enter takes one more level of the hold (re-entry): one round trip that
@@ -157,20 +122,13 @@ func (h *Hold) enter(ctx context.Context) error {
 	}
 	defer h.l.e.ops.Done()
 	h.mu.Lock()
-	if h.ended || h.levels == 0 {
-		defer h.mu.Unlock()
-		if h.cause != nil {
-			return h.cause
-		}
-		return errs.ErrNotHeld
-	}
+	gone := h.gone()
 	h.mu.Unlock()
-
-	lease := h.lease
-	if h.fixed {
-		lease = 0 // re-entry never extends a fixed lease
+	if gone != nil {
+		return gone
 	}
-	req := Request{Owner: h.owner, Lease: lease}
+
+	req := Request{Owner: h.owner, Lease: h.callLease()}
 	rep, err := callWithin(h.l, ctx, req, "", queue.ModeReenter, giveBackIfGranted(h.l, ctx, req))
 	if err != nil && !unacked(err) {
 		return err
@@ -213,14 +171,6 @@ func (h *Hold) enter(ctx context.Context) error {
 	return nil
 }
 
-// over reports whether the hold has ended or its last level's Release is
-// under way: then a renewal that finds the lock gone is no loss.
-func (h *Hold) over() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.ended || h.levels == 0
-}
-
 // end ends the hold once: it cancels the context with cause (nil: the
 // hold was unlocked), stops the watchdog and forgets the hold. It returns
 // the levels still held in this process, and false when the hold had
@@ -232,19 +182,11 @@ func (h *Hold) end(cause error) (int, bool) {
 // endFor is end; ranOut says the hold ended because its fixed lease ran
 // out, for the observer.
 func (h *Hold) endFor(cause error, ranOut bool) (int, bool) {
-	h.mu.Lock()
-	if h.ended {
-		h.mu.Unlock()
+	var call string
+	levels, ok := h.finish(cause, func() { call = h.call })
+	if !ok {
 		return 0, false
 	}
-	h.ended = true
-	h.cause = cause
-	levels := h.levels
-	h.levels = 0
-	call := h.call
-	h.mu.Unlock()
-
-	h.cancel(cause)
 	h.l.e.dog.unwatch(h)
 	h.l.e.dropHold(h)
 	h.audited(call)

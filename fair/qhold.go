@@ -17,27 +17,17 @@ import (
 // it (see qview.until). Unless its lease is fixed, the Quorum's watchdog
 // renews it on every master every third of the lease.
 type QHold struct {
-	l      *QMutex
-	owner  string
-	shared bool
-	entry  string
-	lease  time.Duration
-	fixed  bool
-	waited bool // granted after waiting in line
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	took   time.Time
-	octx   context.Context // the values of the Lock call, for the observer
+	holdState // owner, lease, levels, end; its mu guards the fields below too
+	l         *QMutex
+	waited    bool // granted after waiting in line
+	took      time.Time
+	octx      context.Context // the values of the Lock call, for the observer
 	// ord orders the hold's calls on each master, after those of the
 	// Lock call that took it (see order).
 	ord *order
 
-	mu        sync.Mutex
 	views     []qview   // guarded by mu
 	validity  time.Time // guarded by mu
-	levels    int       // guarded by mu
-	ended     bool      // guarded by mu
-	cause     error     // guarded by mu
 	committed int64     // guarded by mu: the token committed to a majority, 0 before
 	next      time.Time // guarded by mu: the next renewal
 	renewing  bool      // guarded by mu
@@ -46,9 +36,8 @@ type QHold struct {
 // newHold returns the hold of a grant whose views count a majority until
 // validity, and hands it to the watchdog.
 func (l *QMutex) newHold(ctx context.Context, req Request, entry string, views []qview, validity time.Time, waited bool, ord *order) *QHold {
-	hctx, cancel := context.WithCancelCause(context.Background())
-	h := &QHold{l: l, owner: req.Owner, shared: req.Shared, entry: entry, lease: req.Lease, fixed: req.Fixed,
-		waited: waited, ctx: hctx, cancel: cancel, octx: context.WithoutCancel(ctx), took: time.Now(), views: views, validity: validity, levels: 1, ord: ord}
+	h := &QHold{l: l, waited: waited, octx: context.WithoutCancel(ctx), took: time.Now(), views: views, validity: validity, ord: ord}
+	h.init(req, entry)
 	// A fresh hold is renewed a third of its lease after its grant. One
 	// granted by joins and pushes is known for min(lease, waiter TTL)
 	// from the latest join on each master: it is renewed when a third of
@@ -80,12 +69,6 @@ func (l *QMutex) newHold(ctx context.Context, req Request, entry string, views [
 	return h
 }
 
-// Context returns a context cancelled when the hold ends, with its cause.
-func (h *QHold) Context() context.Context { return h.ctx }
-
-// Owner returns the hold's owner id.
-func (h *QHold) Owner() string { return h.owner }
-
 // Validity returns the time until which the hold counts.
 func (h *QHold) Validity() time.Time {
 	h.mu.Lock()
@@ -113,23 +96,12 @@ func (h *QHold) heldToken() int64 {
 	return t
 }
 
-// endedErr says why the hold is over. Requires mu.
-func (h *QHold) endedErr() error {
-	if h.cause == nil {
-		return errs.ErrNotHeld
-	}
-	return fmt.Errorf("%w: %w", errs.ErrNotHeld, h.cause)
-}
-
 // live returns an error when the hold has ended or its validity passed:
 // the cause it ended with (errs.ErrLeaseLost, errs.ErrClosed), or
 // errs.ErrNotHeld after its last Unlock. Requires mu.
 func (h *QHold) live() error {
-	if h.ended || h.levels == 0 {
-		if h.cause != nil {
-			return h.cause
-		}
-		return errs.ErrNotHeld
+	if err := h.gone(); err != nil {
+		return err
 	}
 	if !time.Now().Before(h.validity) {
 		return errs.ErrLeaseLost
@@ -164,10 +136,7 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 	}
 	t := h.heldToken()
 	h.mu.Unlock()
-	lease := h.lease
-	if h.fixed {
-		lease = 0
-	}
+	lease := h.callLease()
 	for range 3 {
 		// took runs on this goroutine, one answer at a time (see round).
 		var (
@@ -235,10 +204,7 @@ func (h *QHold) Enter(ctx context.Context) error {
 		return err
 	}
 	h.mu.Unlock()
-	lease := h.lease
-	if h.fixed {
-		lease = 0
-	}
+	lease := h.callLease()
 	call := queue.NewID()
 	// took runs on this goroutine; late on others, once the round is
 	// decided: a level counted late stays when the re-entry counts, and
@@ -338,8 +304,7 @@ func (h *QHold) Unlock(ctx context.Context) error {
 		h.lose(false)
 		return errs.ErrLeaseLost
 	}
-	h.levels--
-	last := h.levels == 0
+	last, _ := h.leave() // live, as checked above
 	committed := h.committed
 	h.mu.Unlock()
 	if last {
@@ -400,10 +365,7 @@ func (h *QHold) release(ctx context.Context, last bool, committed int64) int {
 // releaseOn runs qrelease on master i.
 func (h *QHold) releaseOn(ctx context.Context, i int, call string, last bool, committed int64) (lua.QReply, error) {
 	qm := h.l.qm
-	lease := h.lease
-	if h.fixed {
-		lease = 0
-	}
+	lease := h.callLease()
 	rep, err := qm.run(ctx, i, func(s *lua.Scripts) lua.Call {
 		return s.QRelease(h.l.keys, call, h.owner, h.entry, committed, ms(lease), last, ms(qm.cfg.WaiterTTL), qm.tombTTL(), qm.receiptTTL(), qm.skew(i))
 	}, lua.ReadQRelease)
@@ -438,18 +400,11 @@ func (h *QHold) end(cause error) (int, bool) {
 }
 
 func (h *QHold) endFor(cause error, ranOut bool) (int, bool) {
-	h.mu.Lock()
-	if h.ended {
-		h.mu.Unlock()
+	var token int64
+	levels, ok := h.finish(cause, func() { token = h.committed })
+	if !ok {
 		return 0, false
 	}
-	h.ended = true
-	h.cause = cause
-	levels := h.levels
-	h.levels = 0
-	token := h.committed
-	h.mu.Unlock()
-	h.cancel(cause)
 	qm := h.l.qm
 	qm.mu.Lock()
 	delete(qm.holds, h)

@@ -39,22 +39,17 @@ import (
 // the replicas again, until they acknowledge it.
 func (h *Hold) Unlock(ctx context.Context) error {
 	h.mu.Lock()
-	if h.ended || h.levels == 0 {
-		defer h.mu.Unlock()
-		return h.endedErr()
+	last, err := h.leave()
+	if err != nil {
+		h.mu.Unlock()
+		return err
 	}
-	h.levels--
-	last := h.levels == 0
 	call := queue.NewID()
 	if last {
 		h.call = call
 	}
 	h.mu.Unlock()
-
-	lease := h.lease
-	if h.fixed {
-		lease = 0
-	}
+	lease := h.callLease()
 	// The release runs on a goroutine of the engine when ctx has a
 	// deadline, so that Unlock returns by then even while Redis does not
 	// answer; after Close has started, or without a deadline, it runs

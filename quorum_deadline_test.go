@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/faultproxy"
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
@@ -223,4 +224,49 @@ func TestQuorumEventsOfACallThatGivesUpCarryItsID(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2, ended, "the TryLock and the Lock each end once: %v", events)
+}
+
+// TestQuorumCloseReturnsWithinOneCallTimeoutWhenMastersHang: a quorum
+// Client's Close has the bound an Engine's has. With every master frozen
+// behind a fault proxy (calls hang until their context's deadline),
+// Close ends the holds and the waiter and returns within about one call
+// timeout.
+func TestQuorumCloseReturnsWithinOneCallTimeoutWhenMastersHang(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	const callTimeout = 1500 * time.Millisecond
+	servers := redistest.Masters(t, 3)
+	var proxies []*faultproxy.Proxy
+	masters := make([]redis.UniversalClient, len(servers))
+	for i, s := range servers {
+		p := faultproxy.New(t, s.Addr)
+		proxies = append(proxies, p)
+		rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute})
+		t.Cleanup(func() { _ = rdb.Close() })
+		masters[i] = rdb
+	}
+	prefix, _ := quorumPrefixes.LoadOrStore(t.Name(), redistest.Prefix(t))
+	c, err := fairlock.NewQuorum(context.Background(), masters, fairlock.WithPrefix(prefix.(string)), fairlock.WithCallTimeout(callTimeout))
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, name := range []string{"held-1", "held-2"} {
+		_, err := c.Mutex(name).Lock(ctx)
+		require.NoError(t, err)
+	}
+	other := quorumOf(t, servers).Mutex("busy")
+	octx, err := other.Lock(ctx)
+	require.NoError(t, err)
+	waiting := lockAsync(ctx, c.Mutex("busy"))
+	queuedOn(t, servers[0].Client(t), quorumKeys(t, "busy"), 1)
+
+	for _, p := range proxies {
+		p.FreezeAll()
+	}
+	start := time.Now()
+	require.NoError(t, c.Close())
+	took := time.Since(start)
+	require.Less(t, took, callTimeout+time.Second, "Close took %v", took)
+	r := await(t, waiting, time.Second)
+	require.ErrorIs(t, r.err, fairlock.ErrClosed)
+	require.NoError(t, other.Unlock(octx))
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -87,6 +86,8 @@ func (c Config) check() error {
 // hub, and the goroutines that keep holds alive. Its methods are safe for
 // concurrent use.
 type Engine struct {
+	lifecycle[*Hold] // calls in flight, goroutines, live holds, Close's bound
+
 	rdb Redis
 	cfg Config
 	log *slog.Logger
@@ -95,28 +96,12 @@ type Engine struct {
 	// that hand-overs to them are published on the engine's own wake
 	// channel of each lock (queue.Keys.ClientWake) and reach no other
 	// Client.
-	tag     string
-	topo    *topology     // asks a cluster client for a fresh slot map after failures
-	audit   *audit        // sends again the releases a failover undid
-	dog     *watchdog     // renews the leases of every hold
-	repl    *replication  // nil: no waiting for replicas
-	naming  *naming       // nil: the engine has no name
-	closing chan struct{} // closed when Close starts
-	// stopped is cancelled one call timeout after Close starts (or when it
-	// ends): every call still out then is given up, so that Close has a
-	// bound even on a server that does not answer.
-	stopped context.Context
-	stop    context.CancelFunc
-	// closeBy is when stopped is cancelled, in Unix nanoseconds, once
-	// Close has started (0 before): the latest deadline of any call.
-	closeBy atomic.Int64
-
-	mu        sync.Mutex
-	closed    bool               // guarded by mu
-	holds     map[*Hold]struct{} // live holds; guarded by mu
-	ops       sync.WaitGroup     // Lock calls in flight; Add only under mu while !closed
-	wg        sync.WaitGroup     // the watchdog, its renewals and background cleanups; Add only within an op or a hold
-	closeOnce sync.Once
+	tag    string
+	topo   *topology    // asks a cluster client for a fresh slot map after failures
+	audit  *audit       // sends again the releases a failover undid
+	dog    *watchdog    // renews the leases of every hold
+	repl   *replication // nil: no waiting for replicas
+	naming *naming      // nil: the engine has no name
 
 	checking shared[struct{}] // the server check, while it runs
 	checked  atomic.Bool      // a definitive server check ran; set after checkErr
@@ -144,18 +129,14 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	stopped, stop := context.WithCancel(context.Background())
 	e := &Engine{
-		stopped: stopped,
-		stop:    stop,
-		rdb:     rdb,
-		cfg:     cfg,
-		log:     cfg.Logger,
-		topo:    newTopology(rdb),
-		closing: make(chan struct{}),
-		holds:   make(map[*Hold]struct{}),
-		tag:     queue.NewTag(),
+		rdb:  rdb,
+		cfg:  cfg,
+		log:  cfg.Logger,
+		topo: newTopology(rdb),
+		tag:  queue.NewTag(),
 	}
+	e.init(cfg.CallTimeout)
 	if cfg.Replicas > 0 {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
 	}
@@ -196,17 +177,6 @@ func (e *Engine) Mutex(keys queue.Keys) *Mutex {
 	return &Mutex{e: e, keys: keys, wakeChannel: keys.ClientWake(e.tag)}
 }
 
-// begin registers a call in flight, or fails with errs.ErrClosed.
-func (e *Engine) begin() error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return errs.ErrClosed
-	}
-	e.ops.Add(1)
-	return nil
-}
-
 // Close stops the engine: waiting Lock calls return errs.ErrClosed and take
 // themselves out of the queue, every hold's context is cancelled with
 // errs.ErrClosed and its levels are released, the hub is closed, and Close
@@ -215,60 +185,11 @@ func (e *Engine) begin() error {
 // given up, so Close returns within about one call timeout even when Redis
 // does not answer. It is idempotent.
 func (e *Engine) Close() error {
-	e.closeOnce.Do(func() {
-		e.mu.Lock()
-		e.closed = true
-		holds := make([]*Hold, 0, len(e.holds))
-		for h := range e.holds {
-			holds = append(holds, h)
-		}
-		e.mu.Unlock()
-		e.closeBy.Store(time.Now().Add(e.cfg.CallTimeout).UnixNano())
-		bound := time.AfterFunc(e.cfg.CallTimeout, e.stop)
-		defer bound.Stop()
-		defer e.stop()
-		close(e.closing)
-
-		// Calls in flight return errs.ErrClosed at once (their cleanups go on
-		// in the background); a re-entry that raced with the release of
-		// its hold gives its level back itself (see Hold.Enter).
-		var wg sync.WaitGroup
-		wg.Go(func() { _ = e.hub.Close() })
-		wg.Go(e.ops.Wait)
-		for _, h := range holds {
-			wg.Go(func() { h.abandon(errs.ErrClosed) })
-		}
-		wg.Wait()
-		e.wg.Wait()
-	})
+	// Calls in flight return errs.ErrClosed at once (their cleanups go on
+	// in the background); a re-entry that raced with the release of its
+	// hold gives its level back itself (see Hold.Enter).
+	e.shut(func(h *Hold) { h.abandon(errs.ErrClosed) }, func() { _ = e.hub.Close() })
 	return nil
-}
-
-// detached returns a context for a state-changing call made on behalf of
-// ctx: it keeps ctx's values but not its cancellation, so the call is never
-// abandoned half-way, and it is bounded by the call timeout (and by the
-// bound of Close). Once Close has started, its deadline is no later than
-// the bound of Close: go-redis stops a read that blocks at the context's
-// deadline, not at its cancellation, so a call made during Close (the
-// clean-up of a call answered late) must not be given a later one.
-func (e *Engine) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return e.bounded(context.WithoutCancel(ctx))
-}
-
-// bounded returns ctx bounded as detached bounds a call: by the call
-// timeout and by the bound of Close. It is the context of a read made on
-// behalf of ctx, which stops when ctx ends.
-func (e *Engine) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	deadline := time.Now().Add(e.cfg.CallTimeout)
-	if by := e.closeBy.Load(); by != 0 && by < deadline.UnixNano() {
-		deadline = time.Unix(0, by)
-	}
-	cctx, cancel := context.WithDeadline(ctx, deadline)
-	unhook := context.AfterFunc(e.stopped, cancel)
-	return cctx, func() {
-		unhook()
-		cancel()
-	}
 }
 
 // receiptTTL is how long a call's receipt outlives it: longer than any
@@ -276,41 +197,4 @@ func (e *Engine) bounded(ctx context.Context) (context.Context, context.CancelFu
 // call's context (bounded by CallTimeout) is alive.
 func (e *Engine) receiptTTL() int64 {
 	return (2 * e.cfg.CallTimeout).Milliseconds()
-}
-
-// goUnlessClosed runs f in a goroutine that Close waits for, unless Close
-// has started; it reports whether f was started. It is for work begun
-// outside an operation (an Unlock), where the wait group may otherwise be
-// added to while Close waits on it.
-func (e *Engine) goUnlessClosed(f func()) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return false
-	}
-	e.wg.Go(f)
-	return true
-}
-
-func (e *Engine) addHold(h *Hold) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return false
-	}
-	e.holds[h] = struct{}{}
-	return true
-}
-
-func (e *Engine) dropHold(h *Hold) {
-	e.mu.Lock()
-	delete(e.holds, h)
-	e.mu.Unlock()
-}
-
-// Closed reports whether Close has been called.
-func (e *Engine) Closed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
 }

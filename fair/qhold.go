@@ -55,13 +55,7 @@ func (l *QMutex) newHold(ctx context.Context, req Request, entry string, views [
 	default:
 		h.next = validity.Add(-known * 2 / 3)
 	}
-	l.qm.mu.Lock()
-	closed := l.qm.closed
-	if !closed {
-		l.qm.holds[h] = struct{}{}
-	}
-	l.qm.mu.Unlock()
-	if closed {
+	if !l.qm.addHold(h) {
 		h.abandon(errs.ErrClosed)
 		return h
 	}
@@ -406,9 +400,7 @@ func (h *QHold) endFor(cause error, ranOut bool) (int, bool) {
 		return 0, false
 	}
 	qm := h.l.qm
-	qm.mu.Lock()
-	delete(qm.holds, h)
-	qm.mu.Unlock()
+	qm.dropHold(h)
 	if qm.cfg.Observe != nil {
 		if token == 0 {
 			token = h.grantToken()
@@ -556,13 +548,7 @@ func (d *qdog) run() {
 	for {
 		now := time.Now()
 		next := now.Add(time.Hour)
-		qm.mu.Lock()
-		holds := make([]*QHold, 0, len(qm.holds))
-		for h := range qm.holds {
-			holds = append(holds, h)
-		}
-		qm.mu.Unlock()
-		for _, h := range holds {
+		for _, h := range qm.liveHolds() {
 			h.mu.Lock()
 			switch {
 			case h.ended:

@@ -24,6 +24,8 @@ import (
 // Quorum adds the rounds over all of them, the waiting, and the holds
 // with their one watchdog. Its methods are safe for concurrent use.
 type Quorum struct {
+	lifecycle[*QHold] // calls in flight, goroutines, live holds, Close's bound
+
 	masters []*Engine
 	q       int // the majority: len(masters)/2 + 1
 	cfg     Config
@@ -34,16 +36,8 @@ type Quorum struct {
 	// scripts read: 0, but in tests that step a master's clock.
 	skews []atomic.Int64
 
-	closing chan struct{}
-	dog     *qdog
-	ids     *identities // which server each master is (see qcheck.go)
-
-	mu        sync.Mutex
-	closed    bool
-	holds     map[*QHold]struct{} // live holds; guarded by mu
-	ops       sync.WaitGroup      // Lock calls in flight; Add only under mu while !closed
-	wg        sync.WaitGroup      // background calls, the watchdog; Add only within an op or a hold
-	closeOnce sync.Once
+	dog *qdog
+	ids *identities // which server each master is (see qcheck.go)
 }
 
 // QuorumConfig is what a Quorum needs besides each master's Config.
@@ -71,15 +65,14 @@ func NewQuorum(masters []Redis, cfg Config, qc QuorumConfig) (*Quorum, error) {
 	}
 	tag := queue.NewTag()
 	qm := &Quorum{
-		q:       len(masters)/2 + 1,
-		cfg:     cfg,
-		drift:   qc.Drift,
-		log:     cfg.Logger,
-		tag:     tag,
-		skews:   make([]atomic.Int64, len(masters)),
-		closing: make(chan struct{}),
-		holds:   make(map[*QHold]struct{}),
+		q:     len(masters)/2 + 1,
+		cfg:   cfg,
+		drift: qc.Drift,
+		log:   cfg.Logger,
+		tag:   tag,
+		skews: make([]atomic.Int64, len(masters)),
 	}
+	qm.init(cfg.CallTimeout)
 	for _, rdb := range masters {
 		c := cfg
 		c.Observe = nil // the Quorum reports its calls' events itself
@@ -113,72 +106,26 @@ func (qm *Quorum) SetSkew(i int, skew time.Duration) { qm.skews[i].Store(skew.Mi
 // Close stops the Quorum: waiting Lock calls return errs.ErrClosed (after
 // leaving the line on every master), holds still live are released and
 // their contexts cancelled with errs.ErrClosed, and every master's engine
-// is closed. It is idempotent.
+// is closed. As an Engine's Close, it runs all of that at once and gives
+// up the calls still out one call timeout after it started, so it returns
+// within about that even when masters do not answer. It is idempotent.
 func (qm *Quorum) Close() error {
-	qm.closeOnce.Do(func() {
-		qm.mu.Lock()
-		qm.closed = true
-		holds := make([]*QHold, 0, len(qm.holds))
-		for h := range qm.holds {
-			holds = append(holds, h)
-		}
-		qm.mu.Unlock()
-		close(qm.closing)
-		var wg sync.WaitGroup
-		for _, h := range holds {
-			wg.Go(func() { h.abandon(errs.ErrClosed) })
-		}
-		wg.Wait()
-		qm.ops.Wait()
-		qm.wg.Wait()
-		for _, e := range qm.masters {
-			_ = e.Close()
-		}
-	})
-	return nil
-}
-
-// Closed reports whether Close has been called.
-func (qm *Quorum) Closed() bool {
-	qm.mu.Lock()
-	defer qm.mu.Unlock()
-	return qm.closed
-}
-
-// begin registers a call in flight, or fails with errs.ErrClosed.
-func (qm *Quorum) begin() error {
-	qm.mu.Lock()
-	defer qm.mu.Unlock()
-	if qm.closed {
-		return errs.ErrClosed
+	qm.shut(func(h *QHold) { h.abandon(errs.ErrClosed) })
+	for _, e := range qm.masters {
+		_ = e.Close()
 	}
-	qm.ops.Add(1)
 	return nil
 }
 
 // background runs f on a goroutine Close waits for, unless Close has
 // started.
-func (qm *Quorum) background(f func()) bool {
-	qm.mu.Lock()
-	defer qm.mu.Unlock()
-	if qm.closed {
-		return false
-	}
-	qm.wg.Go(f)
-	return true
-}
+func (qm *Quorum) background(f func()) bool { return qm.goUnlessClosed(f) }
 
 // observe reports ev when the Client has an observer.
 func (qm *Quorum) observe(ctx context.Context, ev Event) {
 	if qm.cfg.Observe != nil {
 		qm.cfg.Observe(ctx, ev)
 	}
-}
-
-// detached returns a context for one call to a master on behalf of ctx:
-// its values, not its cancellation, bounded by the call timeout.
-func (qm *Quorum) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), qm.cfg.CallTimeout)
 }
 
 // span returns how long, from the send time of a call, a hold that the
@@ -337,6 +284,7 @@ func (qm *Quorum) run(ctx context.Context, i int, build func(*lua.Scripts) lua.C
 		return lua.QReply{}, err
 	}
 	rep, err := read(build(s).Run(ctx, e.rdb))
+	e.topo.failed(err) // a member that is a Cluster reloads its slot map, as an Engine's call does
 	if err != nil {
 		return lua.QReply{}, refusal(err)
 	}
@@ -415,6 +363,7 @@ func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
 		hm := p.HMGet(ctx, l.keys.Lock, "owner", "count")
 		pt := p.PTTL(ctx, l.keys.Lock)
 		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			l.qm.masters[i].topo.failed(err)
 			return lua.QReply{}, err
 		}
 		r := holdRead{ok: true, ttl: pt.Val()}
@@ -553,6 +502,7 @@ func (l *QMutex) flag(ctx context.Context, i int, build func(*lua.Scripts) lua.C
 		return false, err
 	}
 	ok, err := lua.ReadFlag(build(s).Run(ctx, e.rdb))
+	e.topo.failed(err)
 	if err != nil && !publishRefused(err) {
 		return false, refusal(err)
 	}

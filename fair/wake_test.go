@@ -65,7 +65,8 @@ func TestWakeModeDependsOnlyOnTheClientKindAndTheServerVersion(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e := &Engine{rdb: tt.server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: 1e9}, stopped: context.Background()}
+			e := &Engine{rdb: tt.server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: 1e9}}
+			e.init(e.cfg.CallTimeout)
 			got, err := e.scripts(context.Background())
 			require.NoError(t, err)
 			require.Same(t, tt.want, got)
@@ -78,7 +79,8 @@ func TestWakeModeDependsOnlyOnTheClientKindAndTheServerVersion(t *testing.T) {
 
 func TestWakeModeIsNotDecidedByANetworkError(t *testing.T) {
 	server := &fakeCluster{fakeServer: fakeServer{infoErr: errors.New("i/o timeout")}}
-	e := &Engine{rdb: server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: 1e9}, stopped: context.Background()}
+	e := &Engine{rdb: server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: 1e9}}
+	e.init(e.cfg.CallTimeout)
 	_, err := e.scripts(context.Background())
 	require.ErrorContains(t, err, "i/o timeout")
 	require.False(t, redisError(err), "a network error, retried like any")

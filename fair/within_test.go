@@ -56,8 +56,8 @@ func TestHungFirstQuestionsEndAtTheCallersContext(t *testing.T) {
 	gate := make(chan struct{})
 	var asked atomic.Int32
 	server := hungCluster{fakeCluster: fakeCluster{fakeServer: fakeServer{info: v7, conf: unsafe}}, gate: gate, asked: &asked}
-	e := &Engine{rdb: server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: time.Minute},
-		stopped: context.Background(), closing: make(chan struct{})}
+	e := &Engine{rdb: server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: time.Minute}}
+	e.init(e.cfg.CallTimeout)
 	var released sync.Once
 	release := func() { released.Do(func() { close(gate) }) }
 	t.Cleanup(func() { release(); e.wg.Wait() })

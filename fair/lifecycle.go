@@ -1,0 +1,164 @@
+package fair
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/errs"
+)
+
+// lifecycle is what an Engine and a Quorum share from New to Close: the
+// calls in flight, the goroutines they leave running, the live holds (of
+// type H), and Close's bound. Every goroutine it runs is waited for by
+// Close, and every call to Redis made through detached or bounded is
+// given up one call timeout after Close started, so that Close returns
+// within about that even when Redis does not answer.
+type lifecycle[H comparable] struct {
+	callTimeout time.Duration
+	closing     chan struct{} // closed when Close starts
+	// stopped is cancelled one call timeout after Close starts (or when it
+	// ends): every call still out then is given up.
+	stopped context.Context
+	stop    context.CancelFunc
+	// closeBy is when stopped is cancelled, in Unix nanoseconds, once
+	// Close has started (0 before): the latest deadline of any call.
+	closeBy atomic.Int64
+
+	mu        sync.Mutex
+	closed    bool           // guarded by mu
+	holds     map[H]struct{} // live holds; guarded by mu
+	ops       sync.WaitGroup // calls in flight; Add only under mu while !closed
+	wg        sync.WaitGroup // goroutines left running; Add only within an op or a hold
+	closeOnce sync.Once
+}
+
+func (lc *lifecycle[H]) init(callTimeout time.Duration) {
+	lc.callTimeout = callTimeout
+	lc.closing = make(chan struct{})
+	lc.stopped, lc.stop = context.WithCancel(context.Background())
+	lc.holds = make(map[H]struct{})
+}
+
+// begin registers a call in flight, or fails with errs.ErrClosed; the
+// call ends with ops.Done.
+func (lc *lifecycle[H]) begin() error {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.closed {
+		return errs.ErrClosed
+	}
+	lc.ops.Add(1)
+	return nil
+}
+
+// Closed reports whether Close has been called.
+func (lc *lifecycle[H]) Closed() bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	return lc.closed
+}
+
+// goUnlessClosed runs f in a goroutine that Close waits for, unless Close
+// has started; it reports whether f was started. It is for work begun
+// outside a call in flight (an Unlock), where the wait group may
+// otherwise be added to while Close waits on it.
+func (lc *lifecycle[H]) goUnlessClosed(f func()) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.closed {
+		return false
+	}
+	lc.wg.Go(f)
+	return true
+}
+
+// addHold records a live hold, unless Close has started: then it reports
+// false and the hold must end.
+func (lc *lifecycle[H]) addHold(h H) bool {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.closed {
+		return false
+	}
+	lc.holds[h] = struct{}{}
+	return true
+}
+
+// dropHold forgets a hold that ended.
+func (lc *lifecycle[H]) dropHold(h H) {
+	lc.mu.Lock()
+	delete(lc.holds, h)
+	lc.mu.Unlock()
+}
+
+// liveHolds returns the holds live now.
+func (lc *lifecycle[H]) liveHolds() []H {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	holds := make([]H, 0, len(lc.holds))
+	for h := range lc.holds {
+		holds = append(holds, h)
+	}
+	return holds
+}
+
+// shut runs Close once: no call begins any more, closing is closed, and
+// at once, side by side, every live hold is ended by abandon, the calls
+// in flight are waited for, and so is each of also; then every goroutine
+// left running. Calls to Redis still out one call timeout after shut
+// started are given up (see detached), so that it returns within about
+// that.
+func (lc *lifecycle[H]) shut(abandon func(H), also ...func()) {
+	lc.closeOnce.Do(func() {
+		lc.mu.Lock()
+		lc.closed = true
+		lc.mu.Unlock()
+		holds := lc.liveHolds()
+		lc.closeBy.Store(time.Now().Add(lc.callTimeout).UnixNano())
+		bound := time.AfterFunc(lc.callTimeout, lc.stop)
+		defer bound.Stop()
+		defer lc.stop()
+		close(lc.closing)
+
+		var wg sync.WaitGroup
+		for _, f := range also {
+			wg.Go(f)
+		}
+		wg.Go(lc.ops.Wait)
+		for _, h := range holds {
+			wg.Go(func() { abandon(h) })
+		}
+		wg.Wait()
+		lc.wg.Wait()
+	})
+}
+
+// detached returns a context for a state-changing call made on behalf of
+// ctx: it keeps ctx's values but not its cancellation, so the call is
+// never abandoned half-way, and it is bounded by the call timeout (and by
+// the bound of Close). Once Close has started, its deadline is no later
+// than the bound of Close: go-redis stops a read that blocks at the
+// context's deadline, not at its cancellation, so a call made during
+// Close (the clean-up of a call answered late) must not be given a later
+// one.
+func (lc *lifecycle[H]) detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return lc.bounded(context.WithoutCancel(ctx))
+}
+
+// bounded returns ctx bounded as detached bounds a call: by the call
+// timeout and by the bound of Close. It is the context of a read made on
+// behalf of ctx, which stops when ctx ends.
+func (lc *lifecycle[H]) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline := time.Now().Add(lc.callTimeout)
+	if by := lc.closeBy.Load(); by != 0 && by < deadline.UnixNano() {
+		deadline = time.Unix(0, by)
+	}
+	cctx, cancel := context.WithDeadline(ctx, deadline)
+	unhook := context.AfterFunc(lc.stopped, cancel)
+	return cctx, func() {
+		unhook()
+		cancel()
+	}
+}

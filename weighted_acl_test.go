@@ -64,9 +64,11 @@ func TestWeightedACLLeastPrivilegeUser(t *testing.T) {
 }
 
 // TestWeightedACLEveryRuleOfTheLineIsNeeded drops one rule at a time from
-// the line: each scenario fails, the first call that fails with
-// ErrNoPermission. Without +unsubscribe every call works, but the
-// refusal of each unsubscription is logged.
+// the line: each scenario fails, its first error ErrNoPermission: that of
+// a call, or of the leave of a waiter that gave up, which its call
+// reports unless it was answered after the cleanup grace (see
+// requireLeft). Without +unsubscribe every call works, but the refusal
+// of each unsubscription is logged.
 func TestWeightedACLEveryRuleOfTheLineIsNeeded(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()

@@ -633,6 +633,7 @@ func firstLine(failure string) string {
 // as one line of text: its message and its own attributes (those added
 // with Logger.With are left out).
 type logRecorder struct {
+	info  bool // records Info too; else Warn and above only
 	mu    sync.Mutex
 	lines []string // guarded by mu
 	// errs, guarded by mu, holds each record's error attribute, nil for
@@ -640,7 +641,9 @@ type logRecorder struct {
 	errs []error
 }
 
-func (h *logRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *logRecorder) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn || h.info && l >= slog.LevelInfo
+}
 
 func (h *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 	var b strings.Builder

@@ -206,9 +206,11 @@ func TestTokensKeepRisingAcrossARestartWithoutPersistence(t *testing.T) {
 func TestHealthyUnlocksLogNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	logs := &logRecorder{}
-	m := e.client(fairlock.WithLease(10*time.Millisecond), fairlock.WithLogger(slog.New(logs))).Mutex("quiet")
+	logs := &logRecorder{info: true}
+	c := e.client(fairlock.WithLease(10*time.Millisecond), fairlock.WithLogger(slog.New(logs)))
+	m := c.Mutex("quiet")
 	ctx := context.Background()
+	lost := 0
 	for i := range 100 {
 		hctx, err := m.Lock(ctx)
 		require.NoError(t, err)
@@ -217,13 +219,20 @@ func TestHealthyUnlocksLogNothing(t *testing.T) {
 			// A machine too busy to renew a 10ms lease in time loses it
 			// for real: that is not what this test is about.
 			require.ErrorIs(t, err, fairlock.ErrLeaseLost)
+			lost++
 		}
 	}
+	require.NoError(t, c.Close()) // the renewals still out are answered
+	// A hold lost for real is logged once, and its Unlock says so; a
+	// renewal that our own Unlock overtook is no loss, and logs nothing.
+	var losses []string
 	for _, l := range logs.all() {
-		cutShort := strings.Contains(l, "not held") || strings.Contains(l, "hold ended")
-		require.False(t, strings.Contains(l, "renewal failed") && cutShort,
-			"a renewal cut short by our own Unlock is no failure: %s", l)
+		if strings.Contains(l, "lease lost") {
+			losses = append(losses, l)
+		}
 	}
+	require.LessOrEqual(t, len(losses), lost,
+		"a renewal cut short by our own Unlock is no failure: %d holds lost: %q", lost, losses)
 }
 
 func TestUnansweredUnlockIsSentAgainUntilRedisAnswers(t *testing.T) {

@@ -3,7 +3,6 @@ package fairlock_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -223,7 +222,9 @@ func TestQuorumWithoutAMajorityFailsWithErrNoQuorum(t *testing.T) {
 	held, err := m.Lock(context.Background())
 	require.NoError(t, err)
 	require.NoError(t, m.Unlock(held))
-	require.True(t, errors.Is(err, nil))
+	locked, err := m.IsLocked(context.Background())
+	require.NoError(t, err, "with a majority again, IsLocked answers")
+	require.False(t, locked, "the Unlock freed the lock on the majority")
 }
 
 func TestQuorumLostLeaseEndsTheHoldAndIsNotReentered(t *testing.T) {

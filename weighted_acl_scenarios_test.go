@@ -171,6 +171,37 @@ func (w *aclWorld) requireGone(name, kind string) {
 	}, aclLockWithin, 5*time.Millisecond, "keys of %s left behind", name)
 }
 
+// lineHead returns the entry at the head of the lock's line.
+func (w *aclWorld) lineHead(name, kind string) string {
+	entry, err := w.admin.LIndex(context.Background(), w.keys(name, kind).Queue, 0).Result()
+	require.NoError(w.a.t, err)
+	return entry
+}
+
+// requireLeft waits for the outcome of the leave of entry, a waiter of
+// the lock that gave up. The call reports it only when the leave was
+// answered within the cleanup grace that the call waits for it; a leave
+// answered later goes on in the background and logs its failure. So
+// this waits for either: the entry out of the line, or a failure
+// logged, which is recorded as the error of the give-up.
+func (w *aclWorld) requireLeft(name, kind, entry string) {
+	ctx := context.Background()
+	line := w.keys(name, kind).Queue
+	deadline := time.Now().Add(aclLockWithin)
+	for {
+		w.a.ok(w.logs.errorOf("could not leave the queue"), "the waiter that gave up leaves the line of "+name)
+		err := w.admin.LPos(ctx, line, entry, redis.LPosArgs{}).Err()
+		if errors.Is(err, redis.Nil) {
+			return
+		}
+		require.NoError(w.a.t, err)
+		if time.Now().After(deadline) {
+			require.FailNow(w.a.t, fmt.Sprintf("the waiter that gave up is still in the line of %s after %v", name, aclLockWithin))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // requireRenewed waits until the watchdog has moved the lease of the
 // lock's one holder on.
 func (w *aclWorld) requireRenewed(name, kind string) {
@@ -264,9 +295,11 @@ func runSemaphoreAsACLUser(a *aclCalls, d aclDeployment) {
 	wctx, cancel := context.WithCancel(ctx)
 	gaveUp := lockAsync(wctx, permitsOf{s2, 1})
 	w.waitQueued("sem", kind, 1, gaveUp)
+	entry := w.lineHead("sem", kind)
 	cancel()
 	r := awaitResult(a.t, gaveUp)
 	a.is(r.err, context.Canceled, "Acquire that gives up")
+	w.requireLeft("sem", kind, entry)
 	a.ok(s1.Release(blocker), "Release")
 	w.requireGone("sem", kind)
 
@@ -371,8 +404,10 @@ func runRWMutexAsACLUser(a *aclCalls, d aclDeployment) {
 	gctx, cancel := context.WithCancel(ctx)
 	gaveUp := lockAsync(gctx, readerOf{rw2})
 	w.waitQueued("rw", kind, 1, gaveUp)
+	entry := w.lineHead("rw", kind)
 	cancel()
 	a.is(awaitResult(a.t, gaveUp).err, context.Canceled, "RLock that gives up")
+	w.requireLeft("rw", kind, entry)
 	a.ok(rw1.Unlock(blocker), "Unlock")
 	w.requireGone("rw", kind)
 

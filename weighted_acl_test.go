@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/redistest"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // weightedACLRules creates the least-privileged Redis user of a Semaphore
@@ -62,9 +64,11 @@ func TestWeightedACLLeastPrivilegeUser(t *testing.T) {
 }
 
 // TestWeightedACLEveryRuleOfTheLineIsNeeded drops one rule at a time from
-// the line: each scenario fails, the first call that fails with
-// ErrNoPermission. Without +unsubscribe every call works, but the
-// refusal of each unsubscription is logged.
+// the line: each scenario fails, its first error ErrNoPermission: that of
+// a call, or of the leave of a waiter that gave up, which its call
+// reports unless it was answered after the cleanup grace (see
+// requireLeft). Without +unsubscribe every call works, but the refusal
+// of each unsubscription is logged.
 func TestWeightedACLEveryRuleOfTheLineIsNeeded(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()
@@ -208,4 +212,75 @@ func TestWeightedRefusedWakeMessageStillHandsOver(t *testing.T) {
 			e.requireWeightedState(name, kind, len(tc.behind), used)
 		})
 	}
+}
+
+// pollHolder is a go-redis hook that holds up the client's first
+// wait-mode poll (a script with queue.ModeWait among its arguments) on
+// its way to Redis: held is closed when it comes, and it goes on once
+// release is closed.
+type pollHolder struct {
+	once          sync.Once
+	held, release chan struct{}
+}
+
+func (p *pollHolder) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *pollHolder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd) && slices.Contains(cmd.Args(), any(queue.ModeWait)) {
+			p.once.Do(func() {
+				close(p.held)
+				<-p.release
+			})
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (p *pollHolder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A waiter whose context ends while its poll is on the way leaves the
+// line once the poll is answered, and the call reports that leave's
+// refusal, as it does for a give-up between two polls.
+func TestAGiveUpDuringAPollReportsTheRefusedLeave(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	admin := srv.Client(t)
+	line := strings.Replace(weightedACLRules, " +lrem", "", 1)
+	require.NotEqual(t, weightedACLRules, line)
+	rdb := newACLUser(t, srv.Addr, admin, line)
+	t.Cleanup(func() { _ = rdb.Close() })
+	poll := &pollHolder{held: make(chan struct{}), release: make(chan struct{})}
+	rdb.AddHook(poll)
+	waiters, err := fairlock.New(rdb, fairlock.WithLogger(slog.New(&logRecorder{})))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = waiters.Close() })
+	holders, err := fairlock.New(admin)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holders.Close() })
+	ctx := context.Background()
+	const name = "gives-up"
+
+	blocker, err := holders.RWMutex(name).Lock(ctx)
+	require.NoError(t, err)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gaveUp := lockAsync(wctx, readerOf{waiters.RWMutex(name)})
+	select {
+	case <-poll.held:
+	case <-time.After(refusalWithin):
+		require.FailNow(t, "no wait-mode poll within "+refusalWithin.String())
+	}
+	cancel()
+	close(poll.release)
+
+	r := await(t, gaveUp, refusalWithin)
+	require.ErrorIs(t, r.err, context.Canceled)
+	require.ErrorIs(t, r.err, fairlock.ErrNoPermission, "the call reports that its leave was refused")
+	require.ErrorContains(t, r.err, "leaving the queue")
+	require.NoError(t, holders.RWMutex(name).Unlock(blocker))
 }

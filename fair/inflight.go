@@ -202,11 +202,12 @@ func giveBackIfGranted[G any](ln line[G], ctx context.Context, req Request) func
 }
 
 // leaveQueue is the orphan of a poll of a waiter that gave up: a grant the
-// poll made is given back, and the entry leaves the queue.
-func leaveQueue[G any](ln line[G], ctx context.Context, req Request, entry string) func(queue.Reply, error) {
-	return func(rep queue.Reply, err error) {
+// poll made is given back, and the entry leaves the queue. It returns
+// the error of leaving (see giveUp).
+func leaveQueue[G any](ln line[G], ctx context.Context, req Request, entry string) func(queue.Reply, error) error {
+	return func(rep queue.Reply, err error) error {
 		giveBackIfGranted(ln, ctx, req)(rep, err)
-		_ = giveUp(ln, ctx, req.Owner, entry)
+		return giveUp(ln, ctx, req.Owner, entry)
 	}
 }
 

@@ -266,9 +266,10 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 	for {
 		sent := time.Now()
 		left := make(chan struct{}) // closed once the poll's orphan, if any, left the queue
+		var leftErr error           // the orphan's error of leaving; set before left is closed
 		leave := leaveQueue(ln, ctx, req, entry)
 		rep, err := callWithin(ln, ctx, req, entry, queue.ModeWait, func(rep queue.Reply, err error) {
-			leave(rep, err)
+			leftErr = leave(rep, err)
 			close(left)
 		})
 		if err == nil && rep.Granted && !polled.IsZero() && !pushedTo(shared) {
@@ -280,9 +281,18 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 		switch {
 		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.ErrClosed)):
 			// The caller gave up, or the Client closed, during the poll;
-			// the poll's orphan leaves the queue once it is answered.
+			// the poll's orphan leaves the queue once it is answered. As
+			// for a give-up between polls (see soon), the error of leaving
+			// is the caller's when the orphan is done within the grace
+			// that callWithin waits for it; otherwise it goes on in the
+			// background.
 			if unackedErr == nil {
-				return none, err
+				select {
+				case <-left:
+					return none, errors.Join(err, leftErr)
+				default:
+					return none, err
+				}
 			}
 			// The error says ErrNotReplicated: the grant it names is
 			// given back when Lock returns, or the error says that is
@@ -294,7 +304,7 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 					return giveUp(ln, ctx, req.Owner, entry)
 				}
 				<-left
-				return nil
+				return leftErr
 			}))
 		case unacked(err) && rep.Count > 1:
 			// A re-entry of a hold the owner id already had (see Lock),

@@ -54,7 +54,8 @@
 // fencing token to a majority on its first call, so that tokens rise
 // across holders even when a holder pauses past its validity or a
 // master's clock steps. Fewer than a majority answering gives
-// ErrNoQuorum.
+// ErrNoQuorum; every call still ends at its context, as a Mutex's does,
+// and a hold lives on while a majority renews it, whatever the others do.
 //
 // A hold has a lease. By default a watchdog renews it every third of the
 // lease (WithLease, 30s), so a hold lasts until Unlock, and a crashed

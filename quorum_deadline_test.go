@@ -101,6 +101,7 @@ func TestQuorumHoldOutlivesAStoppedMinority(t *testing.T) {
 	const lease = 2 * time.Second
 	servers := redistest.Masters(t, 3)
 	m := quorumOf(t, servers, fairlock.WithLease(lease)).Mutex("renewed")
+	other := quorumOf(t, servers).Mutex("renewed")
 	held, err := m.Lock(context.Background())
 	require.NoError(t, err)
 	redistest.Pause(t, servers[2].Client(t))
@@ -113,6 +114,24 @@ func TestQuorumHoldOutlivesAStoppedMinority(t *testing.T) {
 	ttl, err := m.TTL(held)
 	require.NoError(t, err)
 	require.Greater(t, ttl, lease/3, "the validity is renewed by the majority")
+
+	// Reads are settled by the majority too: none waits for the stopped
+	// master (the call timeout is 10s), through this Client or another.
+	for _, mu := range []*fairlock.Mutex{m, other} {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		locked, err := mu.IsLocked(ctx)
+		require.NoError(t, err)
+		require.True(t, locked)
+		n, err := mu.HoldCount(withValuesOf(ctx, held))
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		cancel()
+	}
+	ctx, cancel := context.WithTimeout(held, 3*time.Second)
+	defer cancel()
+	inner, err := other.Lock(ctx)
+	require.NoError(t, err, "another Client re-enters the hold while a master is stopped")
+	require.NoError(t, other.Unlock(inner))
 	require.NoError(t, m.Unlock(held))
 }
 

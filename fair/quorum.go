@@ -345,14 +345,17 @@ func (l *QMutex) Holds(ctx context.Context, held Held) (bool, error) {
 }
 
 // readAll reads the hold on every master: its owner, count, token and
-// PTTL, for the majority views. It fails with errs.ErrNoQuorum when fewer
-// than a majority answered.
+// PTTL, for the majority views. It returns as soon as the majority view
+// is settled (see settled), without waiting for the masters still out, so
+// that a master that hangs holds up no read. It fails with
+// errs.ErrNoQuorum when fewer than a majority answered.
 func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
 	if err := l.qm.begin(); err != nil {
 		return nil, err
 	}
 	defer l.qm.ops.Done()
-	reads := make([]holdRead, len(l.qm.masters))
+	reads := make([]holdRead, len(l.qm.masters)) // guarded by mu: written by each master's call
+	seen := make([]holdRead, len(l.qm.masters))
 	var mu sync.Mutex
 	n := l.qm.round(ctx, nil, func(ctx context.Context, i int) (lua.QReply, error) {
 		if err := l.qm.distinct(ctx, i); err != nil {
@@ -377,13 +380,42 @@ func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
 		reads[i] = r
 		mu.Unlock()
 		return lua.QReply{}, nil
-	}, func(answer) bool { return false }, nil)
+	}, func(a answer) bool {
+		// took runs on this goroutine, one answer at a time (see round):
+		// seen holds the reads of the answers taken, which the round
+		// counts, and no others.
+		if a.err == nil {
+			mu.Lock()
+			seen[a.i] = reads[a.i]
+			mu.Unlock()
+		}
+		return l.settled(seen)
+	}, nil)
 	if n < l.qm.q {
 		return nil, l.qm.noQuorum(ctx, n, "")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return append([]holdRead(nil), reads...), nil
+	return seen, nil
+}
+
+// settled reports whether the reads so far decide who holds on a
+// majority: one owner holds on q of them, or no owner can reach q with
+// the masters still to answer. Holds on different masters are held by
+// one owner at a time each, so no later answer changes that verdict.
+func (l *QMutex) settled(reads []holdRead) bool {
+	by := map[string]int{}
+	answered, most := 0, 0
+	for _, r := range reads {
+		if !r.ok {
+			continue
+		}
+		answered++
+		if r.owner != "" {
+			by[r.owner]++
+			most = max(most, by[r.owner])
+		}
+	}
+	pending := len(reads) - answered
+	return most >= l.qm.q || most+pending < l.qm.q && answered >= l.qm.q
 }
 
 // holdRead is what readAll read on one master.

@@ -13,7 +13,7 @@ import (
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
-// The core cases of the end-to-end suite (fair_test.go), run on the production
+// The core cases of the end-to-end suite (mutex_test.go), run on the production
 // topologies: a Redis Cluster of 3 masters with a replica each, through a
 // *redis.ClusterClient, and a primary with 2 replicas under 3 sentinels,
 // through a failover client. TestTopologies starts both at once, shares

@@ -18,7 +18,7 @@ import (
 
 // deadlineBound is how long after it was called a call with a 100ms
 // deadline may return on a hung server: the deadline, the clean-up grace
-// of a Lock (250ms) and room for a loaded machine. A call that waits for
+// of a Lock (200ms) and room for a loaded machine. A call that waits for
 // the server instead returns after the hang (about 3s).
 const deadlineBound = time.Second
 

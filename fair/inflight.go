@@ -16,9 +16,10 @@ import (
 // well within the grace, so Redis keeps nothing of the caller when Lock
 // returns. On a server that does not answer (paused, cut off), Lock
 // returns after the grace with the context's error, so the caller's
-// deadline is honoured, and the cleanup goes on in the background; Close
-// waits for it.
-const cleanupGrace = 250 * time.Millisecond
+// deadline is honoured (within a quarter of a second, with room for the
+// scheduling of a loaded machine), and the cleanup goes on in the
+// background; Close waits for it.
+const cleanupGrace = 200 * time.Millisecond
 
 // flight is one call to Redis made on a goroutine of the engine, which
 // Close waits for, on behalf of callers that may stop waiting for it.

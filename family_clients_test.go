@@ -29,6 +29,7 @@ var familyCases = []struct {
 	{"SemaphoreHoldCountsThroughAnotherClient", semaphoreHoldCountsThroughAnotherClient},
 	{"MultiLockUnlocksThroughAnotherClient", multiLockUnlocksThroughAnotherClient},
 	{"UnlockThroughAnotherClientWithACanceledDerivedContext", unlockThroughAnotherClientWithACanceledDerivedContext},
+	{"RefusedInnerUnlockThenTheOuterUnlockFreesTheLock", refusedInnerUnlockThenTheOuterUnlockFreesTheLock},
 }
 
 func TestFamilyCasesOnOneServer(t *testing.T) {

@@ -61,6 +61,43 @@ func requireLive(t *testing.T, hctx context.Context) {
 	require.NoError(t, hctx.Err(), "the hold's context ended: %v", context.Cause(hctx))
 }
 
+// deploymentRefuser is a user of every node of an env's deployment (each
+// server of a Cluster, the primary and replicas under Sentinel) that may,
+// at the test's word, be refused every script, as scriptRefuser's is.
+type deploymentRefuser struct {
+	admins []*redis.Client
+	user   string
+	rdb    redis.UniversalClient // the deployment, as the user
+}
+
+func newDeploymentRefuser(t *testing.T, e *env) *deploymentRefuser {
+	t.Helper()
+	require.NotNil(t, e.dialAs, "the env reaches its deployment as a user of its own")
+	r := &deploymentRefuser{user: "locker-" + queue.NewID()[:12]}
+	for _, addr := range e.nodes {
+		admin := redis.NewClient(&redis.Options{Addr: addr})
+		t.Cleanup(func() { _ = admin.Close() })
+		require.NoError(t, admin.Do(context.Background(), "ACL", "SETUSER", r.user, "on", ">secret",
+			"resetkeys", "~*", "resetchannels", "&*", "+@all").Err())
+		r.admins = append(r.admins, admin)
+	}
+	r.rdb = e.dialAs(t, r.user, "secret")
+	return r
+}
+
+// refuse takes EVAL and EVALSHA from the user on every node (on), or
+// gives them back.
+func (r *deploymentRefuser) refuse(t *testing.T, on bool) {
+	t.Helper()
+	rule := []any{"+evalsha", "+eval"}
+	if on {
+		rule = []any{"-evalsha", "-eval"}
+	}
+	for _, admin := range r.admins {
+		require.NoError(t, admin.Do(context.Background(), append([]any{"ACL", "SETUSER", r.user}, rule...)...).Err())
+	}
+}
+
 // reentrant is a primitive whose holds are re-entered through their
 // contexts, as the refusal tests drive it.
 type reentrant struct {
@@ -70,16 +107,16 @@ type reentrant struct {
 	keys   []string // the keys that exist while it is held
 }
 
-// reentrants returns each re-entrant primitive of c, on locks named after
-// base under the default prefix.
-func reentrants(t *testing.T, c *fairlock.Client, base string) []reentrant {
+// reentrants returns each re-entrant primitive of c (whose prefix is
+// prefix), on locks named after base.
+func reentrants(t *testing.T, c *fairlock.Client, prefix, base string) []reentrant {
 	key := func(name string) string {
-		k, err := queue.For("fairlock", name)
+		k, err := queue.For(prefix, name)
 		require.NoError(t, err)
 		return k.Lock
 	}
 	rwKey := func(name string) string {
-		k, err := queue.Weighted("fairlock", name, queue.KindRWMutex)
+		k, err := queue.Weighted(prefix, name, queue.KindRWMutex)
 		require.NoError(t, err)
 		return k.Lock
 	}
@@ -95,8 +132,18 @@ func reentrants(t *testing.T, c *fairlock.Client, base string) []reentrant {
 	}
 }
 
-// TestARefusedInnerUnlockThenTheOuterUnlockFreesTheLock drives the usual
-// shape of nested holds,
+// existing counts the keys of keys that exist, one at a time (they may
+// live on different servers of a Cluster).
+func existing(rdb redis.UniversalClient, keys []string) int64 {
+	n := int64(0)
+	for _, k := range keys {
+		n += rdb.Exists(context.Background(), k).Val()
+	}
+	return n
+}
+
+// refusedInnerUnlockThenTheOuterUnlockFreesTheLock drives the usual shape
+// of nested holds,
 //
 //	outer, _ := m.Lock(ctx); defer m.Unlock(outer)
 //	inner, _ := m.Lock(outer); ...; if err := m.Unlock(inner); err != nil { log(err) }
@@ -108,14 +155,15 @@ func reentrants(t *testing.T, c *fairlock.Client, base string) []reentrant {
 // when Redis still refuses, it returns the refusal, the hold ends, and
 // the lock is free as soon as Redis takes releases again. The outer
 // Unlock never returns nil while the lock stays held. Every re-entrant
-// primitive, in both orders.
-func TestARefusedInnerUnlockThenTheOuterUnlockFreesTheLock(t *testing.T) {
-	t.Parallel()
+// primitive, in both orders; a family case, so on every kind of client.
+func refusedInnerUnlockThenTheOuterUnlockFreesTheLock(t *testing.T, e *env, lock string) {
 	for _, order := range []string{"RedisBackBeforeTheOuterUnlock", "RedisBackAfterTheOuterUnlock"} {
 		t.Run(order, func(t *testing.T) {
-			t.Parallel()
-			r := newScriptRefuser(t)
-			for _, p := range reentrants(t, r.client(t), order) {
+			r := newDeploymentRefuser(t, e)
+			c, err := fairlock.New(r.rdb, fairlock.WithPrefix(e.prefix))
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = c.Close() })
+			for _, p := range reentrants(t, c, e.prefix, lock+"-"+order) {
 				t.Run(p.name, func(t *testing.T) {
 					ctx := context.Background()
 					outer, err := p.lock(ctx)
@@ -133,14 +181,14 @@ func TestARefusedInnerUnlockThenTheOuterUnlockFreesTheLock(t *testing.T) {
 						r.refuse(t, false)
 						require.NoError(t, p.unlock(outer))
 						requireDone(t, outer, refusalWithin)
-						require.Zero(t, r.admin.Exists(ctx, p.keys...).Val(), "the lock is free when the outer Unlock returns nil")
+						require.Zero(t, existing(e.rdb, p.keys), "the lock is free when the outer Unlock returns nil")
 						return
 					}
 					err = p.unlock(outer)
 					require.ErrorIs(t, err, fairlock.ErrNoPermission, "the lock is still held: the outer Unlock must not return nil")
 					requireDone(t, outer, refusalWithin)
 					r.refuse(t, false)
-					require.Eventually(t, func() bool { return r.admin.Exists(ctx, p.keys...).Val() == 0 },
+					require.Eventually(t, func() bool { return existing(e.rdb, p.keys) == 0 },
 						refusalWithin, 10*time.Millisecond, "the releases were sent again once Redis took them")
 					require.ErrorIs(t, p.unlock(outer), fairlock.ErrNotHeld)
 				})
@@ -360,8 +408,8 @@ func TestTheLastUnlockReleasesLevelsWhoseReleaseIsStillOnItsWay(t *testing.T) {
 }
 
 // TestAQuorumRefusedInnerUnlockThenTheOuterUnlockFreesTheLock is
-// TestARefusedInnerUnlockThenTheOuterUnlockFreesTheLock on a quorum of
-// three masters, each of which refuses the scripts.
+// refusedInnerUnlockThenTheOuterUnlockFreesTheLock on a quorum of three
+// masters, each of which refuses the scripts.
 func TestAQuorumRefusedInnerUnlockThenTheOuterUnlockFreesTheLock(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()

@@ -26,6 +26,9 @@ type topology struct {
 	rdb func(t testing.TB) redis.UniversalClient
 	// names returns the lock names to run a case on, made from base.
 	names func(t *testing.T, base string) []string
+	// nodes and dialAs are env's.
+	nodes  []string
+	dialAs func(t testing.TB, user, password string) redis.UniversalClient
 }
 
 func TestTopologies(t *testing.T) {
@@ -64,7 +67,13 @@ func TestTopologies(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, masters, 3)
 		runCoreCases(t, topology{
-			rdb: func(t testing.TB) redis.UniversalClient { return cluster.Client(t) },
+			rdb:   func(t testing.TB) redis.UniversalClient { return cluster.Client(t) },
+			nodes: cluster.Addrs(),
+			dialAs: func(t testing.TB, user, password string) redis.UniversalClient {
+				rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), Username: user, Password: password})
+				t.Cleanup(func() { _ = rdb.Close() })
+				return rdb
+			},
 			// One name per master: every case runs on every master.
 			names: func(t *testing.T, base string) []string {
 				byMaster := map[string]string{}
@@ -91,6 +100,13 @@ func TestTopologies(t *testing.T) {
 		runCoreCases(t, topology{
 			rdb:   func(t testing.TB) redis.UniversalClient { return set.Client(t) },
 			names: func(_ *testing.T, base string) []string { return []string{base} },
+			nodes: set.Addrs(),
+			dialAs: func(t testing.TB, user, password string) redis.UniversalClient {
+				rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: set.MasterName(), SentinelAddrs: set.SentinelAddrs(),
+					Username: user, Password: password})
+				t.Cleanup(func() { _ = rdb.Close() })
+				return rdb
+			},
 		})
 	})
 }
@@ -124,7 +140,7 @@ func runCoreCases(t *testing.T, topo topology) {
 			for _, lock := range topo.names(t, c.name) {
 				t.Run(lock, func(t *testing.T) {
 					t.Parallel()
-					c.run(t, &env{t: t, rdb: topo.rdb(t), prefix: redistest.Prefix(t), dial: topo.rdb}, lock)
+					c.run(t, &env{t: t, rdb: topo.rdb(t), prefix: redistest.Prefix(t), dial: topo.rdb, nodes: topo.nodes, dialAs: topo.dialAs}, lock)
 				})
 			}
 		})

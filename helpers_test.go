@@ -48,6 +48,10 @@ type env struct {
 	// dial returns a new redis client of the deployment, closed when t
 	// ends.
 	dial func(t testing.TB) redis.UniversalClient
+	// nodes are the addresses of every server of the deployment, and
+	// dialAs returns a new redis client of it that logs in as user.
+	nodes  []string
+	dialAs func(t testing.TB, user, password string) redis.UniversalClient
 }
 
 func newEnv(t testing.TB) *env {
@@ -56,7 +60,12 @@ func newEnv(t testing.TB) *env {
 
 func serverEnv(t testing.TB, srv *redistest.Server) *env {
 	dial := func(t testing.TB) redis.UniversalClient { return srv.Client(t) }
-	return &env{t: t, srv: srv, rdb: srv.Client(t), prefix: redistest.Prefix(t), dial: dial}
+	dialAs := func(t testing.TB, user, password string) redis.UniversalClient {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: user, Password: password})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}
+	return &env{t: t, srv: srv, rdb: srv.Client(t), prefix: redistest.Prefix(t), dial: dial, nodes: []string{srv.Addr}, dialAs: dialAs}
 }
 
 // newPrivateEnv is newEnv on a redis-server of the test's own, for tests

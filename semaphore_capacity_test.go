@@ -35,22 +35,24 @@ func TestSemaphoreRefusesCapacitiesItCannotCountExactly(t *testing.T) {
 	e.requireWeightedGone("huge", queue.KindSemaphore)
 }
 
-func TestSemaphoreCountsExactlyAtTheLargestCapacity(t *testing.T) {
-	e := newEnv(t)
+// The cases below run on every kind of client with the weighted core
+// cases (see weightedCoreCases).
+
+func semaphoreCountsExactlyAtTheLargestCapacity(t *testing.T, e *env, lock string) {
 	ctx := context.Background()
-	s := e.client().Semaphore("exact", fairlock.MaxPermits)
+	s := e.client().Semaphore(lock, fairlock.MaxPermits)
 	most, err := s.Acquire(ctx, fairlock.MaxPermits-1)
 	require.NoError(t, err)
 	last, err := s.TryAcquire(ctx, 1)
 	require.NoError(t, err, "the last permit fits")
 	_, err = s.TryAcquire(ctx, 1)
 	require.ErrorIs(t, err, fairlock.ErrLocked, "every permit is held")
-	e.requireWeightedState("exact", queue.KindSemaphore, 2, fairlock.MaxPermits)
+	e.requireWeightedState(lock, queue.KindSemaphore, 2, fairlock.MaxPermits)
 
 	// One more waits for a permit to come back.
-	other := e.client().Semaphore("exact", fairlock.MaxPermits)
+	other := e.client().Semaphore(lock, fairlock.MaxPermits)
 	more := acquireAsync(ctx, other, 1)
-	e.waitWeightedQueued("exact", queue.KindSemaphore, 1)
+	e.waitWeightedQueued(lock, queue.KindSemaphore, 1)
 	requirePending(t, more)
 	require.NoError(t, s.Release(last))
 	got := awaitAcquired(t, more)
@@ -59,26 +61,25 @@ func TestSemaphoreCountsExactlyAtTheLargestCapacity(t *testing.T) {
 	require.ErrorIs(t, err, fairlock.ErrLocked)
 	require.NoError(t, other.Release(got.ctx))
 	require.NoError(t, s.Release(most))
-	e.requireWeightedGone("exact", queue.KindSemaphore)
+	e.requireWeightedGone(lock, queue.KindSemaphore)
 }
 
 // A waiter that SetPermits leaves asking for more than the capacity is
 // told by push, as a grant is: it fails at once, not at its next poll.
-func TestSemaphoreWaiterAboveALoweredCapacityIsToldAtOnce(t *testing.T) {
-	e := newEnv(t)
+func semaphoreWaiterAboveALoweredCapacityIsToldAtOnce(t *testing.T, e *env, lock string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := e.client().Semaphore("told", 10)
+	s := e.client().Semaphore(lock, 10)
 	held, err := s.Acquire(ctx, 8)
 	require.NoError(t, err)
 
 	// It polls every 10 s: a third of its waiter TTL, and before the
 	// holder's lease (30 s) ends.
-	waiter := e.client(fairlock.WithWaiterTTL(30*time.Second)).Semaphore("told", 10)
+	waiter := e.client(fairlock.WithWaiterTTL(30*time.Second)).Semaphore(lock, 10)
 	w := acquireAsync(ctx, waiter, 5)
-	e.waitWeightedQueued("told", queue.KindSemaphore, 1)
+	e.waitWeightedQueued(lock, queue.KindSemaphore, 1)
 	resized := time.Now()
-	require.NoError(t, e.client().Semaphore("told", 10).SetPermits(ctx, 4))
+	require.NoError(t, e.client().Semaphore(lock, 10).SetPermits(ctx, 4))
 	select {
 	case got := <-w:
 		require.ErrorIs(t, got.err, fairlock.ErrInvalidOption)
@@ -88,24 +89,23 @@ func TestSemaphoreWaiterAboveALoweredCapacityIsToldAtOnce(t *testing.T) {
 		t.Fatal("the waiter was not told within 2s that its weight is above the capacity")
 	}
 	require.NoError(t, s.Release(held))
-	e.requireWeightedGone("told", queue.KindSemaphore)
+	e.requireWeightedGone(lock, queue.KindSemaphore)
 }
 
 // So is a waiter further back, behind a head that waits for room.
-func TestSemaphoreWaiterBehindTheHeadAboveALoweredCapacityIsToldAtOnce(t *testing.T) {
-	e := newEnv(t)
+func semaphoreWaiterBehindTheHeadAboveALoweredCapacityIsToldAtOnce(t *testing.T, e *env, lock string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	s := e.client().Semaphore("behind", 10)
+	s := e.client().Semaphore(lock, 10)
 	held, err := s.Acquire(ctx, 8)
 	require.NoError(t, err)
 
 	waiters := e.client(fairlock.WithWaiterTTL(30 * time.Second))
-	first := waiters.Semaphore("behind", 10)
+	first := waiters.Semaphore(lock, 10)
 	head := acquireAsync(ctx, first, 3)
-	e.waitWeightedQueued("behind", queue.KindSemaphore, 1)
-	back := acquireAsync(ctx, waiters.Semaphore("behind", 10), 5)
-	e.waitWeightedQueued("behind", queue.KindSemaphore, 2)
+	e.waitWeightedQueued(lock, queue.KindSemaphore, 1)
+	back := acquireAsync(ctx, waiters.Semaphore(lock, 10), 5)
+	e.waitWeightedQueued(lock, queue.KindSemaphore, 2)
 	resized := time.Now()
 	require.NoError(t, s.SetPermits(ctx, 4))
 	select {
@@ -121,5 +121,5 @@ func TestSemaphoreWaiterBehindTheHeadAboveALoweredCapacityIsToldAtOnce(t *testin
 	got := awaitAcquired(t, head)
 	require.NoError(t, got.err)
 	require.NoError(t, first.Release(got.ctx))
-	e.requireWeightedGone("behind", queue.KindSemaphore)
+	e.requireWeightedGone(lock, queue.KindSemaphore)
 }

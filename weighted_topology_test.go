@@ -47,6 +47,9 @@ var weightedCoreCases = []struct {
 	}},
 	{"SemaphoreCrowdNeverHoldsMoreThanItsPermits", semaphoreCrowd},
 	{"RWMutexCrowdNeverHasAWriterBesideAnyone", rwMutexCrowd},
+	{"SemaphoreCountsExactlyAtTheLargestCapacity", semaphoreCountsExactlyAtTheLargestCapacity},
+	{"SemaphoreWaiterAboveALoweredCapacityIsToldAtOnce", semaphoreWaiterAboveALoweredCapacityIsToldAtOnce},
+	{"SemaphoreWaiterBehindTheHeadAboveALoweredCapacityIsToldAtOnce", semaphoreWaiterBehindTheHeadAboveALoweredCapacityIsToldAtOnce},
 }
 
 func TestWeightedCoreCasesOnOneServer(t *testing.T) {

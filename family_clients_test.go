@@ -60,12 +60,21 @@ func within(t *testing.T, held context.Context) context.Context {
 
 func mutexHoldCountsThroughAnotherClient(t *testing.T, e *env, lock string) {
 	a, b := e.client(), e.client()
-	held, err := a.Mutex(lock).Lock(soon(t))
-	require.NoError(t, err)
-	token, err := a.Mutex(lock).Token(held)
-	require.NoError(t, err)
+	held := requireReenteredThroughAnother(t, a.Mutex(lock), b.Mutex(lock))
+	require.NoError(t, b.Mutex(lock).Unlock(held))
+	requireDone(t, held, 5*time.Second)
+	e.requireLocked(false, lock)
+}
 
-	mb := b.Mutex(lock)
+// requireReenteredThroughAnother takes a hold through ma, re-enters it
+// through mb (a Mutex of the same lock through another Client): the count
+// is 2 and the token the hold's, and mb's Unlock gives the level back. It
+// returns the hold, of one level.
+func requireReenteredThroughAnother(t *testing.T, ma, mb *fairlock.Mutex) context.Context {
+	held, err := ma.Lock(soon(t))
+	require.NoError(t, err)
+	token, err := ma.Token(held)
+	require.NoError(t, err)
 	inner, err := mb.Lock(within(t, held))
 	require.NoError(t, err, "b re-enters a's hold")
 	n, err := mb.HoldCount(inner)
@@ -75,9 +84,7 @@ func mutexHoldCountsThroughAnotherClient(t *testing.T, e *env, lock string) {
 	require.NoError(t, err)
 	require.Equal(t, token, got, "a re-entry keeps the hold's token")
 	require.NoError(t, mb.Unlock(inner))
-	require.NoError(t, mb.Unlock(held))
-	requireDone(t, held, 5*time.Second)
-	e.requireLocked(false, lock)
+	return held
 }
 
 func rwMutexHoldsCountThroughAnotherClient(t *testing.T, e *env, lock string) {
@@ -185,20 +192,7 @@ func TestQuorumHoldsCountThroughAnotherClient(t *testing.T) {
 	servers := redistest.Masters(t, 3)
 	a, b := quorumOf(t, servers), quorumOf(t, servers)
 	ma, mb := a.Mutex("family"), b.Mutex("family")
-	held, err := ma.Lock(soon(t))
-	require.NoError(t, err)
-	token, err := ma.Token(held)
-	require.NoError(t, err)
-
-	inner, err := mb.Lock(within(t, held))
-	require.NoError(t, err, "b re-enters a's hold")
-	n, err := mb.HoldCount(inner)
-	require.NoError(t, err)
-	require.Equal(t, 2, n)
-	got, err := mb.Token(inner)
-	require.NoError(t, err)
-	require.Equal(t, token, got)
-	require.NoError(t, mb.Unlock(inner))
+	held := requireReenteredThroughAnother(t, ma, mb)
 	derived, cancel := context.WithCancel(held)
 	cancel()
 	require.NoError(t, mb.Unlock(derived), "a cancellation does not stop Unlock")

@@ -97,7 +97,10 @@ func TestLostHoldInANestedContextIsNotReentered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := context.Background()
-	c := e.client(fairlock.WithLease(300 * time.Millisecond)) // renewed every 100ms
+	// Renewed every third of a second: the outer hold is lost at its next
+	// renewal, and the inner one, renewed as often, outlives a loaded
+	// machine's scheduling delays.
+	c := e.client(fairlock.WithLease(time.Second))
 	a, b := c.Mutex("outer"), c.Mutex("inner")
 	actx, err := a.Lock(ctx)
 	require.NoError(t, err)

@@ -303,8 +303,14 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 				if !orphaned {
 					return giveUp(ln, ctx, req.Owner, entry)
 				}
-				<-left
-				return leftErr
+				select {
+				case <-left:
+					return leftErr
+				case <-e.stopped.Done():
+					// The poll never went out (Close had started), or
+					// Close's bound passed: nothing more is waited for.
+					return errs.ErrClosed
+				}
 			}))
 		case unacked(err) && rep.Count > 1:
 			// A re-entry of a hold the owner id already had (see Lock),

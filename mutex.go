@@ -160,6 +160,13 @@ func (m *Mutex) reenter(ctx context.Context, owner string, shared bool) (fair.He
 // level, and the release goes on in the background until Redis takes it
 // or the lease runs out. A cancellation does not stop Unlock: the context
 // it is given is often that of a hold that has just ended.
+//
+// Every Unlock gives up one level in the process, whatever Redis answers:
+// a release Redis refuses (NOPERM during an ACL change, ...) or does not
+// answer is sent again in the background, and the error says so. The
+// last Unlock of a hold then also takes the levels Redis still counts for
+// it, so it returns nil only once the lock is free (see "Unlock through
+// a refusal" in docs/operations.md).
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return notHeld(err)

@@ -165,8 +165,9 @@ func (m *Mutex) reenter(ctx context.Context, owner string, shared bool) (fair.He
 // a release Redis refuses (NOPERM during an ACL change, ...) or does not
 // answer is sent again in the background, and the error says so. The
 // last Unlock of a hold then also takes the levels Redis still counts for
-// it, so it returns nil only once the lock is free (see "Unlock through
-// a refusal" in docs/operations.md).
+// it, so that, under an owner id of its own (not ContextWithOwner's), it
+// returns nil only once the lock is free (see "Unlock through a refusal"
+// in docs/operations.md).
 func (m *Mutex) Unlock(ctx context.Context) error {
 	if err := m.usable(ctx); err != nil {
 		return notHeld(err)

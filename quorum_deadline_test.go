@@ -276,7 +276,9 @@ func TestQuorumCloseReturnsWithinOneCallTimeoutWhenMastersHang(t *testing.T) {
 	octx, err := other.Lock(ctx)
 	require.NoError(t, err)
 	waiting := lockAsync(ctx, c.Mutex("busy"))
-	queuedOn(t, servers[0].Client(t), quorumKeys(t, "busy"), 1)
+	for _, s := range servers {
+		queuedOn(t, s.Client(t), quorumKeys(t, "busy"), 1)
+	}
 
 	for _, p := range proxies {
 		p.FreezeAll()

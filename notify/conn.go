@@ -45,6 +45,16 @@ type conn struct {
 	moves  int
 }
 
+// bounded returns the context of one network call of c: c's, with a
+// deadline two heartbeats away (a second at least). A connection silent
+// that long is taken for dead anyway; and a call that blocked longer (a
+// dial whose handshake a stopped server never answers, with the client's
+// ContextTimeoutEnabled and a long read timeout) would hold the
+// connection's lock, and so Close, until the client's read timeout.
+func (h *Hub) bounded(c *conn) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.ctx, max(2*h.heartbeat, time.Second))
+}
+
 // startLocked registers the connection ps of sub under key and starts its
 // reader and writer. The connection itself is dialled by the first write.
 func (h *Hub) startLocked(key *redis.Client, sub Subscriber, ps *redis.PubSub) *conn {

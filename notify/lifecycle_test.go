@@ -88,6 +88,28 @@ func TestWatchPendingAtCloseReturnsErrClosed(t *testing.T) {
 	require.Equal(t, []string{channel + ":open"}, watched(h), "the pending waiter was not unregistered")
 }
 
+// A connection whose dial reached a server that then stopped answering,
+// during the handshake, holds the connection's lock until the handshake's
+// read gives up: with ContextTimeoutEnabled and a long read timeout, only
+// a deadline of the hub's own call bounds it, and Close with it.
+func TestCloseIsPromptWhileADialHangsInItsHandshake(t *testing.T) {
+	srv := redistest.Shared(t)
+	p := faultproxy.New(t, srv.Addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	h := newHub(t, rdb, Options{})
+	p.FreezeAll() // the first dial's handshake is never answered
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := h.Watch(ctx, redistest.Prefix(t), "w")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	start := time.Now()
+	require.NoError(t, h.Close())
+	require.Less(t, time.Since(start), 3*time.Second, "Close waited for the handshake's read timeout")
+}
+
 func TestCloseIsPromptIdempotentAndStopsEveryGoroutine(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	srv := redistest.Shared(t)

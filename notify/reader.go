@@ -29,7 +29,9 @@ func (h *Hub) read(c *conn, ps *redis.PubSub) {
 	pinged := false  // a heartbeat PING is queued and nothing has arrived since
 	failing := false // the last receive failed with something other than a timeout
 	for {
-		msg, err := receive(c.ctx, ps, h.heartbeat)
+		rctx, cancel := h.bounded(c)
+		msg, err := receive(rctx, ps, h.heartbeat)
+		cancel()
 		if c.ctx.Err() != nil {
 			return
 		}

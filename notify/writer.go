@@ -88,23 +88,25 @@ func (h *Hub) perform(c *conn, o op) {
 	if !h.current(c, o.ps) {
 		return
 	}
+	ctx, cancel := h.bounded(c)
+	defer cancel()
 	err := guard("PubSub write", func() error {
 		var err error
 		switch {
 		case o.subscribe != "" && c.sharded:
-			err = o.ps.SSubscribe(c.ctx, o.subscribe)
+			err = o.ps.SSubscribe(ctx, o.subscribe)
 		case o.subscribe != "":
-			err = o.ps.Subscribe(c.ctx, o.subscribe)
+			err = o.ps.Subscribe(ctx, o.subscribe)
 		case o.unsubscribe != "" && c.sharded:
-			err = o.ps.SUnsubscribe(c.ctx, o.unsubscribe)
+			err = o.ps.SUnsubscribe(ctx, o.unsubscribe)
 		case o.unsubscribe != "":
-			err = o.ps.Unsubscribe(c.ctx, o.unsubscribe)
+			err = o.ps.Unsubscribe(ctx, o.unsubscribe)
 		}
 		if err == nil && o.ping {
 			if o.payload == "" {
-				err = o.ps.Ping(c.ctx)
+				err = o.ps.Ping(ctx)
 			} else {
-				err = o.ps.Ping(c.ctx, o.payload)
+				err = o.ps.Ping(ctx, o.payload)
 			}
 		}
 		return err

@@ -130,3 +130,35 @@ func TestQuorumHoldCallsOnAMasterKeepTheirOrder(t *testing.T) {
 		return err == nil && n == 0
 	}, 5*time.Second, 10*time.Millisecond, "a level of o's hold is left on master 2")
 }
+
+// The majority views are settled as soon as no master still out could
+// change them, and not before: a re-entry counted on two of three
+// masters, read from the one it has not reached yet and one it has, waits
+// for the third.
+func TestQuorumViewsSettleOnlyWhenNoMasterOutCouldChangeThem(t *testing.T) {
+	l := &QMutex{qm: &Quorum{q: 2}}
+	read := func(owner string, count int) holdRead { return holdRead{ok: true, owner: owner, count: count} }
+	var out holdRead // a master that has not answered
+	for _, tc := range []struct {
+		name          string
+		reads         []holdRead
+		locked, count bool // settled for IsLocked, for HoldCount("o")
+	}{
+		{"one answer", []holdRead{read("o", 1), out, out}, false, false},
+		{"two agree", []holdRead{read("o", 1), read("o", 1), out}, true, true},
+		{"a re-entry on its way", []holdRead{read("o", 2), read("o", 1), out}, true, false},
+		{"every master", []holdRead{read("o", 2), read("o", 1), read("o", 2)}, true, true},
+		{"free on two", []holdRead{read("", 0), read("", 0), out}, true, true},
+		{"another owner and a free master", []holdRead{read("x", 1), read("", 0), out}, false, true},
+		{"five masters, two out", []holdRead{read("o", 3), read("o", 3), read("o", 3), out, out}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if len(tc.reads) == 5 {
+				l.qm.q = 3
+				defer func() { l.qm.q = 2 }()
+			}
+			require.Equal(t, tc.locked, l.settled(tc.reads), "IsLocked's view")
+			require.Equal(t, tc.count, l.countSettled(tc.reads, "o"), "HoldCount's view")
+		})
+	}
+}

@@ -331,7 +331,7 @@ func (l *QMutex) Holds(ctx context.Context, held Held) (bool, error) {
 	if !ok {
 		return false, nil // a single deployment's hold: never one of this lock
 	}
-	reads, err := l.readAll(ctx)
+	reads, err := l.readAll(ctx, l.settled)
 	if err != nil {
 		return false, err
 	}
@@ -349,7 +349,7 @@ func (l *QMutex) Holds(ctx context.Context, held Held) (bool, error) {
 // is settled (see settled), without waiting for the masters still out, so
 // that a master that hangs holds up no read. It fails with
 // errs.ErrNoQuorum when fewer than a majority answered.
-func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
+func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]holdRead, error) {
 	if err := l.qm.begin(); err != nil {
 		return nil, err
 	}
@@ -389,7 +389,7 @@ func (l *QMutex) readAll(ctx context.Context) ([]holdRead, error) {
 			seen[a.i] = reads[a.i]
 			mu.Unlock()
 		}
-		return l.settled(seen)
+		return settled(seen)
 	}, nil)
 	if n < l.qm.q {
 		return nil, l.qm.noQuorum(ctx, n, "")
@@ -454,7 +454,7 @@ func (l *QMutex) majorityOwner(reads []holdRead) (owner string, count int, ttl t
 // IsLocked reports whether one owner holds the lock on a majority of the
 // masters.
 func (l *QMutex) IsLocked(ctx context.Context) (bool, error) {
-	reads, err := l.readAll(ctx)
+	reads, err := l.readAll(ctx, l.settled)
 	if err != nil {
 		return false, err
 	}
@@ -470,7 +470,7 @@ func (l *QMutex) TTL(ctx context.Context, held Held) (time.Duration, error) {
 	if h, ok := held.(*QHold); ok && l.Took(h) && h.Context().Err() == nil {
 		return max(time.Until(h.Validity()), 0), nil
 	}
-	reads, err := l.readAll(ctx)
+	reads, err := l.readAll(ctx, l.settled)
 	if err != nil {
 		return 0, err
 	}
@@ -482,21 +482,50 @@ func (l *QMutex) TTL(ctx context.Context, held Held) (time.Duration, error) {
 }
 
 // HoldCount returns the levels owner holds on a majority of the masters:
-// the q-th largest of its counts (0 where it holds nothing).
+// the q-th largest of its counts (0 where it holds nothing). It returns
+// once no master still out could change that (see countSettled), so that
+// a re-entry counted on a majority is counted here even while it is on
+// its way to the other masters.
 func (l *QMutex) HoldCount(ctx context.Context, owner string) (int, error) {
-	reads, err := l.readAll(ctx)
+	reads, err := l.readAll(ctx, func(reads []holdRead) bool { return l.countSettled(reads, owner) })
 	if err != nil {
 		return 0, err
 	}
-	counts := make([]int, 0, len(reads))
-	for _, r := range reads {
+	return kthLargestInt(countsOf(reads, owner), l.qm.q), nil
+}
+
+// countsOf returns owner's count on each master read (0 where it holds
+// nothing or the master did not answer).
+func countsOf(reads []holdRead, owner string) []int {
+	counts := make([]int, len(reads))
+	for i, r := range reads {
 		if r.ok && r.owner == owner {
-			counts = append(counts, r.count)
-		} else {
-			counts = append(counts, 0)
+			counts[i] = r.count
 		}
 	}
-	return kthLargestInt(counts, l.qm.q), nil
+	return counts
+}
+
+// countSettled reports whether the reads so far fix the q-th largest of
+// owner's counts: with u masters still out, it lies between the q-th and
+// the (q-u)-th largest of the counts read, so it is fixed once those two
+// are equal (and at least q masters answered).
+func (l *QMutex) countSettled(reads []holdRead, owner string) bool {
+	var counts []int
+	for _, r := range reads {
+		if r.ok {
+			c := 0
+			if r.owner == owner {
+				c = r.count
+			}
+			counts = append(counts, c)
+		}
+	}
+	q, u := l.qm.q, len(reads)-len(counts)
+	if len(counts) < q {
+		return false
+	}
+	return kthLargestInt(counts, q) == kthLargestInt(counts, max(q-u, 1))
 }
 
 // ForceUnlock removes the hold on every master, whoever owns it, and

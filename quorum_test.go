@@ -367,3 +367,41 @@ func TestQuorumObserverSeesTheCallsEvents(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Queued, fairlock.Granted, fairlock.HoldEnded}, kinds)
 }
+
+// A quorum re-entry is reported as a Mutex's is: WaitStarted, then
+// Granted with GrantReentry and the hold's token, before the hold's one
+// HoldEnded.
+func TestQuorumObserverSeesAReentryAsAMutexDoes(t *testing.T) {
+	servers := redistest.Masters(t, 3)
+	var (
+		mu     sync.Mutex
+		events []fairlock.Event
+	)
+	c := quorumOf(t, servers, fairlock.WithObserver(fairlock.ObserverFunc(func(_ context.Context, e fairlock.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	})))
+	m := c.Mutex("reentered")
+	held, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	inner, err := m.Lock(held)
+	require.NoError(t, err)
+	token, err := m.Token(inner)
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(inner))
+	require.NoError(t, m.Unlock(held))
+
+	mu.Lock()
+	defer mu.Unlock()
+	got := make([]fairlock.EventKind, len(events))
+	for i, e := range events {
+		got[i] = e.Kind
+	}
+	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Granted, fairlock.WaitStarted, fairlock.Granted, fairlock.HoldEnded}, got)
+	re := events[3]
+	require.Equal(t, fairlock.GrantReentry, re.Grant)
+	require.Equal(t, events[1].Owner, re.Owner)
+	require.Equal(t, events[1].Token, re.Token, "a re-entry keeps the hold's token")
+	require.Equal(t, token, events[4].Token, "the hold ends under its committed token")
+}

@@ -78,6 +78,17 @@ func (h *QHold) grantToken() int64 {
 	return h.heldToken()
 }
 
+// eventToken is the token the observer is told of the hold: the
+// committed one, or else the grant's.
+func (h *QHold) eventToken() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.committed != 0 {
+		return h.committed
+	}
+	return h.heldToken()
+}
+
 // heldToken is the largest token among the masters known to hold.
 // Requires mu.
 func (h *QHold) heldToken() int64 {
@@ -182,8 +193,31 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 }
 
 // Enter takes one more level (a re-entry) on every master that holds:
-// it counts when a majority does.
+// it counts when a majority does. The observer is told of it as of a
+// Mutex's re-entry: WaitStarted, then Granted (GrantReentry) or
+// WaitEnded.
 func (h *QHold) Enter(ctx context.Context) error {
+	qm := h.l.qm
+	if qm.cfg.Observe == nil {
+		return h.enter(ctx)
+	}
+	ev := Event{Lock: h.l.keys.Name, Owner: h.owner, Wait: true}
+	start := time.Now()
+	ev.Kind = EventWaitStarted
+	qm.observe(ctx, ev)
+	err := h.enter(ctx)
+	ev.Waited = time.Since(start)
+	if err != nil {
+		ev.Kind, ev.Err = EventWaitEnded, err
+	} else {
+		ev.Kind, ev.Grant, ev.Token = EventGranted, GrantReentry, h.eventToken()
+	}
+	qm.observe(ctx, ev)
+	return err
+}
+
+// enter is Enter without its events.
+func (h *QHold) enter(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -394,17 +428,14 @@ func (h *QHold) end(cause error) (int, bool) {
 }
 
 func (h *QHold) endFor(cause error, ranOut bool) (int, bool) {
-	var token int64
-	levels, ok := h.finish(cause, func() { token = h.committed })
+	levels, ok := h.finish(cause, nil)
 	if !ok {
 		return 0, false
 	}
 	qm := h.l.qm
 	qm.dropHold(h)
 	if qm.cfg.Observe != nil {
-		if token == 0 {
-			token = h.grantToken()
-		}
+		token := h.eventToken()
 		qm.observe(h.octx, Event{Kind: EventHoldEnded, Lock: h.l.keys.Name, Owner: h.owner, Call: queue.WaiterIDOf(h.entry),
 			Token: token, Held: time.Since(h.took), End: endKind(cause, ranOut), Err: cause})
 	}

@@ -133,6 +133,18 @@ func TestQuorumHoldOutlivesAStoppedMinority(t *testing.T) {
 	require.NoError(t, err, "another Client re-enters the hold while a master is stopped")
 	require.NoError(t, other.Unlock(inner))
 	require.NoError(t, m.Unlock(held))
+
+	// ForceUnlock too is decided by the majority.
+	fctx, fcancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer fcancel()
+	held, err = m.Lock(fctx)
+	require.NoError(t, err)
+	start := time.Now()
+	removed, err := other.ForceUnlock(fctx)
+	require.NoError(t, err)
+	require.True(t, removed)
+	require.Less(t, time.Since(start), 2*time.Second, "ForceUnlock waited for the stopped master")
+	requireDone(t, held, 3*time.Second)
 }
 
 // TestNewQuorumCountsNoServerTwiceWhenAMasterIsDown: the duplicate check

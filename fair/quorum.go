@@ -529,14 +529,19 @@ func (l *QMutex) countSettled(reads []holdRead, owner string) bool {
 }
 
 // ForceUnlock removes the hold on every master, whoever owns it, and
-// hands the lock on. It reports whether a hold was removed anywhere; it
-// fails with errs.ErrNoQuorum when fewer than a majority answered.
+// hands the lock on. It returns once a majority has answered, without
+// waiting for a master that hangs (the removal goes on there in the
+// background), and reports whether a hold was removed on a master that
+// answered by then: a hold that counted was on a majority, so on one of
+// those. It fails with errs.ErrNoQuorum when fewer than a majority
+// answered.
 func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.qm.begin(); err != nil {
 		return false, err
 	}
 	defer l.qm.ops.Done()
 	var removed atomic.Bool
+	answered := 0
 	n := l.qm.round(ctx, nil, func(ctx context.Context, i int) (lua.QReply, error) {
 		ok, err := l.flag(ctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QForce(l.keys, ms(l.qm.cfg.WaiterTTL), l.qm.skew(i))
@@ -545,7 +550,13 @@ func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
 			removed.Store(true)
 		}
 		return lua.QReply{}, err
-	}, func(answer) bool { return false }, nil)
+	}, func(a answer) bool {
+		// took runs on this goroutine, one answer at a time (see round).
+		if a.err == nil {
+			answered++
+		}
+		return answered >= l.qm.q
+	}, nil)
 	if n < l.qm.q {
 		return removed.Load(), l.qm.noQuorum(ctx, n, "")
 	}

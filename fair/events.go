@@ -155,3 +155,22 @@ func observeEnd[G any](ln line[G], ctx context.Context, req Request, entry strin
 	}
 	e.observe(ctx, ev)
 }
+
+// reentered runs enter, a re-entry of owner's hold of lock, between the
+// two events an observer is told of it: WaitStarted, then Granted with
+// GrantReentry and the hold's token, or WaitEnded with enter's error. A
+// Hold's and a QHold's re-entries are reported alike through it.
+func reentered(ctx context.Context, observe func(context.Context, Event), lock, owner string, token func() int64, enter func(context.Context) error) error {
+	ev := Event{Kind: EventWaitStarted, Lock: lock, Owner: owner, Wait: true}
+	start := time.Now()
+	observe(ctx, ev)
+	err := enter(ctx)
+	ev.Waited = time.Since(start)
+	if err != nil {
+		ev.Kind, ev.Err = EventWaitEnded, err
+	} else {
+		ev.Kind, ev.Grant, ev.Token = EventGranted, GrantReentry, token()
+	}
+	observe(ctx, ev)
+	return err
+}

@@ -97,19 +97,7 @@ func (h *Hold) Enter(ctx context.Context) error {
 	if !h.l.e.observing() {
 		return h.enter(ctx)
 	}
-	ev := Event{Lock: h.l.keys.Name, Owner: h.owner, Wait: true}
-	start := time.Now()
-	ev.Kind = EventWaitStarted
-	h.l.e.observe(ctx, ev)
-	err := h.enter(ctx)
-	ev.Waited = time.Since(start)
-	if err != nil {
-		ev.Kind, ev.Err = EventWaitEnded, err
-	} else {
-		ev.Kind, ev.Grant, ev.Token = EventGranted, GrantReentry, h.token
-	}
-	h.l.e.observe(ctx, ev)
-	return err
+	return reentered(ctx, h.l.e.observe, h.l.keys.Name, h.owner, func() int64 { return h.token }, h.enter)
 }
 
 // enter is Enter without its events.

@@ -201,19 +201,7 @@ func (h *QHold) Enter(ctx context.Context) error {
 	if qm.cfg.Observe == nil {
 		return h.enter(ctx)
 	}
-	ev := Event{Lock: h.l.keys.Name, Owner: h.owner, Wait: true}
-	start := time.Now()
-	ev.Kind = EventWaitStarted
-	qm.observe(ctx, ev)
-	err := h.enter(ctx)
-	ev.Waited = time.Since(start)
-	if err != nil {
-		ev.Kind, ev.Err = EventWaitEnded, err
-	} else {
-		ev.Kind, ev.Grant, ev.Token = EventGranted, GrantReentry, h.eventToken()
-	}
-	qm.observe(ctx, ev)
-	return err
+	return reentered(ctx, qm.observe, h.l.keys.Name, h.owner, h.eventToken, h.enter)
 }
 
 // enter is Enter without its events.

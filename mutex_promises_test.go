@@ -3,6 +3,7 @@ package fairlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
@@ -427,20 +429,52 @@ func TestUnlockRefusedDuringAFailoverIsSentAgain(t *testing.T) {
 	t.Parallel()
 	e := newPrivateEnv(t)
 	ctx := context.Background()
-	holder := e.client().Mutex("norepl") // a 30s lease
+	// A 30 s lease, and a call timeout far below it.
+	holder := e.client(fairlock.WithCallTimeout(500 * time.Millisecond)).Mutex("norepl")
 	hctx, err := holder.Lock(ctx)
 	require.NoError(t, err)
 	next := lockAsync(ctx, e.client().Mutex("norepl"))
 	e.waitQueued("norepl", 1)
 
 	// Writes are refused (NOREPLICAS) as on a primary that lost its
-	// replicas in a failover.
+	// replicas in a failover, for longer than the call timeout: Unlock
+	// rides the refusal out until then, and then says so.
 	require.NoError(t, e.rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err())
 	err = holder.Unlock(hctx)
 	require.ErrorContains(t, err, "NOREPLICAS")
 	require.ErrorContains(t, err, "sent again")
 	require.NoError(t, e.rdb.ConfigSet(ctx, "min-replicas-to-write", "0").Err())
 	r := await(t, next, 5*time.Second) // not the 30s lease
+	require.NoError(t, r.err)
+	require.NoError(t, e.client().Mutex("norepl").Unlock(r.ctx))
+}
+
+func TestUnlockRidesOutARefusalThatEndsWithinTheCallTimeout(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	holder := e.client().Mutex("norepl") // a 10s call timeout
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	next := lockAsync(ctx, e.client().Mutex("norepl"))
+	e.waitQueued("norepl", 1)
+
+	require.NoError(t, e.rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err())
+	healed := make(chan struct{})
+	go func() {
+		defer close(healed)
+		// Heal once the release was refused and sent again.
+		assert.Eventually(t, func() bool {
+			info, err := e.rdb.Info(ctx, "errorstats").Result()
+			var n int
+			_, _ = fmt.Sscanf(redistest.InfoField(info, "errorstat_NOREPLICAS"), "count=%d", &n)
+			return err == nil && n >= 2
+		}, 5*time.Second, 5*time.Millisecond)
+		assert.NoError(t, e.rdb.ConfigSet(ctx, "min-replicas-to-write", "0").Err())
+	}()
+	require.NoError(t, holder.Unlock(hctx))
+	<-healed
+	r := await(t, next, 5*time.Second)
 	require.NoError(t, r.err)
 	require.NoError(t, e.client().Mutex("norepl").Unlock(r.ctx))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/internal/shortly"
 
 	"github.com/fairlock/fairlock/queue"
 )
@@ -41,7 +42,7 @@ func (e *Engine) List(ctx context.Context, prefix, pattern string) ([]string, er
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		defer context.AfterFunc(e.stopped, cancel)()
-		names, err := queue.List(sctx, e.rdb, prefix, pattern)
+		names, err := shortly.Do(sctx, func() ([]string, error) { return queue.List(sctx, e.rdb, prefix, pattern) })
 		return names, refusal(err)
 	}, nil)
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/shortly"
 )
 
 // A Client with a name (Config.Name) writes it under its tag, in the key
@@ -63,7 +65,7 @@ func (e *Engine) keepName() {
 		case <-t.C:
 		}
 		ctx, cancel := e.detached(context.Background())
-		err := e.rdb.Set(ctx, n.key, n.name, nameTTL).Err()
+		err := shortly.Run(ctx, func() error { return e.rdb.Set(ctx, n.key, n.name, nameTTL).Err() })
 		cancel()
 		if err != nil && !warned {
 			e.log.Warn("fairlock: could not write the Client's name; Inspect shows its id only", "key", n.key, "err", err)

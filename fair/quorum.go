@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/internal/shortly"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -283,7 +284,7 @@ func (qm *Quorum) run(ctx context.Context, i int, build func(*lua.Scripts) lua.C
 	if err != nil {
 		return lua.QReply{}, err
 	}
-	rep, err := read(build(s).Run(ctx, e.rdb))
+	rep, err := read(e.run(ctx, build(s)))
 	e.topo.failed(err) // a member that is a Cluster reloads its slot map, as an Engine's call does
 	if err != nil {
 		return lua.QReply{}, refusal(err)
@@ -362,10 +363,16 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 			return lua.QReply{}, err
 		}
 		rdb := l.qm.masters[i].rdb
-		p := rdb.Pipeline()
-		hm := p.HMGet(ctx, l.keys.Lock, "owner", "count")
-		pt := p.PTTL(ctx, l.keys.Lock)
-		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		var hm *redis.SliceCmd
+		var pt *redis.DurationCmd
+		err := shortly.Run(ctx, func() error {
+			p := rdb.Pipeline()
+			hm = p.HMGet(ctx, l.keys.Lock, "owner", "count")
+			pt = p.PTTL(ctx, l.keys.Lock)
+			_, err := p.Exec(ctx)
+			return err
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
 			l.qm.masters[i].topo.failed(err)
 			return lua.QReply{}, err
 		}
@@ -573,7 +580,7 @@ func (l *QMutex) flag(ctx context.Context, i int, build func(*lua.Scripts) lua.C
 	if err != nil {
 		return false, err
 	}
-	ok, err := lua.ReadFlag(build(s).Run(ctx, e.rdb))
+	ok, err := lua.ReadFlag(e.run(ctx, build(s)))
 	e.topo.failed(err)
 	if err != nil && !publishRefused(err) {
 		return false, refusal(err)

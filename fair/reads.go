@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/internal/shortly"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -16,12 +17,14 @@ import (
 // fails in a way a failover explains asks for a fresh map of the
 // deployment, as a script's call does (see topology): a Client that only
 // reads would otherwise send its reads to a dead master until the client
-// library reloads its map by itself.
+// library reloads its map by itself. A server that says it will be ready
+// shortly (loading its data set, say) is asked again until it answers or
+// the read's bound passes (see shortly).
 func read[T any](e *Engine, ctx context.Context, f func(ctx context.Context) (T, error)) (T, error) {
 	return within(e, ctx, func() (T, error) {
 		rctx, cancel := e.bounded(ctx)
 		defer cancel()
-		v, err := f(rctx)
+		v, err := shortly.Do(rctx, func() (T, error) { return f(rctx) })
 		e.topo.failed(err)
 		return v, err
 	}, nil)

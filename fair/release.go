@@ -114,9 +114,10 @@ func (h *Hold) settle(out released, last bool, call string, lease time.Duration)
 	}
 	switch {
 	case err != nil:
-		// No answer, or a server in a failover (CLUSTERDOWN, READONLY,
-		// NOREPLICAS, ...), or a refusal: the same release is sent again
-		// until it counts, and the level counts as gone here.
+		// No answer, or a server still in a failover or a restart when
+		// the call's bound passed (its replies were ridden out until
+		// then: see runScript), or a refusal: the same release is sent
+		// again until it counts, and the level counts as gone here.
 		if last {
 			h.end(nil)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/internal/shortly"
 	"github.com/fairlock/fairlock/lua"
 )
 
@@ -100,7 +101,22 @@ const minWait = time.Millisecond
 //     time either, and the call is reported unacknowledged (see
 //     acknowledged) with the change made on the primary;
 //   - otherwise with a WAIT for what is left of the timeout.
+//
+// A server that says it will be ready shortly (see shortly) did not run
+// the script: the call is sent again until it runs or ctx ends.
 func (e *Engine) runScript(ctx context.Context, call lua.Call, receipt string, receiptTTL int64) waited {
+	w, err := shortly.Do(ctx, func() (waited, error) {
+		w := e.runScriptOnce(ctx, call, receipt, receiptTTL)
+		return w, w.cmd.Err()
+	})
+	if err != nil {
+		w.cmd.SetErr(err) // the reply that kept it from running, and ctx's error
+	}
+	return w
+}
+
+// runScriptOnce is one run of runScript.
+func (e *Engine) runScriptOnce(ctx context.Context, call lua.Call, receipt string, receiptTTL int64) waited {
 	r := e.repl
 	if r == nil {
 		return waited{cmd: call.Run(ctx, e.rdb)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/shortly"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 	"github.com/redis/go-redis/v9"
@@ -114,7 +115,7 @@ func (l *Mutex) releaseUnwaited(ctx context.Context, owner string) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	rep, err := lua.ReadRelease(l.releaseScript(s, queue.NewID(), owner, 0, l.e.receiptTTL()).Run(ctx, l.e.rdb))
+	rep, err := lua.ReadRelease(l.e.run(ctx, l.releaseScript(s, queue.NewID(), owner, 0, l.e.receiptTTL())))
 	l.e.topo.failed(err)
 	if err == nil {
 		l.handOff(rep)
@@ -148,7 +149,20 @@ func (e *Engine) flagCall(ctx context.Context, build func(*lua.Scripts) lua.Call
 	if err != nil {
 		return false, err
 	}
-	ok, err := lua.ReadFlag(build(s).Run(ctx, e.rdb))
+	ok, err := lua.ReadFlag(e.run(ctx, build(s)))
 	e.topo.failed(err)
 	return ok, err
+}
+
+// run sends one call of a script with the engine's client, again while
+// the server says it will be ready shortly (see shortly), until ctx ends.
+func (e *Engine) run(ctx context.Context, call lua.Call) *redis.Cmd {
+	cmd, err := shortly.Do(ctx, func() (*redis.Cmd, error) {
+		cmd := call.Run(ctx, e.rdb)
+		return cmd, cmd.Err()
+	})
+	if err != nil {
+		cmd.SetErr(err) // the reply that kept it from running, and ctx's error
+	}
+	return cmd
 }

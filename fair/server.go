@@ -213,7 +213,7 @@ func (e *Engine) serverVersion(ctx context.Context) (string, error) {
 	if v := infoField(info, "redis_version"); err == nil && v != "" {
 		return v, nil
 	}
-	v, err := lua.ReadVersion(lua.Version().Run(ctx, e.rdb))
+	v, err := lua.ReadVersion(e.run(ctx, lua.Version()))
 	switch {
 	case err == nil:
 		return v, nil // "" from a server before Redis 7

@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/internal/pause"
+	"github.com/fairlock/fairlock/internal/shortly"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -255,15 +257,18 @@ type outcomes struct {
 	errs []error
 }
 
-// send runs renew.lua for each hold in one pipeline (again with EVAL for
-// those the server lacked the script for).
+// send runs renew.lua for each hold in one pipeline: again with EVAL for
+// those the server lacked the script for, and again after a pause for
+// those it said it would be ready for shortly (see shortly), until ctx
+// ends.
 func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
 	out := outcomes{oks: make([]bool, len(holds)), errs: make([]error, len(holds))}
 	pending := make([]int, len(holds))
 	for i := range pending {
 		pending[i] = i
 	}
-	for _, eval := range []bool{false, true} {
+	wait := shortly.FirstPause
+	for eval := false; ; {
 		pipe := w.e.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(pending))
 		for j, i := range pending {
@@ -277,21 +282,31 @@ func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
 		}
 		_, _ = pipe.Exec(ctx) // every command carries its own outcome
 		var again []int
+		missing := false // the server lacked the script for some
 		for j, i := range pending {
 			ok, err := lua.ReadFlag(cmds[j])
-			if !eval && noScript(err) {
-				again = append(again, i)
+			switch {
+			case !eval && noScript(err):
+				again, missing = append(again, i), true
 				continue
+			case shortly.Reply(err) && ctx.Err() == nil:
+				again = append(again, i)
 			}
 			w.e.topo.failed(err)
 			out.oks[i], out.errs[i] = ok, refusal(err)
 		}
-		if len(again) == 0 {
-			break
+		switch {
+		case len(again) == 0:
+			return out
+		case missing:
+			eval = true
+		case !pause.For(ctx, wait):
+			return out // each keeps the refusal it got
+		default:
+			wait = min(2*wait, shortly.LongestPause)
 		}
 		pending = again
 	}
-	return out
 }
 
 // settle acts on the outcome of one hold's renewal sent at sent.

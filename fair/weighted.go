@@ -80,7 +80,7 @@ func (l *Mutex) Resize(ctx context.Context, permits int64) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		before, err := lua.ReadCount(s.WResize(l.keys, permits).Run(cctx, l.e.rdb))
+		before, err := lua.ReadCount(l.e.run(cctx, s.WResize(l.keys, permits)))
 		l.e.topo.failed(err)
 		return before, refusal(err)
 	}, func(before int64, err error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/pause"
+	"github.com/fairlock/fairlock/internal/shortly"
 )
 
 // Back-off between attempts while Redis cannot be reached.
@@ -204,6 +205,11 @@ func (h *Hub) confirmed(c *conn, payload string) (ended bool) {
 // serves the slot, so it holds no subscription of ours there) needs
 // nothing. The connection itself is fine, and Redis still answers the
 // PING, which then confirms nothing.
+//
+// A SUBSCRIBE refused by a server that says it will be ready shortly (it
+// is loading its data set, say: see shortly) is not expected: the reader
+// rebuilds the connection after its back-off, and the rebuild subscribes
+// the channel again.
 func (h *Hub) refused(c *conn, reply error) (expected, ended bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -211,6 +217,9 @@ func (h *Hub) refused(c *conn, reply error) (expected, ended bool) {
 		return false, false
 	}
 	k := c.awaiting[0]
+	if k.topic != nil && shortly.Reply(reply) && !(c.sharded && elsewhere(reply)) {
+		return false, false
+	}
 	c.awaiting = c.awaiting[1:]
 	switch t := k.topic; {
 	case k.unsub != "":

@@ -65,7 +65,11 @@ func Start(extra ...string) (*Server, error) {
 	return nil, fmt.Errorf("redistest: could not start redis-server: %w", lastErr)
 }
 
-func (s *Server) launch() error {
+func (s *Server) launch() error { return s.start(false) }
+
+// start runs the server and waits until it answers PING; with loading, a
+// LOADING reply counts as an answer too.
+func (s *Server) start(loading bool) error {
 	cmd := exec.Command(s.args[0], s.args[1:]...)
 	s.log = &logTail{}
 	cmd.Stdout = s.log
@@ -88,7 +92,7 @@ func (s *Server) launch() error {
 			return fmt.Errorf("%s exited at start; its log ends:\n%s", s.args[0], s.log)
 		default:
 		}
-		if ping(s.Addr) == nil {
+		if err := ping(s.Addr); err == nil || (loading && strings.HasPrefix(err.Error(), "LOADING")) {
 			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -141,6 +145,21 @@ func (s *Server) Restart() error {
 	var err error
 	for range 50 {
 		if err = s.launch(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// RestartLoading is Restart for a server with data to load: it returns as
+// soon as the server answers, loaded or not (while it loads, Redis answers
+// LOADING to every command that touches data).
+func (s *Server) RestartLoading() error {
+	s.kill()
+	var err error
+	for range 50 {
+		if err = s.start(true); err == nil {
 			return nil
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -1,0 +1,298 @@
+package fairlock_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/internal/redistest"
+)
+
+// loadingServer is a redis-server on an append-only file that takes
+// seconds to load it after a restart: its base holds filler keys, each
+// loaded after a delay. While it loads, Redis answers LOADING to every
+// command that touches data.
+type loadingServer struct {
+	srv   *redistest.Server
+	admin *redis.Client
+}
+
+// loadingFiller and loadingDelay make a load last about 2-4 s: the base
+// file's keys, and the delay before each is loaded, in µs.
+const (
+	loadingFiller = 20000
+	loadingDelay  = 60
+)
+
+func newLoadingServer(t *testing.T) *loadingServer {
+	t.Helper()
+	srv, err := redistest.Start("--appendonly", "yes", "--appendfsync", "always",
+		"--key-load-delay", strconv.Itoa(loadingDelay), "--enable-debug-command", "local",
+		// Answer while loading every 1 KB of the file, not every 2 MB.
+		"--loading-process-events-interval-bytes", "1024")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	s := &loadingServer{srv: srv, admin: srv.Client(t)}
+	ctx := context.Background()
+	require.NoError(t, s.admin.Do(ctx, "DEBUG", "POPULATE", loadingFiller, "filler").Err())
+	// The rewrite makes the filler the file's base, an RDB image, whose
+	// keys are loaded with the delay.
+	require.NoError(t, s.admin.BgRewriteAOF(ctx).Err())
+	require.Eventually(t, func() bool {
+		info, err := s.admin.Info(ctx, "persistence").Result()
+		return err == nil && redistest.InfoField(info, "aof_rewrite_in_progress") == "0" &&
+			redistest.InfoField(info, "aof_rewrite_scheduled") == "0"
+	}, 20*time.Second, 10*time.Millisecond, "the append-only file was not rewritten")
+	return s
+}
+
+// restart kills the server and starts it again on its file; it returns
+// while the server loads it.
+func (s *loadingServer) restart(t *testing.T) {
+	t.Helper()
+	require.NoError(t, s.srv.RestartLoading())
+	require.True(t, s.loading(), "the server finished loading before the test could use it")
+}
+
+// loading reports whether the server is loading its data set.
+func (s *loadingServer) loading() bool {
+	info, err := s.admin.Info(context.Background(), "persistence").Result()
+	return err == nil && redistest.InfoField(info, "loading") == "1"
+}
+
+// loadingReplies returns how many LOADING replies the server gave since it
+// started.
+func (s *loadingServer) loadingReplies(t *testing.T) int {
+	t.Helper()
+	info, err := s.admin.Info(context.Background(), "errorstats").Result()
+	require.NoError(t, err)
+	v := redistest.InfoField(info, "errorstat_LOADING")
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v[len("count="):])
+	require.NoError(t, err, v)
+	return n
+}
+
+// Every call of every primitive rides out a server that is loading its
+// data set after a restart: it waits, within its context, until the
+// server answers, and succeeds as it would have before the restart. Nothing
+// was lost (the file is synced at every write), so nothing may fail.
+func TestCallsRideOutAServerLoadingItsData(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	s := newLoadingServer(t)
+	prefix := redistest.Prefix(t)
+	c, err := fairlock.New(s.srv.Client(t), fairlock.WithPrefix(prefix))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	other, err := fairlock.New(s.srv.Client(t), fairlock.WithPrefix(prefix))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = other.Close() })
+	bg := context.Background()
+
+	// Holds taken before the restart, for the calls that end them.
+	m, sem, rw := c.Mutex("m"), c.Semaphore("sem", 3), c.RWMutex("rw")
+	rr := c.RWMutex("rr")
+	ml := c.MultiLock([]string{"ml-1", "ml-2"})
+	forced := other.Mutex("forced")
+	mctx, err := m.Lock(bg)
+	require.NoError(t, err)
+	sctx, err := sem.Acquire(bg, 2)
+	require.NoError(t, err)
+	wctx, err := rw.Lock(bg)
+	require.NoError(t, err)
+	rctx, err := rr.RLock(bg)
+	require.NoError(t, err)
+	mlctx, err := ml.Lock(bg)
+	require.NoError(t, err)
+	_, err = forced.Lock(bg)
+	require.NoError(t, err)
+	tok, err := m.Token(mctx)
+	require.NoError(t, err)
+
+	type step struct {
+		name string
+		call func(ctx context.Context) error
+	}
+	take := func(lock func(context.Context) (context.Context, error), unlock func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			hctx, err := lock(ctx)
+			if err != nil {
+				return err
+			}
+			return unlock(hctx)
+		}
+	}
+	fm, fs, frw, fml := c.Mutex("fresh"), c.Semaphore("fresh-sem", 2), c.RWMutex("fresh-rw"), c.MultiLock([]string{"fresh-1", "fresh-2"})
+	tm, ts, trw, tml := c.Mutex("try"), c.Semaphore("try-sem", 2), c.RWMutex("try-rw"), c.MultiLock([]string{"try-1", "try-2"})
+	rs := c.RWMutex("fresh-rs")
+	trs := c.RWMutex("try-rs")
+	resized := c.Semaphore("resized", 2)
+	steps := []step{
+		{"Mutex.Unlock", func(context.Context) error { return m.Unlock(mctx) }},
+		{"Semaphore.Release", func(context.Context) error { return sem.Release(sctx) }},
+		{"RWMutex.Unlock", func(context.Context) error { return rw.Unlock(wctx) }},
+		{"RWMutex.RUnlock", func(context.Context) error { return rr.RUnlock(rctx) }},
+		{"MultiLock.Unlock", func(context.Context) error { return ml.Unlock(mlctx) }},
+		{"Mutex.Lock", take(fm.Lock, fm.Unlock)},
+		{"Mutex.TryLock", take(tm.TryLock, tm.Unlock)},
+		{"Semaphore.Acquire", take(func(ctx context.Context) (context.Context, error) { return fs.Acquire(ctx, 2) }, fs.Release)},
+		{"Semaphore.TryAcquire", take(func(ctx context.Context) (context.Context, error) { return ts.TryAcquire(ctx, 1) }, ts.Release)},
+		{"Semaphore.SetPermits", func(ctx context.Context) error { return resized.SetPermits(ctx, 5) }},
+		{"RWMutex.Lock", take(frw.Lock, frw.Unlock)},
+		{"RWMutex.RLock", take(rs.RLock, rs.RUnlock)},
+		{"RWMutex.TryLock", take(trw.TryLock, trw.Unlock)},
+		{"RWMutex.TryRLock", take(trs.TryRLock, trs.RUnlock)},
+		{"MultiLock.Lock", take(fml.Lock, fml.Unlock)},
+		{"MultiLock.TryLock", take(tml.TryLock, tml.Unlock)},
+		{"Mutex.IsLocked", func(ctx context.Context) error { _, err := other.Mutex("forced").IsLocked(ctx); return err }},
+		{"Mutex.HoldCount", func(ctx context.Context) error { _, err := other.Mutex("forced").HoldCount(ctx); return err }},
+		{"Mutex.TTL", func(ctx context.Context) error { _, err := other.Mutex("forced").TTL(ctx); return err }},
+		{"Mutex.Token", func(ctx context.Context) error {
+			got, err := m.Token(mctx)
+			if err == nil && got != tok {
+				t.Errorf("Token after the restart: %d, want %d", got, tok)
+			}
+			return err
+		}},
+		{"Mutex.ForceUnlock", func(ctx context.Context) error { _, err := c.Mutex("forced").ForceUnlock(ctx); return err }},
+		{"Client.Inspect", func(ctx context.Context) error { _, err := c.Inspect(ctx, "m"); return err }},
+		{"Client.List", func(ctx context.Context) error { _, err := c.List(ctx, "*"); return err }},
+	}
+	// Token must be read before Unlock ends the hold: it goes first, alone.
+	tokenStep := steps[19]
+	steps = append(steps[:19], steps[20:]...)
+
+	s.restart(t)
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	require.NoError(t, tokenStep.call(ctx), tokenStep.name)
+	require.True(t, s.loading(), "the server finished loading before the calls were sent")
+	for _, h := range []context.Context{mctx, sctx, wctx, rctx, mlctx} {
+		require.NoError(t, h.Err(), "a hold ended while the server loaded: %v", context.Cause(h))
+	}
+	errs := make([]error, len(steps))
+	var wg sync.WaitGroup
+	for i, st := range steps {
+		wg.Go(func() { errs[i] = st.call(ctx) })
+	}
+	wg.Wait()
+	for i, st := range steps {
+		assert.NoError(t, errs[i], st.name)
+	}
+	assert.GreaterOrEqual(t, s.loadingReplies(t), len(steps), "the calls met a loading server")
+
+	// The ended holds are gone from Redis, and nothing is left held.
+	for _, h := range []context.Context{mctx, sctx, wctx, rctx, mlctx} {
+		requireDone(t, h, time.Second)
+	}
+	for _, name := range []string{"m", "ml-1", "ml-2", "forced", "fresh", "try", "fresh-1", "fresh-2", "try-1", "try-2"} {
+		locked, err := c.Mutex(name).IsLocked(bg)
+		require.NoError(t, err)
+		assert.False(t, locked, name)
+	}
+	for _, name := range []string{"rw", "rr", "fresh-rw", "fresh-rs", "try-rw", "try-rs"} {
+		wctx, err := c.RWMutex(name).TryLock(bg)
+		require.NoError(t, err, name)
+		require.NoError(t, c.RWMutex(name).Unlock(wctx))
+	}
+	for _, s := range []*fairlock.Semaphore{sem, fs, ts} {
+		sctx, err := s.TryAcquire(bg, s.Permits())
+		require.NoError(t, err, s.Name())
+		require.NoError(t, s.Release(sctx))
+	}
+	_, err = resized.TryAcquire(bg, 5)
+	require.NoError(t, err, "SetPermits took effect")
+}
+
+// A quorum's calls ride out masters that are loading their data sets: with
+// every master loading, none can answer before its load ends, and each
+// call waits for a majority instead of failing.
+func TestQuorumCallsRideOutMastersLoadingTheirData(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	servers := make([]*loadingServer, 3)
+	addrs := make([]string, len(servers))
+	for i := range servers {
+		servers[i] = newLoadingServer(t)
+		addrs[i] = servers[i].srv.Addr
+	}
+	c := quorumVia(t, addrs)
+	other := quorumVia(t, addrs)
+	bg := context.Background()
+	m := c.Mutex("m")
+	mctx, err := m.Lock(bg)
+	require.NoError(t, err)
+	tok, err := m.Token(mctx)
+	require.NoError(t, err)
+	_, err = other.Mutex("forced").Lock(bg)
+	require.NoError(t, err)
+
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() { s.restart(t) })
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	got, err := m.Token(mctx)
+	require.NoError(t, err, "Token")
+	require.Equal(t, tok, got)
+	for _, s := range servers {
+		require.True(t, s.loading(), "a master finished loading before the calls were sent")
+	}
+	fresh, try := c.Mutex("fresh"), c.Mutex("try")
+	steps := map[string]func() error{
+		"Unlock": func() error { return m.Unlock(mctx) },
+		"Lock": func() error {
+			h, err := fresh.Lock(ctx)
+			if err != nil {
+				return err
+			}
+			return fresh.Unlock(h)
+		},
+		"TryLock": func() error {
+			h, err := try.TryLock(ctx)
+			if err != nil {
+				return err
+			}
+			return try.Unlock(h)
+		},
+		"IsLocked":    func() error { _, err := c.Mutex("forced").IsLocked(ctx); return err },
+		"HoldCount":   func() error { _, err := c.Mutex("forced").HoldCount(ctx); return err },
+		"TTL":         func() error { _, err := c.Mutex("forced").TTL(ctx); return err },
+		"ForceUnlock": func() error { _, err := c.Mutex("forced").ForceUnlock(ctx); return err },
+	}
+	errs := make(map[string]error, len(steps))
+	var mu sync.Mutex
+	for name, step := range steps {
+		wg.Go(func() {
+			err := step()
+			mu.Lock()
+			errs[name] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	for name := range steps {
+		assert.NoError(t, errs[name], name)
+	}
+	for _, s := range servers {
+		assert.Positive(t, s.loadingReplies(t), "the calls met a loading master")
+	}
+	requireDone(t, mctx, time.Second)
+	for _, name := range []string{"m", "forced", "fresh", "try"} {
+		locked, err := c.Mutex(name).IsLocked(bg)
+		require.NoError(t, err)
+		assert.False(t, locked, name)
+	}
+}

@@ -30,6 +30,7 @@ var familyCases = []struct {
 	{"MultiLockUnlocksThroughAnotherClient", multiLockUnlocksThroughAnotherClient},
 	{"UnlockThroughAnotherClientWithACanceledDerivedContext", unlockThroughAnotherClientWithACanceledDerivedContext},
 	{"RefusedInnerUnlockThenTheOuterUnlockFreesTheLock", refusedInnerUnlockThenTheOuterUnlockFreesTheLock},
+	{"ForcedUnlockEndsTheHoldersContextAtOnce", forcedUnlockEndsTheHoldersContextAtOnce},
 }
 
 func TestFamilyCasesOnOneServer(t *testing.T) {

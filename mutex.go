@@ -260,8 +260,11 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 
 // ForceUnlock removes the current hold, whoever owns it, and hands the lock
 // to the next waiter. It reports whether a hold was removed. The former
-// holder learns it at its next renewal (its context is cancelled with
-// ErrLeaseLost) or at its next Unlock. Use it to recover from an operator's
+// holder's Client is told at once: the hold's context is cancelled with
+// ErrLeaseLost within a push's latency, or, for a hold forced within a
+// second of its grant on a lock nobody else of its Client waited for,
+// about a second after the grant; and in any case at its next renewal or
+// Unlock, should the push be lost. Use it to recover from an operator's
 // decision, not as part of a protocol. When ctx ends before Redis answers,
 // ForceUnlock returns ctx's error at once, and the hold may still be
 // removed once Redis answers: look with IsLocked.

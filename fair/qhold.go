@@ -60,6 +60,11 @@ func (l *QMutex) newHold(ctx context.Context, req Request, entry string, views [
 		return h
 	}
 	l.qm.dog.watch()
+	if entry != "" {
+		for _, e := range l.qm.masters {
+			l.qm.goUnlessClosed(func() { heedRevocation(h.ctx, e.hub, l.wake, entry, h.heldHere, h.revoked) })
+		}
+	}
 	return h
 }
 

@@ -527,6 +527,19 @@ local function tell(channel, entry)
   publish((wake_target(channel, entry)), entry)
 end
 
+-- revoke tells the Client that holds under entry, the entry a hold was
+-- given to, that the hold is gone before its holder gave it up (a forced
+-- unlock): it publishes "held:<entry>" on the entry's channel of the
+-- lock's wake channel channel (see wake_target). The Client watches that
+-- id while it holds, and ends the hold at once instead of at its next
+-- renewal; no waiter has such an id, so any other client ignores it.
+-- Nothing is told for a hold without an entry (false, from HGET).
+local function revoke(channel, entry)
+  if entry then
+    publish((wake_target(channel, entry)), 'held:' .. entry)
+  end
+end
+
 -- A call that changes a hold in a way it cannot tell from the hold
 -- afterwards (a re-entry, a release) leaves a receipt: its answer, kept
 -- under the key of its call id for a while, so that the same call sent

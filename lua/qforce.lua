@@ -10,6 +10,8 @@
 
 local lk = quorum_lock(3, tonumber(ARGV[2]))
 local now = now_ms()
+local entry = redis.call('HGET', lk.hold, 'entry')
 local removed = redis.call('DEL', lk.hold)
+revoke(ARGV[1], entry)
 settle(lk, now, ARGV[1])
 return finish(removed)

@@ -137,6 +137,22 @@ func (k Keys) WakeOf(entry string) string {
 	return k.Wake
 }
 
+// Revoked returns the message a script publishes when it takes away the
+// hold given to entry (a forced unlock; revoke in lua/lib.lua), on
+// WakeOf(entry): "held:" and the entry. The holder's Client watches that
+// id while it holds.
+func Revoked(entry string) string { return revokedPrefix + entry }
+
+const revokedPrefix = "held:"
+
+// EntryOf returns the entry a wake message names: the one a grant ("<entry>
+// <token>[ <time>]") or a tell ("<entry>") is for, or whose hold a
+// revocation (Revoked) ends. The message goes out on WakeOf that entry.
+func EntryOf(message string) string {
+	entry, _, _ := strings.Cut(strings.TrimPrefix(message, revokedPrefix), " ")
+	return entry
+}
+
 // WaiterIDOf returns the waiter id an entry made by Entry begins with:
 // the id of the Lock call that made it.
 func WaiterIDOf(entry string) string {

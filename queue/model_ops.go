@@ -200,9 +200,13 @@ func (m *Model) Cancel(owner, entry string) bool {
 
 // ForceUnlock is forceunlock.lua: the hold is removed whoever owns it, and
 // the lock goes to the next live waiter. It returns whether there was a
-// hold. The former holder learns at its next renewal that the hold is gone.
+// hold. The former holder's Client is told first (Revoked), when the
+// hold has an entry.
 func (m *Model) ForceUnlock() bool {
 	removed := m.hold != nil
+	if removed && m.hold.Entry != "" {
+		m.srv.publish(m.key, Revoked(m.hold.Entry))
+	}
 	m.hold = nil
 	m.handOver("")
 	return removed

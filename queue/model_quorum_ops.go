@@ -208,6 +208,9 @@ func (m *QuorumModel) QCommit(owner string, t, lease, waiterTTL, skew int64) Quo
 func (m *QuorumModel) QForce(waiterTTL, skew int64) bool {
 	c := m.begin(waiterTTL, skew)
 	removed := m.hold != nil
+	if removed && m.hold.Entry != "" {
+		m.srv.publish(m.key, Revoked(m.hold.Entry))
+	}
 	m.hold = nil
 	m.settle(c)
 	return removed

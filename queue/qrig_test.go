@@ -228,8 +228,7 @@ func (r *qrig) messagesUntil(ctx context.Context, barrier string) ([]string, err
 		if m.Payload == barrier {
 			return msgs, nil
 		}
-		entry, _, _ := strings.Cut(m.Payload, " ")
-		if want := r.k.WakeOf(entry); m.Channel != want {
+		if want := r.k.WakeOf(queue.EntryOf(m.Payload)); m.Channel != want {
 			return msgs, fmt.Errorf("wake message %q published on %s, not %s", m.Payload, m.Channel, want)
 		}
 		msgs = append(msgs, m.Payload)

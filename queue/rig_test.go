@@ -337,8 +337,7 @@ func (r *rig) messagesUntil(ctx context.Context, barrier string) ([]queue.Wake, 
 		}
 		// A message names the entry the lock was handed to, and must go
 		// out on that entry's channel.
-		entry, _, _ := strings.Cut(m.Payload, " ")
-		if want := r.locks[i].WakeOf(entry); m.Channel != want {
+		if want := r.locks[i].WakeOf(queue.EntryOf(m.Payload)); m.Channel != want {
 			return msgs, fmt.Errorf("wake message %q published on %s, not %s", m.Payload, m.Channel, want)
 		}
 		msgs = append(msgs, queue.Wake{Lock: r.locks[i].Lock, Message: m.Payload})

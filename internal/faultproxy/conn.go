@@ -16,6 +16,7 @@ type conn struct {
 	client, server net.Conn
 	frozen         atomic.Bool   // nothing more is forwarded, either way
 	deaf           atomic.Bool   // nothing more from the server is forwarded: a reply was lost
+	pubsub         atomic.Bool   // the client subscribed on it: a pub/sub connection, which never loses a reply
 	done           chan struct{} // closed when the connection is closed
 	closeOnce      sync.Once
 }
@@ -54,6 +55,9 @@ func (c *conn) read(src net.Conn, out chan<- chunk, fromServer bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && !fromServer && subscribes(buf[:n]) {
+			c.pubsub.Store(true)
+		}
 		if n > 0 && c.passes(fromServer) {
 			out <- chunk{data: bytes.Clone(buf[:n]), at: time.Now().Add(c.p.delay())}
 		}
@@ -72,11 +76,17 @@ func (c *conn) passes(fromServer bool) bool {
 		return true
 	case c.deaf.Load():
 		return false
-	case c.p.takeLoss():
+	case !c.pubsub.Load() && c.p.takeLoss():
 		c.deaf.Store(true)
 		return false
 	}
 	return true
+}
+
+// subscribes reports whether a chunk a client sent holds a SUBSCRIBE (or
+// SSUBSCRIBE, PSUBSCRIBE) command.
+func subscribes(b []byte) bool {
+	return bytes.Contains(bytes.ToLower(b), []byte("subscribe\r\n"))
 }
 
 // deliver writes each chunk to dst when its time comes, unless the

@@ -112,7 +112,9 @@ func (p *Proxy) Reject() {
 
 // LoseNextReply arms the loss of one reply: the next connection that
 // receives bytes from the server drops them, and every later byte from the
-// server, until it is closed. The server has acted on the request; the
+// server, until it is closed. A connection on which the client subscribed
+// (a pub/sub connection) never loses one: the losses are meant for
+// commands. The server has acted on the request; the
 // client waits for an answer that never comes. Calls accumulate: n calls
 // make the next n connections that receive a reply lose it.
 func (p *Proxy) LoseNextReply() {

@@ -1,0 +1,111 @@
+package fair
+
+import (
+	"context"
+	"time"
+
+	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/internal/pause"
+	"github.com/fairlock/fairlock/notify"
+	"github.com/fairlock/fairlock/queue"
+)
+
+// A hold can be taken away in Redis before its holder gives it up: a
+// forced unlock (ForceUnlock, the fairlock command's unlock --force)
+// removes it whoever owns it and hands the lock on at once. The script
+// that does so tells the holder's Client (revoke in lua/lib.lua): it
+// publishes queue.Revoked(entry) on the Client's wake channel of the lock,
+// entry being the waiter entry the hold was given to. Without that, the
+// holder would learn it at its next renewal, up to a third of the lease
+// later, while the next owner already holds the lock.
+//
+// So a hold of a Mutex (one lock, or each lock of a MultiLock's ticket)
+// or of a quorum lock watches that id on its lock's channel until it
+// ends. The subscription is the one the engine's waiters of the lock use,
+// shared with them. When the engine has none at the grant (nobody of
+// this Client waits for the lock), the hold subscribes only once it has
+// lasted heedAfter, and then asks Redis once whether it is still held:
+// a short hold, the common case on a free lock, costs no SUBSCRIBE and
+// UNSUBSCRIBE, and a forced unlock of a young hold ends it heedAfter
+// after its grant. When the revocation comes, or when the hub signals
+// that messages may have been lost, the hold asks Redis whether it is
+// still held (Holds: the same owner under the same token, on a majority
+// for a quorum); when it is not, the hold ends at once with
+// errs.ErrLeaseLost, as at a renewal that finds it gone. A revocation
+// that does not arrive (the subscription refused, a connection lost, or
+// sent in the moment between a grant and the watch of a lock already
+// subscribed) leaves the renewal to find it, as before.
+
+// heedAfter is how long a hold on a lock its engine has no subscription
+// for lasts before it subscribes to hear its revocation.
+const heedAfter = time.Second
+
+// heed runs on a goroutine of the engine while the hold lasts (see the
+// comment above).
+func (h *Hold) heed() {
+	heedRevocation(h.ctx, h.l.e.hub, h.l.wakeChannel, h.entry, func(ctx context.Context) (bool, error) {
+		return h.l.Holds(ctx, h)
+	}, h.revoked)
+}
+
+// revoked ends the hold, which Redis no longer has, with errs.ErrLeaseLost,
+// unless its last release is under way (then Unlock says how it went).
+func (h *Hold) revoked() {
+	if h.over() {
+		return
+	}
+	if _, ended := h.end(errs.ErrLeaseLost); ended {
+		h.l.e.log.Info("fairlock: lease lost: the hold was taken away in Redis (a forced unlock)", "lock", h.l.keys.Name)
+	}
+}
+
+// heldHere reports whether a majority of the quorum's masters still has
+// the hold, for heedRevocation: each master's revocation is heard on its
+// own engine's hub, and a forced unlock removes the hold from every
+// master (see QMutex.ForceUnlock).
+func (h *QHold) heldHere(ctx context.Context) (bool, error) {
+	return h.l.Holds(ctx, h)
+}
+
+// revoked is Hold.revoked for a quorum's hold.
+func (h *QHold) revoked() {
+	if h.over() {
+		return
+	}
+	if _, ended := h.end(errs.ErrLeaseLost); ended {
+		h.l.qm.log.Info("fairlock: lease lost: the hold was taken away on a majority of the masters (a forced unlock)", "lock", h.l.keys.Name)
+	}
+}
+
+// heedRevocation watches the revocation of the hold given to entry on
+// channel of hub until ctx (the hold's context) ends. At each signal it
+// asks held whether Redis still has the hold, and calls gone once when it
+// does not. An error of Watch or of held leaves the hold to its renewals.
+func heedRevocation(ctx context.Context, hub *notify.Hub, channel, entry string, held func(context.Context) (bool, error), gone func()) {
+	look := false // ask Redis once the watch is in place
+	if !hub.Subscribed(channel) {
+		if !pause.For(ctx, heedAfter) {
+			return // the hold ended first
+		}
+		look = true
+	}
+	w, err := hub.Watch(ctx, channel, queue.Revoked(entry))
+	if err != nil {
+		return
+	}
+	defer w.Stop()
+	for {
+		if look {
+			if ok, err := held(ctx); err == nil && !ok && ctx.Err() == nil {
+				gone()
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.C():
+			look = true
+		}
+	}
+}

@@ -15,30 +15,40 @@ import (
 // primary acknowledged writes that it had not passed to the replica that
 // was promoted (a graceful Sentinel failover leaves the old primary taking
 // writes for about a second after the promotion), so the new primary can
-// still have:
+// still have, of a Lock call that has ended (of any primitive: a Mutex, a
+// Semaphore, a RWMutex's read or write hold, a MultiLock's holds and
+// ticket):
 //
-//   - a hold that was released since: nobody owns it, and the lock stays
-//     blocked until its lease runs out;
-//   - in its queue, the entry of a Lock call that has since been granted
-//     (and released) or has given up: the lock is handed to it, nobody
-//     claims it, and it stays blocked until the entry's deadline, a
-//     waiter TTL; with several such entries in line, one after another.
+//   - a hold that was released since: nobody owns it, and a Mutex stays
+//     blocked, or a weighted lock keeps its weight, until its lease runs
+//     out;
+//   - its entry in line, of a call that has since been granted (and
+//     released) or has given up: the lock is handed to it and nobody
+//     claims it, or, at the head of a weighted lock's line where it does
+//     not fit, or as a ticket that waits for another of its locks, it
+//     holds up everyone behind it; either until the entry's deadline, a
+//     waiter TTL.
 //
 // The audit clears both. For a while after each Lock call of this engine
 // ends (its hold ended, or it gave up waiting), it looks, once a second
 // and at once when the notify hub sees the primary move, whether the
-// lock's hold in Redis is a trace of such a call, and if so releases it,
-// which hands the lock to the next waiter; it looks again until the hold
-// is no trace. A trace is:
+// lock keeps a trace of such a call, and if so clears it, which hands the
+// lock on; it looks again until it finds none (see audittrace.go). A
+// trace is:
 //
-//   - for an owner id of its own (one Lock call's, the default), any hold
-//     of that owner: nothing of this engine can hold under it any more,
-//     so every level is released;
+//   - the call's entry in line: its call is over, so it leaves (the
+//     ticket of a MultiLock that gave up leaves every line at once);
+//   - for an owner id of its own (one Lock call's, the default), any
+//     level of the call's kind that the owner holds (a RWMutex's write
+//     hold's write levels, any other hold's levels): nothing of this
+//     engine can hold them any more, so each is released. The read levels
+//     taken under a write hold share its owner id, and are left alone;
 //   - for a shared owner id (other calls, here or in other processes, may
-//     hold under it), only the ended hold itself, under its fencing token,
-//     whose last release is sent again under the same call id (its
-//     receipt was lost with it, so it acts once), and a hand-over to the
-//     ended call's own waiter entry, which the cancel script gives back.
+//     hold under it; a read level taken under a write hold is one), only
+//     the ended hold itself, under its fencing token, whose last release
+//     is sent again under the same call id (its receipt was lost with
+//     it, so it acts once), and a hand-over to the ended call's own
+//     waiter entry, which the cancel script gives back.
 //
 // It runs only for clients that can fail over (a cluster client, the
 // failover client); on one server nothing comes back.
@@ -47,11 +57,13 @@ const (
 	auditSpan   = 10 * time.Second // how long an ended call is watched, at least (and a waiter TTL)
 	auditEvery  = time.Second      // how often
 	auditPerKey = 256              // ended calls watched per lock, the latest
-	auditFixes  = 64               // traces released per lock and look, at most
+	auditFixes  = 64               // traces cleared per lock and look, at most
 )
 
 // endedCall is one Lock call of this engine that is over.
 type endedCall struct {
+	l          *Mutex // the handle it was made through: the kind of its levels
+	waited     leaver // the line its entry waited in: l's, or the ticket's that l is a lock of
 	owner      string
 	shared     bool   // the owner id is shared (see Request.Shared)
 	entry      string // its waiter entry
@@ -61,9 +73,15 @@ type endedCall struct {
 	at         time.Time
 }
 
+// leaver takes a waiter entry out of the line it waits in, giving back a
+// grant to it: a lock's (a Mutex, a weighted lock) or a ticket's.
+type leaver interface {
+	cancel(ctx context.Context, owner, entry string) (bool, error)
+}
+
 // watchedLock is a lock with recent ended calls, oldest first.
 type watchedLock struct {
-	l     *Mutex
+	l     *Mutex // a handle of the lock: its keys
 	calls []endedCall
 }
 
@@ -93,14 +111,13 @@ func (a *audit) span() time.Duration {
 
 // ended records a Lock call of l that is over: h's hold ended (the last
 // release, if one was sent, under call), or, when h is nil, a call that
-// gave up waiting with entry.
-func (a *audit) ended(l *Mutex, req Request, entry string, h *Hold, call string) {
-	if a == nil || !a.enabled || l.w != nil {
-		// A weighted lock's trace is not looked for: a hold a failover
-		// brings back gives its weight back when its lease ends.
+// gave up waiting with entry in the line of ln (l, or the ticket that l
+// is a lock of).
+func (a *audit) ended(l *Mutex, ln leaver, req Request, entry string, h *Hold, call string) {
+	if a == nil || !a.enabled {
 		return
 	}
-	c := endedCall{owner: req.Owner, shared: req.Shared, entry: entry, call: call, at: time.Now()}
+	c := endedCall{l: l, waited: ln, owner: req.Owner, shared: req.Shared, entry: entry, call: call, at: time.Now()}
 	if h != nil {
 		c.token = strconv.FormatInt(h.token, 10)
 		c.receiptTTL = h.releaseReceiptTTL()
@@ -195,75 +212,6 @@ func (a *audit) run() {
 		a.mu.Unlock()
 		for _, w := range due {
 			a.check(w)
-		}
-	}
-}
-
-// trace returns the ended call of w whose trace the hold (owner, token,
-// entry) is, and false if it is none.
-func (w watchedLock) trace(owner, token, entry string) (endedCall, bool) {
-	for i := len(w.calls) - 1; i >= 0; i-- {
-		c := w.calls[i]
-		switch {
-		case c.owner != owner:
-		case !c.shared:
-			return c, true
-		case c.token != "" && c.token == token && c.call != "":
-			return c, true
-		case c.entry != "" && c.entry == entry:
-			return c, true
-		}
-	}
-	return endedCall{}, false
-}
-
-// check releases the traces of w's ended calls that hold w's lock, one
-// after another, and stops at the first hold that is none.
-func (a *audit) check(w watchedLock) {
-	ctx, cancel := a.e.detached(context.Background())
-	defer cancel()
-	l := w.l
-	warned := false
-	for range auditFixes {
-		v, err := a.e.rdb.HMGet(ctx, l.keys.Lock, "owner", "token", "entry").Result()
-		if err != nil {
-			return // look again at the next tick
-		}
-		owner, _ := v[0].(string)
-		token, _ := v[1].(string)
-		entry, _ := v[2].(string)
-		c, ok := w.trace(owner, token, entry)
-		if !ok {
-			return
-		}
-		if !warned {
-			a.e.log.Warn("fairlock: a failover brought back a hold that had ended or a waiter that had left; releasing it",
-				"lock", l.keys.Name)
-			warned = true
-		}
-		switch {
-		case !c.shared:
-			_, err = l.release(ctx, owner, 0)
-		case c.token == token:
-			_, err = l.releaseCall(ctx, c.call, owner, 0, c.receiptTTL)
-		default:
-			_, err = l.cancel(ctx, owner, entry)
-		}
-		if err != nil && !publishRefused(err) && !unacked(err) {
-			return
-		}
-		if c.shared {
-			w.forget(c) // it acts once
-		}
-	}
-}
-
-// forget drops c from w's copy of the ended calls.
-func (w *watchedLock) forget(c endedCall) {
-	for i := range w.calls {
-		if w.calls[i] == c {
-			w.calls = append(w.calls[:i:i], w.calls[i+1:]...)
-			return
 		}
 	}
 }

@@ -1,12 +1,14 @@
 package fair
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -46,8 +48,8 @@ func TestAuditReleasesTracesOfItsOwnOwnersAlongTheLine(t *testing.T) {
 	require.False(t, r.acquire("B", eB, queue.ModeWait).Granted)
 	require.False(t, r.acquire("C", eC, queue.ModeWait).Granted)
 
-	a.ended(r.l, Request{Owner: "A"}, eA, nil, "")
-	a.ended(r.l, Request{Owner: "B"}, eB, nil, "") // a waiter whose end was lost
+	a.ended(r.l, r.l, Request{Owner: "A"}, eA, nil, "")
+	a.ended(r.l, r.l, Request{Owner: "B"}, eB, nil, "") // a waiter whose end was lost
 	a.check(a.watched(r.l))
 	owner, count, entry := r.holder()
 	require.Equal(t, "C", owner, "A's levels and B's hand-over released in turn; C is no trace")
@@ -68,7 +70,7 @@ func TestAuditLeavesOtherHoldsOfASharedOwnerAlone(t *testing.T) {
 	r.acquire("S", eA2, queue.ModeTry)
 
 	// An ended call of S under another token and entry: no trace.
-	a.ended(r.l, Request{Owner: "S", Shared: true}, entry("old", "S"), nil, "")
+	a.ended(r.l, r.l, Request{Owner: "S", Shared: true}, entry("old", "S"), nil, "")
 	a.check(a.watched(r.l))
 	owner, count, _ := r.holder()
 	require.Equal(t, "S", owner)
@@ -77,7 +79,7 @@ func TestAuditLeavesOtherHoldsOfASharedOwnerAlone(t *testing.T) {
 	// The ended hold itself, under its token, with its last release: sent
 	// again once, whatever the number of checks.
 	h := &Hold{l: r.l, token: rep.Token, holdState: holdState{owner: "S", shared: true, entry: eA, lease: rigLease}}
-	a.ended(r.l, Request{Owner: "S", Shared: true}, eA, h, "call-1")
+	a.ended(r.l, r.l, Request{Owner: "S", Shared: true}, eA, h, "call-1")
 	a.check(a.watched(r.l))
 	a.check(a.watched(r.l))
 	owner, count, _ = r.holder()
@@ -91,7 +93,7 @@ func TestAuditKeepsTheLatestCallsWithinItsSpan(t *testing.T) {
 	r := newRig(t)
 	a := r.auditing()
 	for i := range auditPerKey + 10 {
-		a.ended(r.l, Request{Owner: "o"}, fmt.Sprintf("e%d", i), nil, "")
+		a.ended(r.l, r.l, Request{Owner: "o"}, fmt.Sprintf("e%d", i), nil, "")
 	}
 	w := a.watched(r.l)
 	require.Len(t, w.calls, auditPerKey)
@@ -125,4 +127,123 @@ func TestAuditKeepsTheLatestCallsWithinItsSpan(t *testing.T) {
 		defer a.mu.Unlock()
 		return len(a.recent) == 0 && len(a.entries) == 0 && !a.running
 	}, 5*time.Second, 5*time.Millisecond, "calls past the span are forgotten, and the audit stops")
+}
+
+// weightedRig returns handles of one weighted lock of the rig's engine,
+// of kind, with capacity (0 for a RWMutex), at each level.
+func (r *rig) weighted(kind string, capacity int64, levels ...lua.Level) []*Mutex {
+	keys, err := queue.Weighted("p", "lock", kind)
+	require.NoError(r.t, err)
+	w := NewWeights(capacity)
+	ls := make([]*Mutex, len(levels))
+	for i, v := range levels {
+		ls[i] = r.l.e.Weighted(keys, w, v)
+	}
+	return ls
+}
+
+// take has l's caller owner make one call in mode under entry, and
+// reports whether it holds after it.
+func (r *rig) take(l *Mutex, owner, entry, mode string) bool {
+	r.t.Helper()
+	if entry == "" {
+		entry = l.entry(Request{Owner: owner, Lease: rigLease})
+	}
+	rep, err := l.acquire(context.Background(), owner, entry, rigLease, mode)
+	require.NoError(r.t, err)
+	return rep.Granted
+}
+
+// record returns owner's record in a weighted lock's hash, "" for none.
+func (r *rig) record(l *Mutex, owner string) string {
+	return r.rdb.HGet(context.Background(), l.keys.Lock, "o:"+owner).Val()
+}
+
+// A write hold's owner id is its call's own, but the read levels taken
+// under it share it: the audit of the ended write call releases every
+// write level the owner holds, and leaves the read level alone, whose
+// own ended call is one of a shared owner id.
+func TestAuditReleasesAWeightedOwnersLevelsOfTheCallsKindOnly(t *testing.T) {
+	r := newRig(t)
+	a := r.auditing()
+	ls := r.weighted(queue.KindRWMutex, 0, lua.Level{Weight: queue.RWCapacity, Excl: true}, lua.Level{Weight: 1})
+	writer, reader := ls[0], ls[1]
+	eW := writer.entry(Request{Owner: "X", Lease: rigLease})
+	require.True(t, r.take(writer, "X", eW, queue.ModeTry))
+	require.True(t, r.take(writer, "X", "", queue.ModeReenter))
+	require.True(t, r.take(reader, "X", "", queue.ModeReenter), "a read level under the write hold")
+	rec, err := queue.ParseHolder(r.record(writer, "X"))
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2}, []int{rec.Shared, rec.Excl}, "as a failover may bring it back")
+
+	a.ended(writer, writer, Request{Owner: "X"}, eW, nil, "")
+	a.check(a.watched(writer))
+	rec, err = queue.ParseHolder(r.record(writer, "X"))
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 0}, []int{rec.Shared, rec.Excl}, "both write levels released, the read level kept")
+	require.EqualValues(t, 1, rec.Weight, "a downgrade")
+	require.True(t, r.take(reader, "R", "", queue.ModeTry), "a reader is granted beside it")
+
+	// The read level's own call shares the owner id: only its last
+	// release is a trace, sent again once under its call id.
+	eR := reader.entry(Request{Owner: "X", Lease: rigLease})
+	h := &Hold{l: reader, token: rec.Token, holdState: holdState{owner: "X", shared: true, entry: eR, lease: rigLease}}
+	a.ended(reader, reader, Request{Owner: "X", Shared: true}, eR, h, "call-r")
+	a.check(a.watched(reader))
+	a.check(a.watched(reader))
+	require.Empty(t, r.record(reader, "X"), "the read level released")
+	require.NotEmpty(t, r.record(reader, "R"), "the other reader's hold is left alone")
+}
+
+// The entry of an ended call in a weighted lock's line, where it does not
+// fit, holds up the waiters behind it that would: the audit takes it out
+// of line, and they are granted.
+func TestAuditTakesTheEntriesOfEndedCallsOutOfAWeightedLine(t *testing.T) {
+	r := newRig(t)
+	a := r.auditing()
+	ls := r.weighted(queue.KindSemaphore, 2, lua.Level{Weight: 1}, lua.Level{Weight: 2})
+	one, two := ls[0], ls[1]
+	require.True(t, r.take(one, "H", "", queue.ModeTry))
+	eD := two.entry(Request{Owner: "D", Lease: rigLease})
+	require.False(t, r.take(two, "D", eD, queue.ModeWait))
+	eW := one.entry(Request{Owner: "W", Lease: rigLease})
+	require.False(t, r.take(one, "W", eW, queue.ModeWait), "W fits, but waits behind D")
+
+	a.ended(two, two, Request{Owner: "D"}, eD, nil, "") // a waiter whose give-up was lost
+	a.check(a.watched(two))
+	require.Empty(t, r.record(one, "D"))
+	require.NotEmpty(t, r.record(one, "W"), "W is granted once D has left")
+	require.Zero(t, r.rdb.ZCard(context.Background(), one.keys.Deadline).Val(), "nobody is left in line")
+}
+
+// A ticket of an ended call that heads the line of a free lock while it
+// waits for a held one holds up that free lock: the audit takes the
+// ticket out of every line at once.
+func TestAuditTakesAnEndedTicketOutOfEveryLine(t *testing.T) {
+	r := newRig(t)
+	a := r.auditing()
+	ka, err := queue.For("p", "a")
+	require.NoError(t, err)
+	kb, err := queue.For("p", "b")
+	require.NoError(t, err)
+	tk := r.l.e.Ticket([]queue.Keys{ka, kb})
+	ctx := context.Background()
+	_, err = tk.locks[1].acquire(ctx, "H", entry("f", "H"), rigLease, queue.ModeTry)
+	require.NoError(t, err)
+	req := Request{Owner: "T", Lease: rigLease, Wait: true}
+	eT := tk.entry(req)
+	rep, err := tk.poll(ctx, req, eT, queue.ModeWait)
+	require.NoError(t, err)
+	require.False(t, rep.Granted, "b is held")
+	rep, err = tk.locks[0].acquire(ctx, "W", entry("d", "W"), rigLease, queue.ModeWait)
+	require.NoError(t, err)
+	require.False(t, rep.Granted, "a is free, but the ticket heads its line")
+
+	tk.ended(req, eT) // a ticket whose give-up was lost
+	a.check(a.watched(tk.locks[0]))
+	for _, k := range []queue.Keys{ka, kb} {
+		require.Zero(t, r.rdb.ZScore(ctx, k.Deadline, eT).Val(), "the ticket left the line of %s", k.Name)
+	}
+	owner, _ := r.rdb.HGet(ctx, ka.Lock, "owner").Result()
+	require.Equal(t, "W", owner, "a is handed to the waiter behind the ticket")
 }

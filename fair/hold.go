@@ -193,7 +193,7 @@ func (h *Hold) endFor(cause error, ranOut bool) (int, bool) {
 // a failover brings back (see audit.go); call is its last release, or "".
 func (h *Hold) audited(call string) {
 	req := Request{Owner: h.owner, Shared: h.shared}
-	h.l.e.audit.ended(h.l, req, h.entry, h, call)
+	h.l.e.audit.ended(h.l, h.l, req, h.entry, h, call)
 }
 
 // lose ends a hold whose renewals failed until its lease nearly ran out,

@@ -80,4 +80,4 @@ func (l *Mutex) grant(ctx context.Context, req Request, entry string, rep queue.
 	return l.hold(ctx, req, entry, rep.Token, from, span, how)
 }
 
-func (l *Mutex) ended(req Request, entry string) { l.e.audit.ended(l, req, entry, nil, "") }
+func (l *Mutex) ended(req Request, entry string) { l.e.audit.ended(l, l, req, entry, nil, "") }

@@ -134,9 +134,11 @@ func (t *Ticket) grant(ctx context.Context, req Request, entry string, rep queue
 	return holds, nil
 }
 
+// ended has the engine's audit watch every lock for what a failover
+// brings back of the call: the ticket leaves every line at once.
 func (t *Ticket) ended(req Request, entry string) {
 	for _, l := range t.locks {
-		l.ended(req, entry)
+		t.e.audit.ended(l, t, req, entry, nil, "")
 	}
 }
 

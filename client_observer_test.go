@@ -348,3 +348,48 @@ func TestObserverSeesThePubSubConnectionRebuilt(t *testing.T) {
 	require.NoError(t, r.err)
 	require.NoError(t, waiter.Unlock(r.ctx))
 }
+
+// A join whose answer is lost (the connection cut after Redis appended the
+// entry) is reported all the same, by the poll that finds the entry in
+// line: Queued, with Position 0 and Sent the first poll's send time.
+func TestObserverReportsAJoinWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	e := newPrivateEnv(t)
+	ctx := context.Background()
+	holder := e.client().Mutex("lost-join")
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+
+	rec := &recorder{}
+	c, p := e.proxied(&redis.Options{ReadTimeout: 300 * time.Millisecond}, fairlock.WithObserver(rec))
+	m := c.Mutex("lost-join")
+	// A first waiter keeps the Client's wake channel of the lock
+	// subscribed: the next Lock's first call is then a poll that joins.
+	first := lockAsync(ctx, m)
+	rec.awaitEvent(t, "lost-join", func(ev fairlock.Event) bool { return ev.Kind == fairlock.Queued && ev.Position == 1 })
+
+	p.LoseNextReply()
+	sent := time.Now()
+	second := lockAsync(ctx, m)
+	e.waitQueued("lost-join", 2)
+	joined := rec.awaitEvent(t, "lost-join", func(ev fairlock.Event) bool {
+		return ev.Kind == fairlock.Queued && ev.Position == 0
+	})
+	require.Equal(t, 1, p.Lost(), "the join's answer was lost")
+	require.False(t, joined.Sent.Before(sent), "Sent %v is the first poll's, after %v", joined.Sent, sent)
+	require.True(t, joined.Answered.After(joined.Sent))
+	queued := 0
+	for _, ev := range rec.of("lost-join") {
+		if ev.Kind == fairlock.Queued {
+			queued++
+		}
+	}
+	require.Equal(t, 2, queued, "each waiter's join reported once")
+
+	require.NoError(t, holder.Unlock(hctx))
+	for _, w := range []<-chan result{first, second} {
+		r := await(t, w, 10*time.Second)
+		require.NoError(t, r.err)
+		require.NoError(t, m.Unlock(r.ctx))
+	}
+}

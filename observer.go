@@ -47,7 +47,11 @@ const (
 	// Queued: a waiting Lock joined the line, at Position. Sent and
 	// Answered bound when: the call that appended its entry was sent at
 	// Sent and answered at Answered. Reported again if the waiter lost its place
-	// (it could not reach Redis for a waiter TTL) and joined anew.
+	// (it could not reach Redis for a waiter TTL) and joined anew. A join
+	// whose answer was lost (a connection cut, a server restarted on its
+	// append-only file) is reported by the first poll that finds the
+	// entry in line: Sent is then when the call's first poll was sent,
+	// and Position is 0 (unknown).
 	Queued EventKind = EventKind(fair.EventQueued)
 	// Polled: a poll of a waiting Lock kept its place in line (the one
 	// that joined, and each heartbeat after it), between Sent and

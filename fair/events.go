@@ -18,7 +18,9 @@ const (
 	EventWaitStarted EventKind = iota + 1
 	// EventQueued: a poll of a waiting Lock appended its entry to the
 	// line, between Sent and Answered. Again if it lost its place and
-	// joined anew.
+	// joined anew. When the poll that joined was answered to nobody (its
+	// reply lost) and a later one found the entry in line, that one
+	// reports it: Sent is then the first poll's send time, and Position 0.
 	EventQueued
 	// EventPolled: a poll of a waiting Lock left it in line, its deadline
 	// moved to a waiter TTL after it ran, between Sent and Answered.

@@ -251,6 +251,8 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 	var polled time.Time     // send time of the last poll that Redis answered
 	claims := 0              // polls that claimed a grant answered late
 	queued := false          // a poll left the caller in line: a grant is a hand-over
+	var joinSent time.Time   // send time of the first poll, which may have joined the line
+	joinSeen := false        // the join was reported (EventQueued)
 	var clock serverClock    // the last poll that left the caller in line, on both clocks
 	var pushed time.Duration // the latency of a timed hand-over that was pushed, else 0
 	// unackedErr is the error of the last poll when it granted the lock
@@ -265,6 +267,9 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 	}
 	for {
 		sent := time.Now()
+		if joinSent.IsZero() {
+			joinSent = sent
+		}
 		left := make(chan struct{}) // closed once the poll's orphan, if any, left the queue
 		var leftErr error           // the orphan's error of leaving; set before left is closed
 		leave := leaveQueue(ln, ctx, req, entry)
@@ -329,10 +334,21 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 			clock = serverClock{sent: sent, answered: answered, server: rep.ServerTime}
 			if e.observing() {
 				ev := Event{Lock: ln.name(), Locks: ln.names(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: true, Sent: sent, Answered: answered}
-				if rep.Joined {
+				switch {
+				case rep.Joined:
 					ev.Kind, ev.Position = EventQueued, rep.Position
 					e.observe(ctx, ev)
+				case !joinSeen:
+					// The entry is in line, but no answer said it joined:
+					// the poll that joined was answered to nobody (its
+					// reply lost with a connection, a restart), and this
+					// one found the entry there. The join happened since
+					// the first poll was sent; where in line is unknown.
+					ev.Kind, ev.Sent, ev.Position = EventQueued, joinSent, 0
+					e.observe(ctx, ev)
+					ev.Sent = sent
 				}
+				joinSeen = true
 				ev.Kind, ev.Position = EventPolled, 0
 				e.observe(ctx, ev)
 			}

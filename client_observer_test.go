@@ -340,7 +340,7 @@ func TestObserverSeesThePubSubConnectionRebuilt(t *testing.T) {
 
 	n, err := e.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
 	require.NoError(t, err)
-	require.EqualValues(t, 1, n, "the waiting Client's pub/sub connection")
+	require.GreaterOrEqual(t, n, int64(1), "the waiting Client's pub/sub connection (and the holder's, once its hold listens for a revocation)")
 	rec.awaitEvent(t, "", func(e fairlock.Event) bool { return e.Kind == fairlock.Reconnected })
 
 	require.NoError(t, holder.Unlock(hctx))

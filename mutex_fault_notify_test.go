@@ -2,6 +2,7 @@ package fairlock_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +16,11 @@ import (
 	"github.com/fairlock/fairlock/internal/redistest"
 )
 
-// pubsub returns the ids of the server's connections in pub/sub mode, and
-// the number of subscriptions to the wake channels of the lock name (the
-// shared one and every Client's): 2 for one Client with waiters.
-func (e *env) pubsub(name string) (ids []string, subscribers int64, err error) {
+// pubsub returns the ids of the server's connections in pub/sub mode of
+// the Client named client, and the number of subscriptions to the shared
+// wake channel of the lock name, which only waiting Clients subscribe (a
+// holder listens on its Client's channel of the lock).
+func (e *env) pubsub(name, client string) (ids []string, subscribers int64, err error) {
 	ctx := context.Background()
 	list, err := e.rdb.Do(ctx, "CLIENT", "LIST", "TYPE", "pubsub").Text()
 	if err != nil {
@@ -29,15 +31,12 @@ func (e *env) pubsub(name string) (ids []string, subscribers int64, err error) {
 		if len(f) == 0 {
 			continue
 		}
-		if id, ok := strings.CutPrefix(f[0], "id="); ok {
+		if id, ok := strings.CutPrefix(f[0], "id="); ok && slices.Contains(f, "name="+client) {
 			ids = append(ids, id)
 		}
 	}
 	counts, err := e.wakeSubscriptions(name)
-	for _, n := range counts {
-		subscribers += n
-	}
-	return ids, subscribers, err
+	return ids, counts[e.keys(name).Wake], err
 }
 
 func TestWaitersAreWokenPromptlyAfterTheNotifyConnectionIsCut(t *testing.T) {
@@ -58,9 +57,10 @@ func TestWaitersAreWokenPromptlyAfterTheNotifyConnectionIsCut(t *testing.T) {
 		heartbeat: time.Second,
 		within:    time.Second,
 		cut: func(e *env, _ *faultproxy.Proxy) {
-			n, err := e.rdb.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result()
+			ids, _, err := e.pubsub("canary", "waiters")
 			require.NoError(e.t, err)
-			require.EqualValues(e.t, 1, n, "one pub/sub connection to kill")
+			require.Len(e.t, ids, 1, "one pub/sub connection to kill")
+			require.NoError(e.t, e.rdb.Do(context.Background(), "CLIENT", "KILL", "ID", ids[0]).Err())
 		},
 	}, {
 		// Every connection of the waiters' Client goes silent without an
@@ -84,7 +84,9 @@ func TestWaitersAreWokenPromptlyAfterTheNotifyConnectionIsCut(t *testing.T) {
 			e := newPrivateEnv(t)
 			opts := []fairlock.Option{fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)}
 			holder := e.client(opts...)
-			waiters, p := e.proxied(&redis.Options{ReadTimeout: 500 * time.Millisecond},
+			// The waiters' connections are named, to tell them from the
+			// holder's (whose holds listen for their revocation).
+			waiters, p := e.proxied(&redis.Options{ReadTimeout: 500 * time.Millisecond, ClientName: "waiters"},
 				append(opts, fairlock.WithHeartbeat(tc.heartbeat))...)
 
 			// A waiter on another lock keeps the hub subscribed through
@@ -102,7 +104,7 @@ func TestWaitersAreWokenPromptlyAfterTheNotifyConnectionIsCut(t *testing.T) {
 				require.NoError(t, err)
 				w := lockAsync(context.Background(), wm)
 				e.waitQueued("cut", 1)
-				before, _, err := e.pubsub("canary")
+				before, subscribed, err := e.pubsub("canary", "waiters")
 				require.NoError(t, err)
 				require.Len(t, before, 1, "round %d: the hub's one pub/sub connection", round)
 
@@ -117,10 +119,11 @@ func TestWaitersAreWokenPromptlyAfterTheNotifyConnectionIsCut(t *testing.T) {
 				require.NoError(t, wm.Unlock(r.ctx))
 
 				require.Eventually(t, func() bool {
-					ids, n, err := e.pubsub("canary")
-					return err == nil && len(ids) == 1 && ids[0] != before[0] && n == 2
+					ids, n, err := e.pubsub("canary", "waiters")
+					return err == nil && len(ids) == 1 && ids[0] != before[0] && n == subscribed
 				}, 10*time.Second, 10*time.Millisecond,
-					"round %d: the hub must subscribe again on a new connection", round)
+					"round %d: the hub must subscribe again on a new connection (before %v, %d subscriptions)", round, before, subscribed)
+
 			}
 
 			cancel()

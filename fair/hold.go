@@ -73,7 +73,7 @@ func newHold(l *Mutex, req Request, entry string, token int64, from time.Time, s
 func (h *Hold) start() {
 	h.l.e.dog.watch(h)
 	if h.l.w == nil && h.entry != "" {
-		h.l.e.goUnlessClosed(h.heed)
+		h.heed()
 	}
 }
 

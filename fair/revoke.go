@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
-	"github.com/fairlock/fairlock/internal/pause"
 	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -40,10 +39,9 @@ import (
 // for lasts before it subscribes to hear its revocation.
 const heedAfter = time.Second
 
-// heed runs on a goroutine of the engine while the hold lasts (see the
-// comment above).
+// heed has the hold heed its revocation (see the comment above).
 func (h *Hold) heed() {
-	heedRevocation(h.ctx, h.l.e.hub, h.l.wakeChannel, h.entry, func(ctx context.Context) (bool, error) {
+	heedRevocation(h.l.e, h.ctx, h.l.e.hub, h.l.wakeChannel, h.entry, func(ctx context.Context) (bool, error) {
 		return h.l.Holds(ctx, h)
 	}, h.revoked)
 }
@@ -77,35 +75,39 @@ func (h *QHold) revoked() {
 	}
 }
 
-// heedRevocation watches the revocation of the hold given to entry on
-// channel of hub until ctx (the hold's context) ends. At each signal it
-// asks held whether Redis still has the hold, and calls gone once when it
-// does not. An error of Watch or of held leaves the hold to its renewals.
-func heedRevocation(ctx context.Context, hub *notify.Hub, channel, entry string, held func(context.Context) (bool, error), gone func()) {
-	look := false // ask Redis once the watch is in place
-	if !hub.Subscribed(channel) {
-		if !pause.For(ctx, heedAfter) {
-			return // the hold ended first
-		}
-		look = true
-	}
-	w, err := hub.Watch(ctx, channel, queue.Revoked(entry))
-	if err != nil {
-		return
-	}
-	defer w.Stop()
-	for {
-		if look {
+// goer runs work on goroutines its owner waits for (a lifecycle).
+type goer interface{ goUnlessClosed(func()) bool }
+
+// heedRevocation has the hold given to entry, whose context is ctx,
+// listen for its revocation on channel of hub until ctx ends, with no
+// goroutine of its own while nothing happens: at each signal a goroutine
+// of g asks held whether Redis still has the hold, and calls gone when it
+// does not. When channel is not subscribed now, the hold listens only once
+// it has lasted heedAfter, and then asks once (a revocation before that
+// found no listener). An error of Listen or of held leaves the hold to
+// its renewals.
+func heedRevocation(g goer, ctx context.Context, hub *notify.Hub, channel, entry string, held func(context.Context) (bool, error), gone func()) {
+	look := func() {
+		g.goUnlessClosed(func() {
 			if ok, err := held(ctx); err == nil && !ok && ctx.Err() == nil {
 				gone()
-				return
 			}
-		}
-		select {
-		case <-ctx.Done():
+		})
+	}
+	listen := func(lookNow bool) {
+		w, confirmed, err := hub.Listen(ctx, channel, queue.Revoked(entry), look)
+		if err != nil {
 			return
-		case <-w.C():
-			look = true
+		}
+		context.AfterFunc(ctx, w.Stop)
+		if lookNow && confirmed {
+			look() // else at the confirmation
 		}
 	}
+	if hub.Subscribed(channel) {
+		listen(false)
+		return
+	}
+	later := time.AfterFunc(heedAfter, func() { g.goUnlessClosed(func() { listen(true) }) })
+	context.AfterFunc(ctx, func() { later.Stop() })
 }

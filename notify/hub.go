@@ -206,44 +206,10 @@ func New(rdb Subscriber, opts Options) *Hub {
 // unregisters the waiter and returns an error wrapping ctx.Err(). Once
 // Close has started it returns errs.ErrClosed.
 func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
-	}
-	if err := h.learnMode(ctx); errors.Is(err, errs.ErrClosed) {
-		return nil, errs.ErrClosed
-	} else if err != nil {
-		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
-	}
-	key, err := h.shardFor(ctx, channel)
+	w, ready, err := h.register(ctx, channel, id, nil)
 	if err != nil {
-		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
+		return nil, err
 	}
-	c, err := h.lockConn(key)
-	if errors.Is(err, errs.ErrClosed) {
-		return nil, errs.ErrClosed
-	}
-	if err != nil {
-		return nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
-	}
-	t := h.topics[channel]
-	var emptied *redis.PubSub // a connection the move left without channels, to close
-	if t != nil {
-		if _, dup := t.waiters[id]; dup {
-			h.mu.Unlock()
-			return nil, fmt.Errorf("fairlock: notify: id %q already watches channel %q", id, channel)
-		}
-		if t.conn != c {
-			t, emptied = h.moveLocked(t, c)
-		}
-	} else {
-		t = h.subscribeLocked(c, channel)
-	}
-	w := &Waiter{hub: h, topic: t, channel: channel, id: id, c: make(chan struct{}, 1)}
-	t.waiters[id] = w
-	ready := t.ready
-	h.mu.Unlock()
-	closeIfAny(emptied)
-
 	for {
 		select {
 		case <-ready:
@@ -267,6 +233,69 @@ func (h *Hub) Watch(ctx context.Context, channel, id string) (*Waiter, error) {
 			return nil, err
 		}
 	}
+}
+
+// Listen registers id on channel as Watch does, but returns without
+// waiting for Redis to confirm the subscription, and tells the caller by
+// a call instead of a channel: fn is called for each message for id, each
+// time messages may have been lost, and once when the subscription is
+// confirmed if it was not yet when Listen registered (confirmed reports
+// whether it was). fn runs under the hub's lock: it must not block nor
+// call the hub. A subscription Redis refuses is not reported: fn is just
+// never called for it. The caller must Stop the waiter.
+func (h *Hub) Listen(ctx context.Context, channel, id string, fn func()) (w *Waiter, confirmed bool, err error) {
+	w, _, err = h.register(ctx, channel, id, fn)
+	if err != nil {
+		return nil, false, err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return w, !w.noteConfirm, nil
+}
+
+// register adds the waiter id of channel (told through fn when not nil,
+// see Listen), subscribing the channel unless it is, and returns it with
+// the channel closed when its topic settles.
+func (h *Hub) register(ctx context.Context, channel, id string, fn func()) (*Waiter, <-chan struct{}, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
+	}
+	if err := h.learnMode(ctx); errors.Is(err, errs.ErrClosed) {
+		return nil, nil, errs.ErrClosed
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
+	}
+	key, err := h.shardFor(ctx, channel)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
+	}
+	c, err := h.lockConn(key)
+	if errors.Is(err, errs.ErrClosed) {
+		return nil, nil, errs.ErrClosed
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
+	}
+	t := h.topics[channel]
+	var emptied *redis.PubSub // a connection the move left without channels, to close
+	if t != nil {
+		if _, dup := t.waiters[id]; dup {
+			h.mu.Unlock()
+			return nil, nil, fmt.Errorf("fairlock: notify: id %q already watches channel %q", id, channel)
+		}
+		if t.conn != c {
+			t, emptied = h.moveLocked(t, c)
+		}
+	} else {
+		t = h.subscribeLocked(c, channel)
+	}
+	w := &Waiter{hub: h, topic: t, channel: channel, id: id, c: make(chan struct{}, 1), fn: fn}
+	w.noteConfirm = fn != nil && (t.state != confirmed || t.stale)
+	t.waiters[id] = w
+	ready := t.ready
+	h.mu.Unlock()
+	closeIfAny(emptied)
+	return w, ready, nil
 }
 
 // Subscribed reports whether channel's subscription is confirmed at this

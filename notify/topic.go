@@ -169,6 +169,13 @@ func (h *Hub) confirmLocked(t *topic) {
 	if t.lossy {
 		t.lossy = false
 		t.signalLocked()
+		return
+	}
+	for _, w := range t.waiters {
+		if w.noteConfirm {
+			w.noteConfirm = false
+			w.signal()
+		}
 	}
 }
 

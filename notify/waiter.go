@@ -17,6 +17,12 @@ type Waiter struct {
 	id      string
 	c       chan struct{} // capacity 1; sent to without blocking
 
+	// fn, when not nil, is called in place of a send on c (see Listen);
+	// noteConfirm is guarded by hub.mu: fn is still to be called when the
+	// subscription is confirmed.
+	fn          func()
+	noteConfirm bool
+
 	stopped bool      // guarded by hub.mu; set by the first Stop
 	granted bool      // guarded by hub.mu; sticky, set by the first grant
 	token   int64     // guarded by hub.mu; fencing token of the latest grant
@@ -86,8 +92,16 @@ func (w *Waiter) Stop() {
 	}
 }
 
-// signal sends on w.c without blocking.
+// signal sends on w.c without blocking, or calls w.fn (see Listen).
+// Requires hub.mu.
 func (w *Waiter) signal() {
+	if w.fn != nil {
+		w.noteConfirm = false
+		if !w.stopped {
+			w.fn()
+		}
+		return
+	}
 	select {
 	case w.c <- struct{}{}:
 	default:

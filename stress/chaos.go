@@ -111,6 +111,13 @@ func (c *config) validateChaos() error {
 	case c.Topology != topoSentinel && c.Topology != topoCluster:
 		return fmt.Errorf("-topology %q: want %s or %s", c.Topology, topoSentinel, topoCluster)
 	}
+	// An attempt at the end of the run may wait out a fault on the one
+	// server: the grace must outlast that, or it is left behind.
+	down := map[string]time.Duration{chaosRestartEmpty: restartDelay(*c), chaosPause: c.Down}[c.Chaos]
+	if c.StartMasters == 0 && c.Grace <= down {
+		return fmt.Errorf("-grace %v: want longer than the %v a server stays down with -chaos %s, so that attempts can wait out a fault at the end of the run",
+			c.Grace, down, c.Chaos)
+	}
 	return nil
 }
 

@@ -33,6 +33,8 @@ func TestChaosFlags(t *testing.T) {
 		{[]string{"-chaos", "pause", "-down", "0s"}, "-down 0s: want a positive duration"},
 		{[]string{"-chaos", "failover", "-topology", "cluster"}, "-topology needs -chaos kill-primary"},
 		{[]string{"-chaos", "kill-primary", "-topology", "ring"}, `-topology "ring": want sentinel or cluster`},
+		{[]string{"-chaos", "restart-empty", "-lease", "10s"}, "-grace 10s: want longer than the 11.1s a server stays down with -chaos restart-empty"},
+		{[]string{"-chaos", "pause", "-down", "10s"}, "-grace 10s: want longer than the 10s a server stays down with -chaos pause"},
 	} {
 		code, out, errs := runCmd(t, tt.args...)
 		assert.Equal(t, exitCannotRun, code, "%q", tt.args)
@@ -44,6 +46,8 @@ func TestChaosFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, span{time.Second, 3 * time.Second}, c.Every)
 	assert.True(t, c.onCluster())
+	_, err = parseFlags([]string{"-chaos", "restart-empty", "-lease", "10s", "-masters", "3"}, io.Discard)
+	require.NoError(t, err, "a quorum's attempts do not wait for one master")
 	c, err = parseFlags([]string{"-chaos", "pause"}, io.Discard)
 	require.NoError(t, err)
 	assert.Equal(t, span{defaultEvery, defaultEvery}, c.Every)

@@ -101,9 +101,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"read or write lock of a RWMutex, and the check is that no more was held\n"+
 			"at once than the lock allows, with grants in FIFO order. With -masters\n"+
 			"the Mutexes are quorum locks over independent masters, and grants must\n"+
-			"come in their bakery order.\n"+
-			"Without -redis, -cluster, -sentinel or -masters it runs against an\n"+
-			"embedded Redis.\n\nFlags:\n")
+			"come in their bakery order. With -chaos it starts its own servers and\n"+
+			"injects faults into them, and the verdicts a fault explains are excused.\n"+
+			"Without -redis, -cluster, -sentinel, -masters or -chaos it runs against\n"+
+			"an embedded Redis.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	c.Spec.Flags(fs, "(default: an embedded Redis)")

@@ -10,20 +10,21 @@ import (
 )
 
 // flt is a fault of kind on target "s", injected at ms, its process
-// exited at exited and its server back at back (0: not reached).
+// exited at exited and its server back, and ready for another fault, at
+// back (0: not reached).
 func flt(kind string, injected, exited, back float64) fault {
 	f := fault{N: 1, Kind: kind, Target: "s", Injected: at(injected)}
 	if exited > 0 {
 		f.Exited = at(exited)
 	}
 	if back > 0 {
-		f.Back = at(back)
+		f.Back, f.Ready = at(back), at(back)
 	}
 	return f
 }
 
-// A kill stretch is from the SIGKILL to the exit; a failover's and a
-// pause's, to the server back.
+// A kill stretch is from the SIGKILL to the exit; a failover's, to the
+// old primary a replica in sync (ready); a pause's, to the SIGCONT.
 var (
 	restartEmpty = flt(chaosRestartEmpty, 10, 10.2, 13)
 	restartAOF   = flt(chaosRestartAOF, 10, 10.2, 10.5)

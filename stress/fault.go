@@ -36,15 +36,17 @@ type fault struct {
 // writes the server had acknowledged, for the faults that can: from the
 // SIGKILL of a server without persistence until its process had exited
 // (restart-empty, and kill-primary, whose replicas may not have had the
-// last writes yet), or from SENTINEL FAILOVER until the failover was
-// done (failover: the old primary takes writes until it is made a
-// replica). A stretch whose end was never reached lasts for ever.
+// last writes yet), or from SENTINEL FAILOVER until the old primary was
+// a replica in sync with the new one (failover: the old primary takes
+// writes until it is made a replica, which the sentinels do only when
+// they next look at it, and then drops them). A stretch whose end was
+// never reached lasts for ever.
 func (f *fault) lostWrites() (outage, bool) {
 	switch f.Kind {
 	case chaosRestartEmpty, chaosKillPrimary:
 		return outage{f.Injected, firstSet(f.Exited, forever)}, !f.Injected.IsZero()
 	case chaosFailover:
-		return outage{f.Injected, firstSet(f.Back, forever)}, !f.Injected.IsZero()
+		return outage{f.Injected, firstSet(f.Ready, forever)}, !f.Injected.IsZero()
 	}
 	return outage{}, false
 }

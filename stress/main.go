@@ -29,6 +29,15 @@
 // during the run and restarts it empty once no hold or place in line it
 // kept could still count.
 //
+// With -chaos the command starts its own servers on loopback and injects
+// faults of one kind into them, one after another with -every of quiet
+// before each: a server killed and restarted on its append-only file
+// (restart-aof) or empty after the lease (restart-empty), stopped for
+// -down (pause), a Sentinel failover (failover), or a primary killed
+// (kill-primary, of a Sentinel set or, with -topology cluster, of a
+// Cluster). The report lists each fault with its times, and marks as
+// excused the verdicts a fault explains (excuse.go gives the rules).
+//
 // Usage:
 //
 //	go run ./stress                                   # embedded Redis, ~10 s
@@ -43,6 +52,8 @@
 //	go run ./stress -kind rwmutex -readers 0.7        # RWMutexes, 70% of attempts reading
 //	go run ./stress -masters 3 -restart-master 20s -duration 60s
 //	                                                  # a quorum of 3 masters, one restarted
+//	go run ./stress -chaos failover -every 3s -duration 20s
+//	                                                  # Sentinel failovers, 3 s apart
 //	go run ./stress -json -history attempts.jsonl     # for machines
 //
 // A run uses keys under a random prefix of its own ("fairlock-stress-..."),
@@ -53,9 +64,10 @@
 // what those brackets prove; docs/stress.md gives the theory. The
 // report gives outcomes, throughput, wait and hand-over latencies,
 // fairness across workers, Redis commands per grant, and the violations;
-// the exit status is 1 when there is any, 2 when the check could not be
-// made (bad flags, Redis unreachable, a report that could not be
-// written), 130 for a clean run cut short by an interrupt.
+// the exit status is 1 when there is any that no fault excuses, 2 when
+// the check could not be made (bad flags, Redis unreachable, a report
+// that could not be written), 130 for a clean run cut short by an
+// interrupt.
 //
 // Redis commands per grant are counted from the INFO commandstats of the
 // deployment's primaries (cmdcount.go; docs/stress.md says how).
@@ -102,7 +114,7 @@ func main() {
 // Exit statuses.
 const (
 	exitOK          = 0
-	exitViolations  = 1 // the check found violations
+	exitViolations  = 1 // the check found violations that no fault excuses
 	exitCannotRun   = 2 // bad flags, Redis unreachable, a report not written: nothing was checked
 	exitInterrupted = 130
 )

@@ -136,3 +136,24 @@ func TestInjectorStopsAfterAFaultFailed(t *testing.T) {
 	assert.Equal(t, "no", fs[1].Err)
 	assert.Contains(t, fs[1].Outcome, "failed: no")
 }
+
+// Off a terminal, only a run of more than a minute, or of -ops, tells
+// its progress; the line gives the faults and the verdicts so far.
+func TestProgressOfALongRunGivesFaultsAndVerdicts(t *testing.T) {
+	h := &history{}
+	h.Record(attempt{Outcome: outGranted, Err: "unlock: refused"})
+	h.Record(attempt{Outcome: outGranted, LeaseLost: true})
+	in := &injector{faults: []*fault{{N: 1, Back: time.Now()}, {N: 2}}}
+	start := time.Now()
+
+	assert.Nil(t, startProgress(io.Discard, false, h, config{Duration: time.Minute}, start, in))
+	for _, c := range []config{{Duration: 2 * time.Minute}, {Ops: 1000}} {
+		p := startProgress(io.Discard, false, h, c, start, in)
+		require.NotNil(t, p, "%+v", c)
+		p.stop()
+	}
+	line := statusLine(h, config{Duration: 2 * time.Minute}, 65*time.Second, in)
+	assert.Contains(t, line, " 65.0s/2m0s  2 attempts: 2 granted (0/s)")
+	assert.Contains(t, line, "; 2 faults (1 over); verdicts so far: 1 error, 1 lease-lost")
+	assert.NotContains(t, statusLine(h, config{Duration: 2 * time.Minute}, time.Second, nil), "faults")
+}

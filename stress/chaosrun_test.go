@@ -43,9 +43,9 @@ func runChaos(t *testing.T, kind string, args ...string) report {
 	require.NotEqual(t, exitCannotRun, code, "stderr: %s\nstdout: %s", errs, out)
 	waitRedialsEnd(t)
 	r := decodeReport(t, out)
+	require.NotNil(t, r.Faults, "stdout: %s", out)
 	t.Logf("-chaos %s %q: %d grants, %d faults, violations %v", kind, args, r.Outcomes[outGranted], len(r.Faults.Faults), r.ViolationSums)
 
-	require.NotNil(t, r.Faults)
 	assert.Equal(t, kind, r.Faults.Kind)
 	require.NotEmpty(t, r.Faults.Faults, "no fault injected")
 	for i, f := range r.Faults.Faults {

@@ -7,9 +7,11 @@ import (
 	"time"
 )
 
-// outage is a stretch in which a master of a quorum may have lost its
-// keys: from the SIGKILL sent to its process until the process had
-// exited.
+// outage is a stretch in which a server may have lost writes it had
+// acknowledged: from the SIGKILL sent to a server without persistence
+// until its process had exited (-restart-master, -chaos restart-empty and
+// kill-primary), or from a SENTINEL FAILOVER until it was done (-chaos
+// failover). See fault.lostWrites.
 type outage struct {
 	From time.Time `json:"from"`
 	To   time.Time `json:"to"`
@@ -18,27 +20,8 @@ type outage struct {
 // quorumCheck is what the check of a run on a quorum of masters needs
 // beyond the history, and what it counts.
 type quorumCheck struct {
-	Outages []outage    // when a master lost its keys (-restart-master)
+	Outages []outage    // when a master lost its keys (-restart-master, -chaos restart-empty)
 	Tally   bakeryTally // filled by the check
-	// LostWithMaster counts the holds that lost their lease and may have
-	// counted a master that lost its keys (see lostWithMaster): not
-	// violations. Filled by the check.
-	LostWithMaster int
-}
-
-// lostWithMaster reports whether hold a may have counted a master while
-// it lost its keys: its call began before an outage ended, and it had
-// not begun to unlock when the outage began. A hold whose majority
-// counted that master has one master fewer, and may no longer reach a
-// majority to renew its lease or commit its token: losing its lease is
-// the lock keeping its promise, not breaking it.
-func (q *quorumCheck) lostWithMaster(a *attempt) bool {
-	for _, o := range q.Outages {
-		if began(a).Before(o.To) && (a.UnlockStart.IsZero() || !a.UnlockStart.Before(o.From)) {
-			return true
-		}
-	}
-	return false
 }
 
 // bakeryTally counts the pairs the bakery check looked at, over all locks.

@@ -197,35 +197,3 @@ func TestQuorumCheckStillCatchesOverlapAndTokens(t *testing.T) {
 	h[3].Token = 2 // w4's TryLock, after w3's hold
 	assert.Contains(t, kinds(checkRun(h, 0, oneTicket, &quorumCheck{})), tokenOrder)
 }
-
-// A hold that may have counted a master as it lost its keys may lose its
-// lease: not a violation, but counted. Any other lost lease is one.
-func TestQuorumCheckExcusesOnlyLeasesLostWithAMaster(t *testing.T) {
-	o := outage{at(10), at(10.2)}
-	for _, tc := range []struct {
-		name  string
-		a     attempt
-		count int // 1: excused
-	}{
-		{"held across the outage", hold("w1", 8, 9, 12, 1), 1},
-		{"began before the master was dead, granted after", hold("w1", 10.1, 11, 12, 1), 1},
-		{"never unlocked", hold("w1", 8, 9, 0, 1), 1},
-		{"unlocked before the outage", hold("w1", 8, 9, 9.5, 1), 0},
-		{"began after the master was dead", hold("w1", 10.3, 11, 12, 1), 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			a := tc.a
-			a.LeaseLost = true
-			if a.UnlockStart.Equal(at(0)) {
-				a.UnlockStart, a.UnlockEnd = time.Time{}, time.Time{}
-			}
-			q := &quorumCheck{Outages: []outage{o}}
-			vs := checkRun([]attempt{a}, 0, oneTicket, q)
-			assert.Equal(t, tc.count, q.LostWithMaster)
-			assert.Len(t, vs, 1-tc.count)
-
-			vs = checkRun([]attempt{a}, 0, oneTicket, &quorumCheck{})
-			assert.Equal(t, map[violationKind]int{leaseLost: 1}, kinds(vs), "without an outage")
-		})
-	}
-}

@@ -36,13 +36,26 @@ type violation struct {
 	Lock   string        `json:"lock,omitempty"`
 	At     time.Time     `json:"at,omitzero"`
 	Detail string        `json:"detail"`
+	// Excused names the fault that explains the violation, and how (see
+	// excuse); empty when none does. The exit status counts only the
+	// violations that are not excused.
+	Excused string `json:"excused,omitempty"`
+
+	// What the rules of excuse read: the hold of a lease-lost verdict,
+	// or the grant of a fifo or barging verdict and the waiter it
+	// passed. Not set for other verdicts, nor in a worker's report.
+	hold, waiter *attempt
 }
 
 func (v violation) String() string {
+	s := fmt.Sprintf("%s on %s: %s", v.Kind, v.Lock, v.Detail)
 	if v.Lock == "" {
-		return fmt.Sprintf("%s: %s", v.Kind, v.Detail)
+		s = fmt.Sprintf("%s: %s", v.Kind, v.Detail)
 	}
-	return fmt.Sprintf("%s on %s: %s", v.Kind, v.Lock, v.Detail)
+	if v.Excused != "" {
+		s += " [excused: " + v.Excused + "]"
+	}
+	return s
 }
 
 // check verifies a run's history: exclusive holds (for a Semaphore, no
@@ -117,6 +130,13 @@ func (c *checker) add(kind violationKind, lock string, at time.Time, format stri
 	c.found = append(c.found, violation{Kind: kind, Lock: lock, At: at, Detail: fmt.Sprintf(format, args...)})
 }
 
+// about records what the rules of excuse read of the violation found
+// last: the hold it is about and, for an order verdict, the waiter
+// passed.
+func (c *checker) about(hold, waiter *attempt) {
+	c.found[len(c.found)-1].hold, c.found[len(c.found)-1].waiter = hold, waiter
+}
+
 // t formats a time relative to the start of the run.
 func (c *checker) t(t time.Time) string {
 	return fmt.Sprintf("+%.6fs", t.Sub(c.origin).Seconds())
@@ -135,10 +155,9 @@ func (c *checker) ending(a *attempt) {
 			c.add(leftBehind, a.Lock, a.UnlockStart, "%s still unlocking at the end (called %s)", a.Worker, c.t(a.UnlockStart))
 		}
 	}
-	if a.LeaseLost && c.quorum != nil && c.quorum.lostWithMaster(a) {
-		c.quorum.LostWithMaster++
-	} else if a.LeaseLost {
+	if a.LeaseLost {
 		c.add(leaseLost, a.Lock, a.Granted, "%s lost the lease of its hold (granted %s, %s)", a.Worker, c.t(a.Granted), a.tokenText())
+		c.about(a, nil)
 	}
 	if a.Err != "" {
 		c.add(errored, a.Lock, firstSet(a.Ended, a.UnlockEnd, a.Granted, a.Start), "%s (%s): %s", a.Worker, a.Kind, a.Err)

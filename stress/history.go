@@ -157,6 +157,9 @@ type history struct {
 	mu       sync.Mutex
 	attempts []attempt // guarded by mu
 	counts   sync.Map  // outcome -> *atomic.Int64
+	// The verdicts an attempt gives on its own: it saw an unexpected
+	// error, or lost its lease.
+	errs, leases atomic.Int64
 }
 
 var _ recorder = (*history)(nil)
@@ -168,6 +171,12 @@ func (h *history) Record(a attempt) {
 	h.mu.Unlock()
 	c, _ := h.counts.LoadOrStore(a.Outcome, new(atomic.Int64))
 	c.(*atomic.Int64).Add(1)
+	if a.Err != "" {
+		h.errs.Add(1)
+	}
+	if a.LeaseLost {
+		h.leases.Add(1)
+	}
 }
 
 // Attempts returns a copy of the attempts recorded so far.

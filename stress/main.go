@@ -29,6 +29,15 @@
 // during the run and restarts it empty once no hold or place in line it
 // kept could still count.
 //
+// With -chaos the command starts its own servers on loopback and injects
+// faults of one kind into them, one after another with -every of quiet
+// before each: a server killed and restarted on its append-only file
+// (restart-aof) or empty after the lease (restart-empty), stopped for
+// -down (pause), a Sentinel failover (failover), or a primary killed
+// (kill-primary, of a Sentinel set or, with -topology cluster, of a
+// Cluster). The report lists each fault with its times, and marks as
+// excused the verdicts a fault explains (excuse.go gives the rules).
+//
 // Usage:
 //
 //	go run ./stress                                   # embedded Redis, ~10 s
@@ -43,6 +52,8 @@
 //	go run ./stress -kind rwmutex -readers 0.7        # RWMutexes, 70% of attempts reading
 //	go run ./stress -masters 3 -restart-master 20s -duration 60s
 //	                                                  # a quorum of 3 masters, one restarted
+//	go run ./stress -chaos failover -every 3s -duration 20s
+//	                                                  # Sentinel failovers, 3 s apart
 //	go run ./stress -json -history attempts.jsonl     # for machines
 //
 // A run uses keys under a random prefix of its own ("fairlock-stress-..."),
@@ -53,9 +64,10 @@
 // what those brackets prove; docs/stress.md gives the theory. The
 // report gives outcomes, throughput, wait and hand-over latencies,
 // fairness across workers, Redis commands per grant, and the violations;
-// the exit status is 1 when there is any, 2 when the check could not be
-// made (bad flags, Redis unreachable, a report that could not be
-// written), 130 for a clean run cut short by an interrupt.
+// the exit status is 1 when there is any that no fault excuses, 2 when
+// the check could not be made (bad flags, Redis unreachable, a report
+// that could not be written), 130 for a clean run cut short by an
+// interrupt.
 //
 // Redis commands per grant are counted from the INFO commandstats of the
 // deployment's primaries (cmdcount.go; docs/stress.md says how).
@@ -102,7 +114,7 @@ func main() {
 // Exit statuses.
 const (
 	exitOK          = 0
-	exitViolations  = 1 // the check found violations
+	exitViolations  = 1 // the check found violations that no fault excuses
 	exitCannotRun   = 2 // bad flags, Redis unreachable, a report not written: nothing was checked
 	exitInterrupted = 130
 )
@@ -110,6 +122,10 @@ const (
 // run is the command: it parses args, runs the stress test, writes the
 // report to stdout, and returns the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// The progress line, the worker processes and this goroutine all
+	// write to stderr.
+	terminal := isTerminal(stderr)
+	stderr = &lockedWriter{w: stderr}
 	cfg, err := parseFlags(args, stderr)
 	var ue usageError
 	switch {
@@ -151,17 +167,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "stress: %s, prefix %s, seed %d\n", tgt, cfg.Prefix, cfg.Seed)
 	if tgt.mini == nil && !tgt.quorum() {
-		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run go run ./cmd/fairlock inspect with the same -redis, -cluster or -sentinel and -prefix %s lock-0\n", cfg.Prefix)
+		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run go run ./cmd/fairlock inspect with %s and -prefix %s lock-0\n", tgt.inspectFlags(), cfg.Prefix)
 	}
+	if tgt.started != "" {
+		tgt.describe(&cfg) // the deployment the command started, for the check and the report
+	}
+	plan := newChaosPlan(cfg, tgt)
 
 	smp, statsErr := startSampler(ctx, tgt, sampleEvery)
 	hist := &history{}
 	started := time.Now()
-	prog := startProgress(stderr, hist, cfg, started)
-	var restarts *restarter
-	if cfg.RestartMaster > 0 {
-		restarts = startRestarter(tgt, 0, started, cfg.RestartMaster, restartDelay(cfg))
+	var faults *injector
+	if plan != nil {
+		var end time.Time
+		if cfg.Ops == 0 {
+			end = started.Add(cfg.Duration)
+		}
+		faults = plan.start(started, end, cfg.Seed)
 	}
+	prog := startProgress(stderr, terminal, hist, cfg, started, faults)
 	var failures []violation
 	if cfg.Procs > 0 {
 		failures = runProcs(ctx, cfg, tgt, hist, stderr)
@@ -171,12 +195,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		p.run(ctx)
 	}
 	elapsed := time.Since(started)
-	var restart *masterRestart
-	if restarts != nil {
-		restart = restarts.finish()
-		if restart.Err != "" {
-			failures = append(failures, violation{Kind: errored, At: restart.Dead,
-				Detail: fmt.Sprintf("restarting master %d (%s): %s", restart.Master, restart.Addr, restart.Err)})
+	var injected []fault
+	if faults != nil {
+		injected = faults.finish()
+		for _, f := range injected {
+			if f.Err != "" {
+				failures = append(failures, violation{Kind: errored, At: f.Injected,
+					Detail: fmt.Sprintf("fault %d (%s of %s): %s", f.N, f.Kind, f.Target, f.Err)})
+			}
 		}
 	}
 	prog.stop()
@@ -193,8 +219,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var q *quorumCheck
 	if tgt.quorum() {
 		q = &quorumCheck{}
-		if o, ok := restart.outage(); ok {
-			q.Outages = append(q.Outages, o)
+		for _, f := range injected {
+			if o, ok := f.lostWrites(); ok {
+				q.Outages = append(q.Outages, o)
+			}
 		}
 	}
 	violations := append(checkRun(attempts, cfg.WaiterTTL, cfg.multiWay(), q), failures...)
@@ -210,10 +238,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	excuse(violations, injected, started)
 	rep := buildReport(cfg, tgt.String(), attempts, violations, elapsed, cmds, snaps)
 	rep.Interrupted = interrupted
 	if q != nil {
-		rep.Quorum = quorumReport(tgt, restart, q, started)
+		rep.Quorum = quorumReport(tgt, q)
+	}
+	if plan != nil {
+		rep.Faults = &faultSums{Kind: plan.kind, Plan: plan.desc, Faults: injected}
 	}
 	if err := rep.write(stdout, cfg.JSON); err != nil {
 		fmt.Fprintf(stderr, "stress: writing the report: %v\n", err)
@@ -233,7 +265,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	switch {
-	case len(violations) > 0: // the report says so, whatever else failed
+	case counted(violations) > 0: // the report says so, whatever else failed
 		return exitViolations
 	case !written:
 		return exitCannotRun

@@ -164,6 +164,7 @@ func (c *checker) passed(g *attempt, place time.Time, w *attempt, what string) {
 	if len(g.Joins) > 0 {
 		c.add(outOfOrder, g.Lock, g.Granted, "%s joined the queue before %s (join answered %s, the other's sent %s), yet %s",
 			w.Worker, g.Worker, c.t(since), c.t(g.Entered()), what)
+		c.about(g, w)
 		return
 	}
 	call := "TryLock"
@@ -172,6 +173,7 @@ func (c *checker) passed(g *attempt, place time.Time, w *attempt, what string) {
 	}
 	c.add(barged, g.Lock, g.Granted, "%s by %s, called %s, was granted (token %d, not before %s) while %s was in line (joined %s), and %s",
 		call, g.Worker, c.t(g.Start), g.Token, c.t(place), w.Worker, c.t(since), what)
+	c.about(g, w)
 }
 
 // residue reports what a lock keeps in Redis after every client is closed:

@@ -59,10 +59,10 @@ func TestQuorumFlags(t *testing.T) {
 	assert.Contains(t, errs, "-restart-master D")
 }
 
-// The masters the command starts run until it closes them; the one it
-// restarts is killed at its time, stays down for its delay, and comes
-// back empty on its port.
-func TestRestarterKillsAMasterAndRestartsItEmptyOnItsPort(t *testing.T) {
+// The masters the command starts run until it closes them; with
+// -restart-master, the first is killed at its time, stays down for its
+// delay, and comes back empty on its port, once.
+func TestRestartMasterKillsTheFirstMasterAndRestartsItEmptyOnItsPort(t *testing.T) {
 	redistest.Slow(t)
 	tgt, err := startMasters(3)
 	require.NoError(t, err)
@@ -82,52 +82,51 @@ func TestRestarterKillsAMasterAndRestartsItEmptyOnItsPort(t *testing.T) {
 		require.NoError(t, r.Set(ctx, "k", "v", 0).Err())
 	}
 
-	const delay = 200 * time.Millisecond
+	cfg := config{RestartMaster: 50 * time.Millisecond, Lease: 100 * time.Millisecond, WaiterTTL: 100 * time.Millisecond}
+	delay := restartDelay(cfg)
 	start := time.Now()
-	r := startRestarter(tgt, 0, start, 50*time.Millisecond, delay)
+	in := newChaosPlan(cfg, tgt).start(start, time.Time{}, 1)
 	first := rdbs[0].(*redis.Client)
 	require.Eventually(t, func() bool { return first.Exists(ctx, "k").Val() == 0 && first.Ping(ctx).Err() == nil },
 		20*time.Second, 20*time.Millisecond, "master 1 never came back empty")
-	rec := r.finish()
+	faults := in.finish()
 
-	assert.Empty(t, rec.Err)
-	assert.Equal(t, 1, rec.Master)
-	assert.Equal(t, tgt.masters[0], rec.Addr)
-	assert.False(t, rec.Killed.Before(start.Add(50*time.Millisecond).Round(0)))
-	assert.False(t, rec.Dead.Before(rec.Killed))
-	assert.GreaterOrEqual(t, rec.Restarted.Sub(rec.Dead), delay)
-	o, ok := rec.outage()
+	require.Len(t, faults, 1)
+	f := faults[0]
+	assert.Empty(t, f.Err)
+	assert.Equal(t, chaosRestartEmpty, f.Kind)
+	assert.Equal(t, "master 1 ("+tgt.masters[0]+")", f.Target)
+	assert.False(t, f.Injected.Before(start.Add(50*time.Millisecond).Round(0)))
+	assert.False(t, f.Exited.Before(f.Injected))
+	assert.GreaterOrEqual(t, f.Back.Sub(f.Injected), delay)
+	o, ok := f.lostWrites()
 	require.True(t, ok)
-	assert.Equal(t, outage{rec.Killed, rec.Dead}, o)
+	assert.Equal(t, outage{f.Injected, f.Exited}, o)
 	for _, r := range rdbs[1:] {
 		assert.Equal(t, "v", r.Get(ctx, "k").Val(), "the other masters keep their keys")
 	}
 
-	q := quorumReport(tgt, rec, &quorumCheck{Tally: bakeryTally{Pairs: 7}, LostWithMaster: 2}, start)
 	var b strings.Builder
-	q.write(&b)
+	quorumReport(tgt, &quorumCheck{Tally: bakeryTally{Pairs: 7}}).write(&b)
+	(&faultSums{Kind: chaosRestartEmpty, Plan: newChaosPlan(cfg, tgt).desc, Faults: faults}).write(&b)
 	assert.Contains(t, b.String(), "quorum:      3 masters ("+strings.Join(tgt.masters, ",")+", started on loopback)")
-	assert.Contains(t, b.String(), "restart:     master 1 ("+tgt.masters[0]+") killed at +0.")
-	assert.Contains(t, b.String(), "restarted empty at +")
-	assert.Contains(t, b.String(), "2 hold(s) that may have counted it lost their lease (not violations)")
 	assert.Contains(t, b.String(), "bakery:      7 pairs checked")
+	assert.Contains(t, b.String(), "faults:      restart-empty of master 1 at +50ms, down "+delay.String()+": 1 injected\n")
+	assert.Contains(t, b.String(), "    1. +0.")
+	assert.Contains(t, b.String(), "s restart-empty master 1 ("+tgt.masters[0]+"): SIGKILL (its keys lost) at +0.")
+	assert.Contains(t, b.String(), ", restarted empty at +")
 }
 
 // A restart not due by the end of the run is not made.
-func TestRestarterDoesNothingAfterTheRun(t *testing.T) {
-	redistest.Slow(t)
-	tgt, err := startMasters(3)
-	require.NoError(t, err)
-	defer tgt.close()
-	r := startRestarter(tgt, 0, time.Now(), time.Hour, time.Second)
-	rec := r.finish()
-	assert.True(t, rec.Killed.IsZero())
-	_, ok := rec.outage()
-	assert.False(t, ok)
+func TestRestartMasterDoesNothingAfterTheRun(t *testing.T) {
+	cfg := config{RestartMaster: time.Hour}
+	p := newChaosPlan(cfg, &target{})
+	faults := p.start(time.Now(), time.Time{}, 1).finish()
+	assert.Empty(t, faults)
 
 	var b strings.Builder
-	quorumReport(tgt, rec, &quorumCheck{}, time.Now()).write(&b)
-	assert.Contains(t, b.String(), "was to be killed at +3600.0s: the run ended first")
+	(&faultSums{Kind: p.kind, Plan: p.desc, Faults: faults}).write(&b)
+	assert.Equal(t, "faults:      restart-empty of master 1 at +1h0m0s, down 1s: none injected, the run ended first\n", b.String())
 }
 
 func TestRestartDelayOutlastsTheLeaseAndTheWaiterTTL(t *testing.T) {

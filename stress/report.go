@@ -36,6 +36,7 @@ type report struct {
 	Fairness      fairness          `json:"fairness"`
 	Weighted      *weightedSums     `json:"weighted,omitempty"`          // the semaphore and rwmutex kinds
 	Quorum        *quorumSums       `json:"quorum,omitempty"`            // a run on a quorum of masters (-masters)
+	Faults        *faultSums        `json:"faults,omitempty"`            // the faults injected (-chaos, -restart-master)
 	Pause         float64           `json:"longest_pause_ms"`            // longest time in which no client saw anything happen
 	Commands      *commandSums      `json:"redis_commands,omitempty"`    // nil: not known, see CommandsNA
 	CommandsNA    string            `json:"redis_commands_na,omitempty"` // why Commands is nil
@@ -85,11 +86,16 @@ type commandSums struct {
 	Unread     []string           `json:"unread,omitempty"`      // the stretches not counted, and why
 }
 
-// violationCounts counts violations by kind, with the first few of each.
+// violationCounts counts violations by kind, with the first few of each
+// (those not excused first), and how many a fault excused: the exit
+// status counts the others.
 type violationCounts struct {
-	Total    int                        `json:"total"`
-	ByKind   map[violationKind]int      `json:"by_kind"`
-	Examples map[violationKind][]string `json:"examples,omitempty"`
+	Total         int                        `json:"total"`
+	Excused       int                        `json:"excused"`
+	Counted       int                        `json:"counted"` // Total - Excused
+	ByKind        map[violationKind]int      `json:"by_kind"`
+	ExcusedByKind map[violationKind]int      `json:"excused_by_kind,omitempty"`
+	Examples      map[violationKind][]string `json:"examples,omitempty"`
 }
 
 const examplesPerKind = 5
@@ -308,8 +314,21 @@ func summarise(vs []violation) violationCounts {
 	s := violationCounts{Total: len(vs), ByKind: map[violationKind]int{}, Examples: map[violationKind][]string{}}
 	for _, v := range vs {
 		s.ByKind[v.Kind]++
-		if len(s.Examples[v.Kind]) < examplesPerKind {
-			s.Examples[v.Kind] = append(s.Examples[v.Kind], v.String())
+		if v.Excused == "" {
+			continue
+		}
+		if s.ExcusedByKind == nil {
+			s.ExcusedByKind = map[violationKind]int{}
+		}
+		s.Excused++
+		s.ExcusedByKind[v.Kind]++
+	}
+	s.Counted = s.Total - s.Excused
+	for _, excused := range []bool{false, true} {
+		for _, v := range vs {
+			if (v.Excused != "") == excused && len(s.Examples[v.Kind]) < examplesPerKind {
+				s.Examples[v.Kind] = append(s.Examples[v.Kind], v.String())
+			}
 		}
 	}
 	return s
@@ -381,6 +400,9 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	if q := r.Quorum; q != nil {
 		q.write(&b)
 	}
+	if f := r.Faults; f != nil {
+		f.write(&b)
+	}
 	fmt.Fprintf(&b, "throughput:  %.0f grants/s\n", r.GrantsPerSec)
 	fmt.Fprintf(&b, "wait:        %s (Lock call to grant)\n", r.Wait)
 	fmt.Fprintf(&b, "hand-over:   %s (Unlock called to the next waiter's grant)\n", r.Handover)
@@ -396,9 +418,18 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	if r.ViolationSums.Total == 0 {
 		b.WriteString("violations:  none\n")
 	} else {
-		fmt.Fprintf(&b, "violations:  %d\n", r.ViolationSums.Total)
-		for _, k := range slices.Sorted(maps.Keys(r.ViolationSums.ByKind)) {
-			fmt.Fprintf(&b, "  %s: %d\n", k, r.ViolationSums.ByKind[k])
+		vs := r.ViolationSums
+		if vs.Excused > 0 {
+			fmt.Fprintf(&b, "violations:  %d, %d of them excused by a fault: %d counted\n", vs.Total, vs.Excused, vs.Counted)
+		} else {
+			fmt.Fprintf(&b, "violations:  %d\n", vs.Total)
+		}
+		for _, k := range slices.Sorted(maps.Keys(vs.ByKind)) {
+			if n := vs.ExcusedByKind[k]; n > 0 {
+				fmt.Fprintf(&b, "  %s: %d (%d excused)\n", k, vs.ByKind[k], n)
+			} else {
+				fmt.Fprintf(&b, "  %s: %d\n", k, vs.ByKind[k])
+			}
 			for _, e := range r.ViolationSums.Examples[k] {
 				fmt.Fprintf(&b, "    - %s\n", e)
 			}

@@ -22,10 +22,16 @@ import (
 type target struct {
 	spec    deploy.Spec          // the deployment, as the flags or the embedded server name it
 	masters []string             // a quorum's masters, in the order of -masters
-	local   []*redistest.Server  // the masters this command started, in the order of masters
+	local   []*redistest.Server  // the masters this command started, in the order of masters, or the one server of -chaos
 	mini    *miniredis.Miniredis // the embedded server, nil otherwise
 	stop    chan struct{}        // closed by close: stops the embedded clock
 	ticking sync.WaitGroup       // the embedded clock's goroutine
+	// The Sentinel set or the Cluster this command started for -chaos,
+	// nil otherwise, and what the command started, in words ("" when
+	// nothing).
+	sentinel *redistest.SentinelSet
+	cluster  *redistest.Cluster
+	started  string
 }
 
 // tick is how often the embedded server's TTLs are moved forward.
@@ -38,6 +44,8 @@ const tick = 10 * time.Millisecond
 // with a TTL per command, and call receipts make those many.)
 func openTarget(c config) (*target, error) {
 	switch {
+	case c.Chaos != "":
+		return startChaosTarget(c)
 	case c.StartMasters > 0:
 		return startMasters(c.StartMasters)
 	case len(c.Chosen()) > 0, len(c.Masters) > 0:
@@ -79,7 +87,7 @@ func (t *target) describe(c *config) {
 	c.Spec, c.Masters = t.spec, t.masters
 }
 
-// close stops the embedded server and the masters the command started,
+// close stops the embedded server and the servers the command started,
 // if any.
 func (t *target) close() {
 	if t.mini != nil {
@@ -89,6 +97,12 @@ func (t *target) close() {
 	}
 	for _, s := range t.local {
 		s.Stop()
+	}
+	if t.sentinel != nil {
+		t.sentinel.Stop()
+	}
+	if t.cluster != nil {
+		t.cluster.Stop()
 	}
 }
 
@@ -118,14 +132,29 @@ func (t *target) String() string {
 	switch {
 	case t.mini != nil:
 		return "embedded Redis (miniredis " + t.mini.Addr() + ")"
+	case t.quorum() && t.started != "":
+		return fmt.Sprintf("quorum of %d masters %s (%s)", len(t.masters), strings.Join(t.masters, ","), t.started)
 	case t.quorum():
-		s := fmt.Sprintf("quorum of %d masters %s", len(t.masters), strings.Join(t.masters, ","))
-		if len(t.local) > 0 {
-			s += " (redis-servers started on loopback)"
-		}
-		return s
+		return fmt.Sprintf("quorum of %d masters %s", len(t.masters), strings.Join(t.masters, ","))
+	case t.started != "":
+		return t.spec.String() + " (" + t.started + ")"
 	}
 	return t.spec.String()
+}
+
+// inspectFlags returns the flags of go run ./cmd/fairlock inspect that
+// reach the deployment: those the command was given, or the ones of the
+// servers it started.
+func (t *target) inspectFlags() string {
+	switch {
+	case t.started == "":
+		return "the same -redis, -cluster or -sentinel"
+	case len(t.spec.Cluster) > 0:
+		return "-cluster " + strings.Join(t.spec.Cluster, ",")
+	case len(t.spec.Sentinel) > 0:
+		return "-sentinel " + strings.Join(t.spec.Sentinel, ",") + " -master " + t.spec.Master
+	}
+	return "-redis " + t.spec.RedisURL
 }
 
 // forEachNode runs fn on every server that holds keys: each master of a

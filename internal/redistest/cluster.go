@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/pause"
 )
 
 // ClusterNodeTimeout is the cluster-node-timeout of the nodes StartCluster
@@ -197,6 +199,41 @@ func (c *Cluster) Kill(addr string) error {
 	c.mu.Unlock()
 	s.kill()
 	return nil
+}
+
+// Restart starts the node at addr again after Kill, on its port, empty,
+// with the cluster configuration it had saved (nodes.conf). A master
+// whose slots a replica took over while it was down comes back as that
+// replica's replica: it refuses queries for a while after its start, as
+// a restarted master does, and learns the new configuration from the
+// others meanwhile. Restart returns once the node sees itself as a
+// replica, or serving slots, or when ctx ends; WaitHealthy then waits
+// until it has copied its master's data.
+func (c *Cluster) Restart(ctx context.Context, addr string) error {
+	s := c.Node(addr)
+	if s == nil {
+		return fmt.Errorf("redistest: no cluster node at %s", addr)
+	}
+	if err := s.Restart(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	delete(c.killed, addr)
+	c.mu.Unlock()
+	for {
+		nodes, err := c.view(ctx, addr)
+		if err == nil {
+			err = fmt.Errorf("%s is a master without slots yet", addr)
+			for _, n := range nodes {
+				if n.has("myself") && (n.has("slave") || len(n.slots) > 0) {
+					return nil
+				}
+			}
+		}
+		if !pause.For(ctx, 50*time.Millisecond) {
+			return fmt.Errorf("redistest: restarting %s: %w (%w)", addr, err, ctx.Err())
+		}
+	}
 }
 
 // live returns the nodes not ended by Kill.

@@ -48,6 +48,23 @@ func TestClusterFailsOverAKilledMasterAndStopEndsEveryNode(t *testing.T) {
 	rdb.ReloadState(ctx) // go-redis reloads its slot map on MOVED, not when a node is gone
 	require.Eventually(t, func() bool { return rdb.Get(ctx, "{k}").Val() == "v" },
 		10*time.Second, 20*time.Millisecond, "the replicated key is served by the new master")
+	owners, err := c.MastersOf(ctx, "{k}", "{k}x")
+	require.NoError(t, err)
+	require.Equal(t, []string{now, now}, owners)
+
+	// The killed master comes back as the replica of the one that took
+	// over its slots.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, c.Restart(wctx, old))
+	require.NoError(t, c.WaitHealthy(wctx))
+	replicas, err = c.Replicas(ctx)
+	require.NoError(t, err)
+	require.Contains(t, replicas, old)
+	masters, err = c.Masters(ctx)
+	require.NoError(t, err)
+	require.Len(t, masters, 3)
+	require.NotContains(t, masters, old)
 
 	c.Stop()
 	c.Stop()

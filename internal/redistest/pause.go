@@ -4,6 +4,7 @@ package redistest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"syscall"
@@ -42,4 +43,24 @@ func Pause(t testing.TB, rdb *redis.Client) (resume func()) {
 	}
 	t.Cleanup(resume)
 	return resume
+}
+
+// Suspend stops the server with SIGSTOP, as Pause does, until Resume. Its
+// clock goes on meanwhile, and with it the expiries of its keys.
+func (s *Server) Suspend() error { return s.signal(syscall.SIGSTOP) }
+
+// Resume lets a suspended server go on (SIGCONT).
+func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
+
+// signal sends sig to the server's process, unless it has exited.
+func (s *Server) signal(sig syscall.Signal) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return fmt.Errorf("redistest: %s was never started", s.Addr)
+	}
+	select {
+	case <-s.exit:
+		return fmt.Errorf("redistest: %s has exited", s.Addr)
+	default:
+	}
+	return s.cmd.Process.Signal(sig)
 }

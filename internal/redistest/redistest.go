@@ -138,8 +138,11 @@ func (s *Server) Stop() {
 	_ = os.RemoveAll(s.dir)
 }
 
-// Restart kills the server and starts a fresh one on the same port, with
-// an empty dataset.
+// Restart kills the server and starts it again on the same port, with the
+// same directives and in the same directory: with the dataset its
+// persistence kept (an append-only file, for a server started with
+// "--appendonly", "yes"), or, as Start leaves it, empty. It returns once
+// the server answers PING, so once it has loaded its dataset.
 func (s *Server) Restart() error {
 	s.kill()
 	var err error

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/fairlock/fairlock/internal/pause"
 )
 
 // Timings of the sentinels StartSentinel starts: a primary that has not
@@ -224,70 +222,6 @@ func (ss *SentinelSet) Primary(ctx context.Context) (string, error) {
 		errs = append(errs, fmt.Errorf("%s: %v %w", s.Addr, addr, err))
 	}
 	return "", fmt.Errorf("redistest: no sentinel reported the primary: %w", errors.Join(errs...))
-}
-
-// Kill ends the primary or replica at addr with SIGKILL, as a crash would,
-// and waits until it has exited.
-func (ss *SentinelSet) Kill(addr string) error {
-	s := ss.Server(addr)
-	if s == nil {
-		return fmt.Errorf("redistest: no server of the sentinel set at %s", addr)
-	}
-	ss.mu.Lock()
-	ss.killed[addr] = true
-	ss.mu.Unlock()
-	s.kill()
-	return nil
-}
-
-// KillPrimary ends the primary the sentinels report with SIGKILL and
-// returns its address. The sentinels fail over after SentinelDownAfter
-// (see WaitFailover).
-func (ss *SentinelSet) KillPrimary(ctx context.Context) (string, error) {
-	addr, err := ss.Primary(ctx)
-	if err != nil {
-		return "", err
-	}
-	return addr, ss.Kill(addr)
-}
-
-// Failover asks a sentinel for a graceful failover (SENTINEL FAILOVER)
-// and returns the address of the primary it replaces. It does not wait
-// for the failover to complete (see WaitFailover).
-func (ss *SentinelSet) Failover(ctx context.Context) (string, error) {
-	old, err := ss.Primary(ctx)
-	if err != nil {
-		return "", err
-	}
-	var errs []error
-	for _, s := range ss.sentinels {
-		err := ss.watchers[s.Addr].Failover(ctx, SentinelMasterName).Err()
-		if err == nil {
-			return old, nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", s.Addr, err))
-	}
-	return "", fmt.Errorf("redistest: SENTINEL FAILOVER: %w", errors.Join(errs...))
-}
-
-// WaitFailover waits until every sentinel reports the same primary other
-// than old, with no failover in progress, and that server answers as a
-// master. It returns the new primary's address.
-func (ss *SentinelSet) WaitFailover(old string, within time.Duration) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	for {
-		addr, err := ss.settled(ctx)
-		if err == nil && addr == old {
-			err = fmt.Errorf("the sentinels still report %s", old)
-		}
-		if err == nil {
-			return addr, nil
-		}
-		if !pause.For(ctx, 50*time.Millisecond) {
-			return "", fmt.Errorf("redistest: no new primary within %v: %w", within, err)
-		}
-	}
 }
 
 // Stop kills the sentinels, then the primary and replicas, and removes

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock/internal/redistest"
@@ -48,6 +49,19 @@ func TestSentinelFailsOverGracefullyAndAfterAKill(t *testing.T) {
 	t.Logf("failover from the killed %s to %s in %v", old, now, time.Since(at))
 	require.Eventually(t, func() bool { return rdb.Set(ctx, "k3", "v", 0).Err() == nil },
 		30*time.Second, 20*time.Millisecond, "the failover client writes to the new primary")
+
+	// The killed server comes back as a replica of the new primary, so
+	// that the set has two replicas again.
+	require.NoError(t, ss.Rejoin(ctx, old))
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	primary, err := ss.WaitSynced(wctx)
+	require.NoError(t, err)
+	require.Equal(t, now, primary)
+	back := redis.NewClient(&redis.Options{Addr: old})
+	defer back.Close()
+	require.Equal(t, "v", back.Get(ctx, "k3").Val(), "the rejoined server copied the primary's data")
+	require.Contains(t, back.Info(ctx, "replication").Val(), "role:slave")
 	ss.Stop()
 	ss.Stop()
 }

@@ -80,7 +80,9 @@ func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 // TryLock takes the lock only if that needs no waiting: it never joins the
 // line, and fails with ErrLocked when another owner holds the lock or
 // anyone is waiting for it (no barging). A context that carries a live
-// hold re-enters it, as with Lock.
+// hold re-enters it, as with Lock. While Redis does not answer (a restart,
+// a failover under way), its attempt is sent again until Redis answers or
+// the call timeout or ctx's deadline passes.
 func (m *Mutex) TryLock(ctx context.Context) (context.Context, error) {
 	return m.acquire(ctx, false)
 }

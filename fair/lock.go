@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/internal/pause"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
@@ -206,13 +207,40 @@ func retryable(err error) bool {
 }
 
 // poll runs one acquire on a context detached from ctx.
+//
+// A TryLock's attempt and a re-entry that get no answer (a connection
+// refused or cut: a restart, a failover under way) are sent again, with
+// the backoff of a waiting Lock's polls, until Redis answers or the
+// call's bound passes (the call timeout): under the same entry, so that
+// a try's grant whose answer was lost is claimed, not granted twice, and
+// under the same call id, so that a re-entry counts once. A waiting
+// Lock's attempts are not: its wait sends them again itself, and keeps
+// its place in line meanwhile.
 func (l *Mutex) poll(ctx context.Context, req Request, entry, mode string) (queue.Reply, error) {
 	if entry == "" {
 		entry = l.entry(req)
 	}
 	cctx, cancel := l.e.detached(ctx)
 	defer cancel()
-	return l.acquire(cctx, req.Owner, entry, req.Lease, mode)
+	call := queue.NewID()
+	if mode == queue.ModeWait || (mode == queue.ModeTry && req.Wait) {
+		return l.acquireCall(cctx, call, req.Owner, entry, req.Lease, mode)
+	}
+	retry := retryMin
+	for {
+		rep, err := l.acquireCall(cctx, call, req.Owner, entry, req.Lease, mode)
+		if !unanswered(err) || cctx.Err() != nil || !pause.For(cctx, retry) {
+			return rep, err
+		}
+		retry = min(2*retry, retryMax)
+	}
+}
+
+// unanswered reports whether a call failed without an answer from Redis
+// (a network error), which sending it again may get past.
+func unanswered(err error) bool {
+	return err != nil && !redisError(err) && !unacked(err) && !errors.Is(err, errs.ErrClosed) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // wait is the slow path of Lock: subscribe, then poll in wait mode until

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/internal/pause"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -83,12 +84,23 @@ func (h *Hold) Unlock(ctx context.Context) error {
 }
 
 // release sends the release of one level under call id call, detached
-// from ctx and bounded by the call timeout.
+// from ctx and bounded by the call timeout (and ctx's deadline). A call
+// that got no answer (a connection refused or cut: a restart, a failover
+// under way) is sent again under the same call id, which counts once,
+// with the backoff of a waiting Lock's polls, until Redis answers or the
+// bound passes; replies that say the server will be ready shortly are
+// ridden out the same way (see runScript).
 func (h *Hold) release(ctx context.Context, call string, lease time.Duration) released {
 	cctx, cancel := h.l.e.detached(ctx)
 	defer cancel()
-	n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
-	return released{n, err}
+	retry := retryMin
+	for {
+		n, err := h.l.releaseCall(cctx, call, h.owner, lease, h.releaseReceiptTTL())
+		if !unanswered(err) || cctx.Err() != nil || !pause.For(cctx, retry) {
+			return released{n, err}
+		}
+		retry = min(2*retry, retryMax)
+	}
 }
 
 // released is what Redis answered to a release: the levels the owner

@@ -2,6 +2,7 @@ package fairlock_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -295,4 +296,107 @@ func TestQuorumCallsRideOutMastersLoadingTheirData(t *testing.T) {
 		require.NoError(t, err)
 		assert.False(t, locked, name)
 	}
+}
+
+// Calls that find the server down ride out its restart on an append-only
+// file within the call timeout: Unlock (inner and outer levels), TryLock
+// and a re-entry, of every primitive, return what the restarted server
+// answers, not the network error, and count once.
+func TestCallsRideOutARestartOnTheAppendOnlyFile(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	srv, err := redistest.Start("--appendonly", "yes", "--appendfsync", "always")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	c, err := fairlock.New(srv.Client(t), fairlock.WithPrefix(redistest.Prefix(t)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	bg := context.Background()
+
+	m, sem, rw := c.Mutex("m"), c.Semaphore("sem", 3), c.RWMutex("rw")
+	ml := c.MultiLock([]string{"ml-1", "ml-2"})
+	mctx, err := m.Lock(bg)
+	require.NoError(t, err)
+	inner, err := m.Lock(mctx)
+	require.NoError(t, err)
+	sctx, err := sem.Acquire(bg, 2)
+	require.NoError(t, err)
+	wctx, err := rw.Lock(bg)
+	require.NoError(t, err)
+	mlctx, err := ml.Lock(bg)
+	require.NoError(t, err)
+	reenter := c.Mutex("reenter")
+	rctx, err := reenter.Lock(bg)
+	require.NoError(t, err)
+	try, trySem := c.Mutex("try"), c.Semaphore("try-sem", 2)
+
+	srv.Kill()
+	steps := map[string]func() error{
+		"Mutex.Unlock of both levels": func() error {
+			if err := m.Unlock(inner); err != nil {
+				return err
+			}
+			return m.Unlock(mctx)
+		},
+		"Semaphore.Release": func() error { return sem.Release(sctx) },
+		"RWMutex.Unlock":    func() error { return rw.Unlock(wctx) },
+		"MultiLock.Unlock":  func() error { return ml.Unlock(mlctx) },
+		"Mutex.TryLock": func() error {
+			h, err := try.TryLock(bg)
+			if err != nil {
+				return err
+			}
+			return try.Unlock(h)
+		},
+		"Semaphore.TryAcquire": func() error {
+			h, err := trySem.TryAcquire(bg, 2)
+			if err != nil {
+				return err
+			}
+			return trySem.Release(h)
+		},
+		"re-entry": func() error {
+			h, err := reenter.Lock(rctx)
+			if err != nil {
+				return err
+			}
+			if n, err := reenter.HoldCount(h); err != nil || n != 2 {
+				return fmt.Errorf("levels after the re-entry: %d, %v; want 2", n, err)
+			}
+			return reenter.Unlock(h)
+		},
+	}
+	errs := make(map[string]error, len(steps))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, step := range steps {
+		wg.Go(func() {
+			err := step()
+			mu.Lock()
+			errs[name] = err
+			mu.Unlock()
+		})
+	}
+	// The calls find the server down and keep trying; it comes back on
+	// its file a while later.
+	time.Sleep(2 * time.Second) // the outage, longer than the redis client's own retries
+	require.NoError(t, srv.Restart())
+	wg.Wait()
+	for name := range steps {
+		assert.NoError(t, errs[name], name)
+	}
+	require.NoError(t, reenter.Unlock(rctx))
+	for _, name := range []string{"m", "ml-1", "ml-2", "try", "reenter"} {
+		locked, err := c.Mutex(name).IsLocked(bg)
+		require.NoError(t, err)
+		assert.False(t, locked, name)
+	}
+	for _, s := range []*fairlock.Semaphore{sem, trySem} {
+		h, err := s.TryAcquire(bg, s.Permits())
+		require.NoError(t, err, s.Name())
+		require.NoError(t, s.Release(h))
+	}
+	h, err := rw.TryLock(bg)
+	require.NoError(t, err)
+	require.NoError(t, rw.Unlock(h))
 }

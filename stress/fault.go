@@ -53,11 +53,15 @@ func (f *fault) lostWrites() (outage, bool) {
 
 // heldUp returns the stretch in which the fault may have taken a hold
 // away or kept its renewals from being answered, for the faults that
-// can: the stretch of lostWrites, or, for a pause, from the SIGSTOP until
-// the SIGCONT. A restart-aof takes no hold away: its server is back at
-// once, with every hold.
+// can: the stretch of lostWrites; for a pause, from the SIGSTOP until
+// the SIGCONT; for a kill-primary, from the SIGKILL until a replica took
+// over (a hold live meanwhile could be neither renewed nor released,
+// and one granted meanwhile, by a replica as it was promoted, may be
+// gone from the deployment the takeover leaves). A restart-aof takes no
+// hold away: its server is back at once, with every hold.
 func (f *fault) heldUp() (outage, bool) {
-	if f.Kind == chaosPause {
+	switch f.Kind {
+	case chaosPause, chaosKillPrimary:
 		return outage{f.Injected, firstSet(f.Back, forever)}, !f.Injected.IsZero()
 	}
 	return f.lostWrites()

@@ -83,6 +83,42 @@ func (s *loadingServer) loadingReplies(t *testing.T) int {
 	return n
 }
 
+// taken is a step that takes a lock with lock and gives it back with
+// unlock, on ctx.
+func taken(ctx context.Context, lock func(context.Context) (context.Context, error), unlock func(context.Context) error) func() error {
+	return func() error {
+		h, err := lock(ctx)
+		if err != nil {
+			return err
+		}
+		return unlock(h)
+	}
+}
+
+// atOnce runs every step at once, and meanwhile (if not nil) on the
+// test's goroutine, and fails t for each step that fails.
+func atOnce(t *testing.T, steps map[string]func() error, meanwhile func()) {
+	t.Helper()
+	errs := make(map[string]error, len(steps))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, step := range steps {
+		wg.Go(func() {
+			err := step()
+			mu.Lock()
+			errs[name] = err
+			mu.Unlock()
+		})
+	}
+	if meanwhile != nil {
+		meanwhile()
+	}
+	wg.Wait()
+	for name := range steps {
+		assert.NoError(t, errs[name], name)
+	}
+}
+
 // Every call of every primitive rides out a server that is loading its
 // data set after a restart: it waits, within its context, until the
 // server answers, and succeeds as it would have before the restart. Nothing
@@ -120,76 +156,48 @@ func TestCallsRideOutAServerLoadingItsData(t *testing.T) {
 	tok, err := m.Token(mctx)
 	require.NoError(t, err)
 
-	type step struct {
-		name string
-		call func(ctx context.Context) error
-	}
-	take := func(lock func(context.Context) (context.Context, error), unlock func(context.Context) error) func(context.Context) error {
-		return func(ctx context.Context) error {
-			hctx, err := lock(ctx)
-			if err != nil {
-				return err
-			}
-			return unlock(hctx)
-		}
-	}
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
 	fm, fs, frw, fml := c.Mutex("fresh"), c.Semaphore("fresh-sem", 2), c.RWMutex("fresh-rw"), c.MultiLock([]string{"fresh-1", "fresh-2"})
 	tm, ts, trw, tml := c.Mutex("try"), c.Semaphore("try-sem", 2), c.RWMutex("try-rw"), c.MultiLock([]string{"try-1", "try-2"})
 	rs := c.RWMutex("fresh-rs")
 	trs := c.RWMutex("try-rs")
 	resized := c.Semaphore("resized", 2)
-	steps := []step{
-		{"Mutex.Unlock", func(context.Context) error { return m.Unlock(mctx) }},
-		{"Semaphore.Release", func(context.Context) error { return sem.Release(sctx) }},
-		{"RWMutex.Unlock", func(context.Context) error { return rw.Unlock(wctx) }},
-		{"RWMutex.RUnlock", func(context.Context) error { return rr.RUnlock(rctx) }},
-		{"MultiLock.Unlock", func(context.Context) error { return ml.Unlock(mlctx) }},
-		{"Mutex.Lock", take(fm.Lock, fm.Unlock)},
-		{"Mutex.TryLock", take(tm.TryLock, tm.Unlock)},
-		{"Semaphore.Acquire", take(func(ctx context.Context) (context.Context, error) { return fs.Acquire(ctx, 2) }, fs.Release)},
-		{"Semaphore.TryAcquire", take(func(ctx context.Context) (context.Context, error) { return ts.TryAcquire(ctx, 1) }, ts.Release)},
-		{"Semaphore.SetPermits", func(ctx context.Context) error { return resized.SetPermits(ctx, 5) }},
-		{"RWMutex.Lock", take(frw.Lock, frw.Unlock)},
-		{"RWMutex.RLock", take(rs.RLock, rs.RUnlock)},
-		{"RWMutex.TryLock", take(trw.TryLock, trw.Unlock)},
-		{"RWMutex.TryRLock", take(trs.TryRLock, trs.RUnlock)},
-		{"MultiLock.Lock", take(fml.Lock, fml.Unlock)},
-		{"MultiLock.TryLock", take(tml.TryLock, tml.Unlock)},
-		{"Mutex.IsLocked", func(ctx context.Context) error { _, err := other.Mutex("forced").IsLocked(ctx); return err }},
-		{"Mutex.HoldCount", func(ctx context.Context) error { _, err := other.Mutex("forced").HoldCount(ctx); return err }},
-		{"Mutex.TTL", func(ctx context.Context) error { _, err := other.Mutex("forced").TTL(ctx); return err }},
-		{"Mutex.Token", func(ctx context.Context) error {
-			got, err := m.Token(mctx)
-			if err == nil && got != tok {
-				t.Errorf("Token after the restart: %d, want %d", got, tok)
-			}
-			return err
-		}},
-		{"Mutex.ForceUnlock", func(ctx context.Context) error { _, err := c.Mutex("forced").ForceUnlock(ctx); return err }},
-		{"Client.Inspect", func(ctx context.Context) error { _, err := c.Inspect(ctx, "m"); return err }},
-		{"Client.List", func(ctx context.Context) error { _, err := c.List(ctx, "*"); return err }},
+	steps := map[string]func() error{
+		"Mutex.Unlock":         func() error { return m.Unlock(mctx) },
+		"Semaphore.Release":    func() error { return sem.Release(sctx) },
+		"RWMutex.Unlock":       func() error { return rw.Unlock(wctx) },
+		"RWMutex.RUnlock":      func() error { return rr.RUnlock(rctx) },
+		"MultiLock.Unlock":     func() error { return ml.Unlock(mlctx) },
+		"Mutex.Lock":           taken(ctx, fm.Lock, fm.Unlock),
+		"Mutex.TryLock":        taken(ctx, tm.TryLock, tm.Unlock),
+		"Semaphore.Acquire":    taken(ctx, func(ctx context.Context) (context.Context, error) { return fs.Acquire(ctx, 2) }, fs.Release),
+		"Semaphore.TryAcquire": taken(ctx, func(ctx context.Context) (context.Context, error) { return ts.TryAcquire(ctx, 1) }, ts.Release),
+		"Semaphore.SetPermits": func() error { return resized.SetPermits(ctx, 5) },
+		"RWMutex.Lock":         taken(ctx, frw.Lock, frw.Unlock),
+		"RWMutex.RLock":        taken(ctx, rs.RLock, rs.RUnlock),
+		"RWMutex.TryLock":      taken(ctx, trw.TryLock, trw.Unlock),
+		"RWMutex.TryRLock":     taken(ctx, trs.TryRLock, trs.RUnlock),
+		"MultiLock.Lock":       taken(ctx, fml.Lock, fml.Unlock),
+		"MultiLock.TryLock":    taken(ctx, tml.TryLock, tml.Unlock),
+		"Mutex.IsLocked":       func() error { _, err := other.Mutex("forced").IsLocked(ctx); return err },
+		"Mutex.HoldCount":      func() error { _, err := other.Mutex("forced").HoldCount(ctx); return err },
+		"Mutex.TTL":            func() error { _, err := other.Mutex("forced").TTL(ctx); return err },
+		"Mutex.ForceUnlock":    func() error { _, err := c.Mutex("forced").ForceUnlock(ctx); return err },
+		"Client.Inspect":       func() error { _, err := c.Inspect(ctx, "m"); return err },
+		"Client.List":          func() error { _, err := c.List(ctx, "*"); return err },
 	}
-	// Token must be read before Unlock ends the hold: it goes first, alone.
-	tokenStep := steps[19]
-	steps = append(steps[:19], steps[20:]...)
 
 	s.restart(t)
-	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
-	defer cancel()
-	require.NoError(t, tokenStep.call(ctx), tokenStep.name)
+	// Token must be read before Unlock ends the hold: it goes first, alone.
+	got, err := m.Token(mctx)
+	require.NoError(t, err, "Token")
+	require.Equal(t, tok, got, "Token after the restart")
 	require.True(t, s.loading(), "the server finished loading before the calls were sent")
 	for _, h := range []context.Context{mctx, sctx, wctx, rctx, mlctx} {
 		require.NoError(t, h.Err(), "a hold ended while the server loaded: %v", context.Cause(h))
 	}
-	errs := make([]error, len(steps))
-	var wg sync.WaitGroup
-	for i, st := range steps {
-		wg.Go(func() { errs[i] = st.call(ctx) })
-	}
-	wg.Wait()
-	for i, st := range steps {
-		assert.NoError(t, errs[i], st.name)
-	}
+	atOnce(t, steps, nil)
 	assert.GreaterOrEqual(t, s.loadingReplies(t), len(steps), "the calls met a loading server")
 
 	// The ended holds are gone from Redis, and nothing is left held.
@@ -253,40 +261,15 @@ func TestQuorumCallsRideOutMastersLoadingTheirData(t *testing.T) {
 	}
 	fresh, try := c.Mutex("fresh"), c.Mutex("try")
 	steps := map[string]func() error{
-		"Unlock": func() error { return m.Unlock(mctx) },
-		"Lock": func() error {
-			h, err := fresh.Lock(ctx)
-			if err != nil {
-				return err
-			}
-			return fresh.Unlock(h)
-		},
-		"TryLock": func() error {
-			h, err := try.TryLock(ctx)
-			if err != nil {
-				return err
-			}
-			return try.Unlock(h)
-		},
+		"Unlock":      func() error { return m.Unlock(mctx) },
+		"Lock":        taken(ctx, fresh.Lock, fresh.Unlock),
+		"TryLock":     taken(ctx, try.TryLock, try.Unlock),
 		"IsLocked":    func() error { _, err := c.Mutex("forced").IsLocked(ctx); return err },
 		"HoldCount":   func() error { _, err := c.Mutex("forced").HoldCount(ctx); return err },
 		"TTL":         func() error { _, err := c.Mutex("forced").TTL(ctx); return err },
 		"ForceUnlock": func() error { _, err := c.Mutex("forced").ForceUnlock(ctx); return err },
 	}
-	errs := make(map[string]error, len(steps))
-	var mu sync.Mutex
-	for name, step := range steps {
-		wg.Go(func() {
-			err := step()
-			mu.Lock()
-			errs[name] = err
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	for name := range steps {
-		assert.NoError(t, errs[name], name)
-	}
+	atOnce(t, steps, nil)
 	for _, s := range servers {
 		assert.Positive(t, s.loadingReplies(t), "the calls met a loading master")
 	}
@@ -341,20 +324,9 @@ func TestCallsRideOutARestartOnTheAppendOnlyFile(t *testing.T) {
 		"Semaphore.Release": func() error { return sem.Release(sctx) },
 		"RWMutex.Unlock":    func() error { return rw.Unlock(wctx) },
 		"MultiLock.Unlock":  func() error { return ml.Unlock(mlctx) },
-		"Mutex.TryLock": func() error {
-			h, err := try.TryLock(bg)
-			if err != nil {
-				return err
-			}
-			return try.Unlock(h)
-		},
-		"Semaphore.TryAcquire": func() error {
-			h, err := trySem.TryAcquire(bg, 2)
-			if err != nil {
-				return err
-			}
-			return trySem.Release(h)
-		},
+		"Mutex.TryLock":     taken(bg, try.TryLock, try.Unlock),
+		"Semaphore.TryAcquire": taken(bg, func(ctx context.Context) (context.Context, error) { return trySem.TryAcquire(ctx, 2) },
+			trySem.Release),
 		"re-entry": func() error {
 			h, err := reenter.Lock(rctx)
 			if err != nil {
@@ -366,25 +338,12 @@ func TestCallsRideOutARestartOnTheAppendOnlyFile(t *testing.T) {
 			return reenter.Unlock(h)
 		},
 	}
-	errs := make(map[string]error, len(steps))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for name, step := range steps {
-		wg.Go(func() {
-			err := step()
-			mu.Lock()
-			errs[name] = err
-			mu.Unlock()
-		})
-	}
 	// The calls find the server down and keep trying; it comes back on
 	// its file a while later.
-	time.Sleep(2 * time.Second) // the outage, longer than the redis client's own retries
-	require.NoError(t, srv.Restart())
-	wg.Wait()
-	for name := range steps {
-		assert.NoError(t, errs[name], name)
-	}
+	atOnce(t, steps, func() {
+		time.Sleep(2 * time.Second) // the outage, longer than the redis client's own retries
+		require.NoError(t, srv.Restart())
+	})
 	require.NoError(t, reenter.Unlock(rctx))
 	for _, name := range []string{"m", "ml-1", "ml-2", "try", "reenter"} {
 		locked, err := c.Mutex(name).IsLocked(bg)

@@ -222,8 +222,8 @@ func (c *Cluster) waitHealthy(ctx context.Context, wantReplicas int) error {
 			return nil
 		}
 		if errors.Is(err, errUnbalanced) && time.Since(balanced) > 2*time.Second {
-			// redis-cli --cluster create may give one master two replicas
-			// and another none; move one over, and look again.
+			// A master with a replica too many and one with a replica too
+			// few: move one over, and look again.
 			c.balance(ctx, wantReplicas)
 			balanced = time.Now()
 		}

@@ -9,9 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A cluster whose replicas came out unbalanced (one master with two, one
-// with none, as redis-cli --cluster create sometimes leaves them) is
-// balanced again by waitHealthy.
+// A cluster whose replicas are unbalanced (one master with two, one with
+// none) is balanced again by waitHealthy.
 func TestWaitHealthyMovesAnExtraReplicaToAMasterWithout(t *testing.T) {
 	Slow(t)
 	t.Parallel()

@@ -110,7 +110,20 @@ func StartCluster(masters, replicasPerMaster int, extra ...string) (*Cluster, er
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicasPerMaster), "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), clusterReady)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput(); err != nil {
+	// Meanwhile have the nodes meet again where a handshake was abandoned,
+	// which redis-cli would wait for for ever (join waits until redis-cli
+	// has had them meet).
+	joinCtx, stopJoining := context.WithCancel(ctx)
+	var joining sync.WaitGroup
+	joining.Go(func() {
+		for pause.For(joinCtx, 2*time.Second) {
+			c.join(joinCtx)
+		}
+	})
+	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
+	stopJoining()
+	joining.Wait()
+	if err != nil {
 		return nil, fmt.Errorf("redistest: redis-cli --cluster create: %w\n%s%s", err, lastLines(string(out), 20), c.logs())
 	}
 	if err := c.waitHealthy(ctx, replicasPerMaster); err != nil {

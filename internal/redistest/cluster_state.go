@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -113,15 +114,19 @@ func (c *Cluster) WaitFailover(key, old string, within time.Duration) (string, e
 // the last reason it was not healthy. wantReplicas >= 0 also requires that
 // many replicas per master.
 func (c *Cluster) waitHealthy(ctx context.Context, wantReplicas int) error {
-	var balanced time.Time // when the replicas were last moved
+	var balanced, met time.Time // when the replicas were last moved, the nodes last met
 	for {
 		err := c.health(ctx, wantReplicas)
 		if err == nil {
 			return nil
 		}
+		if errors.Is(err, errUnjoined) && time.Since(met) > 2*time.Second {
+			c.join(ctx)
+			met = time.Now()
+		}
 		if errors.Is(err, errUnbalanced) && time.Since(balanced) > 2*time.Second {
-			// redis-cli --cluster create may give one master two replicas
-			// and another none; move one over, and look again.
+			// A master with a replica too many and one with a replica too
+			// few: move one over, and look again.
 			c.balance(ctx, wantReplicas)
 			balanced = time.Now()
 		}
@@ -133,6 +138,48 @@ func (c *Cluster) waitHealthy(ctx context.Context, wantReplicas int) error {
 
 // errUnbalanced: a master has more or fewer replicas than wanted.
 var errUnbalanced = errors.New("replicas unbalanced")
+
+// errUnjoined: a live node does not know another.
+var errUnjoined = errors.New("not joined")
+
+// join has each live node meet every live node that it does not know, once
+// the nodes have begun to meet (until then redis-cli must be able to set
+// each node's config epoch, which a node that knows another refuses). A
+// node abandons a handshake that the other side has not answered within
+// cluster-node-timeout (a stalled process on a loaded machine), and then
+// does not know the other, and may stay unknown to it; neither learns of
+// the other from the pings of a node it does not know. redis-cli waits for
+// such a cluster to join for ever, and a replica that the other nodes do
+// not know is no master's replica to them.
+func (c *Cluster) join(ctx context.Context) {
+	live := c.live()
+	knows := map[string]map[string]bool{} // address -> the other addresses in its view
+	begun := false
+	for _, s := range live {
+		nodes, err := c.view(ctx, s.Addr)
+		if err != nil {
+			continue
+		}
+		knows[s.Addr] = map[string]bool{}
+		for _, n := range nodes {
+			if !n.has("myself") && !n.has("handshake") {
+				knows[s.Addr][n.addr] = true
+				begun = true
+			}
+		}
+	}
+	if !begun {
+		return
+	}
+	for _, a := range live {
+		for _, b := range live {
+			if a != b && knows[a.Addr] != nil && !knows[a.Addr][b.Addr] {
+				host, port, _ := net.SplitHostPort(b.Addr)
+				_ = c.admin[a.Addr].ClusterMeet(ctx, host, port).Err()
+			}
+		}
+	}
+}
 
 // balance moves one replica of a master with more than want replicas to a
 // master with fewer, as the first live node sees them. Best effort: the
@@ -191,14 +238,21 @@ func (c *Cluster) health(ctx context.Context, wantReplicas int) error {
 			return fmt.Errorf("%s: CLUSTER NODES: %w", s.Addr, err)
 		}
 		byID := map[string]clusterNode{}
+		known := map[string]bool{} // addresses in the view
 		var mine string
 		for _, n := range nodes {
 			byID[n.id] = n
+			known[n.addr] = true
 			if isLive[n.addr] && n.failing() {
 				return fmt.Errorf("%s sees %s as %s", s.Addr, n.addr, strings.Join(n.flags, ","))
 			}
 			if n.has("myself") {
 				mine = n.id
+			}
+		}
+		for _, l := range live {
+			if l != s && !known[l.Addr] {
+				return fmt.Errorf("%w: %s does not know %s", errUnjoined, s.Addr, l.Addr)
 			}
 		}
 		if o := slotOwners(nodes); owners == "" {

@@ -35,7 +35,7 @@ type Server struct {
 }
 
 // Start launches a redis-server without persistence on a free loopback port
-// and waits until it answers PING. Extra arguments are passed as config
+// and waits until it answers there. Extra arguments are passed as config
 // directives ("--maxmemory-policy", "allkeys-lru", ...).
 func Start(extra ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
@@ -65,10 +65,17 @@ func Start(extra ...string) (*Server, error) {
 	return nil, fmt.Errorf("redistest: could not start redis-server: %w", lastErr)
 }
 
+// launch starts the server and waits until it answers on its port, its
+// data loaded. A server that finds its port taken exits, but until it
+// does another server may answer there; launch tells them apart by the
+// process id the answer gives, and fails at once when it is not its own,
+// so that the caller tries another port instead of taking that other
+// server for its own.
 func (s *Server) launch() error { return s.start(false) }
 
-// start runs the server and waits until it answers PING; with loading, a
-// LOADING reply counts as an answer too.
+// start is launch; with loading it returns as soon as the server answers,
+// while it may still be loading its data (it answers INFO then, and
+// LOADING to PING).
 func (s *Server) start(loading bool) error {
 	cmd := exec.Command(s.args[0], s.args[1:]...)
 	s.log = &logTail{}
@@ -92,21 +99,44 @@ func (s *Server) start(loading bool) error {
 			return fmt.Errorf("%s exited at start; its log ends:\n%s", s.args[0], s.log)
 		default:
 		}
-		if err := ping(s.Addr); err == nil || (loading && strings.HasPrefix(err.Error(), "LOADING")) {
-			return nil
+		if pid, err := processID(s.Addr); err == nil {
+			if pid != cmd.Process.Pid {
+				s.kill()
+				return fmt.Errorf("%s: port %d is taken by another server (process %d); its log ends:\n%s",
+					s.args[0], s.port, pid, s.log)
+			}
+			if loading || ping(s.Addr) == nil {
+				return nil
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	s.kill()
-	return fmt.Errorf("%s did not answer PING on %s within 10s; its log ends:\n%s", s.args[0], s.Addr, s.log)
+	return fmt.Errorf("%s did not answer on %s within 10s; its log ends:\n%s", s.args[0], s.Addr, s.log)
 }
 
+// ping reports nil once the server on addr answers PING: a server loading
+// its data answers LOADING.
 func ping(addr string) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	return c.Ping(ctx).Err()
+}
+
+// processID returns the process id of the server that answers on addr, as
+// its INFO gives it.
+func processID(addr string) (int, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(InfoField(info, "process_id"))
 }
 
 // kill ends the server (and any child it forked) with SIGKILL and waits

@@ -71,7 +71,9 @@ func TestExcuseOfALostLease(t *testing.T) {
 		{"failover: began after it was done", failover, lost(14.5, 15, 16), false},
 		{"pause: began while stopped", paused, lost(11, 12.5, 13), true},
 		{"pause: unlocked before the stop", paused, lost(8, 9, 9.4), false},
-		{"restart-aof: held across the kill", restartAOF, lost(8, 9, 12), false},
+		{"restart-aof: held across the kill", restartAOF, lost(8, 9, 12), true},
+		{"restart-aof: unlocked before the kill", restartAOF, lost(8, 9, 9.4), false},
+		{"restart-aof: began after it was back", restartAOF, lost(10.6, 11, 12), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vs := judged([]attempt{tc.a}, tc.f)

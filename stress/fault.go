@@ -54,14 +54,17 @@ func (f *fault) lostWrites() (outage, bool) {
 // heldUp returns the stretch in which the fault may have taken a hold
 // away or kept its renewals from being answered, for the faults that
 // can: the stretch of lostWrites; for a pause, from the SIGSTOP until
-// the SIGCONT; for a kill-primary, from the SIGKILL until a replica took
-// over (a hold live meanwhile could be neither renewed nor released,
-// and one granted meanwhile, by a replica as it was promoted, may be
-// gone from the deployment the takeover leaves). A restart-aof takes no
-// hold away: its server is back at once, with every hold.
+// the SIGCONT; for a restart-aof, from the SIGKILL until the server
+// answered again, its file loaded (it loses no hold, but a hold whose
+// renewals it kept unanswered for five sixths of the lease is given up
+// by its holder, as the lock promises); for a kill-primary, from the
+// SIGKILL until a replica took over (a hold live meanwhile could be
+// neither renewed nor released, and one granted meanwhile, by a replica
+// as it was promoted, may be gone from the deployment the takeover
+// leaves).
 func (f *fault) heldUp() (outage, bool) {
 	switch f.Kind {
-	case chaosPause, chaosKillPrimary:
+	case chaosPause, chaosRestartAOF, chaosKillPrimary:
 		return outage{f.Injected, firstSet(f.Back, forever)}, !f.Injected.IsZero()
 	}
 	return f.lostWrites()

@@ -28,9 +28,11 @@ import (
 // UNSUBSCRIBE, and a forced unlock of a young hold ends it heedAfter
 // after its grant. When the revocation comes, or when the hub signals
 // that messages may have been lost, the hold asks Redis whether it is
-// still held (Holds: the same owner under the same token, on a majority
-// for a quorum); when it is not, the hold ends at once with
-// errs.ErrLeaseLost, as at a renewal that finds it gone. A revocation
+// still held: the watchdog renews it at once (in one pipeline with the
+// others due), a fixed lease's hold is read (Holds: the same owner under
+// the same token), a quorum's is read on a majority; when it is not, the
+// hold ends at once with errs.ErrLeaseLost, as at a renewal that finds it
+// gone. A revocation
 // that does not arrive (the subscription refused, a connection lost, or
 // sent in the moment between a grant and the watch of a lock already
 // subscribed) leaves the renewal to find it, as before.
@@ -39,11 +41,23 @@ import (
 // for lasts before it subscribes to hear its revocation.
 const heedAfter = time.Second
 
-// heed has the hold heed its revocation (see the comment above).
+// heed has the hold heed its revocation (see the comment above). To ask
+// Redis, a hold the watchdog renews is renewed at once (renewals due
+// together go out in one pipeline, and a renewal that finds the hold gone
+// ends it with errs.ErrLeaseLost); a hold of a fixed lease, which no
+// renewal may extend, is read (Holds).
 func (h *Hold) heed() {
-	heedRevocation(h.l.e, h.ctx, h.l.e.hub, h.l.wakeChannel, h.entry, func(ctx context.Context) (bool, error) {
-		return h.l.Holds(ctx, h)
-	}, h.revoked)
+	look := func() { h.l.e.dog.renewNow(h) }
+	if h.fixed {
+		look = func() {
+			h.l.e.goUnlessClosed(func() {
+				if ok, err := h.l.Holds(h.ctx, h); err == nil && !ok && h.ctx.Err() == nil {
+					h.revoked()
+				}
+			})
+		}
+	}
+	heedRevocation(h.l.e, h.ctx, h.l.e.hub, h.l.wakeChannel, h.entry, look)
 }
 
 // revoked ends the hold, which Redis no longer has, with errs.ErrLeaseLost,
@@ -57,12 +71,16 @@ func (h *Hold) revoked() {
 	}
 }
 
-// heldHere reports whether a majority of the quorum's masters still has
-// the hold, for heedRevocation: each master's revocation is heard on its
-// own engine's hub, and a forced unlock removes the hold from every
-// master (see QMutex.ForceUnlock).
-func (h *QHold) heldHere(ctx context.Context) (bool, error) {
-	return h.l.Holds(ctx, h)
+// look asks the quorum's masters whether a majority still has the hold,
+// for heedRevocation, and ends it when not: each master's revocation is
+// heard on its own engine's hub, and a forced unlock removes the hold
+// from every master (see QMutex.ForceUnlock).
+func (h *QHold) look() {
+	h.l.qm.goUnlessClosed(func() {
+		if ok, err := h.l.Holds(h.ctx, h); err == nil && !ok && h.ctx.Err() == nil {
+			h.revoked()
+		}
+	})
 }
 
 // revoked is Hold.revoked for a quorum's hold.
@@ -80,20 +98,12 @@ type goer interface{ goUnlessClosed(func()) bool }
 
 // heedRevocation has the hold given to entry, whose context is ctx,
 // listen for its revocation on channel of hub until ctx ends, with no
-// goroutine of its own while nothing happens: at each signal a goroutine
-// of g asks held whether Redis still has the hold, and calls gone when it
-// does not. When channel is not subscribed now, the hold listens only once
-// it has lasted heedAfter, and then asks once (a revocation before that
-// found no listener). An error of Listen or of held leaves the hold to
-// its renewals.
-func heedRevocation(g goer, ctx context.Context, hub *notify.Hub, channel, entry string, held func(context.Context) (bool, error), gone func()) {
-	look := func() {
-		g.goUnlessClosed(func() {
-			if ok, err := held(ctx); err == nil && !ok && ctx.Err() == nil {
-				gone()
-			}
-		})
-	}
+// goroutine of its own while nothing happens: at each signal it calls
+// look, which must not block, to ask Redis whether the hold is still
+// there. When channel is not subscribed now, the hold listens only once
+// it has lasted heedAfter, and then looks once (a revocation before that
+// found no listener). An error of Listen leaves the hold to its renewals.
+func heedRevocation(g goer, ctx context.Context, hub *notify.Hub, channel, entry string, look func()) {
 	listen := func(lookNow bool) {
 		w, confirmed, err := hub.Listen(ctx, channel, queue.Revoked(entry), look)
 		if err != nil {

@@ -90,6 +90,29 @@ func (w *watchdog) schedule(h *Hold, next time.Time) {
 	}
 }
 
+// renewNow moves h's next renewal to now, to learn at once whether Redis
+// still has it (see revoke.go); renewals that fall due together still go
+// out in one pipeline per server. A hold whose renewal is under way, or
+// that ended, is left as it is. It never blocks.
+func (w *watchdog) renewNow(h *Hold) {
+	w.mu.Lock()
+	if h.unwatched || h.slot < 0 {
+		w.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	h.next = now
+	heap.Fix(&w.due, h.slot)
+	wake := now.Before(w.wakeAt)
+	w.mu.Unlock()
+	if wake {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // unwatch takes an ended hold out of line for good.
 func (w *watchdog) unwatch(h *Hold) {
 	w.mu.Lock()

@@ -34,7 +34,7 @@ func TestFreeLocksLeaveNoKeysOnceTheirReceiptsExpire(t *testing.T) {
 	ctx := context.Background()
 	const (
 		names       = 2000
-		lease       = 300 * time.Millisecond
+		lease       = time.Second // a hold outlives a busy machine's stalls between Lock and Unlock
 		callTimeout = time.Second // receipts live twice that (a release's: the lease more)
 	)
 	opts := []fairlock.Option{fairlock.WithLease(lease), fairlock.WithCallTimeout(callTimeout)}

@@ -3,6 +3,7 @@ package redistest_test
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,10 +31,17 @@ func TestClusterFailsOverAKilledMasterAndStopEndsEveryNode(t *testing.T) {
 	require.NotContains(t, masters, replicas[0])
 
 	rdb := c.Client(t)
-	require.NoError(t, rdb.Set(ctx, "{k}", "v", 0).Err())
 	old, err := c.MasterOf(ctx, "{k}")
 	require.NoError(t, err)
 	require.Contains(t, masters, old)
+	// The key reaches the replica before the kill: WAIT on the connection
+	// that wrote it.
+	pipe := c.Node(old).Client(t).Pipeline()
+	pipe.Set(ctx, "{k}", "v", 0)
+	acked := pipe.Do(ctx, "WAIT", 1, 5000)
+	_, err = pipe.Exec(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, acked.Val(), "the replica has the key")
 	require.NoError(t, c.Kill(old))
 	killed := time.Now()
 	now, err := c.WaitFailover("{k}", old, 30*time.Second)
@@ -58,9 +66,10 @@ func TestClusterFailsOverAKilledMasterAndStopEndsEveryNode(t *testing.T) {
 	defer cancel()
 	require.NoError(t, c.Restart(wctx, old))
 	require.NoError(t, c.WaitHealthy(wctx))
-	replicas, err = c.Replicas(ctx)
-	require.NoError(t, err)
-	require.Contains(t, replicas, old)
+	require.Eventually(t, func() bool {
+		replicas, err = c.Replicas(ctx)
+		return err == nil && slices.Contains(replicas, old)
+	}, 10*time.Second, 20*time.Millisecond, "the restarted node is a replica (replicas: %v, %v)", replicas, err)
 	masters, err = c.Masters(ctx)
 	require.NoError(t, err)
 	require.Len(t, masters, 3)

@@ -236,7 +236,8 @@ func TestObserverSeesWaitsThatEndWithoutAGrant(t *testing.T) {
 	require.ErrorIs(t, ended[0].Err, fairlock.ErrLocked)
 	require.True(t, ended[1].Wait, "Lock")
 	require.ErrorIs(t, ended[1].Err, context.DeadlineExceeded)
-	require.GreaterOrEqual(t, ended[1].Waited, 200*time.Millisecond)
+	// The 200 ms deadline was set just before the call began.
+	require.GreaterOrEqual(t, ended[1].Waited, 150*time.Millisecond)
 }
 
 func TestObserverSeesHoldsEndForEachCause(t *testing.T) {

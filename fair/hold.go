@@ -36,6 +36,7 @@ type Hold struct {
 	next      time.Time
 	slot      int
 	unwatched bool
+	again     bool // renew again once the renewal under way is settled (see renewNow)
 	// waited is set once, before the hold is handed to its caller: the
 	// Lock call waited in line for it (a hand-over).
 	waited bool

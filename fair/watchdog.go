@@ -73,6 +73,10 @@ func (w *watchdog) schedule(h *Hold, next time.Time) {
 		w.mu.Unlock()
 		return
 	}
+	if h.again {
+		h.again = false
+		next = time.Now()
+	}
 	h.next = next
 	heap.Push(&w.due, h)
 	first := w.due[0] == h && next.Before(w.wakeAt)
@@ -92,11 +96,18 @@ func (w *watchdog) schedule(h *Hold, next time.Time) {
 
 // renewNow moves h's next renewal to now, to learn at once whether Redis
 // still has it (see revoke.go); renewals that fall due together still go
-// out in one pipeline per server. A hold whose renewal is under way, or
-// that ended, is left as it is. It never blocks.
+// out in one pipeline per server. A hold whose renewal is under way is
+// renewed again as soon as that one is settled (it may have been sent
+// before what made the caller ask); one that ended is left as it is. It
+// never blocks.
 func (w *watchdog) renewNow(h *Hold) {
 	w.mu.Lock()
-	if h.unwatched || h.slot < 0 {
+	if h.unwatched {
+		w.mu.Unlock()
+		return
+	}
+	if h.slot < 0 {
+		h.again = true
 		w.mu.Unlock()
 		return
 	}

@@ -63,7 +63,7 @@ func (h *Hub) bounded(c *conn) (context.Context, context.CancelFunc) {
 // reader and writer. The connection itself is dialled by the first write.
 func (h *Hub) startLocked(key *redis.Client, sub Subscriber, ps *redis.PubSub) *conn {
 	c := &conn{key: key, sub: sub, sharded: h.mode == Sharded, kick: make(chan struct{}, 1), ps: ps}
-	c.ctx, c.cancel = context.WithCancel(context.WithValue(h.ctx, dialKey{}, c))
+	c.ctx, c.cancel = context.WithCancel(context.WithValue(h.ctx, dialKey{}, dialMark{h: h, c: c}))
 	h.conns[key] = c
 	h.wg.Go(func() { h.read(c, ps) })
 	h.wg.Go(func() { h.write(c) })

@@ -65,6 +65,9 @@ func (h *Hub) startLocked(key *redis.Client, sub Subscriber, ps *redis.PubSub) *
 	c := &conn{key: key, sub: sub, sharded: h.mode == Sharded, kick: make(chan struct{}, 1), ps: ps}
 	c.ctx, c.cancel = context.WithCancel(context.WithValue(h.ctx, dialKey{}, dialMark{h: h, c: c}))
 	h.conns[key] = c
+	if h.follow != nil {
+		h.follow.startLocked()
+	}
 	h.wg.Go(func() { h.read(c, ps) })
 	h.wg.Go(func() { h.write(c) })
 	return c

@@ -153,6 +153,7 @@ type Hub struct {
 	// the client's own dials reached last, and when that dial started.
 	primary   string
 	primaryAt time.Time
+	follow    *follower // for a failover client, else nil; fixed
 }
 
 // New returns a hub that subscribes through rdb. It opens nothing: a
@@ -189,6 +190,7 @@ func New(rdb Subscriber, opts Options) *Hub {
 		regroupKick: make(chan struct{}, 1),
 	}
 	if c, ok := FailsOver(rdb); ok {
+		h.follow = newFollower(h, c)
 		c.AddHook(primaryHook{h})
 	}
 	return h

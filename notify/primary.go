@@ -26,6 +26,10 @@ import (
 // which the client dials to the new primary. The rebuild signals every
 // waiter, whose poll finds a hand-over that went out meanwhile.
 //
+// The hub also follows Sentinel itself (sentinel.go), which names the new
+// primary whichever sentinel go-redis asks, and then moves the client's
+// own connections too (redirect.go); the hook is where it does so.
+//
 // Options.Moved is told too, when the client's dials reach another
 // address than before or than one of the hub's connections.
 //
@@ -35,8 +39,9 @@ import (
 // their dials: the value is a dialMark.
 type dialKey struct{}
 
-// dialMark names the hub whose dial it is, and its connection c. Several
-// hubs can hook one client: each ignores the others' dials.
+// dialMark names the hub whose dial it is, and its connection c (nil for
+// the subscription to Sentinel's hellos). Several hubs can hook one
+// client: each ignores the others' dials.
 type dialMark struct {
 	h *Hub
 	c *conn
@@ -58,11 +63,12 @@ type primaryHook struct{ h *Hub }
 func (p primaryHook) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		started := time.Now()
-		nc, err := next(ctx, network, addr)
-		if err == nil && nc != nil && nc.RemoteAddr() != nil {
-			p.h.dialed(ctx, started, nc.RemoteAddr().String())
+		nc, err := p.h.follow.dial(ctx, next, network, addr)
+		if err != nil || nc == nil || nc.RemoteAddr() == nil {
+			return nc, err
 		}
-		return nc, err
+		p.h.dialed(ctx, started, nc.RemoteAddr().String())
+		return p.h.follow.track(ctx, nc), nil
 	}
 }
 
@@ -106,6 +112,10 @@ func (h *Hub) dialed(ctx context.Context, started time.Time, addr string) {
 // whether there was one.
 func (h *Hub) moveConns(primary string, started time.Time) bool {
 	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return false
+	}
 	var moved []*redis.PubSub
 	for _, c := range h.conns {
 		if c.sharded || c.retired || c.ps == nil || c.refresh != nil ||

@@ -46,7 +46,7 @@ const (
 	maxSentinels  = 16               // sentinels followed at most
 	sentinelRetry = 10 * time.Second // before a sentinel that could not be followed is tried again
 	sentinelQuiet = 5 * time.Second  // a subscription silent that long is PINGed
-	sentinelCall  = time.Second      // bounds a question to a sentinel
+	sentinelCall  = time.Second      // bounds a dial of a sentinel, and a question whose answer can wait
 )
 
 // follower follows the primary of a failover client for its hub: through
@@ -184,7 +184,7 @@ func (f *follower) newerLocked(master string, epoch int64) bool {
 func (f *follower) follow(addr string, link *sentinelLink) {
 	o := f.rdb.Options()
 	sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Protocol: 2, TLSConfig: o.TLSConfig,
-		DialTimeout: sentinelCall, ReadTimeout: sentinelCall, ContextTimeoutEnabled: true,
+		DialTimeout: sentinelCall, ReadTimeout: sentinelQuiet, ContextTimeoutEnabled: true,
 		MaxRetries: -1, PoolSize: 2, DisableIdentity: true})
 	defer sc.Close()
 	ctx := f.h.ctx
@@ -231,33 +231,40 @@ func (f *follower) follow(addr string, link *sentinelLink) {
 
 // announced handles a +switch-master from sc: master-name old-ip old-port
 // new-ip new-port. The sentinel's own answer, with its configuration
-// epoch, decides: an announcement can arrive late.
+// epoch, decides: an announcement can arrive late. A sentinel too slow to
+// answer leaves the announcement itself, taken when it moves the primary
+// the hub knows: one that moves another primary is older than what the
+// hub knows.
 func (f *follower) announced(ctx context.Context, sc *redis.SentinelClient, payload string) {
 	p := strings.Fields(payload)
 	if len(p) != 5 {
 		return
 	}
+	old, master := net.JoinHostPort(p[1], p[2]), net.JoinHostPort(p[3], p[4])
 	f.mu.Lock()
 	ours := p[0] == f.name
 	f.mu.Unlock()
 	if !ours {
 		return
 	}
-	qctx, cancel := context.WithTimeout(ctx, sentinelCall)
+	qctx, cancel := context.WithTimeout(ctx, sentinelQuiet)
 	defer cancel()
 	m, err := sc.Master(qctx, p[0]).Result()
-	if err != nil {
+	var epoch int64
+	if err == nil {
+		master = net.JoinHostPort(m["ip"], m["port"])
+		epoch, err = strconv.ParseInt(m["config-epoch"], 10, 64)
+	}
+	f.mu.Lock()
+	var moved bool
+	switch {
+	case err == nil:
+		moved = f.newerLocked(master, epoch)
+	case f.primary == old:
 		f.h.log.Debug("fairlock: notify: a sentinel announced a switch but did not say the master",
 			"error", err)
-		return
+		f.primary, moved = master, true // a hello gives its epoch
 	}
-	epoch, err := strconv.ParseInt(m["config-epoch"], 10, 64)
-	if err != nil {
-		return
-	}
-	master := net.JoinHostPort(m["ip"], m["port"])
-	f.mu.Lock()
-	moved := f.newerLocked(master, epoch)
 	f.mu.Unlock()
 	if moved {
 		f.switchTo(master)

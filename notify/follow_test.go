@@ -1,8 +1,10 @@
 package notify
 
 import (
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -107,4 +109,47 @@ func following(h *Hub) int {
 		}
 	}
 	return n
+}
+
+// A user whose ACL refuses Sentinel's hellos loses nothing but the
+// following of every sentinel: the refusal is logged once, and the hub's
+// waiters are served as before.
+func TestHubOfAUserWithoutTheHellosChannelServesItsWaiters(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	set := redistest.SentinelFor(t, 0, 1)
+	ctx := t.Context()
+	primary, err := set.Primary(ctx)
+	require.NoError(t, err)
+	prefix := redistest.Prefix(t)
+	require.NoError(t, set.Server(primary).Client(t).Do(ctx, "ACL", "SETUSER", "waiter", "on", ">pw",
+		"resetchannels", "&"+prefix+":*", "allcommands", "allkeys").Err())
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: set.MasterName(),
+		SentinelAddrs: set.SentinelAddrs(), Username: "waiter", Password: "pw"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	var logged strings.Builder
+	var mu sync.Mutex
+	h := newHub(t, rdb, Options{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logged}, nil))})
+	w := watch(t, h, prefix+":w", "w")
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(logged.String(), "hellos refused")
+	}, patience, 10*time.Millisecond)
+	requireDelivered(t, rdb, w)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, strings.Count(logged.String(), "hellos refused"), logged.String())
+}
+
+// lockedWriter writes to w under mu.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/pause"
+	"github.com/fairlock/fairlock/internal/shortly"
 )
 
 // A go-redis failover client asks one sentinel for the primary (the first
@@ -94,31 +95,45 @@ func (f *follower) startLocked() {
 // the hub's own: its dials do not count as the client's.
 func (f *follower) hellos() {
 	ctx := context.WithValue(f.h.ctx, dialKey{}, dialMark{h: f.h})
-	var ps *redis.PubSub
-	if err := guard("Subscribe", func() error { ps = f.rdb.Subscribe(ctx, helloChannel); return nil }); err != nil || ps == nil {
-		return
+	for {
+		var ps *redis.PubSub
+		if err := guard("Subscribe", func() error { ps = f.rdb.Subscribe(ctx, helloChannel); return nil }); err != nil || ps == nil {
+			return
+		}
+		err := listen(ctx, ps, f.hello)
+		closePubSub(ps)
+		if isReply(err) && !shortly.Reply(err) {
+			f.h.log.Info("fairlock: notify: Sentinel's hellos refused; following the primary through the client's dials only",
+				"channel", helloChannel, "error", err)
+			return
+		}
+		if !pause.For(ctx, time.Second) {
+			return
+		}
 	}
-	defer closePubSub(ps)
+}
+
+// listen hands the payload of every message on ps to handle until ps
+// fails, stays silent after a PING, or ctx ends, and returns why.
+func listen(ctx context.Context, ps *redis.PubSub, handle func(payload string)) error {
+	pinged := false
 	for {
 		rctx, cancel := context.WithTimeout(ctx, sentinelQuiet+sentinelCall)
 		msg, err := receive(rctx, ps, sentinelQuiet)
 		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		switch m := msg.(type) {
-		case *redis.Message:
-			f.hello(m.Payload)
+		if m, ok := msg.(*redis.Message); ok {
+			handle(m.Payload)
 		}
 		switch {
-		case isReply(err):
-			f.h.log.Info("fairlock: notify: Sentinel's hellos refused; following the primary through the client's dials only",
-				"channel", helloChannel, "error", err)
-			return
-		case err != nil && !isTimeout(err):
-			if !pause.For(ctx, time.Second) { // go-redis dials again at the next receive
-				return
-			}
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err == nil:
+			pinged = false
+		case isTimeout(err) && !pinged:
+			pinged = true
+			_ = ps.Ping(ctx)
+		default:
+			return err
 		}
 	}
 }
@@ -205,27 +220,9 @@ func (f *follower) follow(addr string, link *sentinelLink) {
 		link.sc, link.tried = nil, time.Now()
 		f.mu.Unlock()
 	}()
-	pinged := false
-	for {
-		rctx, cancel := context.WithTimeout(ctx, sentinelQuiet+sentinelCall)
-		msg, err := receive(rctx, ps, sentinelQuiet)
-		cancel()
-		switch m := msg.(type) {
-		case *redis.Message:
-			f.announced(ctx, sc, m.Payload)
-		}
-		switch {
-		case ctx.Err() != nil:
-			return
-		case err == nil:
-			pinged = false
-		case isTimeout(err) && !pinged:
-			pinged = true
-			_ = ps.Ping(ctx)
-		default:
-			f.h.log.Debug("fairlock: notify: lost a sentinel", "sentinel", addr, "error", err)
-			return
-		}
+	err = listen(ctx, ps, func(payload string) { f.announced(ctx, sc, payload) })
+	if ctx.Err() == nil {
+		f.h.log.Debug("fairlock: notify: lost a sentinel", "sentinel", addr, "error", err)
 	}
 }
 

@@ -153,3 +153,24 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+// Close does not wait for the hub's subscriptions to Sentinel to time
+// out: they are closed at once. With the sentinel paused, nothing arrives
+// on them, and a receive would last its full 5 s.
+func TestCloseOfAFailoverClientsHubReturnsPromptly(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	set := redistest.SentinelFor(t, 0, 1)
+	rdb := set.Client(t)
+	h := New(rdb, Options{Logger: testLogger(t)})
+	w, err := h.Watch(t.Context(), redistest.Prefix(t)+":close", "w")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return following(h) == 1 }, patience, 10*time.Millisecond)
+	resume := set.PauseSentinel(t, set.SentinelAddrs()[0])
+	defer resume()
+	time.Sleep(100 * time.Millisecond) // both subscriptions into a receive that nothing ends
+	w.Stop()
+	start := time.Now()
+	require.NoError(t, h.Close())
+	require.Less(t, time.Since(start), time.Second)
+}

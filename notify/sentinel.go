@@ -100,8 +100,9 @@ func (f *follower) hellos() {
 		if err := guard("Subscribe", func() error { ps = f.rdb.Subscribe(ctx, helloChannel); return nil }); err != nil || ps == nil {
 			return
 		}
+		closeNow := closeOnDone(ctx, func() { closePubSub(ps) })
 		err := listen(ctx, ps, f.hello)
-		closePubSub(ps)
+		closeNow()
 		if isReply(err) && !shortly.Reply(err) {
 			f.h.log.Info("fairlock: notify: Sentinel's hellos refused; following the primary through the client's dials only",
 				"channel", helloChannel, "error", err)
@@ -134,6 +135,24 @@ func listen(ctx context.Context, ps *redis.PubSub, handle func(payload string)) 
 			_ = ps.Ping(ctx)
 		default:
 			return err
+		}
+	}
+}
+
+// closeOnDone calls shut as soon as ctx ends, so that Close does not wait
+// for a receive or a question to a sentinel to time out. The function it
+// returns calls shut, unless ctx's end did, and returns once it has run.
+func closeOnDone(ctx context.Context, shut func()) (closeNow func()) {
+	shutDone := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		shut()
+		close(shutDone)
+	})
+	return func() {
+		if stop() {
+			shut()
+		} else {
+			<-shutDone
 		}
 	}
 }
@@ -201,10 +220,10 @@ func (f *follower) follow(addr string, link *sentinelLink) {
 	sc := redis.NewSentinelClient(&redis.Options{Addr: addr, Protocol: 2, TLSConfig: o.TLSConfig,
 		DialTimeout: sentinelCall, ReadTimeout: sentinelQuiet, ContextTimeoutEnabled: true,
 		MaxRetries: -1, PoolSize: 2, DisableIdentity: true})
-	defer sc.Close()
 	ctx := f.h.ctx
+	defer closeOnDone(ctx, func() { _ = sc.Close() })()
 	ps := sc.Subscribe(ctx, switchChannel)
-	defer closePubSub(ps)
+	defer closeOnDone(ctx, func() { closePubSub(ps) })()
 	sctx, cancel := context.WithTimeout(ctx, sentinelQuiet)
 	_, err := ps.Receive(sctx)
 	cancel()

@@ -179,10 +179,10 @@ func (f *follower) hello(payload string) {
 	}
 	moved := f.newerLocked(master, epoch)
 	for c := range f.conns {
-		if f.direct {
+		if c.addr == master {
+			f.direct = true
 			break
 		}
-		f.direct = c.addr == master
 	}
 	link := f.links[addr]
 	if link == nil && len(f.links) < maxSentinels {

@@ -2,10 +2,14 @@ package notify
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // conn is one pub/sub connection of the hub, with the two goroutines that
@@ -59,8 +63,11 @@ func (h *Hub) bounded(c *conn) (context.Context, context.CancelFunc) {
 // reader and writer. The connection itself is dialled by the first write.
 func (h *Hub) startLocked(key *redis.Client, sub Subscriber, ps *redis.PubSub) *conn {
 	c := &conn{key: key, sub: sub, sharded: h.mode == Sharded, kick: make(chan struct{}, 1), ps: ps}
-	c.ctx, c.cancel = context.WithCancel(context.WithValue(h.ctx, dialKey{}, c))
+	c.ctx, c.cancel = context.WithCancel(context.WithValue(h.ctx, dialKey{}, dialMark{h: h, c: c}))
 	h.conns[key] = c
+	if h.follow != nil {
+		h.follow.startLocked()
+	}
 	h.wg.Go(func() { h.read(c, ps) })
 	h.wg.Go(func() { h.write(c) })
 	return c
@@ -217,4 +224,114 @@ func (h *Hub) retireLocked(c *conn) {
 	}
 	c.queue, c.awaiting = nil, nil
 	c.cancel()
+}
+
+// lockConn locks h.mu and returns the connection for key, opening it if
+// there is none. On error, which is errs.ErrClosed once Close has started or the
+// error of opening the connection, h.mu is not held.
+//
+// Opening calls into go-redis, so it happens with h.mu released: whatever
+// go-redis does, the hub is never left locked.
+func (h *Hub) lockConn(key *redis.Client) (*conn, error) {
+	var sub Subscriber = h.rdb
+	if key != nil {
+		sub = key
+	}
+	h.mu.Lock()
+	for {
+		if h.closed {
+			h.mu.Unlock()
+			return nil, errs.ErrClosed
+		}
+		if c := h.conns[key]; c != nil {
+			return c, nil
+		}
+		sharded := h.mode == Sharded
+		h.mu.Unlock()
+		ps, err := openPubSub(h.ctx, sub, sharded)
+		if err != nil {
+			return nil, err
+		}
+		h.mu.Lock()
+		if !h.closed && h.conns[key] == nil {
+			return h.startLocked(key, sub, ps), nil
+		}
+		// Close started, or another Watch opened the connection first.
+		h.mu.Unlock()
+		closePubSub(ps)
+		h.mu.Lock()
+	}
+}
+
+// newPingLocked registers k as awaited on c under a fresh PING payload and
+// returns the payload.
+func (h *Hub) newPingLocked(c *conn, k *confirmation) string {
+	h.pingSeq++
+	k.payload = "fairlock-notify-" + strconv.FormatUint(h.pingSeq, 10)
+	c.awaiting = append(c.awaiting, k)
+	return k.payload
+}
+
+// shardSubscriber is a client that can open a sharded pub/sub
+// connection: the *redis.Client of a cluster node.
+type shardSubscriber interface {
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+}
+
+var _ shardSubscriber = (*redis.Client)(nil)
+
+// openPubSub returns a pub/sub connection object of sub, subscribed to
+// nothing yet: it dials at its first write. For a sharded connection sub
+// is the client of one cluster master. sub is never a *redis.Ring, whose
+// Subscribe panics without a channel (the hub opens the ring's shard
+// clients instead); a panic of any other Subscriber becomes an error.
+func openPubSub(ctx context.Context, sub Subscriber, sharded bool) (*redis.PubSub, error) {
+	var ps *redis.PubSub
+	err := guard("Subscribe", func() error {
+		if !sharded {
+			ps = sub.Subscribe(ctx)
+			return nil
+		}
+		s, ok := sub.(shardSubscriber)
+		if !ok {
+			return fmt.Errorf("%T cannot open a sharded subscription", sub)
+		}
+		ps = s.SSubscribe(ctx)
+		return nil
+	})
+	if err == nil && ps == nil {
+		err = errors.New("subscribe returned no pub/sub connection")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening a pub/sub connection: %w", err)
+	}
+	return ps, nil
+}
+
+// closePubSub closes ps, ignoring its error and any panic.
+func closePubSub(ps *redis.PubSub) {
+	_ = guard("PubSub.Close", ps.Close)
+}
+
+// closeIfAny closes ps unless it is nil.
+func closeIfAny(ps *redis.PubSub) {
+	if ps != nil {
+		closePubSub(ps)
+	}
+}
+
+// guard calls f, which calls into go-redis, and turns a panic in it into an
+// error. go-redis panics on some misuse instead of returning an error, and
+// a panic must neither crash the process nor leave the hub half-changed.
+func guard(what string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok {
+				err = fmt.Errorf("%s panicked: %w", what, e)
+			} else {
+				err = fmt.Errorf("%s panicked: %v", what, r)
+			}
+		}
+	}()
+	return f()
 }

@@ -75,6 +75,18 @@
 // which dials the new primary, and signals every waiter; Options.Moved is
 // told. Dials of the hub's own connections never count.
 //
+// The client hears of a switch from the one sentinel it asks, which may
+// hear of it seconds after the sentinel that led the failover. So the hub
+// of a failover client also follows every sentinel: it learns them, the
+// master's name and its configuration epoch from the hellos Sentinel
+// publishes on the servers it monitors, and subscribes to +switch-master
+// on each. When any of them names a primary of a newer epoch, the hub
+// closes the client's connections to every other server, rebuilds its
+// own there, tells Options.Moved, and, until every sentinel names the new
+// primary, has the client dial it directly (see sentinel.go and
+// redirect.go). This needs a connection to each sentinel and one more
+// subscription on the primary, opened with the hub's first connection.
+//
 // Elsewhere (a client whose address is a name that moved, say) the
 // waiter's poll notices: a poll that finds the lock already granted to a
 // waiter that received no grant message calls Waiter.Missed. Two misses

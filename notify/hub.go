@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -154,6 +153,7 @@ type Hub struct {
 	// the client's own dials reached last, and when that dial started.
 	primary   string
 	primaryAt time.Time
+	follow    *follower // for a failover client, else nil; fixed
 }
 
 // New returns a hub that subscribes through rdb. It opens nothing: a
@@ -190,6 +190,7 @@ func New(rdb Subscriber, opts Options) *Hub {
 		regroupKick: make(chan struct{}, 1),
 	}
 	if c, ok := FailsOver(rdb); ok {
+		h.follow = newFollower(h, c)
 		c.AddHook(primaryHook{h})
 	}
 	return h
@@ -361,114 +362,4 @@ func (h *Hub) shardFor(ctx context.Context, channel string) (*redis.Client, erro
 		err = errors.New("no shard owns the channel")
 	}
 	return shard, err
-}
-
-// lockConn locks h.mu and returns the connection for key, opening it if
-// there is none. On error, which is errs.ErrClosed once Close has started or the
-// error of opening the connection, h.mu is not held.
-//
-// Opening calls into go-redis, so it happens with h.mu released: whatever
-// go-redis does, the hub is never left locked.
-func (h *Hub) lockConn(key *redis.Client) (*conn, error) {
-	var sub Subscriber = h.rdb
-	if key != nil {
-		sub = key
-	}
-	h.mu.Lock()
-	for {
-		if h.closed {
-			h.mu.Unlock()
-			return nil, errs.ErrClosed
-		}
-		if c := h.conns[key]; c != nil {
-			return c, nil
-		}
-		sharded := h.mode == Sharded
-		h.mu.Unlock()
-		ps, err := openPubSub(h.ctx, sub, sharded)
-		if err != nil {
-			return nil, err
-		}
-		h.mu.Lock()
-		if !h.closed && h.conns[key] == nil {
-			return h.startLocked(key, sub, ps), nil
-		}
-		// Close started, or another Watch opened the connection first.
-		h.mu.Unlock()
-		closePubSub(ps)
-		h.mu.Lock()
-	}
-}
-
-// newPingLocked registers k as awaited on c under a fresh PING payload and
-// returns the payload.
-func (h *Hub) newPingLocked(c *conn, k *confirmation) string {
-	h.pingSeq++
-	k.payload = "fairlock-notify-" + strconv.FormatUint(h.pingSeq, 10)
-	c.awaiting = append(c.awaiting, k)
-	return k.payload
-}
-
-// shardSubscriber is a client that can open a sharded pub/sub
-// connection: the *redis.Client of a cluster node.
-type shardSubscriber interface {
-	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
-}
-
-var _ shardSubscriber = (*redis.Client)(nil)
-
-// openPubSub returns a pub/sub connection object of sub, subscribed to
-// nothing yet: it dials at its first write. For a sharded connection sub
-// is the client of one cluster master. sub is never a *redis.Ring, whose
-// Subscribe panics without a channel (the hub opens the ring's shard
-// clients instead); a panic of any other Subscriber becomes an error.
-func openPubSub(ctx context.Context, sub Subscriber, sharded bool) (*redis.PubSub, error) {
-	var ps *redis.PubSub
-	err := guard("Subscribe", func() error {
-		if !sharded {
-			ps = sub.Subscribe(ctx)
-			return nil
-		}
-		s, ok := sub.(shardSubscriber)
-		if !ok {
-			return fmt.Errorf("%T cannot open a sharded subscription", sub)
-		}
-		ps = s.SSubscribe(ctx)
-		return nil
-	})
-	if err == nil && ps == nil {
-		err = errors.New("subscribe returned no pub/sub connection")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("opening a pub/sub connection: %w", err)
-	}
-	return ps, nil
-}
-
-// closePubSub closes ps, ignoring its error and any panic.
-func closePubSub(ps *redis.PubSub) {
-	_ = guard("PubSub.Close", ps.Close)
-}
-
-// closeIfAny closes ps unless it is nil.
-func closeIfAny(ps *redis.PubSub) {
-	if ps != nil {
-		closePubSub(ps)
-	}
-}
-
-// guard calls f, which calls into go-redis, and turns a panic in it into an
-// error. go-redis panics on some misuse instead of returning an error, and
-// a panic must neither crash the process nor leave the hub half-changed.
-func guard(what string, f func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if e, ok := r.(error); ok {
-				err = fmt.Errorf("%s panicked: %w", what, e)
-			} else {
-				err = fmt.Errorf("%s panicked: %v", what, r)
-			}
-		}
-	}()
-	return f()
 }

@@ -132,3 +132,33 @@ func TestHubOfAFailoverClientDoesNotMoveOnItsOwnRedials(t *testing.T) {
 }
 
 var _ redis.Hook = primaryHook{}
+
+// Two hubs can hook one failover client: a dial of one hub's connection is
+// neither a dial of the other hub's connection nor one of the client.
+func TestHubsSharingAFailoverClientKeepToTheirOwnDials(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	set := redistest.SentinelFor(t, 0, 1)
+	rdb := set.Client(t)
+	channel := redistest.Prefix(t) + ":shared"
+	a, b := newHub(t, rdb, Options{}), newHub(t, rdb, Options{})
+	requireDelivered(t, rdb, watch(t, a, channel, "w"))
+	requireDelivered(t, rdb, watch(t, b, channel, "w"))
+	conn := func(h *Hub) (context.Context, string) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.conns[nil].ctx, h.conns[nil].addr
+	}
+	bctx, baddr := conn(b)
+	_, aaddr := conn(a)
+	a.dialed(bctx, time.Now(), "127.0.0.1:1")
+	_, now := conn(b)
+	require.Equal(t, baddr, now, "hub a changed nothing of hub b's connection")
+	a.mu.Lock()
+	primary := a.primary
+	a.mu.Unlock()
+	require.NotEqual(t, "127.0.0.1:1", primary, "hub b's dial is not the client's")
+	_, now = conn(a)
+	require.Equal(t, aaddr, now)
+	require.Zero(t, moves(t, a))
+}

@@ -25,10 +25,10 @@ import (
 // within seconds, for a Mutex, a Semaphore, a RWMutex's read and write
 // holds and a MultiLock alike.
 //
-// The sets have one sentinel: with several, a Client that dials while one
-// of them has not yet heard of the switch is sent back to the old
-// primary, where nothing comes back, until Sentinel demotes it (up to ten
-// seconds later); its audit would see the trace only then.
+// The sets have three sentinels, as deployments do: a Client leaves the
+// old primary at the first sentinel's announcement of the switch, so its
+// audit sees what came back even while the sentinel its failover client
+// asks has not heard of the switch yet.
 
 // auditBound is how soon after the switch a caller of another Client must
 // be granted what a failover brought back: far below the 30 s lease and
@@ -104,7 +104,7 @@ var releaseCases = []releaseCase{
 func TestReleasesAFailoverUndidAreMadeAgainForEveryPrimitive(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()
-	set := redistest.SentinelFor(t, 1, 1)
+	set := redistest.SentinelFor(t, 1, 3)
 	e := sentinelEnv(t, set)
 	logs := make([]*logRecorder, len(releaseCases))
 	releases := make([]func() error, len(releaseCases))
@@ -177,7 +177,7 @@ var quitCases = []quitCase{
 func TestGiveUpsAFailoverUndidAreMadeAgainForEveryPrimitive(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()
-	set := redistest.SentinelFor(t, 1, 1)
+	set := redistest.SentinelFor(t, 1, 3)
 	e := sentinelEnv(t, set)
 	logs := make([]*logRecorder, len(quitCases))
 	quits := make([]func(), len(quitCases))

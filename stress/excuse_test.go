@@ -23,6 +23,12 @@ func flt(kind string, injected, exited, back float64) fault {
 	return f
 }
 
+// settled returns f with the set ready for another fault at ready.
+func settled(f fault, ready float64) fault {
+	f.Ready = at(ready)
+	return f
+}
+
 // A kill stretch is from the SIGKILL to the exit; a failover's, to the
 // old primary a replica in sync (ready); a pause's, to the SIGCONT.
 var (
@@ -30,7 +36,10 @@ var (
 	restartAOF   = flt(chaosRestartAOF, 10, 10.2, 10.5)
 	killPrimary  = flt(chaosKillPrimary, 10, 10.2, 14)
 	failover     = flt(chaosFailover, 10, 0, 14)
-	paused       = flt(chaosPause, 10, 0, 12)
+	// killTwice is a kill-primary whose set was settled only at 20: a
+	// replica promoted at 14 was itself replaced.
+	killTwice = settled(flt(chaosKillPrimary, 10, 10.2, 14), 20)
+	paused    = flt(chaosPause, 10, 0, 12)
 )
 
 // judged returns the violations check finds in h, once the faults have
@@ -66,7 +75,9 @@ func TestExcuseOfALostLease(t *testing.T) {
 		{"restart-empty: began after the exit", restartEmpty, lost(10.3, 11, 12), false},
 		{"kill-primary: held across the kill", killPrimary, lost(8, 9, 12), true},
 		{"kill-primary: granted before the takeover", killPrimary, lost(11, 13, 13.1), true},
-		{"kill-primary: began after the takeover", killPrimary, lost(14.5, 15, 16), false},
+		{"kill-primary: began after the set was settled", killPrimary, lost(14.5, 15, 16), false},
+		{"kill-primary: began after the takeover, before the set was settled", killTwice, lost(14.5, 15, 16), true},
+		{"kill-primary: began after a second takeover settled the set", killTwice, lost(20.5, 21, 22), false},
 		{"failover: granted while it went on", failover, lost(12, 13, 20), true},
 		{"failover: began after it was done", failover, lost(14.5, 15, 16), false},
 		{"pause: began while stopped", paused, lost(11, 12.5, 13), true},
@@ -115,6 +126,8 @@ func TestExcuseOfAPassedWaiter(t *testing.T) {
 		{"failover never done, from before the grant", flt(chaosFailover, 5, 0, 0), true},
 		{"restart-empty between them", flt(chaosRestartEmpty, 4, 4.1, 5), true},
 		{"kill-primary between them", flt(chaosKillPrimary, 4, 4.1, 5), true},
+		{"kill-primary settled before the join", flt(chaosKillPrimary, 0.5, 0.6, 1.5), false},
+		{"kill-primary taken over before the join, settled after it", settled(flt(chaosKillPrimary, 0.5, 0.6, 1.5), 7), true},
 		{"pause between them: nothing undone", flt(chaosPause, 4, 0, 5.5), false},
 		{"restart-aof between them: nothing undone", flt(chaosRestartAOF, 4, 4.1, 4.5), false},
 	} {

@@ -33,19 +33,24 @@ type fault struct {
 }
 
 // lostWrites returns the stretch in which the fault may have undone
-// writes the server had acknowledged, for the faults that can: from the
+// writes a server had acknowledged, for the faults that can: from the
 // SIGKILL of a server without persistence until its process had exited
-// (restart-empty, and kill-primary, whose replicas may not have had the
-// last writes yet), or from SENTINEL FAILOVER until the old primary was
-// a replica in sync with the new one (failover: the old primary takes
-// writes until it is made a replica, which the sentinels do only when
-// they next look at it, and then drops them). A stretch whose end was
-// never reached lasts for ever.
+// (restart-empty); from the SIGKILL of a primary, or from SENTINEL
+// FAILOVER, until the set was ready for another fault, the old primary a
+// replica in sync with the new one (kill-primary, failover). A killed
+// primary's replicas may not have had its last writes yet; a graceful
+// failover's old primary takes writes until it is made a replica, which
+// the sentinels do only when they next look at it, and then drops them;
+// and until the set is settled Sentinel, or the Cluster, may fail over
+// again: a replica promoted in haste may itself be judged down (a second
+// before it answers, on a busy machine) and replaced by another, which
+// never had what the first acknowledged. A stretch whose end was never
+// reached lasts for ever.
 func (f *fault) lostWrites() (outage, bool) {
 	switch f.Kind {
-	case chaosRestartEmpty, chaosKillPrimary:
+	case chaosRestartEmpty:
 		return outage{f.Injected, firstSet(f.Exited, forever)}, !f.Injected.IsZero()
-	case chaosFailover:
+	case chaosKillPrimary, chaosFailover:
 		return outage{f.Injected, firstSet(f.Ready, forever)}, !f.Injected.IsZero()
 	}
 	return outage{}, false
@@ -53,18 +58,15 @@ func (f *fault) lostWrites() (outage, bool) {
 
 // heldUp returns the stretch in which the fault may have taken a hold
 // away or kept its renewals from being answered, for the faults that
-// can: the stretch of lostWrites; for a pause, from the SIGSTOP until
-// the SIGCONT; for a restart-aof, from the SIGKILL until the server
-// answered again, its file loaded (it loses no hold, but a hold whose
-// renewals it kept unanswered for five sixths of the lease is given up
-// by its holder, as the lock promises); for a kill-primary, from the
-// SIGKILL until a replica took over (a hold live meanwhile could be
-// neither renewed nor released, and one granted meanwhile, by a replica
-// as it was promoted, may be gone from the deployment the takeover
-// leaves).
+// can: the stretch of lostWrites (a hold live then could be neither
+// renewed nor released, or may be gone from what the fault left); for a
+// pause, from the SIGSTOP until the SIGCONT; for a restart-aof, from the
+// SIGKILL until the server answered again, its file loaded (it loses no
+// hold, but a hold whose renewals it kept unanswered for five sixths of
+// the lease is given up by its holder, as the lock promises).
 func (f *fault) heldUp() (outage, bool) {
 	switch f.Kind {
-	case chaosPause, chaosRestartAOF, chaosKillPrimary:
+	case chaosPause, chaosRestartAOF:
 		return outage{f.Injected, firstSet(f.Back, forever)}, !f.Injected.IsZero()
 	}
 	return f.lostWrites()

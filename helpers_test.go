@@ -992,7 +992,7 @@ func requireWaiting(t testing.TB, ch <-chan result, what string) {
 }
 
 // weightedHolder is one holder's record of a weighted lock, as Redis
-// keeps it: "<weight> <shared levels> <exclusive levels> <token> <entry>".
+// keeps it: "<weight> <shared levels> <exclusive levels> <token> <since> <entry>".
 type weightedHolder struct {
 	weight, shared, excl, token int64
 }
@@ -1036,17 +1036,11 @@ func weightedStateIn(rdb redis.UniversalClient, k queue.Keys) (weightedState, er
 		case f == "permits":
 			st.capacity, _ = strconv.ParseInt(v, 10, 64)
 		case strings.HasPrefix(f, "o:"):
-			var h weightedHolder
-			parts := strings.Fields(v)
-			if len(parts) != 5 {
-				return weightedState{}, fmt.Errorf("holder record %q", v)
+			r, err := queue.ParseHolder(v)
+			if err != nil {
+				return weightedState{}, err
 			}
-			for i, p := range []*int64{&h.weight, &h.shared, &h.excl, &h.token} {
-				if *p, err = strconv.ParseInt(parts[i], 10, 64); err != nil {
-					return weightedState{}, fmt.Errorf("holder record %q: %w", v, err)
-				}
-			}
-			st.holders[strings.TrimPrefix(f, "o:")] = h
+			st.holders[strings.TrimPrefix(f, "o:")] = weightedHolder{weight: r.Weight, shared: int64(r.Shared), excl: int64(r.Excl), token: r.Token}
 		}
 	}
 	return st, nil

@@ -2,24 +2,67 @@ package fairlock
 
 import (
 	"context"
+	"slices"
 	"time"
 
+	"github.com/fairlock/fairlock/fair"
 	"github.com/fairlock/fairlock/queue"
+)
+
+// Kind is the kind of a lock: which primitive keeps it. A Mutex, a
+// Semaphore and a RWMutex of one name are three locks, each under keys
+// of its own; a MultiLock is made of Mutexes.
+type Kind string
+
+// The kinds of lock.
+const (
+	KindMutex     Kind = "mutex"
+	KindSemaphore Kind = "semaphore"
+	KindRWMutex   Kind = "rwmutex"
+)
+
+// WaiterKind says what a Waiter waits for.
+type WaiterKind string
+
+// The kinds of Waiter.
+const (
+	WaitsLock    WaiterKind = "lock"    // a Mutex's Lock
+	WaitsTicket  WaiterKind = "ticket"  // a MultiLock's Lock: the lock with every other of Waiter.Locks, at once
+	WaitsPermits WaiterKind = "permits" // a Semaphore's Acquire of Waiter.Weight permits
+	WaitsRead    WaiterKind = "read"    // a RWMutex's RLock
+	WaitsWrite   WaiterKind = "write"   // a RWMutex's Lock
 )
 
 // LockState is the state of one lock as Inspect read it, at one instant
 // of the Redis server's clock. It may be stale the moment it is returned.
 // A lock that nobody holds and nobody waits for (a free lock, or a name
-// never used) has Held false and no Waiters.
+// never used) has no Holders and no Waiters.
 type LockState struct {
 	Name string
+	Kind Kind
 	At   time.Time // the server's clock when the state was read
 
+	// Capacity is a Semaphore's permits as stored with its holds (0
+	// while nobody holds or waits: none is stored), Used the permits
+	// held. Readers counts a RWMutex's read holders, Writer says whether
+	// a writer holds it.
+	Capacity int64
+	Used     int64
+	Readers  int
+	Writer   bool
+
+	// Holders are the holds, in the order they were granted: a Mutex's
+	// one, a Semaphore's or a RWMutex's many.
+	Holders []Holder
+
+	// The fields of Holders[0], for a Mutex's one hold (all zero when it
+	// is free).
 	Held      bool
 	Owner     string        // the holder's owner id
 	Count     int           // the levels of the hold (re-entries)
 	Token     int64         // the hold's fencing token
 	LeaseLeft time.Duration // the hold's remaining lease
+	HeldFor   time.Duration // how long the hold has been held, by the server's clock
 	// Client is the ID of the Client whose Lock or TryLock call was
 	// granted the hold, "" when not known (a hold of a client that
 	// predates Client IDs, or whose owner id is shared by calls that came
@@ -29,16 +72,56 @@ type LockState struct {
 	// it has none or it is not known.
 	ClientName string
 
-	Waiters []Waiter // the Lock calls in line, in the order they joined it
+	Waiters []Waiter // the calls in line, in the order they are served
+
+	// Masters holds, for a lock of a quorum Client (NewQuorum), each
+	// master's own view, in the order of NewQuorum's masters; the fields
+	// above are then the majority's view: a holder that holds on a
+	// majority, the waiters in line on a majority. Nil for other
+	// Clients.
+	Masters []MasterState
 }
 
-// Waiter is one Lock call in a lock's line.
+// MasterState is one master's view of a quorum lock: its state, or why
+// it has none (Err: the master did not answer in time, or refused).
+type MasterState struct {
+	State LockState
+	Err   error
+}
+
+// Holder is one hold of a lock.
+type Holder struct {
+	Owner      string // the owner id
+	Client     string // the ID of the Client it was granted through; "" when not known
+	ClientName string // that Client's name (WithName); "" when it has none or it is not known
+	// Weight is a Semaphore's permits, a RWMutex's 1 for a reader (a
+	// writer holds it all), a Mutex's 1. Write is set for a RWMutex's
+	// writer (whose read levels taken meanwhile are counted in Count).
+	Weight    int64
+	Write     bool
+	Count     int           // levels: re-entries, a RWMutex's read and write levels together
+	Token     int64         // fencing token
+	Since     time.Time     // the server's time of the grant (kept through re-entries and a downgrade)
+	HeldFor   time.Duration // At minus Since
+	LeaseLeft time.Duration // the remaining lease
+}
+
+// Waiter is one call in a lock's line.
 type Waiter struct {
+	Kind   WaiterKind
 	Owner  string // the owner id it waits for
 	Client string // the ID of the waiting Client; "" for a client that predates Client IDs
 	// ClientName is the name of the waiting Client (WithName), "" when it
 	// has none or it is not known.
 	ClientName string
+	Weight     int64 // the permits it asks for (WaitsPermits); 1 otherwise
+	// Locks names every lock of a ticket (WaitsTicket), this one among
+	// them, in key order; nil for other waiters, or when the ticket ended
+	// while the state was read.
+	Locks []string
+	// WaitedFor is how long it has been in line, by the server's clock (0
+	// when not known).
+	WaitedFor time.Duration
 	// TimeLeft is how long it keeps its place without polling (a live
 	// waiter polls well before); at or below 0, it is gone and will be
 	// dropped from the line.
@@ -63,52 +146,165 @@ func (c *Client) usable(ctx context.Context) error {
 		return errNilClientCall
 	case ctx == nil:
 		return errNilContext
-	case c.engine == nil:
-		return errNotOnQuorum("Inspect or List")
 	case c.closed():
 		return ErrClosed
 	}
 	return nil
 }
 
-// Inspect reads the state of the lock called name: its holder and the
-// waiters in line, in one atomic round trip (a MULTI transaction that
-// changes nothing), with the remaining times measured by the server's
-// clock, and then the names of their Clients (WithName) in one more. It
-// returns when ctx ends, with ctx's error, even while Redis does
-// not answer. A bad name fails with ErrInvalidName, a Redis user that may
-// not run the commands with ErrNoPermission. It is an operator's and a
-// debugger's tool: the lock may change the moment it returns, so never
-// decide to take or skip a lock by it.
+// Inspect reads the state of the lock called name, whatever its kind: the
+// Mutex, the Semaphore or the RWMutex of that name that is in use (the
+// first of them in that order when several are: see InspectAll), or a
+// free Mutex's state when none is. It reads the holders and the line in
+// one atomic round trip (a MULTI transaction that changes nothing), with
+// times measured by the server's clock, then the other names of
+// MultiLock tickets in line and the names of the Clients (WithName) in
+// one more each. On a quorum Client it reads every master at once and
+// gives each one's view besides the majority's (LockState.Masters). It
+// returns when ctx ends, with ctx's error, even while Redis does not
+// answer. A bad name fails with ErrInvalidName, a Redis user that may
+// not run the commands with ErrNoPermission, a quorum that a majority
+// did not answer with ErrNoQuorum. It is an operator's and a debugger's
+// tool: the lock may change the moment it returns, so never decide to
+// take or skip a lock by it.
 func (c *Client) Inspect(ctx context.Context, name string) (LockState, error) {
 	if err := c.usable(ctx); err != nil {
 		return LockState{}, err
 	}
-	keys, err := queue.For(c.cfg.prefix, name)
+	if c.engine == nil {
+		return c.inspectQuorum(ctx, name)
+	}
+	ss, err := c.engine.InspectAll(ctx, c.cfg.prefix, name)
 	if err != nil {
 		return LockState{}, err
 	}
-	s, err := c.engine.Mutex(keys).Inspect(ctx)
+	s := ss[0] // the Mutex's: free, when no lock of the name is in use
+	if i := slices.IndexFunc(ss, queue.Snapshot.InUse); i >= 0 {
+		s = ss[i]
+	}
+	return c.stateOf(ctx, s)
+}
+
+// InspectAll reads, as Inspect does, every lock called name that is in
+// use: its Mutex, its Semaphore and its RWMutex, in that order, leaving
+// out those that nobody holds or waits for. On a quorum Client it returns
+// the one quorum lock's state, in use or not.
+func (c *Client) InspectAll(ctx context.Context, name string) ([]LockState, error) {
+	if err := c.usable(ctx); err != nil {
+		return nil, err
+	}
+	if c.engine == nil {
+		st, err := c.inspectQuorum(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		return []LockState{st}, nil
+	}
+	ss, err := c.engine.InspectAll(ctx, c.cfg.prefix, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]LockState, 0, len(ss))
+	for _, s := range ss {
+		if !s.InUse() {
+			continue
+		}
+		st, err := c.stateOf(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Inspect reads the state of the Mutex, as Client.Inspect does.
+func (m *Mutex) Inspect(ctx context.Context) (LockState, error) {
+	if err := m.usable(ctx); err != nil {
+		return LockState{}, err
+	}
+	if m.c.engine == nil {
+		return m.c.inspectQuorum(ctx, m.name)
+	}
+	s, err := m.c.engine.Mutex(m.keys).Inspect(ctx, queue.KindMutex)
 	if err != nil {
 		return LockState{}, err
 	}
-	st := LockState{
-		Name:      name,
-		At:        s.Now,
-		Held:      s.Held,
-		Owner:     s.Owner,
-		Count:     s.Count,
-		Token:     s.Token,
-		LeaseLeft: s.TTL,
-		Client:    s.Tag,
+	return m.c.stateOf(ctx, s)
+}
+
+// Inspect reads the state of the Semaphore, as Client.Inspect does.
+func (s *Semaphore) Inspect(ctx context.Context) (LockState, error) {
+	return s.inspect(ctx, queue.KindSemaphore)
+}
+
+// Inspect reads the state of the RWMutex, as Client.Inspect does.
+func (rw *RWMutex) Inspect(ctx context.Context) (LockState, error) {
+	return rw.inspect(ctx, queue.KindRWMutex)
+}
+
+func (h *weighted) inspect(ctx context.Context, kind string) (LockState, error) {
+	if err := h.usable(ctx); err != nil {
+		return LockState{}, err
 	}
-	for _, w := range s.Waiters {
-		st.Waiters = append(st.Waiters, Waiter{Owner: w.Owner, Client: w.Tag, TimeLeft: w.Remaining})
+	s, err := h.c.engine.Mutex(h.keys).Inspect(ctx, kind)
+	if err != nil {
+		return LockState{}, err
 	}
+	return h.c.stateOf(ctx, s)
+}
+
+// kinds maps the queue package's kinds to Kind.
+var kinds = map[string]Kind{queue.KindMutex: KindMutex, queue.KindSemaphore: KindSemaphore, queue.KindRWMutex: KindRWMutex}
+
+// stateOf converts a snapshot and names its Clients (see nameClients).
+func (c *Client) stateOf(ctx context.Context, s queue.Snapshot) (LockState, error) {
+	st := convert(s)
 	if err := c.nameClients(ctx, &st); err != nil {
 		return LockState{}, err
 	}
 	return st, nil
+}
+
+// convert makes a LockState of a snapshot, without Client names.
+func convert(s queue.Snapshot) LockState {
+	st := LockState{Name: s.Name, Kind: kinds[s.Kind], At: s.Now, Capacity: s.Capacity, Used: s.Used}
+	for _, h := range s.Holders {
+		hd := Holder{Owner: h.Owner, Client: h.Tag, Weight: h.Weight, Count: h.Shared + h.Excl, Token: h.Token,
+			Since: h.Since, HeldFor: h.HeldFor, LeaseLeft: h.TTL}
+		switch {
+		case st.Kind != KindRWMutex:
+		case h.Excl > 0:
+			hd.Write, st.Writer = true, true
+		default:
+			st.Readers++
+		}
+		st.Holders = append(st.Holders, hd)
+	}
+	if st.Kind == KindSemaphore && st.Capacity == 0 {
+		st.Used = 0 // left over by an ended lease; nothing is stored in force
+	}
+	if len(st.Holders) > 0 && st.Kind == KindMutex {
+		h := st.Holders[0]
+		st.Held, st.Owner, st.Count, st.Token, st.LeaseLeft, st.HeldFor, st.Client = true, h.Owner, h.Count, h.Token, h.LeaseLeft, h.HeldFor, h.Client
+	}
+	for _, w := range s.Waiters {
+		wt := Waiter{Owner: w.Owner, Client: w.Tag, Weight: 1, Locks: w.Locks, WaitedFor: w.Waited, TimeLeft: w.Remaining}
+		switch {
+		case w.Ticket:
+			wt.Kind = WaitsTicket
+		case st.Kind == KindSemaphore:
+			wt.Kind, wt.Weight = WaitsPermits, w.Weight
+		case st.Kind == KindRWMutex && w.Exclusive:
+			wt.Kind = WaitsWrite
+		case st.Kind == KindRWMutex:
+			wt.Kind = WaitsRead
+		default:
+			wt.Kind = WaitsLock
+		}
+		st.Waiters = append(st.Waiters, wt)
+	}
+	return st
 }
 
 // nameClients fills in the names of the Clients st mentions, read in one
@@ -122,33 +318,181 @@ func (c *Client) nameClients(ctx context.Context, st *LockState) error {
 			tags = append(tags, tag)
 		}
 	}
-	add(st.Client)
+	for _, h := range st.Holders {
+		add(h.Client)
+	}
 	for _, w := range st.Waiters {
 		add(w.Client)
 	}
-	names, err := c.engine.Names(ctx, c.cfg.prefix, tags)
+	names, err := c.names(ctx, tags)
 	if err != nil {
 		return err
 	}
-	st.ClientName = names[st.Client]
+	for i := range st.Holders {
+		st.Holders[i].ClientName = names[st.Holders[i].Client]
+	}
+	if st.Held {
+		st.ClientName = st.Holders[0].ClientName
+	}
 	for i := range st.Waiters {
 		st.Waiters[i].ClientName = names[st.Waiters[i].Client]
 	}
 	return nil
 }
 
+// names reads the names of the Clients of tags: from the deployment, or
+// on a quorum Client from the first master that answers.
+func (c *Client) names(ctx context.Context, tags []string) (map[string]string, error) {
+	if c.engine != nil {
+		return c.engine.Names(ctx, c.cfg.prefix, tags)
+	}
+	return c.run.(*fair.Quorum).Names(ctx, c.cfg.prefix, tags)
+}
+
+// inspectQuorum reads the quorum lock name on every master, and makes
+// the majority's view of it.
+func (c *Client) inspectQuorum(ctx context.Context, name string) (LockState, error) {
+	keys, l, err := c.run.Lock(c.cfg.prefix, name)
+	if err != nil {
+		return LockState{}, err
+	}
+	views, err := l.(*fair.QMutex).Inspect(ctx)
+	if err != nil {
+		return LockState{}, err
+	}
+	var st LockState
+	var answered []LockState
+	for _, v := range views {
+		ms := MasterState{Err: v.Err}
+		if v.Err == nil {
+			ms.State = convert(v.Snapshot)
+			ms.State.Name = keys.Name
+			answered = append(answered, ms.State)
+		}
+		st.Masters = append(st.Masters, ms)
+	}
+	majority(&st, answered, len(views)/2+1)
+	st.Name, st.Kind = name, KindMutex
+	if err := c.nameClients(ctx, &st); err != nil {
+		return LockState{}, err
+	}
+	for i := range st.Masters {
+		if st.Masters[i].Err == nil {
+			if err := c.nameClients(ctx, &st.Masters[i].State); err != nil {
+				return LockState{}, err
+			}
+		}
+	}
+	return st, nil
+}
+
+// majority fills st with the view of q of the masters' views: the holder
+// that holds on q of them (owner and entry alike), with the q-th largest
+// count, token and lease left among its holds and the q-th longest held
+// time; the waiters in line on q of them, in the order of the first
+// master's line that has them, each with the q-th longest wait and time
+// left. At is the latest of the views' clocks.
+func majority(st *LockState, views []LockState, q int) {
+	for _, v := range views {
+		if v.At.After(st.At) {
+			st.At = v.At
+		}
+	}
+	type held struct {
+		h  []Holder
+		at int
+	}
+	holds := map[string]*held{}
+	var order []string
+	for _, v := range views {
+		if len(v.Holders) == 0 {
+			continue
+		}
+		h := v.Holders[0]
+		key := h.Owner + "\x00" + h.Client
+		if holds[key] == nil {
+			holds[key] = &held{}
+			order = append(order, key)
+		}
+		holds[key].h = append(holds[key].h, h)
+	}
+	for _, key := range order {
+		hs := holds[key].h
+		if len(hs) < q {
+			continue
+		}
+		h := hs[0]
+		h.Count = kth(hs, q, func(h Holder) int64 { return int64(h.Count) }).Count
+		h.Token = kth(hs, q, func(h Holder) int64 { return h.Token }).Token
+		h.LeaseLeft = kth(hs, q, func(h Holder) int64 { return int64(h.LeaseLeft) }).LeaseLeft
+		h.HeldFor = kth(hs, q, func(h Holder) int64 { return int64(h.HeldFor) }).HeldFor
+		st.Holders = []Holder{h}
+		st.Held, st.Owner, st.Count, st.Token, st.LeaseLeft, st.HeldFor, st.Client = true, h.Owner, h.Count, h.Token, h.LeaseLeft, h.HeldFor, h.Client
+		break
+	}
+	waits := map[string][]Waiter{}
+	var line []string
+	for _, v := range views {
+		for _, w := range v.Waiters {
+			key := w.Owner + "\x00" + w.Client
+			if waits[key] == nil {
+				line = append(line, key)
+			}
+			waits[key] = append(waits[key], w)
+		}
+	}
+	for _, key := range line {
+		ws := waits[key]
+		if len(ws) < q {
+			continue
+		}
+		w := ws[0]
+		w.WaitedFor = kthW(ws, q, func(w Waiter) int64 { return int64(w.WaitedFor) }).WaitedFor
+		w.TimeLeft = kthW(ws, q, func(w Waiter) int64 { return int64(w.TimeLeft) }).TimeLeft
+		st.Waiters = append(st.Waiters, w)
+	}
+}
+
+// kth returns the element of hs whose by is the q-th largest.
+func kth(hs []Holder, q int, by func(Holder) int64) Holder {
+	s := slices.Clone(hs)
+	slices.SortFunc(s, func(a, b Holder) int { return cmp64(by(b), by(a)) })
+	return s[min(q, len(s))-1]
+}
+
+// kthW is kth for waiters.
+func kthW(ws []Waiter, q int, by func(Waiter) int64) Waiter {
+	s := slices.Clone(ws)
+	slices.SortFunc(s, func(a, b Waiter) int { return cmp64(by(b), by(a)) })
+	return s[min(q, len(s))-1]
+}
+
+func cmp64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
 // List returns the names of the locks under the Client's prefix that are
-// held or waited on and whose names match the glob pattern (Redis's
-// MATCH syntax; "" or "*" for every lock), each once, sorted. It scans
-// with SCAN, never KEYS: every master of a Redis Cluster, every live
-// shard of a Ring. It returns when ctx ends, with ctx's error, even while
-// Redis does not answer; the scan has no other bound. A pattern that
-// contains '}' or ends in a lone '\' fails with ErrInvalidName, a Redis
-// user that may not run SCAN with ErrNoPermission. Locks may be taken or
-// freed while it scans.
+// held or waited on, of every kind (a Mutex, a Semaphore, a RWMutex, a
+// quorum lock), and whose names match the glob pattern (Redis's MATCH
+// syntax; "" or "*" for every lock), each once, sorted. It scans with
+// SCAN, never KEYS: every master of a Redis Cluster, every live shard of
+// a Ring, every master of a quorum Client. It returns when ctx ends, with
+// ctx's error, even while Redis does not answer; the scan has no other
+// bound. A pattern that contains '}' or ends in a lone '\' fails with
+// ErrInvalidName, a Redis user that may not run SCAN with
+// ErrNoPermission. Locks may be taken or freed while it scans.
 func (c *Client) List(ctx context.Context, pattern string) ([]string, error) {
 	if err := c.usable(ctx); err != nil {
 		return nil, err
+	}
+	if c.engine == nil {
+		return c.run.(*fair.Quorum).List(ctx, c.cfg.prefix, pattern)
 	}
 	return c.engine.List(ctx, c.cfg.prefix, pattern)
 }

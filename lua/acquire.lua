@@ -111,8 +111,7 @@ if not holder then
   head, deadline, now = prune(LOCK, nil)
   if not head or head == entry then
     if head then
-      redis.call('LPOP', KEYS[2])
-      redis.call('ZREM', KEYS[3], head)
+      line_pop(LOCK, head)
     end
     return {1, tonumber(take(LOCK, owner, entry, lease, now or now_ms())), 1}
   end
@@ -124,6 +123,6 @@ if mode ~= 'wait' then
   return finish({0, 0, 0})
 end
 now = now or now_ms()
-local joined = join(LOCK, entry, now + waiter_ttl)
+local joined = join(LOCK, entry, now, waiter_ttl)
 
 return finish({0, poll_hint({LOCK}, waiter_ttl), joined, clock_us or now * 1000})

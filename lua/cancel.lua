@@ -26,7 +26,7 @@ local entry = ARGV[2]
 
 local locks = {LOCK}
 for i = 5, #KEYS - 3, 4 do
-  locks[#locks + 1] = {hold = KEYS[i], queue = KEYS[i + 1], deadline = KEYS[i + 2], token = KEYS[i + 3]}
+  locks[#locks + 1] = lock_keys(KEYS[i])
 end
 
 for _, l in ipairs(locks) do

@@ -5,11 +5,17 @@
 -- one self-contained EVAL body. Every script that includes it receives the
 -- keys of one lock in the same order:
 --
---   KEYS[1]  P:{N}           hash: owner, count, token, entry of the hold
+--   KEYS[1]  P:{N}           hash: owner, count, token, entry and since
+--                            (the server time, ms, it was granted) of
+--                            the hold
 --   KEYS[2]  P:{N}:queue     list of waiter entries, oldest first
 --   KEYS[3]  P:{N}:deadline  zset: entry -> server time (ms) by which that
 --                            waiter must poll again
 --   KEYS[4]  P:{N}:token     fencing counter: the latest token (see take)
+--
+-- and, computed from KEYS[1], P:{N}:joined, a zset: entry -> the server
+-- time (ms) it joined the line, for those who look at the lock (it
+-- decides nothing; see join).
 --
 -- A waiter entry is "<waiter id>:<lease ms>:<owner id>": the waiter id is
 -- 16 hex characters unique to one waiting Lock call, followed by the
@@ -36,14 +42,16 @@
 -- differs between the two sets.
 
 -- The helpers that read or write a lock take its keys as a table, lk:
--- {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4]}
--- for the lock the script was called for (LOCK), or the same keys of
--- another lock made from its hash key by lock_keys.
+-- {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4],
+-- joined = KEYS[1]:joined} for the lock the script was called for
+-- (LOCK), or the same keys of another lock made from its hash key by
+-- lock_keys.
 local function lock_keys(base)
-  return {hold = base, queue = base .. ':queue', deadline = base .. ':deadline', token = base .. ':token'}
+  return {hold = base, queue = base .. ':queue', deadline = base .. ':deadline', token = base .. ':token',
+    joined = base .. ':joined'}
 end
 
-local LOCK = {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4]}
+local LOCK = {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], joined = KEYS[1] .. ':joined'}
 
 if redis.replicate_commands then
   redis.replicate_commands()
@@ -104,16 +112,18 @@ end
 -- by their members' bytes. join, leave, line_head, line_pop and prune
 -- are the only helpers that know which.
 
--- join puts entry at the end of lk's line with the waiter deadline
--- deadline (ms on the server's clock), or, for an entry already in line,
+-- join puts entry at the end of lk's line with the waiter deadline now +
+-- ttl (ms on the server's clock), or, for an entry already in line,
 -- moves its deadline there (a heartbeat). In an ordered line, entry takes
 -- its place by ticket instead of at the end. It returns the entry's place
--- in line when it joined (1 for the head), 0 for a heartbeat.
+-- in line when it joined (1 for the head), 0 for a heartbeat. An entry
+-- that joins has now written as its time of joining (lk.joined), which
+-- only those who look at the lock read: how long each waiter has waited.
 --
 -- A heartbeat grows nothing, and keeps the waiter's place on a full
 -- server too: the ZREM, which cannot grow memory, goes first (see
 -- allow_full), and the ZADD puts the entry back with its new deadline.
-local function join(lk, entry, deadline, ticket)
+local function join(lk, entry, now, ttl, ticket)
   local joined = 0
   if not redis.call('ZSCORE', lk.deadline, entry) then
     if lk.ordered then
@@ -122,10 +132,11 @@ local function join(lk, entry, deadline, ticket)
     else
       joined = redis.call('RPUSH', lk.queue, entry)
     end
+    redis.call('ZADD', lk.joined, now, entry)
   else
     redis.call('ZREM', lk.deadline, entry)
   end
-  redis.call('ZADD', lk.deadline, deadline, entry)
+  redis.call('ZADD', lk.deadline, now + ttl, entry)
   return joined
 end
 
@@ -138,11 +149,13 @@ local function leave(lk, entry)
     else
       redis.call('LREM', lk.queue, 1, entry)
     end
+    redis.call('ZREM', lk.joined, entry)
   end
 end
 
 -- line_head returns the first entry of lk's line, or nil; line_pop takes
--- the line's first entry, head, out of it.
+-- the line's first entry, head, out of it, with its deadline and time of
+-- joining.
 local function line_head(lk)
   if lk.ordered then
     return redis.call('ZRANGE', lk.queue, 0, 0)[1]
@@ -156,6 +169,8 @@ local function line_pop(lk, head)
   else
     redis.call('LPOP', lk.queue)
   end
+  redis.call('ZREM', lk.deadline, head)
+  redis.call('ZREM', lk.joined, head)
 end
 
 -- poll_hint returns how many ms a waiter in the lines of locks should
@@ -213,7 +228,6 @@ local function prune(lk, now)
       return head, tonumber(deadline), now
     end
     line_pop(lk, head)
-    redis.call('ZREM', lk.deadline, head)
   end
 end
 
@@ -282,12 +296,13 @@ local function next_token(lk, ttl, now)
 end
 
 -- take makes owner the holder of the free lock under a fresh fencing
--- token (next_token), records which waiter entry the hold was given to,
--- and sets the hold to expire after ttl ms. now is the server's time in
--- ms. It returns the token as a decimal string.
+-- token (next_token), records which waiter entry the hold was given to
+-- and since when, and sets the hold to expire after ttl ms. now is the
+-- server's time in ms. It returns the token as a decimal string.
 local function take(lk, owner, entry, ttl, now)
   local token = next_token(lk, ttl, now)
-  redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry)
+  redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
+    'since', string.format('%d', now))
   redis.call('PEXPIRE', lk.hold, ttl)
   return token
 end
@@ -407,8 +422,7 @@ local function grant_ticket(locks, entry, now, lease)
     if not ttl then
       ttl = math.min(entry_lease, tonumber(redis.call('ZSCORE', l.deadline, entry)) - now)
     end
-    redis.call('LPOP', l.queue)
-    redis.call('ZREM', l.deadline, entry)
+    line_pop(l, entry)
     tokens[i] = take(l, owner, entry, ttl, now)
     redis.call('DEL', ticket_key(l, entry))
   end
@@ -456,7 +470,6 @@ local function grant_from_head(lk, now, offer, grant)
       return
     end
     line_pop(lk, head)
-    redis.call('ZREM', lk.deadline, head)
     if what ~= 'drop' then
       grant(head, deadline, now)
       if what == 'last' then
@@ -576,9 +589,12 @@ end
 --   KEYS[5]  P:{N}:<kind>:holders   zset: owner id -> the server time (ms)
 --                                   at which its hold's lease ends
 --
+-- and P:{N}:<kind>:joined, the waiters' times of joining, as a Mutex's.
+--
 -- <kind> is 'sem' or 'rw', so that a Semaphore, a RWMutex and a Mutex of
 -- one name are three locks. A holder's record is
--- "<weight> <shared levels> <exclusive levels> <token> <entry>": a
+-- "<weight> <shared levels> <exclusive levels> <token> <since> <entry>",
+-- since the server time (ms) of its grant: a
 -- Semaphore's hold is one shared level of its weight; a RWMutex's owner
 -- counts its read levels (shared) and write levels (exclusive), and
 -- weighs RW_CAPACITY while it has a write level, else 1. A holder whose
@@ -596,7 +612,8 @@ end
 local RW_CAPACITY = 1073741824
 
 local function weighted_keys(lk, holders)
-  return {hold = lk.hold, queue = lk.queue, deadline = lk.deadline, token = lk.token, holders = holders}
+  return {hold = lk.hold, queue = lk.queue, deadline = lk.deadline, token = lk.token, joined = lk.joined,
+    holders = holders}
 end
 
 -- parse_weighted returns the owner id, lease, weight and exclusiveness of
@@ -615,17 +632,18 @@ local function holder(sk, owner)
   if not rec then
     return nil
   end
-  local weight, shared, excl, token, entry = string.match(rec, '^(%d+) (%d+) (%d+) (%d+) (.+)$')
+  local weight, shared, excl, token, since, entry = string.match(rec, '^(%d+) (%d+) (%d+) (%d+) (%d+) (.+)$')
   if not entry then
     return nil
   end
-  return {weight = tonumber(weight), shared = tonumber(shared), excl = tonumber(excl), token = token, entry = entry}
+  return {weight = tonumber(weight), shared = tonumber(shared), excl = tonumber(excl), token = token,
+    since = since, entry = entry}
 end
 
 -- put_holder writes owner's record h.
 local function put_holder(sk, owner, h)
   redis.call('HSET', sk.hold, 'o:' .. owner,
-    string.format('%d %d %d ', h.weight, h.shared, h.excl) .. h.token .. ' ' .. h.entry)
+    string.format('%d %d %d ', h.weight, h.shared, h.excl) .. h.token .. ' ' .. h.since .. ' ' .. h.entry)
 end
 
 -- used returns the weights held, and capacity the stored capacity (nil
@@ -712,7 +730,7 @@ end
 -- entry it was given to. Returns the token.
 local function grant_weighted(sk, owner, entry, weight, excl, ttl, now)
   local token = next_token(sk, ttl, now)
-  local h = {weight = weight, shared = 1, excl = 0, token = token, entry = entry}
+  local h = {weight = weight, shared = 1, excl = 0, token = token, since = string.format('%d', now), entry = entry}
   if excl then
     h.shared, h.excl = 0, 1
   end

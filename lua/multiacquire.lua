@@ -39,7 +39,7 @@ local mode = ARGV[5]
 
 local locks = {}
 for i = 1, #KEYS - 3, 4 do
-  locks[#locks + 1] = {hold = KEYS[i], queue = KEYS[i + 1], deadline = KEYS[i + 2], token = KEYS[i + 3]}
+  locks[#locks + 1] = lock_keys(KEYS[i])
 end
 
 local function granted(tokens)
@@ -126,7 +126,7 @@ if redis.call('EXISTS', unpack(lists)) < #locks then
 end
 local joined = 0
 for _, l in ipairs(locks) do
-  joined = math.max(joined, join(l, entry, now + waiter_ttl))
+  joined = math.max(joined, join(l, entry, now, waiter_ttl))
 end
 local bases = {}
 for i, l in ipairs(locks) do

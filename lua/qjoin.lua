@@ -53,7 +53,7 @@ if h and h.entry == entry then
     redis.call('PEXPIRE', lk.hold, keep)
   end
 else
-  join(lk, entry, now + waiter_ttl, ticket)
+  join(lk, entry, now, waiter_ttl, ticket)
 end
 local lower
 h, lower = settle(lk, now, channel)

@@ -19,7 +19,8 @@
 --   KEYS[4]  P:{N}:q:token     the token counter K (see next_token)
 --   KEYS[5]  P:{N}:q:ticket    the largest ticket written here, C
 --
--- and, computed from KEYS[1], the tombstone P:{N}:q:gone:<waiter id> of
+-- and, computed from KEYS[1], the waiters' times of joining
+-- P:{N}:q:joined, as a Mutex's, the tombstone P:{N}:q:gone:<waiter id> of
 -- a Lock call that gave up or released (a join of it that arrives late is
 -- refused), and receipts P:{N}:q:call:<call id> as a Mutex's.
 --
@@ -44,7 +45,7 @@
 local function quorum_lock(skew_at, keep)
   clock_skew_us = tonumber(ARGV[skew_at] or '0') or 0
   return {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], ticket = KEYS[5],
-    ordered = true, keep = keep}
+    joined = KEYS[1] .. ':joined', ordered = true, keep = keep}
 end
 
 -- gone_key returns the key of the tombstone of entry's Lock call.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -14,93 +15,237 @@ import (
 // Reader is what Inspect needs of a go-redis client.
 type Reader interface {
 	TxPipeline() redis.Pipeliner
+	Pipeline() redis.Pipeliner
 }
 
 var _ Reader = (redis.UniversalClient)(nil)
 
-// WaiterState is one entry of a lock's queue.
+// KindMutex names a Mutex's keys in a Snapshot (a lock of one server, or
+// a quorum lock's keys on one master), beside KindSemaphore and
+// KindRWMutex.
+const KindMutex = "mutex"
+
+// WaiterState is one entry of a lock's line.
 type WaiterState struct {
 	Entry     string        // the raw entry
 	ID        string        // waiter id of the Lock call
 	Tag       string        // tag of the waiting Client (TagOf); "" when the id has none
 	Owner     string        // owner id it waits for
 	Lease     time.Duration // lease its hold will have
+	Weight    int64         // a weighted lock's waiter: the weight it asks for (a RWMutex's writer: RWCapacity); 1 otherwise
+	Exclusive bool          // a RWMutex's writer
+	// Ticket is set for a MultiLock's ticket: one entry in the lines of
+	// several locks. Locks names them all, in key order, this one among
+	// them; nil when the ticket's list was not found (it ended meanwhile).
+	Ticket    bool
+	Locks     []string
+	Joined    time.Time     // server time at which it joined the line; zero when not known
+	Waited    time.Duration // the server's now minus Joined; 0 when not known
 	Deadline  time.Time     // server time by which it must poll again; zero if it has none
 	Remaining time.Duration // Deadline minus the server's now (negative: due to be pruned)
 }
 
+// HolderState is one hold of a lock: a Mutex's only holder, or one of a
+// weighted lock's.
+type HolderState struct {
+	Owner  string // owner id
+	Entry  string // the waiter entry the hold was granted to; "" when not known
+	Tag    string // tag of the Client it was granted through (TagOf(Entry)); "" when not known
+	Weight int64  // a Semaphore's permits, a RWMutex's RWCapacity for a writer and 1 for a reader; a Mutex's 1
+	Shared int    // levels: a Mutex's count, a RWMutex's read levels, a Semaphore's 1
+	Excl   int    // a RWMutex's write levels
+	Token  int64  // fencing token
+	// Since is the server time of the grant (kept through re-entries, a
+	// RWMutex's downgrade); zero when not known. HeldFor is the server's
+	// now minus Since.
+	Since   time.Time
+	HeldFor time.Duration
+	TTL     time.Duration // remaining lease
+}
+
 // Snapshot is the state of one lock at one instant of the server's clock.
 type Snapshot struct {
-	Name      string
-	Now       time.Time     // the server's clock
-	Held      bool          // someone holds the lock
-	Owner     string        // holder's owner id
-	Count     int           // holder's levels
-	Token     int64         // holder's fencing token
-	Entry     string        // waiter entry the hold was given to
-	Tag       string        // tag of the Client the hold was given to (TagOf(Entry)); "" when not known
-	TTL       time.Duration // remaining lease
-	Waiters   []WaiterState // the queue, oldest first
-	Orphans   []string      // deadline entries missing from the queue (should never happen)
+	Name     string
+	Kind     string // KindMutex, KindSemaphore or KindRWMutex
+	Now      time.Time
+	Capacity int64 // a weighted lock's stored capacity (a Semaphore's permits); 0 when none is stored
+	Used     int64 // a weighted lock's weights held
+	// Holders are the holds, in the order of their grants.
+	Holders []HolderState
+	// The Mutex's hold, Holders[0], field by field (all zero when free).
+	Held      bool
+	Owner     string
+	Count     int
+	Token     int64
+	Entry     string
+	Tag       string
+	TTL       time.Duration
+	Waiters   []WaiterState // the line, oldest first (a quorum lock's: by ticket)
+	Orphans   []string      // deadline entries missing from the line (should never happen)
 	LastToken int64         // the fencing counter: the token of the latest fresh grant; 0 once it expired
 	TokenTTL  time.Duration // the counter's time left; 0 when there is none, negative when it never expires
 }
 
-// Inspect reads a snapshot of one lock in a single transaction. It is a
-// debugging aid: it changes nothing, and what it shows may be stale the
-// moment it returns.
+// InUse reports whether anyone holds the lock or waits for it.
+func (s Snapshot) InUse() bool { return len(s.Holders) > 0 || len(s.Waiters) > 0 }
+
+// Inspect reads a snapshot of one Mutex (k from For or Quorum) in a
+// single transaction, and the names of the locks of the MultiLock tickets
+// in its line in one more round trip. It is a debugging aid: it changes
+// nothing, and what it shows may be stale the moment it returns.
 func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
-	var (
-		tm    *redis.TimeCmd
-		hold  *redis.MapStringStringCmd
-		pttl  *redis.DurationCmd
-		queue *redis.StringSliceCmd
-		dls   *redis.ZSliceCmd
-		token *redis.StringCmd
-		tttl  *redis.DurationCmd
-	)
+	ss, err := inspect(ctx, rdb, []lockOfKind{{k, KindMutex}})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return ss[0], nil
+}
+
+// InspectWeighted is Inspect for a weighted lock of kind KindSemaphore or
+// KindRWMutex (k from Weighted).
+func InspectWeighted(ctx context.Context, rdb Reader, k Keys, kind string) (Snapshot, error) {
+	ss, err := inspect(ctx, rdb, []lockOfKind{{k, kind}})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return ss[0], nil
+}
+
+// InspectAll reads the Mutex, the Semaphore and the RWMutex of the name
+// under prefix in one transaction (their keys share a hash tag, so one
+// server, one slot), and returns the snapshot of each, in that order
+// (Snapshot.InUse tells those in use).
+func InspectAll(ctx context.Context, rdb Reader, prefix, name string) ([]Snapshot, error) {
+	m, err := For(prefix, name)
+	if err != nil {
+		return nil, err
+	}
+	sem, _ := Weighted(prefix, name, KindSemaphore)
+	rw, _ := Weighted(prefix, name, KindRWMutex)
+	return inspect(ctx, rdb, []lockOfKind{{m, KindMutex}, {sem, KindSemaphore}, {rw, KindRWMutex}})
+}
+
+// lockOfKind is one lock for inspect to read.
+type lockOfKind struct {
+	k    Keys
+	kind string
+}
+
+// reads are the commands inspect queues for one lock.
+type reads struct {
+	hold          *redis.MapStringStringCmd
+	pttl          *redis.DurationCmd
+	list          *redis.StringSliceCmd // a list line
+	zline         *redis.ZSliceCmd      // an ordered line (a quorum lock's)
+	leases        *redis.ZSliceCmd      // a weighted lock's holders set
+	dls, joined   *redis.ZSliceCmd
+	token         *redis.StringCmd
+	tokenTTL      *redis.DurationCmd
+	ordered, wght bool
+}
+
+// inspect reads the locks in one transaction, then the lists of the
+// tickets their lines hold.
+func inspect(ctx context.Context, rdb Reader, locks []lockOfKind) ([]Snapshot, error) {
 	p := rdb.TxPipeline()
-	tm = p.Time(ctx)
-	hold = p.HGetAll(ctx, k.Lock)
-	pttl = p.PTTL(ctx, k.Lock)
-	queue = p.LRange(ctx, k.Queue, 0, -1)
-	dls = p.ZRangeWithScores(ctx, k.Deadline, 0, -1)
-	token = p.Get(ctx, k.Token)
-	tttl = p.PTTL(ctx, k.Token)
-	if cmds, err := p.Exec(ctx); firstErr(cmds, err) != nil {
-		return Snapshot{}, fmt.Errorf("fairlock: inspect %q: %w", k.Name, firstErr(cmds, err))
-	}
-	s := Snapshot{Name: k.Name, Now: tm.Val()}
-	if h := hold.Val(); len(h) > 0 {
-		s.Held = true
-		s.Owner = h["owner"]
-		s.Count, _ = strconv.Atoi(h["count"])
-		s.Token, _ = strconv.ParseInt(h["token"], 10, 64)
-		s.Entry = h["entry"]
-		s.Tag = TagOf(s.Entry)
-		if d := pttl.Val(); d > 0 {
-			s.TTL = d
+	tm := p.Time(ctx)
+	rs := make([]reads, len(locks))
+	for i, l := range locks {
+		r := &rs[i]
+		r.ordered, r.wght = l.k.Ticket != "", l.kind != KindMutex
+		r.hold = p.HGetAll(ctx, l.k.Lock)
+		r.pttl = p.PTTL(ctx, l.k.Lock)
+		if r.ordered {
+			r.zline = p.ZRangeWithScores(ctx, l.k.Queue, 0, -1)
+		} else {
+			r.list = p.LRange(ctx, l.k.Queue, 0, -1)
 		}
+		if r.wght {
+			r.leases = p.ZRangeWithScores(ctx, l.k.Holders, 0, -1)
+		}
+		r.dls = p.ZRangeWithScores(ctx, l.k.Deadline, 0, -1)
+		r.joined = p.ZRangeWithScores(ctx, l.k.Joined, 0, -1)
+		r.token = p.Get(ctx, l.k.Token)
+		r.tokenTTL = p.PTTL(ctx, l.k.Token)
 	}
-	s.LastToken, _ = strconv.ParseInt(token.Val(), 10, 64)
-	switch d := tttl.Val(); {
+	if cmds, err := p.Exec(ctx); firstErr(cmds, err) != nil {
+		return nil, fmt.Errorf("fairlock: inspect %q: %w", locks[0].k.Name, firstErr(cmds, err))
+	}
+	ss := make([]Snapshot, len(locks))
+	for i, l := range locks {
+		s, err := build(l, tm.Val(), &rs[i])
+		if err != nil {
+			return nil, fmt.Errorf("fairlock: inspect %q: %w", l.k.Name, err)
+		}
+		ss[i] = s
+	}
+	if err := readTickets(ctx, rdb, locks, ss); err != nil {
+		return nil, fmt.Errorf("fairlock: inspect %q: %w", locks[0].k.Name, err)
+	}
+	return ss, nil
+}
+
+// build makes the snapshot of lock l at server time now from r.
+func build(l lockOfKind, now time.Time, r *reads) (Snapshot, error) {
+	s := Snapshot{Name: l.k.Name, Kind: l.kind, Now: now}
+	at := func(ms float64) time.Time { return time.UnixMilli(int64(ms)) }
+	if r.wght {
+		if err := s.weightedHolders(r, at); err != nil {
+			return s, err
+		}
+	} else if h := r.hold.Val(); h["owner"] != "" {
+		hs := HolderState{Owner: h["owner"], Entry: h["entry"], Tag: TagOf(h["entry"]), Weight: 1}
+		hs.Shared, _ = strconv.Atoi(h["count"])
+		hs.Token, _ = strconv.ParseInt(h["token"], 10, 64)
+		if ms, err := strconv.ParseInt(h["since"], 10, 64); err == nil {
+			hs.Since, hs.HeldFor = time.UnixMilli(ms), now.Sub(time.UnixMilli(ms))
+		}
+		if d := r.pttl.Val(); d > 0 {
+			hs.TTL = d
+		}
+		s.Holders = []HolderState{hs}
+		s.Held, s.Owner, s.Count, s.Token, s.Entry, s.Tag, s.TTL = true, hs.Owner, hs.Shared, hs.Token, hs.Entry, hs.Tag, hs.TTL
+	}
+	s.LastToken, _ = strconv.ParseInt(r.token.Val(), 10, 64)
+	switch d := r.tokenTTL.Val(); {
 	case s.LastToken == 0:
 	case d == -1: // PTTL's answer for a key without an expiry
 		s.TokenTTL = -1
 	case d > 0:
 		s.TokenTTL = d
 	}
-	deadline := make(map[string]float64, len(dls.Val()))
-	for _, z := range dls.Val() {
+	deadline := make(map[string]float64, len(r.dls.Val()))
+	for _, z := range r.dls.Val() {
 		deadline[z.Member.(string)] = z.Score
 	}
-	for _, e := range queue.Val() {
-		w := WaiterState{Entry: e}
+	joined := make(map[string]float64, len(r.joined.Val()))
+	for _, z := range r.joined.Val() {
+		joined[z.Member.(string)] = z.Score
+	}
+	var line []string
+	if r.ordered {
+		for _, z := range r.zline.Val() {
+			line = append(line, z.Member.(string))
+		}
+	} else {
+		line = r.list.Val()
+	}
+	for _, e := range line {
+		w := WaiterState{Entry: e, Tag: TagOf(e), Weight: 1}
 		w.ID, w.Lease, w.Owner, _ = splitEntry(e)
-		w.Tag = TagOf(e)
+		if r.wght {
+			if owner, _, weight, excl, ok := parseWeighted(e); ok {
+				w.Owner, w.Weight, w.Exclusive = owner, weight, excl
+			}
+		}
+		w.Ticket = isTicket(e)
+		if ms, ok := joined[e]; ok {
+			w.Joined = at(ms)
+			w.Waited = now.Sub(w.Joined)
+		}
 		if ms, ok := deadline[e]; ok {
-			w.Deadline = time.UnixMilli(int64(ms))
-			w.Remaining = w.Deadline.Sub(s.Now)
+			w.Deadline = at(ms)
+			w.Remaining = w.Deadline.Sub(now)
 			delete(deadline, e)
 		}
 		s.Waiters = append(s.Waiters, w)
@@ -108,7 +253,91 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 	for e := range deadline {
 		s.Orphans = append(s.Orphans, e)
 	}
+	slices.Sort(s.Orphans)
 	return s, nil
+}
+
+// weightedHolders fills in a weighted lock's capacity, use and holders
+// from its hash and holders set, the holders in the order of their
+// grants (then by owner id).
+func (s *Snapshot) weightedHolders(r *reads, at func(float64) time.Time) error {
+	h := r.hold.Val()
+	s.Capacity, _ = strconv.ParseInt(h["permits"], 10, 64)
+	s.Used, _ = strconv.ParseInt(h["used"], 10, 64)
+	ends := make(map[string]float64, len(r.leases.Val()))
+	for _, z := range r.leases.Val() {
+		ends[z.Member.(string)] = z.Score
+	}
+	for f, rec := range h {
+		owner, ok := strings.CutPrefix(f, "o:")
+		if !ok {
+			continue
+		}
+		p, err := ParseHolder(rec)
+		if err != nil {
+			return err
+		}
+		hs := HolderState{Owner: owner, Entry: p.Entry, Tag: TagOf(p.Entry), Weight: p.Weight, Shared: p.Shared,
+			Excl: p.Excl, Token: p.Token, Since: time.UnixMilli(p.Since), HeldFor: s.Now.Sub(time.UnixMilli(p.Since))}
+		if end, ok := ends[owner]; ok {
+			if hs.TTL = at(end).Sub(s.Now); hs.TTL <= 0 {
+				continue // its lease is over: the next script drops it (prune_holders)
+			}
+		}
+		s.Holders = append(s.Holders, hs)
+	}
+	slices.SortFunc(s.Holders, func(a, b HolderState) int {
+		if c := a.Since.Compare(b.Since); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Owner, b.Owner)
+	})
+	return nil
+}
+
+// readTickets reads, in one round trip, the lists of the MultiLock
+// tickets in the lines of ss (locks are their keys), and names each
+// ticket's locks. A ticket whose list is gone keeps Locks nil.
+func readTickets(ctx context.Context, rdb Reader, locks []lockOfKind, ss []Snapshot) error {
+	type want struct {
+		s, w int
+		cmd  *redis.StringSliceCmd
+	}
+	var ws []want
+	p := rdb.Pipeline()
+	for i := range ss {
+		for j, w := range ss[i].Waiters {
+			if w.Ticket {
+				ws = append(ws, want{i, j, p.LRange(ctx, locks[i].k.Lock+":ticket:"+w.ID, 0, -1)})
+			}
+		}
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	if cmds, err := p.Exec(ctx); firstErr(cmds, err) != nil {
+		return firstErr(cmds, err)
+	}
+	for _, w := range ws {
+		var names []string
+		for _, base := range w.cmd.Val() {
+			if name, ok := nameOf(base); ok {
+				names = append(names, name)
+			}
+		}
+		ss[w.s].Waiters[w.w].Locks = names
+	}
+	return nil
+}
+
+// nameOf returns the lock name in the hash key base ("<prefix>:{<name>}").
+func nameOf(base string) (string, bool) {
+	_, rest, ok := strings.Cut(base, ":{")
+	if !ok {
+		return "", false
+	}
+	name, _, ok := strings.Cut(rest, "}")
+	return name, ok
 }
 
 // firstErr returns the error that explains a failed transaction: the
@@ -140,15 +369,24 @@ func firstErr(cmds []redis.Cmder, err error) error {
 // String renders the snapshot for people.
 func (s Snapshot) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "lock %q at %s (server clock)\n", s.Name, s.Now.UTC().Format(time.RFC3339Nano))
-	if s.Held {
-		fmt.Fprintf(&b, "  held by %s: %d level(s), token %d, lease left %v", s.Owner, s.Count, s.Token, s.TTL)
-		if s.Tag != "" {
-			fmt.Fprintf(&b, ", granted through client %s", s.Tag)
+	fmt.Fprintf(&b, "%s %q at %s (server clock)\n", s.Kind, s.Name, s.Now.UTC().Format(time.RFC3339Nano))
+	if s.Kind != KindMutex {
+		fmt.Fprintf(&b, "  capacity %d, used %d\n", s.Capacity, s.Used)
+	}
+	if len(s.Holders) == 0 {
+		b.WriteString("  free\n")
+	}
+	for _, h := range s.Holders {
+		if s.Kind == KindMutex {
+			fmt.Fprintf(&b, "  held by %s: %d level(s)", h.Owner, h.Shared)
+		} else {
+			fmt.Fprintf(&b, "  held by %s: weight %d, %d read and %d write level(s)", h.Owner, h.Weight, h.Shared, h.Excl)
+		}
+		fmt.Fprintf(&b, ", token %d, held for %v, lease left %v", h.Token, h.HeldFor, h.TTL)
+		if h.Tag != "" {
+			fmt.Fprintf(&b, ", granted through client %s", h.Tag)
 		}
 		b.WriteString("\n")
-	} else {
-		b.WriteString("  free\n")
 	}
 	switch {
 	case s.LastToken == 0:
@@ -164,7 +402,7 @@ func (s Snapshot) String() string {
 		if !w.Deadline.IsZero() {
 			due = "deadline in " + w.Remaining.String()
 		}
-		fmt.Fprintf(&b, "  %3d. %s (waiter %s, lease %v, %s)\n", i+1, w.Owner, w.ID, w.Lease, due)
+		fmt.Fprintf(&b, "  %3d. %s (waiter %s, weight %d, lease %v, waited %v, %s)\n", i+1, w.Owner, w.ID, w.Weight, w.Lease, w.Waited, due)
 	}
 	for _, e := range s.Orphans {
 		fmt.Fprintf(&b, "  orphan deadline entry %s\n", e)

@@ -35,9 +35,10 @@ const (
 // slot and one script may touch them all.
 type Keys struct {
 	Name     string // the lock name
-	Lock     string // P:{N}           hash: owner, count, token, entry
+	Lock     string // P:{N}           hash: owner, count, token, entry, since
 	Queue    string // P:{N}:queue     list of waiter entries, oldest first
 	Deadline string // P:{N}:deadline  zset: entry -> poll-again deadline (ms)
+	Joined   string // P:{N}:joined    zset: entry -> server time (ms) it joined the line
 	Token    string // P:{N}:token     fencing counter
 	Wake     string // P:{N}:wake      pub/sub channel of hand-overs
 	call     string // P:{N}:call:     prefix of per-call receipts
@@ -115,6 +116,7 @@ func keysAt(name, base string) Keys {
 		Lock:     base,
 		Queue:    base + ":queue",
 		Deadline: base + ":deadline",
+		Joined:   base + ":joined",
 		Token:    base + ":token",
 		Wake:     base + ":wake",
 		call:     base + ":call:",

@@ -24,8 +24,9 @@ var _ Scanner = (redis.UniversalClient)(nil)
 // per call.
 const scanCount = 1000
 
-// List returns the names of the locks under prefix that are held (their
-// Lock key exists) or waited on (their Queue key exists) and whose names
+// List returns the names of the locks under prefix, of every kind, that
+// are held (their Lock key exists) or waited on (their Queue key exists)
+// and whose names
 // match the glob pattern ("" matches every name), each once, sorted. It
 // scans with SCAN, never KEYS: every master of a *redis.ClusterClient,
 // every live shard of a *redis.Ring, and any other client as one server.
@@ -117,16 +118,22 @@ func escapeGlob(s string) string {
 	return b.String()
 }
 
-// lockOf returns the name of the lock whose Lock or Queue key is key, and
-// false for any other key.
+// lockOf returns the name of the lock whose Lock or Queue key is key, of
+// any kind (a Mutex's, a Semaphore's, a RWMutex's, a quorum lock's on
+// one master), and false for any other key.
 func lockOf(prefix, key string) (string, bool) {
 	rest, ok := strings.CutPrefix(key, prefix+":{")
 	if !ok {
 		return "", false
 	}
 	name, suffix, ok := strings.Cut(rest, "}")
-	if !ok || name == "" || suffix != "" && suffix != ":queue" {
+	if !ok || name == "" {
 		return "", false
 	}
-	return name, true
+	suffix = strings.TrimSuffix(suffix, ":queue")
+	switch suffix {
+	case "", ":" + KindSemaphore, ":" + KindRWMutex, ":q":
+		return name, true
+	}
+	return "", false
 }

@@ -189,7 +189,7 @@ func diffState(want, got queue.State, tol int64) string {
 		fmt.Fprintf(&b, "hold: %+v vs %+v\n", w, g)
 	default:
 		if w.Owner != g.Owner || w.Count != g.Count || w.Token != g.Token || w.Entry != g.Entry ||
-			!near(w.ExpiresAt, g.ExpiresAt) || (w.ExpiresAt == 0) != (g.ExpiresAt == 0) {
+			!near(w.Since, g.Since) || !near(w.ExpiresAt, g.ExpiresAt) || (w.ExpiresAt == 0) != (g.ExpiresAt == 0) {
 			fmt.Fprintf(&b, "hold: %+v vs %+v (ttl %d vs %d)\n", *w, *g, w.ExpiresAt-want.Now, g.ExpiresAt-got.Now)
 		}
 	}
@@ -198,6 +198,9 @@ func diffState(want, got queue.State, tol int64) string {
 	}
 	if !maps.EqualFunc(want.Deadlines, got.Deadlines, near) {
 		fmt.Fprintf(&b, "deadlines: %v vs %v\n", want.Deadlines, got.Deadlines)
+	}
+	if !maps.EqualFunc(want.Joined, got.Joined, near) {
+		fmt.Fprintf(&b, "joined: %v vs %v\n", want.Joined, got.Joined)
 	}
 	// The model drops a key once its clock reaches the expiry, as
 	// miniredis does; a real server keeps it through that last

@@ -50,6 +50,7 @@ type HoldState struct {
 	Count     int    // levels held; at least 1
 	Token     int64  // fencing token of the grant
 	Entry     string // waiter entry the hold was given to; "" when cleared
+	Since     int64  // server time (ms) at which it was granted
 	ExpiresAt int64  // server time (ms) at which the hold expires; 0: never
 }
 
@@ -76,6 +77,7 @@ type State struct {
 	Hold      *HoldState            // nil when the lock is free
 	Queue     []string              // oldest first
 	Deadlines map[string]int64      // entry -> server time (ms)
+	Joined    map[string]int64      // entry -> server time (ms) it joined the line
 	LastToken int64                 // the fencing counter; 0 when there is none
 	TokenEnd  int64                 // when LastToken > 0: server time (ms) at which the counter expires
 	Receipts  map[string]Receipt    // by call id
@@ -119,6 +121,7 @@ func (m *Model) State() State {
 		Now:       m.srv.now,
 		Queue:     slices.Clone(m.queue),
 		Deadlines: maps.Clone(m.deadlines),
+		Joined:    maps.Clone(m.joined),
 		LastToken: m.lastToken,
 		TokenEnd:  m.tokenEnd,
 		Receipts:  maps.Clone(m.receipts),
@@ -225,7 +228,7 @@ func (m *Model) prune() (head string, deadline int64, ok bool) {
 // hold expire after ttl ms. It returns the token.
 func (m *Model) take(owner, entry string, ttl int64) int64 {
 	token := m.counter.next(m.srv.now, ttl)
-	m.hold = &HoldState{Owner: owner, Count: 1, Token: token, Entry: entry}
+	m.hold = &HoldState{Owner: owner, Count: 1, Token: token, Entry: entry, Since: m.srv.now}
 	m.expireHold(ttl)
 	return token
 }

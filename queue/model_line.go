@@ -10,9 +10,9 @@ import (
 // and their deadlines, its fencing counter, and the receipts of its calls.
 // Their helpers are those of lua/lib.lua of the same names.
 
-// line is a lock's line: the list P:{N}:queue and the zset
-// P:{N}:deadline. Neither key expires; a dead waiter stays until a script
-// finds it at the head.
+// line is a lock's line: the list P:{N}:queue, the zset P:{N}:deadline
+// and the zset P:{N}:joined. No key expires; a dead waiter stays until a
+// script finds it at the head.
 //
 // A quorum lock's line is ordered (see QuorumModel): P:{N}:queue is a
 // zset of entry -> ticket there, and queue keeps its members in the zset's
@@ -22,12 +22,15 @@ type line struct {
 	queue     []string         // oldest first; by (ticket, entry) when ordered
 	deadlines map[string]int64 // entry -> server time (ms) by which it must poll again
 	tickets   map[string]int64 // when ordered: entry -> its ticket, the zset's score; else nil
+	joined    map[string]int64 // entry -> server time (ms) it joined the line
 }
 
-func newLine() line { return line{deadlines: map[string]int64{}} }
+func newLine() line { return line{deadlines: map[string]int64{}, joined: map[string]int64{}} }
 
 // newOrderedLine returns the line of a quorum lock.
-func newOrderedLine() line { return line{deadlines: map[string]int64{}, tickets: map[string]int64{}} }
+func newOrderedLine() line {
+	return line{deadlines: map[string]int64{}, tickets: map[string]int64{}, joined: map[string]int64{}}
+}
 
 // keyLess reports whether the key (ticket t1, entry e1) comes before (t2,
 // e2): tickets by number, then entries by their bytes, as a zset orders
@@ -48,27 +51,29 @@ func (l *line) lrem(entry string) {
 	delete(l.tickets, entry)
 }
 
-// popHead is LPOP queue (ZREM of the head in an ordered line) followed by
-// ZREM deadline head.
+// popHead is line_pop: LPOP queue (ZREM of the head in an ordered line)
+// followed by ZREM deadline head and ZREM joined head.
 func (l *line) popHead() string {
 	head := l.queue[0]
 	l.queue = l.queue[1:]
 	delete(l.deadlines, head)
 	delete(l.tickets, head)
+	delete(l.joined, head)
 	return head
 }
 
-// join puts entry at the end of the line with the waiter deadline
-// deadline, or, for an entry already in line, moves its deadline there (a
-// heartbeat). It returns the entry's place in line when it joined (1 for
-// the head), 0 for a heartbeat.
-func (l *line) join(entry string, deadline int64) int {
+// join puts entry at the end of the line with the waiter deadline now +
+// ttl, and now as its time of joining, or, for an entry already in line,
+// moves its deadline there (a heartbeat). It returns the entry's place in
+// line when it joined (1 for the head), 0 for a heartbeat.
+func (l *line) join(entry string, now, ttl int64) int {
 	place := 0
 	if _, queued := l.deadlines[entry]; !queued {
 		l.queue = append(l.queue, entry)
 		place = len(l.queue)
+		l.joined[entry] = now
 	}
-	l.deadlines[entry] = deadline
+	l.deadlines[entry] = now + ttl
 	return place
 }
 
@@ -77,7 +82,7 @@ func (l *line) join(entry string, deadline int64) int {
 // zset to its new score), one in line only moves its deadline, and keeps
 // its place whatever ticket it names. It returns the entry's place in
 // line when it joined (1 for the head), 0 for a heartbeat.
-func (l *line) joinByTicket(entry string, deadline, ticket int64) int {
+func (l *line) joinByTicket(entry string, now, ttl, ticket int64) int {
 	place := 0
 	if _, queued := l.deadlines[entry]; !queued {
 		l.lrem(entry)
@@ -87,9 +92,10 @@ func (l *line) joinByTicket(entry string, deadline, ticket int64) int {
 		}
 		l.queue = slices.Insert(l.queue, i, entry)
 		l.tickets[entry] = ticket
+		l.joined[entry] = now
 		place = i + 1
 	}
-	l.deadlines[entry] = deadline
+	l.deadlines[entry] = now + ttl
 	return place
 }
 
@@ -100,6 +106,7 @@ func (l *line) leave(entry string) {
 	if _, queued := l.deadlines[entry]; queued {
 		delete(l.deadlines, entry)
 		l.lrem(entry)
+		delete(l.joined, entry)
 	}
 }
 

@@ -109,7 +109,7 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 	// Poll again right after the hold expires (expiry publishes nothing),
 	// and at least three times per waiter TTL.
 	now := m.srv.now
-	position := m.join(entry, now+waiterTTL)
+	position := m.join(entry, now, waiterTTL)
 	return Reply{Hint: pollHint([]*Model{m}, waiterTTL), Joined: position > 0, Position: position, ServerTime: now * 1000}
 }
 

@@ -61,6 +61,7 @@ type QuorumState struct {
 	Queue     []string         // by (ticket, entry)
 	Tickets   map[string]int64 // entry -> its ticket in the line
 	Deadlines map[string]int64 // entry -> the scripts' time (ms) by which it must join again
+	Joined    map[string]int64 // entry -> the scripts' time (ms) it joined the line
 	Counter   int64            // K, the token counter; 0 when there is none
 	CounterAt int64            // when Counter > 0: server time (ms) at which it expires
 	Ticket    int64            // C, the largest ticket written; 0 when there is none
@@ -135,7 +136,8 @@ func (m *QuorumModel) Clone() *QuorumModel {
 		h := *m.hold
 		c.hold = &h
 	}
-	c.line = line{queue: slices.Clone(m.queue), deadlines: maps.Clone(m.deadlines), tickets: maps.Clone(m.tickets)}
+	c.line = line{queue: slices.Clone(m.queue), deadlines: maps.Clone(m.deadlines), tickets: maps.Clone(m.tickets),
+		joined: maps.Clone(m.joined)}
 	c.token, c.ticket = m.token, m.ticket
 	c.gone, c.receipts = maps.Clone(m.gone), maps.Clone(m.receipts)
 	c.flaws = m.flaws
@@ -166,6 +168,7 @@ func (m *QuorumModel) State() QuorumState {
 		Queue:     slices.Clone(m.queue),
 		Tickets:   maps.Clone(m.tickets),
 		Deadlines: maps.Clone(m.deadlines),
+		Joined:    maps.Clone(m.joined),
 		Counter:   m.token.lastToken,
 		CounterAt: m.token.tokenEnd,
 		Ticket:    m.ticket.lastToken,
@@ -263,7 +266,7 @@ func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
 	if m.hold == nil {
 		m.hold = &QuorumHold{}
 	}
-	m.hold.Owner, m.hold.Count, m.hold.Token, m.hold.Entry = owner, 1, token, entry
+	m.hold.Owner, m.hold.Count, m.hold.Token, m.hold.Entry, m.hold.Since = owner, 1, token, entry, c.now
 	m.expireHold(ttl)
 	return token
 }

@@ -88,7 +88,7 @@ func (m *QuorumModel) QJoin(owner, entry string, lease, waiterTTL, ticket, yield
 			m.expireHold(keep)
 		}
 	} else {
-		m.joinByTicket(entry, c.now+waiterTTL, ticket)
+		m.joinByTicket(entry, c.now, waiterTTL, ticket)
 	}
 	m.settle(c)
 	var r QuorumReply

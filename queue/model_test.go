@@ -53,7 +53,7 @@ func TestModelGrantsAFreeLockWithAFreshTokenAndNoReceipt(t *testing.T) {
 	rep := m.Acquire(call(), "o", waiterEntry(1, "o"), mLease, mTTL, ModeTry)
 	assert.Equal(t, Reply{Granted: true, Token: tok0, Count: 1}, rep)
 	s := m.State()
-	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: tok0, Entry: waiterEntry(1, "o"), ExpiresAt: t0 + mLease}, s.Hold)
+	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: tok0, Entry: waiterEntry(1, "o"), Since: t0, ExpiresAt: t0 + mLease}, s.Hold)
 	assert.Equal(t, tok0, s.LastToken)
 	assert.Empty(t, s.Receipts, "a re-sent grant finds its entry in the hold")
 }
@@ -79,7 +79,7 @@ func TestModelReleaseHandsOverToTheLiveHeadAndPublishesIt(t *testing.T) {
 	s := m.State()
 	// The lock is never free between two holders, and the hand-over lasts
 	// no longer than the new holder's waiter deadline.
-	assert.Equal(t, &HoldState{Owner: "a", Count: 1, Token: tokenAt(t0 + 5), Entry: waiterEntry(1, "a"), ExpiresAt: t0 + mTTL}, s.Hold)
+	assert.Equal(t, &HoldState{Owner: "a", Count: 1, Token: tokenAt(t0 + 5), Entry: waiterEntry(1, "a"), Since: t0 + 5, ExpiresAt: t0 + mTTL}, s.Hold)
 	assert.Equal(t, []string{waiterEntry(1, "a") + " " + itoa(tokenAt(t0+5))}, m.Drain())
 	assert.Equal(t, []string{waiterEntry(2, "b")}, s.Queue)
 	assert.Empty(t, m.Drain(), "drained")
@@ -199,7 +199,7 @@ func TestModelCancelOfASharedOwnerKeepsItsOtherLevels(t *testing.T) {
 	// Another call of the same owner re-enters the hold handed to the first.
 	assert.Equal(t, Reply{Granted: true, Token: tok0 + 1, Count: 2}, m.Acquire(call(), "o", waiterEntry(9, "o"), mLease, mTTL, ModeTry))
 	assert.True(t, m.Cancel("o", waiterEntry(1, "o")))
-	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: tok0 + 1, ExpiresAt: t0 + mLease}, m.State().Hold, "the entry is forgotten")
+	assert.Equal(t, &HoldState{Owner: "o", Count: 1, Token: tok0 + 1, Since: t0, ExpiresAt: t0 + mLease}, m.State().Hold, "the entry is forgotten")
 	assert.False(t, m.Cancel("o", waiterEntry(1, "o")))
 	assert.Equal(t, 1, m.State().Hold.Count)
 }

@@ -87,10 +87,9 @@ func (s *Server) MultiAcquire(keys []string, owner, entry string, lease, waiterT
 			l.leave(entry)
 		}
 	}
-	deadline := s.now + waiterTTL
 	joined := 0
 	for _, l := range locks {
-		joined = max(joined, l.join(entry, deadline))
+		joined = max(joined, l.join(entry, s.now, waiterTTL))
 	}
 	id := WaiterIDOf(entry)
 	for _, l := range locks {

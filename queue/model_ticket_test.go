@@ -50,7 +50,7 @@ func TestModelTicketWaitsHoldingNothingAndIsGrantedEveryLockAtOnce(t *testing.T)
 	require.Equal(t, 0, s.Lock(kB).Release(call(), "h", mLease))
 	for _, k := range []string{kA, kB} {
 		st := s.Lock(k).State()
-		assert.Equal(t, &HoldState{Owner: "m", Count: 1, Token: tokenAt(t0 + 5), Entry: tk, ExpiresAt: t0 + mTTL}, st.Hold, k)
+		assert.Equal(t, &HoldState{Owner: "m", Count: 1, Token: tokenAt(t0 + 5), Entry: tk, Since: t0 + 5, ExpiresAt: t0 + mTTL}, st.Hold, k)
 		assert.Empty(t, st.Tickets, "the lists are dropped")
 	}
 	assert.Equal(t, []Wake{{Lock: kA, Message: tk + " " + itoa(tokenAt(t0+5)) + " " + itoa((t0+5)*1000)}}, s.Drain())

@@ -44,28 +44,30 @@ type weightedHash struct {
 }
 
 // Holder is one holder's record in a weighted lock's hash: "<weight>
-// <shared levels> <exclusive levels> <token> <entry>".
+// <shared levels> <exclusive levels> <token> <since> <entry>".
 type Holder struct {
 	Weight int64  // RWCapacity while a RWMutex's owner has a write level, else 1; a Semaphore's permits
 	Shared int    // read levels (a Semaphore's hold is one)
 	Excl   int    // write levels
 	Token  int64  // fencing token of the grant
+	Since  int64  // server time (ms) of the grant
 	Entry  string // waiter entry the hold was granted to
 }
 
 // ParseHolder reads a holder's record as the scripts write it.
 func ParseHolder(rec string) (Holder, error) {
 	var h Holder
-	f := strings.SplitN(rec, " ", 5)
-	if len(f) != 5 {
+	f := strings.SplitN(rec, " ", 6)
+	if len(f) != 6 {
 		return h, fmt.Errorf("%q is not a holder's record", rec)
 	}
-	var errs [4]error
+	var errs [5]error
 	h.Weight, errs[0] = strconv.ParseInt(f[0], 10, 64)
 	h.Shared, errs[1] = strconv.Atoi(f[1])
 	h.Excl, errs[2] = strconv.Atoi(f[2])
 	h.Token, errs[3] = strconv.ParseInt(f[3], 10, 64)
-	h.Entry = f[4]
+	h.Since, errs[4] = strconv.ParseInt(f[4], 10, 64)
+	h.Entry = f[5]
 	if err := errors.Join(errs[:]...); err != nil {
 		return Holder{}, fmt.Errorf("holder's record %q: %w", rec, err)
 	}
@@ -84,6 +86,7 @@ type WeightedState struct {
 	LeasesEnd int64             // server time (ms) at which the holders set expires; 0: never, or no set
 	Queue     []string          // oldest first
 	Deadlines map[string]int64  // entry -> server time (ms)
+	Joined    map[string]int64  // entry -> server time (ms) it joined the line
 	LastToken int64             // the fencing counter; 0 when there is none
 	TokenEnd  int64             // when LastToken > 0: server time (ms) at which the counter expires
 	Receipts  map[string]Receipt
@@ -122,6 +125,7 @@ func (w *WeightedModel) State() WeightedState {
 		LeasesEnd: w.leasesEnd,
 		Queue:     append([]string(nil), w.queue...),
 		Deadlines: maps.Clone(w.deadlines),
+		Joined:    maps.Clone(w.joined),
 		LastToken: w.lastToken,
 		TokenEnd:  w.tokenEnd,
 		Receipts:  maps.Clone(w.receipts),
@@ -302,7 +306,7 @@ func (w *WeightedModel) expireAt(at int64) {
 // was given to. It returns the token.
 func (w *WeightedModel) grant(owner, entry string, weight int64, excl bool, ttl int64) int64 {
 	token := w.counter.next(w.srv.now, ttl)
-	h := Holder{Weight: weight, Shared: 1, Token: token, Entry: entry}
+	h := Holder{Weight: weight, Shared: 1, Token: token, Since: w.srv.now, Entry: entry}
 	if excl {
 		h.Shared, h.Excl = 0, 1
 	}

@@ -142,7 +142,7 @@ func (w *WeightedModel) Acquire(call, owner, entry string, lease, waiterTTL int6
 		w.keepAlive()
 		return Reply{}, nil
 	}
-	place := w.join(entry, now+waiterTTL)
+	place := w.join(entry, now, waiterTTL)
 	w.keepAlive()
 	return Reply{Hint: w.hint(waiterTTL), Joined: place > 0, Position: place, ServerTime: now * 1000}, nil
 }

@@ -76,15 +76,15 @@ func (r *qrig) del(ctx context.Context, key string) error { return r.rdb.Del(ctx
 // qreads is what state reads of the lock: its keys, then the tombstones'
 // and receipts' keys they name.
 type qreads struct {
-	hold                  *redis.MapStringStringCmd
-	holdTTL               *redis.DurationCmd
-	line, deadlines       *redis.ZSliceCmd
-	counter, ticket       *redis.StringCmd
-	counterTTL, ticketTTL *redis.DurationCmd
-	gone, calls           *redis.StringSliceCmd
-	goneTTLs, receiptTTLs []*redis.DurationCmd // of gone and calls, in order
-	receipts              []*redis.StringCmd   // of calls, in order
-	now, later            int64                // the server's clock (ms) as each of the two reads began
+	hold                    *redis.MapStringStringCmd
+	holdTTL                 *redis.DurationCmd
+	line, deadlines, joined *redis.ZSliceCmd
+	counter, ticket         *redis.StringCmd
+	counterTTL, ticketTTL   *redis.DurationCmd
+	gone, calls             *redis.StringSliceCmd
+	goneTTLs, receiptTTLs   []*redis.DurationCmd // of gone and calls, in order
+	receipts                []*redis.StringCmd   // of calls, in order
+	now, later              int64                // the server's clock (ms) as each of the two reads began
 }
 
 // state reads the lock's state, and the wake messages its channels
@@ -99,6 +99,7 @@ func (r *qrig) state(ctx context.Context) (queue.QuorumState, []string, error) {
 	rd := qreads{
 		hold: p.HGetAll(ctx, k.Lock), holdTTL: p.PTTL(ctx, k.Lock),
 		line: p.ZRangeWithScores(ctx, k.Queue, 0, -1), deadlines: p.ZRangeWithScores(ctx, k.Deadline, 0, -1),
+		joined:  p.ZRangeWithScores(ctx, k.Joined, 0, -1),
 		counter: p.Get(ctx, k.Token), counterTTL: p.PTTL(ctx, k.Token),
 		ticket: p.Get(ctx, k.Ticket), ticketTTL: p.PTTL(ctx, k.Ticket),
 		gone: p.Keys(ctx, k.Gone("*")), calls: p.Keys(ctx, k.Call("*")),
@@ -131,7 +132,7 @@ func (r *qrig) state(ctx context.Context) (queue.QuorumState, []string, error) {
 // stateOf makes the lock's state from what state read.
 func (r *qrig) stateOf(rd qreads) (queue.QuorumState, error) {
 	now := rd.now
-	s := queue.QuorumState{Now: now, Tickets: map[string]int64{}, Deadlines: map[string]int64{},
+	s := queue.QuorumState{Now: now, Tickets: map[string]int64{}, Deadlines: map[string]int64{}, Joined: map[string]int64{},
 		Gone: map[string]int64{}, Receipts: map[string]queue.Receipt{}}
 	expiry := func(d time.Duration) int64 { return expiryAt(now, d) }
 	if h := rd.hold.Val(); len(h) > 0 {
@@ -149,6 +150,9 @@ func (r *qrig) stateOf(rd qreads) (queue.QuorumState, error) {
 	}
 	for _, z := range rd.deadlines.Val() {
 		s.Deadlines[z.Member.(string)] = int64(z.Score)
+	}
+	for _, z := range rd.joined.Val() {
+		s.Joined[z.Member.(string)] = int64(z.Score)
 	}
 	var err1, err2 error
 	if rd.counter.Err() == nil {
@@ -200,6 +204,8 @@ func quorumHold(h map[string]string) (queue.QuorumHold, error) {
 			hs.Token = num(v)
 		case "entry":
 			hs.Entry = v
+		case "since":
+			hs.Since = num(v)
 		case "ticket":
 			hs.Ticket, hs.Ticketed = num(v), true
 		case "inquired":

@@ -188,7 +188,7 @@ type lockReads struct {
 	hold                  *redis.MapStringStringCmd
 	pttl, tokenTTL        *redis.DurationCmd
 	line                  *redis.StringSliceCmd
-	dls                   *redis.ZSliceCmd
+	dls, joined           *redis.ZSliceCmd
 	token                 *redis.StringCmd
 	calls, ticketLists    *redis.StringSliceCmd
 	receipts              []*redis.StringCmd      // of calls, in order
@@ -212,6 +212,7 @@ func (r *rig) states(ctx context.Context) ([]queue.State, []queue.Wake, error) {
 			pttl:        p.PTTL(ctx, k.Lock),
 			line:        p.LRange(ctx, k.Queue, 0, -1),
 			dls:         p.ZRangeWithScores(ctx, k.Deadline, 0, -1),
+			joined:      p.ZRangeWithScores(ctx, k.Joined, 0, -1),
 			token:       p.Get(ctx, k.Token),
 			tokenTTL:    p.PTTL(ctx, k.Token),
 			calls:       p.Keys(ctx, k.Call("*")),
@@ -253,7 +254,7 @@ func (r *rig) states(ctx context.Context) ([]queue.State, []queue.Wake, error) {
 // lockState makes the state of the lock k, at server time now, from what
 // states read of it.
 func lockState(k queue.Keys, now int64, rd lockReads) (queue.State, error) {
-	s := queue.State{Now: now, Queue: rd.line.Val(), Deadlines: map[string]int64{},
+	s := queue.State{Now: now, Queue: rd.line.Val(), Deadlines: map[string]int64{}, Joined: map[string]int64{},
 		Receipts: map[string]queue.Receipt{}, Tickets: map[string]queue.TicketList{}}
 	expiry := func(d time.Duration) int64 {
 		if d < 0 {
@@ -271,6 +272,9 @@ func lockState(k queue.Keys, now int64, rd lockReads) (queue.State, error) {
 	}
 	for _, z := range rd.dls.Val() {
 		s.Deadlines[z.Member.(string)] = int64(z.Score)
+	}
+	for _, z := range rd.joined.Val() {
+		s.Joined[z.Member.(string)] = int64(z.Score)
 	}
 	if rd.token.Err() == nil {
 		n, err := strconv.ParseInt(rd.token.Val(), 10, 64)
@@ -296,7 +300,7 @@ func ticketKey(k queue.Keys, id string) string { return k.Lock + ":ticket:" + id
 // holdState converts the fields of the hold's hash.
 func holdState(h map[string]string) (queue.HoldState, error) {
 	var hs queue.HoldState
-	var err1, err2 error
+	var err1, err2, err3 error
 	for f, v := range h {
 		switch f {
 		case "owner":
@@ -307,6 +311,8 @@ func holdState(h map[string]string) (queue.HoldState, error) {
 			hs.Token, err2 = strconv.ParseInt(v, 10, 64)
 		case "entry":
 			hs.Entry = v
+		case "since":
+			hs.Since, err3 = strconv.ParseInt(v, 10, 64)
 		default:
 			return hs, fmt.Errorf("hold has an unknown field %q", f)
 		}
@@ -314,7 +320,7 @@ func holdState(h map[string]string) (queue.HoldState, error) {
 	if _, ok := h["owner"]; !ok {
 		return hs, fmt.Errorf("hold without an owner: %v", h)
 	}
-	return hs, errors.Join(err1, err2)
+	return hs, errors.Join(err1, err2, err3)
 }
 
 // messagesUntil returns the wake messages that arrive before barrier,

@@ -314,7 +314,11 @@ func diffWeighted(want, got queue.WeightedState, tol int64) string {
 	if want.Capacity != got.Capacity || want.Used != got.Used {
 		fmt.Fprintf(&b, "capacity, used: %d, %d vs %d, %d\n", want.Capacity, want.Used, got.Capacity, got.Used)
 	}
-	if !maps.Equal(want.Holders, got.Holders) {
+	if !maps.EqualFunc(want.Holders, got.Holders, func(x, y queue.Holder) bool {
+		since := near(x.Since, y.Since)
+		x.Since = y.Since
+		return x == y && since
+	}) {
 		fmt.Fprintf(&b, "holders: %+v vs %+v\n", want.Holders, got.Holders)
 	}
 	if !expiry(want.HashEnd, got.HashEnd) {
@@ -331,6 +335,9 @@ func diffWeighted(want, got queue.WeightedState, tol int64) string {
 	}
 	if !maps.EqualFunc(want.Deadlines, got.Deadlines, near) {
 		fmt.Fprintf(&b, "deadlines: %v vs %v\n", want.Deadlines, got.Deadlines)
+	}
+	if !maps.EqualFunc(want.Joined, got.Joined, near) {
+		fmt.Fprintf(&b, "joined: %v vs %v\n", want.Joined, got.Joined)
 	}
 	if want.LastToken != got.LastToken || !expiry(want.TokenEnd, got.TokenEnd) {
 		fmt.Fprintf(&b, "token counter: %d (expires at %d) vs %d (expires at %d)\n", want.LastToken, want.TokenEnd, got.LastToken, got.TokenEnd)

@@ -50,15 +50,15 @@ func (r *rig) wresize(ctx context.Context, permits int64) (int64, error) {
 // weightedReads is what wstates reads of one weighted lock: its keys, then
 // the receipts they name.
 type weightedReads struct {
-	hash               *redis.MapStringStringCmd
-	hashTTL, leasesTTL *redis.DurationCmd
-	leases, dls        *redis.ZSliceCmd
-	line               *redis.StringSliceCmd
-	token              *redis.StringCmd
-	tokenTTL           *redis.DurationCmd
-	calls              *redis.StringSliceCmd
-	receipts           []*redis.StringCmd // of calls, in order
-	receiptTTLs        []*redis.DurationCmd
+	hash                *redis.MapStringStringCmd
+	hashTTL, leasesTTL  *redis.DurationCmd
+	leases, dls, joined *redis.ZSliceCmd
+	line                *redis.StringSliceCmd
+	token               *redis.StringCmd
+	tokenTTL            *redis.DurationCmd
+	calls               *redis.StringSliceCmd
+	receipts            []*redis.StringCmd // of calls, in order
+	receiptTTLs         []*redis.DurationCmd
 }
 
 // wstates reads the keys and receipts of every lock of the rig as weighted
@@ -78,6 +78,7 @@ func (r *rig) wstates(ctx context.Context) ([]queue.WeightedState, []queue.Wake,
 			leasesTTL: p.PTTL(ctx, k.Holders),
 			line:      p.LRange(ctx, k.Queue, 0, -1),
 			dls:       p.ZRangeWithScores(ctx, k.Deadline, 0, -1),
+			joined:    p.ZRangeWithScores(ctx, k.Joined, 0, -1),
 			token:     p.Get(ctx, k.Token),
 			tokenTTL:  p.PTTL(ctx, k.Token),
 			calls:     p.Keys(ctx, k.Call("*")),
@@ -115,7 +116,7 @@ func (r *rig) wstates(ctx context.Context) ([]queue.WeightedState, []queue.Wake,
 // now, from what wstates read of it.
 func weightedState(k queue.Keys, now int64, rd weightedReads) (queue.WeightedState, error) {
 	s := queue.WeightedState{Now: now, Holders: map[string]queue.Holder{}, Leases: map[string]int64{},
-		Queue: rd.line.Val(), Deadlines: map[string]int64{}, Receipts: map[string]queue.Receipt{}}
+		Queue: rd.line.Val(), Deadlines: map[string]int64{}, Joined: map[string]int64{}, Receipts: map[string]queue.Receipt{}}
 	expiry := func(d time.Duration) int64 {
 		if d < 0 {
 			return 0 // never, or gone
@@ -149,6 +150,9 @@ func weightedState(k queue.Keys, now int64, rd weightedReads) (queue.WeightedSta
 	}
 	for _, z := range rd.dls.Val() {
 		s.Deadlines[z.Member.(string)] = int64(z.Score)
+	}
+	for _, z := range rd.joined.Val() {
+		s.Joined[z.Member.(string)] = int64(z.Score)
 	}
 	if rd.token.Err() == nil {
 		n, err := strconv.ParseInt(rd.token.Val(), 10, 64)

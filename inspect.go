@@ -1,6 +1,7 @@
 package fairlock
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -447,34 +448,18 @@ func majority(st *LockState, views []LockState, q int) {
 			continue
 		}
 		w := ws[0]
-		w.WaitedFor = kthW(ws, q, func(w Waiter) int64 { return int64(w.WaitedFor) }).WaitedFor
-		w.TimeLeft = kthW(ws, q, func(w Waiter) int64 { return int64(w.TimeLeft) }).TimeLeft
+		w.WaitedFor = kth(ws, q, func(w Waiter) int64 { return int64(w.WaitedFor) }).WaitedFor
+		w.TimeLeft = kth(ws, q, func(w Waiter) int64 { return int64(w.TimeLeft) }).TimeLeft
 		st.Waiters = append(st.Waiters, w)
 	}
 }
 
-// kth returns the element of hs whose by is the q-th largest.
-func kth(hs []Holder, q int, by func(Holder) int64) Holder {
-	s := slices.Clone(hs)
-	slices.SortFunc(s, func(a, b Holder) int { return cmp64(by(b), by(a)) })
+// kth returns the element of xs whose by is the q-th largest (the value
+// that q of them reach), or the smallest when fewer than q.
+func kth[T any](xs []T, q int, by func(T) int64) T {
+	s := slices.Clone(xs)
+	slices.SortFunc(s, func(a, b T) int { return cmp.Compare(by(b), by(a)) })
 	return s[min(q, len(s))-1]
-}
-
-// kthW is kth for waiters.
-func kthW(ws []Waiter, q int, by func(Waiter) int64) Waiter {
-	s := slices.Clone(ws)
-	slices.SortFunc(s, func(a, b Waiter) int { return cmp64(by(b), by(a)) })
-	return s[min(q, len(s))-1]
-}
-
-func cmp64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // List returns the names of the locks under the Client's prefix that are

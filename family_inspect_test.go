@@ -267,6 +267,13 @@ func TestQuorumInspectShowsEachMasterAndTheMajority(t *testing.T) {
 	assert.True(t, s.Held, "two of three still hold")
 	assert.Equal(t, "leader", s.Owner)
 	require.NoError(t, servers[2].Restart()) // empty: the other two still hold
+	require.Eventually(t, func() bool {
+		s, err := c.Inspect(ctx, "q")
+		return err == nil && s.Masters[2].Err == nil && s.Held
+	}, 10*time.Second, 100*time.Millisecond, "the master back, with nothing of the lock")
+	// go-redis redials a server it could not reach once a second, in a
+	// loop that ends at its first dial after the server is back.
+	time.Sleep(1100 * time.Millisecond)
 
 	require.NoError(t, m.Unlock(held))
 	r := await(t, w, 10*time.Second)

@@ -31,6 +31,7 @@ var familyCases = []struct {
 	{"UnlockThroughAnotherClientWithACanceledDerivedContext", unlockThroughAnotherClientWithACanceledDerivedContext},
 	{"RefusedInnerUnlockThenTheOuterUnlockFreesTheLock", refusedInnerUnlockThenTheOuterUnlockFreesTheLock},
 	{"ForcedUnlockEndsTheHoldersContextAtOnce", forcedUnlockEndsTheHoldersContextAtOnce},
+	{"ForcedReleaseEndsAWeightedHoldersContextAtOnce", forcedReleaseEndsAWeightedHoldersContextAtOnce},
 }
 
 func TestFamilyCasesOnOneServer(t *testing.T) {

@@ -122,3 +122,71 @@ func TestQuorumForcedUnlockEndsTheHoldersContextAtOnce(t *testing.T) {
 	require.ErrorIs(t, context.Cause(hctx), fairlock.ErrLeaseLost)
 	t.Logf("the holder's context ended %v after the forced unlock", time.Since(forced))
 }
+
+// A forced release of one holder of a Semaphore, and of a RWMutex's
+// writer, through another Client ends that holder's context within a
+// push's latency, with ErrLeaseLost, leaves the other holders alone, and
+// grants the waiters that now fit at once.
+func forcedReleaseEndsAWeightedHoldersContextAtOnce(t *testing.T, e *env, lock string) {
+	holder, keeper, other := e.client(), e.client(), e.client()
+	bg := context.Background()
+
+	sem := lock + "-sem"
+	hctx, err := holder.Semaphore(sem, 3).Acquire(bg, 2)
+	require.NoError(t, err)
+	kctx, err := keeper.Semaphore(sem, 3).Acquire(bg, 1)
+	require.NoError(t, err)
+	e.waitSubscribed(t, e.weightedKeys(sem, queue.KindSemaphore))
+	next := lockAsync(bg, permitsOf{other.Semaphore(sem, 3), 2})
+	e.waitWeightedQueued(sem, queue.KindSemaphore, 1)
+	st, err := other.Semaphore(sem, 3).Inspect(bg)
+	require.NoError(t, err)
+	var owner string
+	for _, h := range st.Holders {
+		if h.Client == holder.ID() {
+			owner = h.Owner
+		}
+	}
+	require.NotEmpty(t, owner, "Inspect shows the holder's owner id: %+v", st.Holders)
+
+	removed, err := other.Semaphore(sem, 3).ForceRelease(bg, "no-such-owner")
+	require.NoError(t, err)
+	require.False(t, removed, "an owner that holds nothing")
+	_, err = other.Semaphore(sem, 3).ForceRelease(bg, "")
+	require.ErrorIs(t, err, fairlock.ErrInvalidOwner)
+
+	forced := time.Now()
+	removed, err = other.Semaphore(sem, 3).ForceRelease(bg, owner)
+	require.NoError(t, err)
+	require.True(t, removed)
+	requireDone(t, hctx, revokedWithin)
+	require.ErrorIs(t, context.Cause(hctx), fairlock.ErrLeaseLost)
+	t.Logf("the Semaphore holder's context ended %v after the forced release", time.Since(forced))
+	r := await(t, next, revokedWithin)
+	require.NoError(t, r.err, "2 permits fit beside the other holder's 1")
+	require.NoError(t, kctx.Err(), "the other holder keeps its hold")
+	require.ErrorIs(t, holder.Semaphore(sem, 3).Release(hctx), fairlock.ErrNotHeld)
+	require.NoError(t, keeper.Semaphore(sem, 3).Release(kctx))
+	require.NoError(t, other.Semaphore(sem, 3).Release(r.ctx))
+
+	rw := lock + "-rw"
+	wctx, err := holder.RWMutex(rw).Lock(bg)
+	require.NoError(t, err)
+	e.waitSubscribed(t, e.weightedKeys(rw, queue.KindRWMutex))
+	reader := lockAsync(bg, readerOf{other.RWMutex(rw)})
+	e.waitWeightedQueued(rw, queue.KindRWMutex, 1)
+	st, err = other.RWMutex(rw).Inspect(bg)
+	require.NoError(t, err)
+	require.Len(t, st.Holders, 1)
+	require.True(t, st.Writer)
+	forced = time.Now()
+	removed, err = other.RWMutex(rw).ForceRelease(bg, st.Holders[0].Owner)
+	require.NoError(t, err)
+	require.True(t, removed)
+	requireDone(t, wctx, revokedWithin)
+	require.ErrorIs(t, context.Cause(wctx), fairlock.ErrLeaseLost)
+	t.Logf("the writer's context ended %v after the forced release", time.Since(forced))
+	r = await(t, reader, revokedWithin)
+	require.NoError(t, r.err)
+	require.NoError(t, other.RWMutex(rw).RUnlock(r.ctx))
+}

@@ -181,3 +181,12 @@ func (rw *RWMutex) Token(ctx context.Context) (int64, error) {
 	}
 	return rw.token(ctx)
 }
+
+// ForceRelease removes the hold of the holder owner, a reader's or the
+// writer's, every level of it, whoever holds it, and grants the waiters
+// that now fit. owner is a holder's owner id as Inspect shows it
+// (LockState.Holders). It reports whether a hold was removed, and tells
+// the former holder's Client as Semaphore.ForceRelease does.
+func (rw *RWMutex) ForceRelease(ctx context.Context, owner string) (bool, error) {
+	return rw.forceRelease(ctx, owner)
+}

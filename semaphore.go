@@ -179,3 +179,22 @@ func (s *Semaphore) SetPermits(ctx context.Context, permits int64) error {
 	_, err := l.Resize(ctx, permits)
 	return err
 }
+
+// ForceRelease removes the hold of the holder owner, every permit of it,
+// whoever holds it, and grants the waiters that now fit. owner is a
+// holder's owner id as Inspect shows it (LockState.Holders). It reports
+// whether a hold was removed: false when owner holds nothing, or its
+// lease has ended. The former holder's Client is told at once: the
+// hold's context is cancelled with ErrLeaseLost within a push's latency,
+// or, for a hold forced within a second of its grant on a lock nobody
+// else of its Client waited for, about a second after the grant; and in
+// any case at its next renewal, should the push be lost. Until then the
+// holder may still act: fence what it writes with its token. Use it to
+// recover from an operator's decision (a process stuck but still
+// renewing), not as part of a protocol. A bad owner id fails with
+// ErrInvalidOwner. When ctx ends before Redis answers, ForceRelease
+// returns ctx's error at once, and the hold may still be removed once
+// Redis answers: look with Inspect.
+func (s *Semaphore) ForceRelease(ctx context.Context, owner string) (bool, error) {
+	return s.forceRelease(ctx, owner)
+}

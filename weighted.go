@@ -113,3 +113,14 @@ func (h *weighted) token(ctx context.Context) (int64, error) {
 	}
 	return held.Token(ctx)
 }
+
+// forceRelease is ForceRelease of a Semaphore or a RWMutex.
+func (h *weighted) forceRelease(ctx context.Context, owner string) (bool, error) {
+	if err := h.usable(ctx); err != nil {
+		return false, err
+	}
+	if err := queue.ValidateOwner(owner); err != nil {
+		return false, err
+	}
+	return h.c.engine.Weighted(h.keys, h.w, lua.Level{}).ForceRelease(ctx, owner)
+}

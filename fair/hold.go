@@ -69,11 +69,11 @@ func newHold(l *Mutex, req Request, entry string, token int64, from time.Time, s
 	return h
 }
 
-// start hands the hold to the engine's watchdog, and has a Mutex's hold
-// heed its revocation (see revoke.go).
+// start hands the hold to the engine's watchdog, and has it heed its
+// revocation (see revoke.go).
 func (h *Hold) start() {
 	h.l.e.dog.watch(h)
-	if h.l.w == nil && h.entry != "" {
+	if h.entry != "" {
 		h.heed()
 	}
 }

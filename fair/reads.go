@@ -162,3 +162,27 @@ func (l *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 			"lock", l.keys.Name, "removed", removed, "err", err)
 	})
 }
+
+// ForceRelease removes the hold of owner on a weighted lock, every level
+// of it, whoever holds it, and grants the waiters that now fit. It
+// reports whether a hold was removed. The holder's Client is told, as by
+// ForceUnlock, and the script runs as ForceUnlock's does: detached from
+// ctx, bounded by the call timeout; when ctx ends first it returns ctx's
+// error and the script goes on in the background.
+func (l *Mutex) ForceRelease(ctx context.Context, owner string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	return within(l.e, ctx, func() (bool, error) {
+		cctx, cancel := l.e.detached(ctx)
+		defer cancel()
+		removed, err := l.forceRelease(cctx, owner)
+		if publishRefused(err) {
+			return false, fmt.Errorf("fairlock: force-release done and the waiters that fit granted, but %w", refusal(err))
+		}
+		return removed, refusal(err)
+	}, func(removed bool, err error) {
+		l.e.log.Info("fairlock: force-release answered after its caller gave up",
+			"lock", l.keys.Name, "owner", owner, "removed", removed, "err", err)
+	})
+}

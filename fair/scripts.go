@@ -141,6 +141,12 @@ func (l *Mutex) forceUnlock(ctx context.Context) (bool, error) {
 	return l.e.flagCall(ctx, func(s *lua.Scripts) lua.Call { return s.ForceUnlock(l.keys) })
 }
 
+// forceRelease runs wforce.lua once: true when owner's hold was removed,
+// with the error as the server gave it.
+func (l *Mutex) forceRelease(ctx context.Context, owner string) (bool, error) {
+	return l.e.flagCall(ctx, func(s *lua.Scripts) lua.Call { return s.WForce(l.keys, owner) })
+}
+
 // flagCall runs one call of a script that answers a flag (made from the
 // engine's set of scripts by build), with the error as the server gave
 // it.

@@ -266,6 +266,13 @@ func (s *Scripts) WCancel(k queue.Keys, owner, entry string) Call {
 	return Call{Script: s.wCancel, Keys: weightedKeys(k), Args: []any{owner, entry, k.Wake}}
 }
 
+// WForce is wforce.lua: the hold of owner, every level of it, is removed
+// whoever holds it, and the waiters that now fit are granted. Read its
+// reply with ReadFlag: true when a hold was removed.
+func (s *Scripts) WForce(k queue.Keys, owner string) Call {
+	return Call{Script: s.wForce, Keys: weightedKeys(k), Args: []any{k.Wake, owner}}
+}
+
 // WResize is wresize.lua: the Semaphore of k gets capacity permits. Read
 // its reply with ReadCount: the capacity stored before, 0 when none was.
 func (s *Scripts) WResize(k queue.Keys, permits int64) Call {

@@ -43,6 +43,7 @@ const (
 	wReleaseName = "wrelease"
 	wCancelName  = "wcancel"
 	wResizeName  = "wresize"
+	wForceName   = "wforce"
 	wRenewName   = "wrenew"
 	// The scripts of a quorum lock, run on each of its masters.
 	qTryName     = "qtry"
@@ -125,6 +126,7 @@ type Scripts struct {
 	wRelease     *redis.Script
 	wCancel      *redis.Script
 	wResize      *redis.Script
+	wForce       *redis.Script
 	qTry         *redis.Script
 	qJoin        *redis.Script
 	qCancel      *redis.Script
@@ -144,6 +146,7 @@ func newScripts(command string, source func(string) string) *Scripts {
 		wRelease:     redis.NewScript(source(wReleaseName)),
 		wCancel:      redis.NewScript(source(wCancelName)),
 		wResize:      redis.NewScript(source(wResizeName)),
+		wForce:       redis.NewScript(source(wForceName)),
 		qTry:         redis.NewScript(source(qTryName)),
 		qJoin:        redis.NewScript(source(qJoinName)),
 		qCancel:      redis.NewScript(source(qCancelName)),

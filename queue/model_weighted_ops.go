@@ -239,6 +239,27 @@ func (w *WeightedModel) Cancel(owner, entry string) bool {
 	return released
 }
 
+// Force is wforce.lua: owner's hold, every level of it, is removed
+// whoever holds it, unless its lease has ended, and the former holder's
+// Client is told (a revocation: queue.Revoked of the hold's entry on its
+// channel). The waiters from the head that now fit are granted. It
+// returns true when a hold was removed.
+func (w *WeightedModel) Force(owner string) bool {
+	now := w.srv.now
+	removed := false
+	if h, ok := w.holder(owner); ok {
+		if end, leased := w.leases[owner]; leased && end > now {
+			w.dropHolder(owner, h)
+			w.srv.publish(w.key, Revoked(h.Entry))
+			removed = true
+		}
+	}
+	w.pruneHolders()
+	w.grantHeads()
+	w.keepAlive()
+	return removed
+}
+
 // Resize is wresize.lua: a Semaphore's stored capacity becomes permits (1
 // to 2^53), and the waiters from the head that now fit are granted.
 // Holders above a lowered capacity keep their weights. A waiter above it

@@ -326,3 +326,27 @@ func TestWeightedModelGrantsAnOwnerOneHold(t *testing.T) {
 	assert.Equal(t, []string{wakeOf(2, "x", permitsOf(1), tokenAt(t0+10))}, l.m.Drain())
 	assert.Equal(t, int64(1), l.m.State().Used)
 }
+
+func TestWeightedModelForceRemovesOneHolderTellsItAndGrantsWhatFits(t *testing.T) {
+	l := newWLock(t, semCap)
+	require.True(t, l.take(1, "a", ModeWait, permitsOf(2)).Granted)
+	require.True(t, l.take(2, "b", ModeWait, permitsOf(1)).Granted)
+	require.False(t, l.take(3, "c", ModeWait, permitsOf(2)).Granted)
+	l.m.Drain()
+
+	l.m.Advance(5)
+	assert.False(t, l.m.Force("nobody"), "an owner that holds nothing")
+	assert.Empty(t, l.m.Drain())
+	assert.True(t, l.m.Force("a"))
+	assert.Equal(t, []string{
+		Revoked(wEntry(1, "a", permitsOf(2))),
+		wakeOf(3, "c", permitsOf(2), tokenAt(t0+5)),
+	}, l.m.Drain(), "the holder is told first, then the waiter that now fits")
+	s := l.m.State()
+	assert.NotContains(t, s.Holders, "a")
+	assert.Contains(t, s.Holders, "b", "the other holder keeps its hold")
+	assert.Equal(t, int64(3), s.Used)
+
+	l.m.Advance(mLease)
+	assert.False(t, l.m.Force("b"), "a hold whose lease ended is not forced: it is gone")
+}

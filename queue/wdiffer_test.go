@@ -141,6 +141,9 @@ func (d *wdiffer) step(c wcall) {
 	case opCancel:
 		want = m.Cancel(c.owner, c.entry)
 		got, err = r.wcancel(d.ctx, c.owner, c.entry)
+	case opForce:
+		want = m.Force(c.owner)
+		got, err = r.wforce(d.ctx, c.owner)
 	case opResize:
 		want = m.Resize(c.permits)
 		got, err = r.wresize(d.ctx, c.permits)

@@ -45,7 +45,7 @@ type wwaiter struct {
 
 // wcall is one concrete call on a weighted lock.
 type wcall struct {
-	kind         byte // opPoll, opTry, opReenter, opRelease, opRenew, opCancel, opResize, opAdvance
+	kind         byte // opPoll, opTry, opReenter, opRelease, opRenew, opCancel, opForce, opResize, opAdvance
 	lock         int
 	id           string
 	owner, entry string
@@ -69,6 +69,8 @@ func (c wcall) String() string {
 		return fmt.Sprintf("%swrenew(owner=%s lease=%d)", on, c.owner, c.lease)
 	case opCancel:
 		return fmt.Sprintf("%swcancel(owner=%s entry=%s)", on, c.owner, c.entry)
+	case opForce:
+		return fmt.Sprintf("%swforce(owner=%s)", on, c.owner)
 	case opResize:
 		return fmt.Sprintf("%swresize(permits=%d)", on, c.permits)
 	case opAdvance:
@@ -80,7 +82,7 @@ func (c wcall) String() string {
 // wkinds are the kinds of ops of weighted runs, by weight.
 var wkinds = []byte{
 	opPoll, opPoll, opPoll, opPoll, opTry, opTry, opReenter, opReenter,
-	opRelease, opRelease, opRelease, opRenew, opCancel, opDie, opResize,
+	opRelease, opRelease, opRelease, opRenew, opCancel, opDie, opForce, opResize,
 	opAdvance, opAdvance, opAdvance, opResend,
 }
 
@@ -233,6 +235,8 @@ func (w *wworld) resolve(ss []queue.WeightedState, o op) (c wcall, ok bool) {
 			wt.dead = true
 		}
 		return c, false
+	case opForce:
+		c.owner = w.holder(s, o.a)
 	case opResize:
 		c.lock, c.permits = semLock, 1+int64(o.b)%5
 		w.permits = c.permits

@@ -43,6 +43,10 @@ func (r *rig) wcancel(ctx context.Context, owner, entry string) (bool, error) {
 	return lua.ReadFlag(lua.Classic.WCancel(r.keys, owner, entry).Run(ctx, r.rdb))
 }
 
+func (r *rig) wforce(ctx context.Context, owner string) (bool, error) {
+	return lua.ReadFlag(lua.Classic.WForce(r.keys, owner).Run(ctx, r.rdb))
+}
+
 func (r *rig) wresize(ctx context.Context, permits int64) (int64, error) {
 	return lua.ReadCount(lua.Classic.WResize(r.keys, permits).Run(ctx, r.rdb))
 }

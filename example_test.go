@@ -261,6 +261,11 @@ func ExampleWithObserver() {
 	if err := m.Unlock(ctx); err != nil {
 		panic(err)
 	}
+	// The Observer runs on a goroutine of the Client, after the calls it
+	// hears of: Close delivers the events it has not seen yet.
+	if err := locks.Close(); err != nil {
+		panic(err)
+	}
 	// Output:
 	// report:daily granted (fresh)
 	// report:daily released (unlocked)

@@ -21,12 +21,13 @@ import (
 // the queue fill, and once it is full events are dropped, whole calls at
 // a time (Client.DroppedEvents counts them). An event may reach the
 // Observer after the call it reports has returned: At says when it
-// happened. Calls for one Client never overlap; an Observer shared by
-// several Clients is called by each concurrently. Close delivers what is
+// happened. One Client's calls to Observe never overlap; an Observer
+// shared by several Clients is called by each concurrently. Close delivers what is
 // queued, within its bound; once Close has returned, the Observer is not
 // called again. WithObserverQueue(0) calls Observe on the goroutine of
-// the step instead, for an Observer that must see an event before the
-// call returns.
+// the step instead (concurrently, then, from the Client's concurrent
+// calls), for an Observer that must see an event before the call
+// returns.
 //
 // ctx carries the values of the Lock call's context (for the events of a
 // hold, of the call that took it), so that an Observer can find the
@@ -247,8 +248,8 @@ func WithObserver(o Observer) Option {
 // it reports (the Lock call's, or a renewal's), before the step goes on,
 // and its time adds to every Lock and Unlock. That is for an Observer
 // that must see an event before the call returns, such as a test
-// harness, and is as quick as a channel send. A size below 0 makes New
-// fail with ErrInvalidOption.
+// harness, and that is as quick as a channel send. A size below 0 makes
+// New (and NewQuorum) fail with ErrInvalidOption.
 func WithObserverQueue(size int) Option {
 	return clientOption(func(c *config) {
 		if size < 0 {

@@ -300,9 +300,10 @@ func (c endedContext) Err() error            { return c.err }
 
 // DroppedEvents returns how many events the Client did not deliver to
 // its Observer since New: those its queue could not hold (see
-// WithObserverQueue), and those reported once Close had started and not
-// delivered by its bound. 0 for a Client without an Observer. A count
-// that grows says the Observer is too slow for the Client's events.
+// WithObserverQueue), those still queued when the bound of Close passed,
+// and those reported after Close. 0 for a Client without an Observer. A
+// count that grows says the Observer is too slow for the Client's
+// events, and that the figures it keeps undercount.
 func (c *Client) DroppedEvents() uint64 {
 	if c == nil || c.events == nil {
 		return 0

@@ -59,7 +59,8 @@
 // makes the Client's event queue fill and drop events
 // (fairlock.Client.DroppedEvents). fairlock delivers events after the
 // steps they report, so spans and span events are timed by each event's
-// At, not by when Observe runs. A call whose start fairlock dropped is
-// dropped whole, so the counters stay true to the calls they saw. The
-// Observer is safe for concurrent use, and one may serve several Clients.
+// At, not by when Observe runs. When its queue is full, fairlock drops a
+// call's events whole (see fairlock.WithObserverQueue), so the up-down
+// counters return to 0 even then. The Observer is safe for concurrent
+// use, and one may serve several Clients.
 package otel

@@ -126,7 +126,7 @@ func isNil(rdb redis.UniversalClient) bool {
 // Observer, those of the calls and holds Close ends included, are
 // delivered within the same bound, and the rest dropped (DroppedEvents);
 // Close waits for the Observe call under way, so an Observe that never
-// returns keeps it from returning. It does not close the redis client
+// returns (or that calls Close) keeps it from returning. It does not close the redis client
 // given to New. Close is idempotent.
 func (c *Client) Close() error {
 	if c == nil {

@@ -17,6 +17,7 @@ import (
 type Client struct {
 	run    runner       // the engine, or a quorum Client's Quorum
 	engine *fair.Engine // nil for a quorum Client (NewQuorum), which offers only Mutex
+	events *eventQueue  // the Observer's; nil without one
 	cfg    config
 }
 
@@ -50,6 +51,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
+	events := newEventQueue(cfg.observer, cfg.observerQueue, cfg.logger)
 	e, err := fair.NewEngine(rdb, fair.Config{
 		WaiterTTL:   cfg.waiterTTL,
 		CallTimeout: cfg.callTimeout,
@@ -58,7 +60,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		// Replicas 0 keeps every call as it is: one script, no pipeline.
 		Replicas:       cfg.replicas,
 		ReplicaTimeout: cfg.replicaWait,
-		Observe:        hook(cfg.observer, cfg.logger),
+		Observe:        events.hook(),
 		Name:           cfg.name,
 		Prefix:         cfg.prefix,
 	})
@@ -67,7 +69,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		// is a bug of this package, reported rather than panicking.
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
-	return &Client{run: e, engine: e, cfg: cfg}, nil
+	return &Client{run: e, engine: e, events: events, cfg: cfg}, nil
 }
 
 // configure returns the configuration of a Client built with opts, its
@@ -120,13 +122,20 @@ func isNil(rdb redis.UniversalClient) bool {
 // are closed, and every goroutine of the Client has exited when Close
 // returns. All of that runs at once, and calls to Redis still out one call
 // timeout (10s) after Close started are given up, so Close returns within
-// about that even when Redis does not answer. It does not close the redis
-// client given to New. Close is idempotent.
+// about that even when Redis does not answer. The events queued for the
+// Observer, those of the calls and holds Close ends included, are
+// delivered within the same bound, and the rest dropped (DroppedEvents);
+// Close waits for the Observe call under way, so an Observe that never
+// returns (or that calls Close) keeps it from returning. It does not close the redis client
+// given to New. Close is idempotent.
 func (c *Client) Close() error {
 	if c == nil {
 		return nil
 	}
-	return c.run.Close()
+	by := time.Now().Add(c.cfg.callTimeout)
+	err := c.run.Close()
+	c.events.close(by)
+	return err
 }
 
 // leaseConfig is how a lock's holds keep their lease: d, renewed by the

@@ -40,6 +40,7 @@ func TestBadInputGetsAClearErrorAndChangesNothing(t *testing.T) {
 		"zero waiter TTL":     fairlock.WithWaiterTTL(0),
 		"negative waiter TTL": fairlock.WithWaiterTTL(-time.Minute),
 		"nil logger":          fairlock.WithLogger(nil),
+		"negative queue":      fairlock.WithObserverQueue(-1),
 		"nil option":          nil,
 	}
 	for name, opt := range options {

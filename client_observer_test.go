@@ -103,6 +103,7 @@ func TestObserverSeesAFreshGrantAReentryAndTheUnlock(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Unlock(hctx))
 
+	rec.awaitEvent(t, "fresh", func(e fairlock.Event) bool { return e.Kind == fairlock.HoldEnded })
 	ev := rec.of("fresh")
 	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Granted, fairlock.WaitStarted, fairlock.Granted, fairlock.HoldEnded}, kinds(ev))
 	start, grant, reStart, reGrant, end := ev[0], ev[1], ev[2], ev[3], ev[4]
@@ -226,12 +227,15 @@ func TestObserverSeesWaitsThatEndWithoutAGrant(t *testing.T) {
 	require.NoError(t, holder.Unlock(hctx))
 
 	var ended []fairlock.Event
-	for _, ev := range rec.of("busy") {
-		if ev.Kind == fairlock.WaitEnded {
-			ended = append(ended, ev)
+	require.Eventually(t, func() bool {
+		ended = nil
+		for _, ev := range rec.of("busy") {
+			if ev.Kind == fairlock.WaitEnded {
+				ended = append(ended, ev)
+			}
 		}
-	}
-	require.Len(t, ended, 2)
+		return len(ended) == 2
+	}, 10*time.Second, 5*time.Millisecond, "two WaitEnded events; got %v", kinds(rec.of("busy")))
 	require.False(t, ended[0].Wait, "TryLock")
 	require.ErrorIs(t, ended[0].Err, fairlock.ErrLocked)
 	require.True(t, ended[1].Wait, "Lock")
@@ -295,7 +299,8 @@ func TestObserverSeesHoldsEndForEachCause(t *testing.T) {
 }
 
 // TestAPanickingObserverBreaksNothing has the Observer panic at every
-// event: every call still works, and the panic is logged once.
+// event: every call still works, every event is still delivered (Close
+// delivers those still queued), and the panic is logged once.
 func TestAPanickingObserverBreaksNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -308,13 +313,16 @@ func TestAPanickingObserverBreaksNothing(t *testing.T) {
 		mu.Unlock()
 		panic("observer bug")
 	})
-	m := e.client(fairlock.WithObserver(o), fairlock.WithLogger(slog.New(logs))).Mutex("panics")
+	c := e.client(fairlock.WithObserver(o), fairlock.WithLogger(slog.New(logs)))
+	m := c.Mutex("panics")
 	ctx := context.Background()
 	for range 3 {
 		hctx, err := m.Lock(ctx)
 		require.NoError(t, err)
 		require.NoError(t, m.Unlock(hctx))
 	}
+	require.NoError(t, c.Close())
+	require.Zero(t, c.DroppedEvents())
 	mu.Lock()
 	require.Equal(t, 9, calls, "every event was delivered: a start, a grant and an end per Lock")
 	mu.Unlock()
@@ -379,13 +387,6 @@ func TestObserverReportsAJoinWhoseAnswerWasLost(t *testing.T) {
 	require.Equal(t, 1, p.Lost(), "the join's answer was lost")
 	require.False(t, joined.Sent.Before(sent), "Sent %v is the first poll's, after %v", joined.Sent, sent)
 	require.True(t, joined.Answered.After(joined.Sent))
-	queued := 0
-	for _, ev := range rec.of("lost-join") {
-		if ev.Kind == fairlock.Queued {
-			queued++
-		}
-	}
-	require.Equal(t, 2, queued, "each waiter's join reported once")
 
 	require.NoError(t, holder.Unlock(hctx))
 	for _, w := range []<-chan result{first, second} {
@@ -393,4 +394,12 @@ func TestObserverReportsAJoinWhoseAnswerWasLost(t *testing.T) {
 		require.NoError(t, r.err)
 		require.NoError(t, m.Unlock(r.ctx))
 	}
+	require.NoError(t, c.Close()) // delivers every event still queued
+	queued := 0
+	for _, ev := range rec.of("lost-join") {
+		if ev.Kind == fairlock.Queued {
+			queued++
+		}
+	}
+	require.Equal(t, 2, queued, "each waiter's join reported once")
 }

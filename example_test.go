@@ -261,9 +261,56 @@ func ExampleWithObserver() {
 	if err := m.Unlock(ctx); err != nil {
 		panic(err)
 	}
+	// The Observer runs on a goroutine of the Client, after the calls it
+	// hears of: Close delivers the events it has not seen yet.
+	if err := locks.Close(); err != nil {
+		panic(err)
+	}
 	// Output:
 	// report:daily granted (fresh)
 	// report:daily released (unlocked)
+}
+
+func ExampleClient_DroppedEvents() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+
+	granted := 0
+	observer := fairlock.ObserverFunc(func(ctx context.Context, e fairlock.Event) {
+		if e.Kind == fairlock.Granted {
+			granted++ // one Client's calls to Observe never overlap
+		}
+	})
+	// A queue of 4096 events instead of 1024, for an Observer that stalls
+	// now and then.
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-dropped"),
+		fairlock.WithObserver(observer), fairlock.WithObserverQueue(4096))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+	// Export the count beside the Observer's metrics, and alert when it
+	// rises: those metrics then undercount. With Prometheus, for example:
+	//
+	//	prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "fairlock_dropped_events_total"},
+	//		func() float64 { return float64(locks.DroppedEvents()) })
+
+	m := locks.Mutex("report:weekly")
+	for range 3 {
+		ctx, err := m.Lock(context.Background())
+		if err != nil {
+			panic(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			panic(err)
+		}
+	}
+	if err := locks.Close(); err != nil { // delivers the events still queued
+		panic(err)
+	}
+	fmt.Println("granted:", granted, "dropped:", locks.DroppedEvents())
+	// Output:
+	// granted: 3 dropped: 0
 }
 
 func ExampleClient_Inspect() {

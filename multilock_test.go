@@ -486,6 +486,7 @@ func TestMultiLockOnOneServerIsWokenByPush(t *testing.T) {
 	}
 	require.NoError(t, ml.Unlock(r.ctx))
 	e.requireNoTickets()
+	require.NoError(t, c.Close()) // delivers every event still queued
 	mu.Lock()
 	defer mu.Unlock()
 	require.Len(t, waitLocks, 3, "WaitStarted, Queued, Granted")

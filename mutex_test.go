@@ -426,6 +426,7 @@ func TestAHandOverOnTheSharedChannelReachesAWaiterByPush(t *testing.T) {
 	tok, err := m.Token(r.ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 8, tok)
+	require.Eventually(t, func() bool { return latency.Load() != -1 }, 10*time.Second, time.Millisecond, "the Observer is told of the grant")
 	require.Zero(t, latency.Load(), "a push without a time has no latency to report")
 	require.NoError(t, m.Unlock(r.ctx))
 }
@@ -462,6 +463,8 @@ func TestAHandOverWithinOneClientPublishesNothing(t *testing.T) {
 		r := await(t, next, 5*time.Second)
 		require.NoError(t, r.err, "hand-over %d", i)
 		require.Less(t, time.Since(released), 5*time.Second, "hand-over %d came without a poll", i)
+		require.Eventually(t, func() bool { return latency.Load() != 0 }, 10*time.Second, time.Millisecond,
+			"hand-over %d: the Observer is told of it", i)
 		require.Positive(t, latency.Swap(0), "hand-over %d: the Observer is told its latency", i)
 		hctx = r.ctx
 	}

@@ -3,8 +3,6 @@ package fairlock
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/fairlock/fairlock/fair"
@@ -15,14 +13,30 @@ import (
 // when a hold ends or its renewal fails. Set it with WithObserver; the
 // otel module turns the events into OpenTelemetry metrics and traces.
 //
-// Observe is called on the goroutine of the step it reports (the Lock
-// call's, or the Client's watchdog for a lost lease), so it must be quick
-// and must not block: hand the event to a metric or a channel. ctx is the
-// context of the Lock call the event belongs to (for the events of a
-// hold, its values without its cancellation), so that an Observer can
-// find the caller's span or request id in it. An Observer that panics
-// does not break the call: the panic is recovered and logged once, and
-// later events are still delivered.
+// Observe is called off the lock path: the step that reports an event
+// only puts it in the Client's queue (WithObserverQueue), and one
+// goroutine of the Client, started at the first event, calls Observe
+// with each event in turn, in the order the Client reported them. So a
+// slow Observer does not slow a Lock, an Unlock or a renewal: it makes
+// the queue fill, and once it is full events are dropped, whole calls at
+// a time (Client.DroppedEvents counts them). An event may reach the
+// Observer after the call it reports has returned: At says when it
+// happened. One Client's calls to Observe never overlap; an Observer
+// shared by several Clients is called by each concurrently. Close delivers what is
+// queued, within its bound; once Close has returned, the Observer is not
+// called again. WithObserverQueue(0) calls Observe on the goroutine of
+// the step instead (concurrently, then, from the Client's concurrent
+// calls), for an Observer that must see an event before the call
+// returns.
+//
+// ctx carries the values of the Lock call's context (for the events of a
+// hold, of the call that took it), so that an Observer can find the
+// caller's span or request id in it. It is never cancelled after the
+// event: Done and Err say whether the call's context had ended when the
+// event happened (Err is then its error), so that an Observer can tell a
+// caller that gave up. An Observer that panics does not break the
+// Client: the panic is recovered and logged once, and later events are
+// still delivered.
 //
 // New kinds of Event may be added, and new fields to Event: an Observer
 // should ignore a Kind it does not know.
@@ -168,6 +182,11 @@ func (k EndKind) String() string {
 // depends on Kind; the others are zero.
 type Event struct {
 	Kind EventKind
+	// At is when the Client reported the step, just after it happened:
+	// Observe may run later, so an Observer that times events reads At,
+	// not its clock. Along the events of one Client's queue it never
+	// goes back.
+	At   time.Time
 	Lock string // the lock's name
 	// Locks are, for the WaitStarted, Queued, Polled, Granted and
 	// WaitEnded events of a MultiLock that waits in the lines of several
@@ -214,33 +233,36 @@ func WithObserver(o Observer) Option {
 	return clientOption(func(c *config) { c.observer = o })
 }
 
-// observerHook adapts an Observer to the engine's events, recovering from
-// its panics.
-type observerHook struct {
-	o      Observer
-	log    *slog.Logger
-	logged sync.Once
-}
-
-// hook returns the engine's Observe function for o, nil for none.
-func hook(o Observer, log *slog.Logger) func(context.Context, fair.Event) {
-	if o == nil {
-		return nil
-	}
-	h := &observerHook{o: o, log: log}
-	return h.observe
-}
-
-func (h *observerHook) observe(ctx context.Context, e fair.Event) {
-	defer func() {
-		if r := recover(); r != nil {
-			h.logged.Do(func() {
-				h.log.Error("fairlock: the Observer panicked; its events go on, and this is logged once",
-					"panic", fmt.Sprint(r), "event", EventKind(e.Kind).String())
-			})
+// WithObserverQueue sets how many events a Client keeps for its Observer,
+// the one it is handling included. Default 1024. When the queue is full,
+// a Lock call whose WaitStarted finds it so is dropped whole (every event
+// of the call and of its holds), and so is any other event, except the
+// end (Granted, WaitEnded, HoldEnded) of a call or hold whose start was
+// queued: that is queued all the same, so that an Observer sees every
+// call and hold it saw begin come to an end, and the queue outgrows its
+// size by at most those ends. Client.DroppedEvents counts the events
+// dropped. The queue's memory grows with the events it holds, and is
+// kept for reuse.
+//
+// Size 0 makes no queue: Observe is called on the goroutine of the step
+// it reports (the Lock call's, or a renewal's), before the step goes on,
+// and its time adds to every Lock and Unlock. That is for an Observer
+// that must see an event before the call returns, such as a test
+// harness, and that is as quick as a channel send. A size below 0 makes
+// New (and NewQuorum) fail with ErrInvalidOption.
+func WithObserverQueue(size int) Option {
+	return clientOption(func(c *config) {
+		if size < 0 {
+			c.invalid("WithObserverQueue(%d): want 0 (no queue) or more", size)
+			return
 		}
-	}()
-	h.o.Observe(ctx, Event{
+		c.observerQueue = size
+	})
+}
+
+// eventOf converts an engine's event.
+func eventOf(e fair.Event) Event {
+	return Event{
 		Kind:     EventKind(e.Kind),
 		Lock:     e.Lock,
 		Locks:    e.Locks,
@@ -257,5 +279,5 @@ func (h *observerHook) observe(ctx context.Context, e fair.Event) {
 		Held:     e.Held,
 		End:      EndKind(e.End),
 		Err:      e.Err,
-	})
+	}
 }

@@ -28,22 +28,26 @@ type config struct {
 	replicas    int           // 0: no waiting for replicas
 	replicaWait time.Duration // WAIT's timeout when replicas > 0
 	observer    Observer      // nil: none
-	name        string        // "": no name
-	drift       float64       // a quorum's drift factor (WithDriftFactor)
-	driftSet    bool          // WithDriftFactor was given
-	err         error         // the first invalid option
+	// observerQueue is the size of the Observer's event queue; 0: none,
+	// the Observer is called on the step's goroutine.
+	observerQueue int
+	name          string  // "": no name
+	drift         float64 // a quorum's drift factor (WithDriftFactor)
+	driftSet      bool    // WithDriftFactor was given
+	err           error   // the first invalid option
 }
 
 // defaults returns the configuration of a Client built without options.
 func defaults() config {
 	return config{
-		prefix:      "fairlock",
-		lease:       30 * time.Second,
-		waiterTTL:   10 * time.Second,
-		logger:      slog.New(slog.DiscardHandler),
-		callTimeout: 10 * time.Second,
-		heartbeat:   time.Second,
-		drift:       0.01,
+		prefix:        "fairlock",
+		lease:         30 * time.Second,
+		waiterTTL:     10 * time.Second,
+		logger:        slog.New(slog.DiscardHandler),
+		callTimeout:   10 * time.Second,
+		heartbeat:     time.Second,
+		drift:         0.01,
+		observerQueue: defaultObserverQueue,
 	}
 }
 

@@ -67,12 +67,13 @@ func NewQuorum(ctx context.Context, masters []redis.UniversalClient, opts ...Opt
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
+	events := newEventQueue(cfg.observer, cfg.observerQueue, cfg.logger)
 	qm, err := fair.NewQuorum(rdbs, fair.Config{
 		WaiterTTL:   cfg.waiterTTL,
 		CallTimeout: cfg.callTimeout,
 		Heartbeat:   cfg.heartbeat,
 		Logger:      cfg.logger,
-		Observe:     hook(cfg.observer, cfg.logger),
+		Observe:     events.hook(),
 		Prefix:      cfg.prefix,
 	}, fair.QuorumConfig{Drift: cfg.drift})
 	if err != nil {
@@ -90,7 +91,7 @@ func NewQuorum(ctx context.Context, masters []redis.UniversalClient, opts ...Opt
 		cfg.logger.Warn("fairlock: a quorum of an even number of masters tolerates no more failures than one master fewer; use an odd number",
 			"masters", len(masters))
 	}
-	return &Client{run: qm, cfg: cfg}, nil
+	return &Client{run: qm, events: events, cfg: cfg}, nil
 }
 
 // WithDriftFactor sets a quorum Client's clock drift factor: a hold

@@ -239,6 +239,7 @@ func TestQuorumEventsOfACallThatGivesUpCarryItsID(t *testing.T) {
 	_, err = c.Mutex("given-up").Lock(ctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, other.Mutex("given-up").Unlock(busy))
+	require.NoError(t, c.Close()) // delivers every event still queued
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -364,6 +364,7 @@ func TestQuorumObserverSeesTheCallsEvents(t *testing.T) {
 	held, err := c.Mutex("seen").Lock(ctx)
 	require.NoError(t, err)
 	require.NoError(t, c.Mutex("seen").Unlock(held))
+	require.NoError(t, c.Close()) // delivers every event still queued
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Queued, fairlock.Granted, fairlock.HoldEnded}, kinds)
@@ -392,6 +393,7 @@ func TestQuorumObserverSeesAReentryAsAMutexDoes(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Unlock(inner))
 	require.NoError(t, m.Unlock(held))
+	require.NoError(t, c.Close()) // delivers every event still queued
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -52,7 +52,8 @@ type Config struct {
 	// Observe, if set, receives the events of every Lock call and hold
 	// (see Event), with the context of the call (for a hold's events, a
 	// context with the values of the call that took it). It is called on
-	// the goroutine of the step it reports and must not block.
+	// the goroutine of the step it reports, so it must return at once
+	// (the root package's queues the event for its Observer).
 	Observe func(ctx context.Context, e Event)
 	// Name, when not empty, is written under the engine's tag in the key
 	// <Prefix>:client:<tag> while the engine runs (see name.go), for

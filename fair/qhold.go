@@ -532,7 +532,7 @@ func (h *QHold) renew() {
 	}
 	h.mu.Unlock()
 	if err != nil && qm.cfg.Observe != nil {
-		qm.observe(h.octx, Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner, Err: err})
+		qm.observe(h.octx, Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner, Call: queue.WaiterIDOf(h.entry), Err: err})
 	}
 	if lost || expired {
 		h.lose(false)

@@ -53,6 +53,14 @@
 //
 // Observe only updates instruments and spans, and keeps the span of each
 // waiting call in a map until the call's grant or end, which fairlock
-// reports exactly once per call. The Observer is safe for concurrent use,
-// and one may serve several Clients.
+// reports exactly once per call. It never blocks (its mutex guards that
+// map alone), but a span processor runs in it: use a batch span processor
+// (sdktrace.WithBatcher), not a synchronous one, or each span's export
+// makes the Client's event queue fill and drop events
+// (fairlock.Client.DroppedEvents). fairlock delivers events after the
+// steps they report, so spans and span events are timed by each event's
+// At, not by when Observe runs. When its queue is full, fairlock drops a
+// call's events whole (see fairlock.WithObserverQueue), so the up-down
+// counters return to 0 even then. The Observer is safe for concurrent
+// use, and one may serve several Clients.
 package otel

@@ -59,6 +59,11 @@ func Example() {
 	if err := m.Unlock(hctx); err != nil {
 		panic(err)
 	}
+	// The Observer hears of the calls on a goroutine of the Client, after
+	// them: Close delivers the events it has not seen yet.
+	if err := locks.Close(); err != nil {
+		panic(err)
+	}
 
 	families, err := registry.Gather()
 	if err != nil {

@@ -36,6 +36,7 @@ type rig struct {
 	registry *prometheus.Registry
 	rdb      *redis.Client
 	prefix   string
+	clients  []*fairlock.Client // the Clients the rig made
 }
 
 var prefixes atomic.Int64
@@ -74,7 +75,18 @@ func (r *rig) plain(opts ...fairlock.Option) *fairlock.Client {
 	c, err := fairlock.New(r.rdb, append([]fairlock.Option{fairlock.WithPrefix(r.prefix)}, opts...)...)
 	require.NoError(r.t, err)
 	r.t.Cleanup(func() { _ = c.Close() })
+	r.clients = append(r.clients, c)
 	return c
+}
+
+// flush closes every Client the rig made: each delivers the events it
+// still queues to the Observer before Close returns.
+func (r *rig) flush() {
+	r.t.Helper()
+	for _, c := range r.clients {
+		require.NoError(r.t, c.Close())
+		require.Zero(r.t, c.DroppedEvents(), "no event dropped")
+	}
 }
 
 // units are the units of the instruments.

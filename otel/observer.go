@@ -160,7 +160,11 @@ func (o *Observer) waitStarted(ctx context.Context, e fairlock.Event) {
 	if kv, ok := o.lockAttr(e.Lock); ok {
 		attrs = append(attrs, kv)
 	}
-	_, span := o.tracer.Start(ctx, "fairlock.Lock", trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+	// The span starts when the call did, not when the event reached the
+	// Observer, which is later (fairlock delivers events off the lock
+	// path); it ends at the event that ended the wait.
+	_, span := o.tracer.Start(ctx, "fairlock.Lock", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attrs...), trace.WithTimestamp(e.At))
 	o.mu.Lock()
 	_, dup := o.calls[e.Call]
 	if !dup {
@@ -226,17 +230,17 @@ func (o *Observer) waitDone(ctx context.Context, e fairlock.Event) {
 		if e.HandOver > 0 {
 			granted = append(granted, attribute.Float64("fairlock.lock.handover.duration", e.HandOver.Seconds()))
 		}
-		span.AddEvent("granted", trace.WithAttributes(granted...))
+		span.AddEvent("granted", trace.WithAttributes(granted...), trace.WithTimestamp(e.At))
 	} else if outcome != OutcomeGaveUp && e.Err != nil {
-		span.RecordError(e.Err)
+		span.RecordError(e.Err, trace.WithTimestamp(e.At))
 		span.SetStatus(codes.Error, e.Err.Error())
 	}
-	span.End()
+	span.End(trace.WithTimestamp(e.At))
 }
 
 // waitOutcome returns the outcome of a Granted or WaitEnded event of a
 // call made with ctx. A context error counts as giving up only when ctx
-// itself ended.
+// itself ended: fairlock's ctx says whether it had when the call ended.
 func waitOutcome(ctx context.Context, e fairlock.Event) string {
 	if e.Kind == fairlock.Granted {
 		switch e.Grant {

@@ -49,10 +49,10 @@ func TestAnUncontendedLockRecordsAFreshGrantAndAnUnlockedHold(t *testing.T) {
 	require.NoError(t, err)
 	token, err := m.Token(hctx)
 	require.NoError(t, err)
-	values, _ := r.collect()
-	require.Equal(t, 1.0, values[holding], "held")
+	r.awaitValue(holding, 1)
 	require.NoError(t, m.Unlock(hctx))
 	parent.End()
+	r.flush()
 
 	values, sums := r.collect()
 	require.Equal(t, map[string]float64{
@@ -92,14 +92,15 @@ func TestAHandOverBetweenTwoClientsIsOneWaitInLine(t *testing.T) {
 
 	w := lockAsync(ctx, waiter)
 	r.awaitQueued()
+	r.awaitValue(holding, 1) // the holder's Client reports on a goroutine of its own
 	values, _ := r.collect()
 	require.Equal(t, 1.0, values[waiting])
-	require.Equal(t, 1.0, values[holding])
 	require.Equal(t, 1, otel.Waiting(r.obs))
 	require.NoError(t, holder.Unlock(hctx))
 	res := await(t, w)
 	require.NoError(t, res.err)
 	require.NoError(t, waiter.Unlock(res.ctx))
+	r.flush()
 
 	values, _ = r.collect()
 	require.Equal(t, map[string]float64{
@@ -133,6 +134,40 @@ func TestAHandOverBetweenTwoClientsIsOneWaitInLine(t *testing.T) {
 	require.Zero(t, otel.Waiting(r.obs))
 }
 
+// fairlock hands the Observer its events after the steps they report,
+// on a goroutine of the Client: here each reaches it 100ms late. The span
+// of a Lock call still runs from the call to its grant.
+func TestASpanIsTimedByItsEventsNotByTheirDelivery(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, redistest.SharedAddr())
+	late := fairlock.ObserverFunc(func(ctx context.Context, e fairlock.Event) {
+		time.Sleep(100 * time.Millisecond)
+		r.obs.Observe(ctx, e)
+	})
+	ctx := context.Background()
+	holder := r.plain().Mutex("late")
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	waiter := r.plain(fairlock.WithObserver(late)).Mutex("late")
+	called := time.Now()
+	w := lockAsync(ctx, waiter)
+	r.awaitQueued()
+	require.NoError(t, holder.Unlock(hctx))
+	res := await(t, w)
+	returned := time.Now()
+	require.NoError(t, res.err)
+	require.NoError(t, waiter.Unlock(res.ctx))
+	r.flush()
+
+	spans := r.lockSpans()
+	require.Len(t, spans, 1)
+	s := spans[0]
+	require.False(t, s.StartTime().Before(called), "the span starts with the call")
+	require.False(t, s.EndTime().After(returned), "the span ends at the grant, before Lock returned")
+	require.Equal(t, []string{"queued", "granted"}, eventNames(s))
+	require.False(t, s.Events()[1].Time.After(returned), "granted at the grant")
+}
+
 func TestAFailedTryLockIsAGiveUpThatNeverWaited(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, redistest.SharedAddr())
@@ -142,6 +177,8 @@ func TestAFailedTryLockIsAGiveUpThatNeverWaited(t *testing.T) {
 	require.NoError(t, err)
 	_, err = r.client().Mutex("busy").TryLock(ctx)
 	require.ErrorIs(t, err, fairlock.ErrLocked)
+	require.NoError(t, holder.Unlock(hctx))
+	r.flush()
 
 	values, _ := r.collect()
 	require.Equal(t, map[string]float64{
@@ -150,7 +187,6 @@ func TestAFailedTryLockIsAGiveUpThatNeverWaited(t *testing.T) {
 	}, values, "no waiting call counted, no hold")
 	require.Empty(t, r.lockSpans(), "a TryLock has no span")
 	require.Contains(t, r.promNames(), "fairlock_lock_give_ups_total")
-	require.NoError(t, holder.Unlock(hctx))
 }
 
 func TestALockThatGivesUpAtItsDeadlineLeavesNoWaiter(t *testing.T) {
@@ -165,6 +201,7 @@ func TestALockThatGivesUpAtItsDeadlineLeavesNoWaiter(t *testing.T) {
 	_, err = r.client().Mutex("deadline").Lock(dctx)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, holder.Unlock(hctx))
+	r.flush()
 
 	values, sums := r.collect()
 	require.Equal(t, map[string]float64{
@@ -191,11 +228,13 @@ func TestAReentryIsAGrantButNotAnotherHold(t *testing.T) {
 	require.NoError(t, err)
 	inner, err := m.Lock(hctx)
 	require.NoError(t, err)
+	r.awaitValue(with(grants, otel.OutcomeReentry), 1)
 	values, _ := r.collect()
 	require.Equal(t, 1.0, values[holding], "one hold of two levels")
 	require.Equal(t, 0.0, values[waiting])
 	require.NoError(t, m.Unlock(inner))
 	require.NoError(t, m.Unlock(hctx))
+	r.flush()
 
 	values, _ = r.collect()
 	require.Equal(t, map[string]float64{
@@ -336,6 +375,7 @@ func TestWithLockAttributeLabelsMetricsAndSpansOnlyWhereItSays(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, c.Mutex(name).Unlock(hctx))
 	}
+	r.flush()
 
 	values, _ := r.collect()
 	require.Equal(t, map[string]float64{
@@ -398,6 +438,7 @@ func TestTheCountersReturnToZeroAfterAChurn(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	r.flush()
 
 	values, _ := r.collect()
 	require.Equal(t, 0.0, values[waiting])

@@ -59,6 +59,11 @@ func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr
 			fairlock.WithWaiterTTL(cfg.WaiterTTL),
 			fairlock.WithLogger(log.With("client", ci)),
 			fairlock.WithObserver(attemptObserver),
+			// The record of an attempt takes its events while the attempt
+			// is in progress, and is judged once it ends: they must reach
+			// it before the call returns, so the Observer is called on the
+			// call's goroutine (it only records, under a mutex).
+			fairlock.WithObserverQueue(0),
 		}
 		var c *fairlock.Client
 		var err error

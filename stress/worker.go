@@ -176,7 +176,7 @@ func (w *worker) lockOne(l single, a attempt, p plan, cfg *config, rec recorder,
 		case fairlock.WaitStarted:
 			// The call has sent nothing yet; a re-entry's call comes
 			// later, under the hold.
-			now := wall(time.Now())
+			now := wall(e.At)
 			w.update(func(a *attempt) {
 				if a.Began.IsZero() {
 					a.Began = now

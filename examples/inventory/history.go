@@ -23,12 +23,14 @@ import (
 //   - a join's sent and answered are those of the call that appended the
 //     ticket to the lines (the Observer's Queued event): it joined in
 //     between;
-//   - granted is read when the Observer hears of the grant: it was
-//     granted before.
+//   - granted is the At of the Observer's Granted event, read when the
+//     Client reported the grant: it was granted before.
 //
-// The fields are written by the goroutine that places the order (the
-// Observer is called on the goroutine of the Lock call) and read once
-// every order is done.
+// The fields are written by the goroutine that places the order and by
+// the Observer, which each Client calls from a goroutine of its own, and
+// read once every order is done and the Clients are closed (Close
+// delivers the events still queued, and the Observer is not called
+// after it).
 type order struct {
 	id     int
 	items  []int
@@ -115,7 +117,7 @@ func recorder(ttl time.Duration) fairlock.Observer {
 			}
 		case fairlock.Granted:
 			if o.granted.IsZero() {
-				o.granted = time.Now()
+				o.granted = e.At
 			}
 		}
 	})

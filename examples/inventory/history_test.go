@@ -132,9 +132,8 @@ func TestRecorderTakesTheJoinAndHowLongThePlaceWasKept(t *testing.T) {
 	obs.Observe(ctx, fairlock.Event{Kind: fairlock.Polled, Sent: at(1700), Answered: at(1701)})
 	assert.Equal(t, at(500).Add(ttl), o.inLineUntil())
 
-	before := time.Now()
-	obs.Observe(ctx, fairlock.Event{Kind: fairlock.Granted})
-	assert.False(t, o.granted.Before(before))
+	obs.Observe(ctx, fairlock.Event{Kind: fairlock.Granted, At: at(1800)})
+	assert.Equal(t, at(1800), o.granted, "granted when the Client reported it")
 	arrived, ok := o.arrival()
 	assert.True(t, ok)
 	assert.Equal(t, o.joined, arrived)

@@ -101,6 +101,14 @@ func run(ctx context.Context, c config) (outcome, error) {
 		})
 	}
 	wg.Wait()
+	// The Observer hears of the calls after them, on a goroutine of each
+	// Client: closing the Clients delivers what it has not yet heard, so
+	// the orders are complete (and no longer written) from here.
+	for _, br := range s.branches {
+		if err := br.locks.Close(); err != nil {
+			return outcome{}, err
+		}
+	}
 	if err := context.Cause(octx); err != nil {
 		return outcome{}, err
 	}

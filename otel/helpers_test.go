@@ -217,6 +217,17 @@ func (r *rig) awaitValue(k string, want float64) {
 	}, 10*time.Second, 5*time.Millisecond, "%s never reached %v; metrics: %v", k, want, got)
 }
 
+// awaitPoint waits until the data point named k exists.
+func (r *rig) awaitPoint(k string) {
+	r.t.Helper()
+	var got map[string]float64
+	require.Eventually(r.t, func() bool {
+		got, _ = r.collect()
+		_, ok := got[k]
+		return ok
+	}, 10*time.Second, 5*time.Millisecond, "no data point %s; metrics: %v", k, got)
+}
+
 // awaitQueued waits until a Lock call's span has its "queued" event.
 func (r *rig) awaitQueued() {
 	r.t.Helper()

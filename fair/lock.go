@@ -44,7 +44,9 @@ type Request struct {
 //
 // When ctx ends first, Lock takes its entry out of the queue (giving
 // back a hand-over that raced with the cancellation) and returns ctx's
-// error: the caller then holds nothing and Redis keeps nothing of it.
+// error, joined with errs.ErrUnavailable when Redis was not serving the
+// call (see unavailable.go): the caller then holds nothing and Redis
+// keeps nothing of it.
 func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 	return lockIn[*Hold](l, ctx, req)
 }

@@ -85,13 +85,13 @@ func TestAlertRulesFireOnWhatTheObserverExports(t *testing.T) {
 	// run ends; each scrape comes after grants since the last.
 	ca, cb := a.client(), b.client()
 	work := contend(t, []*fairlock.Mutex{ca.Mutex("work:1"), cb.Mutex("work:1"), ca.Mutex("work:1"), cb.Mutex("work:1")})
-	afterHandOvers := func() {
+	afterGrants := func() {
 		t.Helper()
 		n := work.count()
 		require.Eventually(t, func() bool { return work.count() >= n+4 }, 10*time.Second, time.Millisecond, "no grants of work:1")
 	}
 
-	afterHandOvers()
+	afterGrants()
 	require.Equal(t, 0, s.scrape())
 
 	// Minute 1: first uses of the kinds lease (a) and down (c).
@@ -103,7 +103,7 @@ func TestAlertRulesFireOnWhatTheObserverExports(t *testing.T) {
 	hctx, err := cc.Mutex("down:1").Lock(ctx)
 	require.NoError(t, err)
 	require.NoError(t, cc.Mutex("down:1").Unlock(hctx))
-	afterHandOvers()
+	afterGrants()
 	require.Equal(t, 1, s.scrape())
 
 	// Minute 2: a's hold of lease:1 is lost.
@@ -111,7 +111,7 @@ func TestAlertRulesFireOnWhatTheObserverExports(t *testing.T) {
 	_, err = a.plain().Mutex("lease:1").ForceUnlock(ctx)
 	require.NoError(t, err)
 	a.awaitValue("fairlock.lock.leases_lost{fairlock.lock.kind=lease,fairlock.lock.outcome=lease_lost}", 1)
-	afterHandOvers()
+	afterGrants()
 	require.Equal(t, 2, s.scrape())
 
 	// Minute 3: b's first call of the kind bad fails with an error from
@@ -125,7 +125,7 @@ func TestAlertRulesFireOnWhatTheObserverExports(t *testing.T) {
 	cancel()
 	require.ErrorContains(t, err, "WRONGTYPE")
 	require.NotErrorIs(t, err, context.DeadlineExceeded)
-	afterHandOvers()
+	afterGrants()
 	require.Equal(t, 3, s.scrape())
 
 	// Minute 4: c's server stops answering while a Lock of c waits.
@@ -142,7 +142,7 @@ func TestAlertRulesFireOnWhatTheObserverExports(t *testing.T) {
 	resume()
 	require.ErrorIs(t, err, fairlock.ErrUnavailable)
 	require.NoError(t, holder.Unlock(hctx))
-	afterHandOvers()
+	afterGrants()
 	require.Equal(t, 4, s.scrape())
 
 	// Minute 5: a takes stuck:report for good, and b waits for it.
@@ -152,11 +152,11 @@ func TestAlertRulesFireOnWhatTheObserverExports(t *testing.T) {
 	wctx, stopWaiting := context.WithCancel(ctx)
 	stuck := lockAsync(wctx, cb.Mutex("stuck:report"))
 	b.awaitPoint(waitAge + "{fairlock.lock.kind=stuck,fairlock.lock.name=stuck:report}")
-	afterHandOvers()
+	afterGrants()
 	require.Equal(t, 5, s.scrape())
 	for m := 6; m <= 12; m++ {
 		minute(m)
-		afterHandOvers()
+		afterGrants()
 		require.Equal(t, m, s.scrape())
 	}
 	stopWaiting()

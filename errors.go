@@ -96,6 +96,18 @@ var (
 	// ErrNoQuorum: fewer than a majority of a quorum Client's masters
 	// answered (see NewQuorum). The error says how many did.
 	ErrNoQuorum = errs.ErrNoQuorum
+
+	// ErrUnavailable is joined with the context's error by a call that
+	// takes a lock (Lock, TryLock, RLock, TryRLock, Acquire, TryAcquire)
+	// whose context ended while Redis was not serving the call:
+	// its last round with Redis failed without an answer (a network
+	// error, a server stopped or restarting) or with a reply that says
+	// "not now" (loading, busy, failing over, full), or went unanswered
+	// for 200 ms or more. It wraps that round's failure when there was
+	// one. Without it, a Lock that ends with its context's error ended
+	// while Redis answered it: the caller gave up waiting in line. The
+	// calls of a quorum Client (NewQuorum) and re-entries do not join it.
+	ErrUnavailable = errs.ErrUnavailable
 )
 
 // Errors for nil arguments: programming errors, reported instead of a panic.

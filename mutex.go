@@ -71,7 +71,8 @@ func (m *Mutex) usable(ctx context.Context) error {
 // A context that carries holds of other locks keeps them: the returned
 // context carries them all.
 //
-// When ctx ends before the grant, Lock returns ctx's error and leaves
+// When ctx ends before the grant, Lock returns ctx's error (joined with
+// ErrUnavailable when Redis was not serving the call then) and leaves
 // nothing in Redis; a grant that raced with the end is given back.
 func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 	return m.acquire(ctx, true)

@@ -100,7 +100,8 @@ func (s *Semaphore) usable(ctx context.Context) error {
 // and acquire the total instead. ContextWithOwner does not apply: every
 // Acquire is a hold of its own.
 //
-// When ctx ends before the grant, Acquire returns ctx's error and leaves
+// When ctx ends before the grant, Acquire returns ctx's error (joined with
+// ErrUnavailable when Redis was not serving the call then) and leaves
 // nothing in Redis; a grant that raced with the end is given back.
 func (s *Semaphore) Acquire(ctx context.Context, n int64) (context.Context, error) {
 	return s.acquire(ctx, n, true)

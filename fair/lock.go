@@ -44,7 +44,9 @@ type Request struct {
 //
 // When ctx ends first, Lock takes its entry out of the queue (giving
 // back a hand-over that raced with the cancellation) and returns ctx's
-// error: the caller then holds nothing and Redis keeps nothing of it.
+// error, joined with errs.ErrUnavailable when Redis was not serving the
+// call (see unavailable.go): the caller then holds nothing and Redis
+// keeps nothing of it.
 func (l *Mutex) Lock(ctx context.Context, req Request) (*Hold, error) {
 	return lockIn[*Hold](l, ctx, req)
 }
@@ -71,7 +73,9 @@ func lockIn[G any](ln line[G], ctx context.Context, req Request) (G, error) {
 		start = time.Now()
 		e.observe(ctx, Event{Kind: EventWaitStarted, Lock: ln.name(), Locks: ln.names(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait})
 	}
+	checked := time.Now()
 	if err := e.checkServer(ctx); err != nil {
+		err = unansweredFor(ctx, err, checked)
 		ln.observeEnd(ctx, req, entry, start, none, err)
 		return none, err
 	}
@@ -106,7 +110,13 @@ func take[G any](ln line[G], ctx context.Context, req Request, entry string) (G,
 		return wait(ln, ctx, req, entry, nil)
 	}
 	sent := time.Now()
-	rep, err := callWithin(ln, ctx, req, entry, queue.ModeTry, giveBackIfGranted(ln, ctx, req))
+	// answered receives the outcome of an attempt that ctx cut short, once
+	// Redis answers it (or it fails).
+	answered := make(chan error, 1)
+	rep, err := callWithin(ln, ctx, req, entry, queue.ModeTry, func(rep queue.Reply, err error) {
+		giveBackIfGranted(ln, ctx, req)(rep, err)
+		answered <- err
+	})
 	switch {
 	case unacked(err) && rep.Count > 1:
 		// Granted, but as one more level of a hold that the owner (an id
@@ -128,6 +138,18 @@ func take[G any](ln line[G], ctx context.Context, req Request, entry string) (G,
 		// Granted, not acknowledged, and not to be waited for (TryLock,
 		// a context that ended, a WAIT refused): give it back.
 		return none, dropUnacked(ln, ctx, req, err)
+	case ctxEnded(ctx, err):
+		// ctx ended while the attempt was out; callWithin waited a grace
+		// for its answer.
+		select {
+		case last := <-answered:
+			if failedRound(last) {
+				return none, unavailable(err, last)
+			}
+			return none, err
+		default:
+			return none, unavailable(err, nil)
+		}
 	case err != nil:
 		return none, err
 	case rep.Granted && !late(req, sent):
@@ -252,10 +274,11 @@ func unanswered(err error) bool {
 func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pending error) (G, error) {
 	var none G
 	e := ln.engine()
+	watched := time.Now()
 	w, err := e.hub.Watch(ctx, ln.wake(), entry)
 	if err != nil {
 		if !errors.Is(err, errs.ErrClosed) {
-			err = refusal(err)
+			err = unansweredFor(ctx, refusal(err), watched)
 		}
 		if pending != nil {
 			// The unacknowledged grant is entry's: leaving the queue gives
@@ -287,6 +310,9 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 	// but the replicas did not acknowledge it (nil otherwise): the reason
 	// the wait goes on, reported if it ends before a grant counts.
 	unackedErr := pending
+	// failed is the error of the last poll when Redis did not serve it
+	// (see failedRound), nil when it answered.
+	var failed error
 	withUnacked := func(err error) error {
 		if unackedErr == nil {
 			return err
@@ -300,8 +326,10 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 		}
 		left := make(chan struct{}) // closed once the poll's orphan, if any, left the queue
 		var leftErr error           // the orphan's error of leaving; set before left is closed
+		var lateErr error           // the poll's own error, told to the orphan; set before left is closed
 		leave := leaveQueue(ln, ctx, req, entry)
 		rep, err := callWithin(ln, ctx, req, entry, queue.ModeWait, func(rep queue.Reply, err error) {
+			lateErr = err
 			leftErr = leave(rep, err)
 			close(left)
 		})
@@ -310,6 +338,11 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 		}
 		if err == nil {
 			polled = sent
+		}
+		if failedRound(err) {
+			failed = err
+		} else {
+			failed = nil
 		}
 		switch {
 		case err != nil && !unacked(err) && (ctx.Err() != nil || errors.Is(err, errs.ErrClosed)):
@@ -322,8 +355,19 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 			if unackedErr == nil {
 				select {
 				case <-left:
-					return none, errors.Join(err, leftErr)
+					err = errors.Join(err, leftErr)
+					if ctxEnded(ctx, err) && failedRound(lateErr) {
+						err = unavailable(err, lateErr)
+					} else if ctxEnded(ctx, err) && failedRound(leftErr) {
+						err = unavailable(err, nil)
+					}
+					return none, err
 				default:
+					// Neither the poll nor the leaving was answered
+					// within the grace.
+					if ctxEnded(ctx, err) {
+						err = unavailable(err, nil)
+					}
 					return none, err
 				}
 			}
@@ -417,7 +461,15 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 				// returns, or the error says that is still under way.
 				return none, errors.Join(withUnacked(ctx.Err()), e.awaitCleanup(ctx, leave))
 			}
-			return none, errors.Join(ctx.Err(), e.soon(leave))
+			leftErr, done := graced(e.background(leave))
+			err := errors.Join(ctx.Err(), leftErr)
+			switch {
+			case failed != nil:
+				err = unavailable(err, failed)
+			case !done || failedRound(leftErr):
+				err = unavailable(err, nil)
+			}
+			return none, err
 		case <-e.closing:
 			return none, errors.Join(withUnacked(errs.ErrClosed), giveUp(ln, ctx, req.Owner, entry))
 		}

@@ -86,9 +86,71 @@ func Example() {
 		}
 	}
 	// Output:
+	// fairlock_lock_give_ups_total [fairlock_lock_kind=invoice fairlock_lock_outcome=closed] 0
+	// fairlock_lock_give_ups_total [fairlock_lock_kind=invoice fairlock_lock_outcome=error] 0
+	// fairlock_lock_give_ups_total [fairlock_lock_kind=invoice fairlock_lock_outcome=gave_up] 0
+	// fairlock_lock_give_ups_total [fairlock_lock_kind=invoice fairlock_lock_outcome=locked] 0
+	// fairlock_lock_give_ups_total [fairlock_lock_kind=invoice fairlock_lock_outcome=unavailable] 0
 	// fairlock_lock_grants_total [fairlock_lock_kind=invoice fairlock_lock_outcome=fresh] 1
+	// fairlock_lock_grants_total [fairlock_lock_kind=invoice fairlock_lock_outcome=hand_over] 0
+	// fairlock_lock_grants_total [fairlock_lock_kind=invoice fairlock_lock_outcome=reentry] 0
 	// fairlock_lock_hold_duration_seconds [fairlock_lock_kind=invoice fairlock_lock_outcome=unlocked] 1
 	// fairlock_lock_holding [fairlock_lock_kind=invoice] 0
+	// fairlock_lock_leases_lost_total [fairlock_lock_kind=invoice fairlock_lock_outcome=lease_lost] 0
+	// fairlock_lock_leases_lost_total [fairlock_lock_kind=invoice fairlock_lock_outcome=lease_ran_out] 0
+	// fairlock_lock_renewal_failures_total [fairlock_lock_kind=invoice] 0
 	// fairlock_lock_wait_duration_seconds [fairlock_lock_kind=invoice fairlock_lock_outcome=fresh] 1
 	// fairlock_lock_waiting [fairlock_lock_kind=invoice] 0
+}
+
+// ExampleWithAgeGauges shows, while a lock is held, how long this process
+// has held it, by the lock's name.
+func ExampleWithAgeGauges() {
+	ctx := context.Background()
+	registry := prometheus.NewRegistry()
+	exporter, err := otelprom.New(otelprom.WithRegisterer(registry))
+	if err != nil {
+		panic(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	defer mp.Shutdown(ctx)
+	observer, err := otel.NewObserver(otel.WithMeterProvider(mp), otel.WithAgeGauges())
+	if err != nil {
+		panic(err)
+	}
+
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-otel-ages"), fairlock.WithObserver(observer))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+
+	m := locks.Mutex("report:daily")
+	hctx, err := m.Lock(ctx)
+	if err != nil {
+		panic(err)
+	}
+	defer m.Unlock(hctx)
+
+	families, err := registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, f := range families {
+		if !strings.HasSuffix(f.GetName(), "_age_seconds") {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "fairlock_lock_name" {
+					// The value is the seconds since the grant.
+					fmt.Println(f.GetName(), l.GetValue(), metric.GetGauge().GetValue() >= 0)
+				}
+			}
+		}
+	}
+	// Output:
+	// fairlock_lock_hold_age_seconds report:daily true
 }

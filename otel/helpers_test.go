@@ -3,6 +3,7 @@ package otel_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -100,6 +101,47 @@ var units = map[string]string{
 	"fairlock.lock.give_ups":          "{call}",
 	"fairlock.lock.leases_lost":       "{hold}",
 	"fairlock.lock.renewal_failures":  "{renewal}",
+	"fairlock.lock.hold.age":          "s",
+	"fairlock.lock.wait.age":          "s",
+}
+
+// started returns values with the data points that every counter starts
+// with added (see zeros), for no lock attribute, and for each attribute
+// named in attrs ("key=value").
+func started(values map[string]float64, attrs ...string) map[string]float64 {
+	out := zeros("")
+	for _, attr := range attrs {
+		maps.Copy(out, zeros(attr))
+	}
+	maps.Copy(out, values)
+	return out
+}
+
+// zeros returns the data points that the counters of a lock attribute
+// (attr: "key=value", or "" for none) start with: 0 for every outcome.
+func zeros(attr string) map[string]float64 {
+	name := func(instrument string, kvs ...string) string {
+		if attr != "" {
+			kvs = append(kvs, attr)
+		}
+		slices.Sort(kvs)
+		return instrument + "{" + strings.Join(kvs, ",") + "}"
+	}
+	out := map[string]float64{
+		name("fairlock.lock.renewal_failures"): 0,
+		name("fairlock.lock.waiting"):          0,
+		name("fairlock.lock.holding"):          0,
+	}
+	for instrument, outcomes := range map[string][]string{
+		"fairlock.lock.grants":      {otel.OutcomeFresh, otel.OutcomeHandOver, otel.OutcomeReentry},
+		"fairlock.lock.give_ups":    {otel.OutcomeGaveUp, otel.OutcomeUnavailable, otel.OutcomeClosed, otel.OutcomeLocked, otel.OutcomeError},
+		"fairlock.lock.leases_lost": {otel.OutcomeLeaseLost, otel.OutcomeLeaseRanOut},
+	} {
+		for _, outcome := range outcomes {
+			out[name(instrument, string(otel.OutcomeKey)+"="+outcome)] = 0
+		}
+	}
+	return out
 }
 
 // collect reads every instrument: for each data point, its instrument's
@@ -124,6 +166,10 @@ func (r *rig) collect() (values map[string]float64, sums map[string]float64) {
 				for _, p := range data.DataPoints {
 					values[key(m.Name, p.Attributes)] = float64(p.Count)
 					sums[key(m.Name, p.Attributes)] = p.Sum
+				}
+			case metricdata.Gauge[float64]:
+				for _, p := range data.DataPoints {
+					values[key(m.Name, p.Attributes)] = p.Value
 				}
 			default:
 				r.t.Fatalf("%s: unexpected data %T", m.Name, m.Data)
@@ -183,6 +229,17 @@ func (r *rig) awaitValue(k string, want float64) {
 	}, 10*time.Second, 5*time.Millisecond, "%s never reached %v; metrics: %v", k, want, got)
 }
 
+// awaitPoint waits until the data point named k exists.
+func (r *rig) awaitPoint(k string) {
+	r.t.Helper()
+	var got map[string]float64
+	require.Eventually(r.t, func() bool {
+		got, _ = r.collect()
+		_, ok := got[k]
+		return ok
+	}, 10*time.Second, 5*time.Millisecond, "no data point %s; metrics: %v", k, got)
+}
+
 // awaitQueued waits until a Lock call's span has its "queued" event.
 func (r *rig) awaitQueued() {
 	r.t.Helper()
@@ -222,8 +279,13 @@ type result struct {
 	err error
 }
 
+// locker is what lockAsync calls: a Mutex or a MultiLock.
+type locker interface {
+	Lock(ctx context.Context) (context.Context, error)
+}
+
 // lockAsync calls m.Lock(ctx) on a goroutine of its own.
-func lockAsync(ctx context.Context, m *fairlock.Mutex) <-chan result {
+func lockAsync(ctx context.Context, m locker) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
 		hctx, err := m.Lock(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -25,10 +26,14 @@ const (
 	OutcomeFresh    = "fresh"     // granted without waiting in line
 	OutcomeHandOver = "hand_over" // granted after waiting in line
 	OutcomeReentry  = "reentry"   // one more level of a hold
-	OutcomeGaveUp   = "gave_up"   // the caller's context ended first
-	OutcomeClosed   = "closed"    // the Client was closed (ErrClosed)
-	OutcomeLocked   = "locked"    // a TryLock found the lock taken (ErrLocked)
-	OutcomeError    = "error"     // any other error
+	OutcomeGaveUp   = "gave_up"   // the caller's context ended first, while Redis answered
+	// OutcomeUnavailable: the caller's context ended while Redis was not
+	// serving the call (fairlock.ErrUnavailable): an outage, not a line
+	// too long to wait in.
+	OutcomeUnavailable = "unavailable"
+	OutcomeClosed      = "closed" // the Client was closed (ErrClosed)
+	OutcomeLocked      = "locked" // a TryLock found the lock taken (ErrLocked)
+	OutcomeError       = "error"  // any other error
 )
 
 // The values of OutcomeKey for a hold (fairlock.lock.hold.duration,
@@ -56,6 +61,7 @@ var handOverBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
 type Observer struct {
 	tracer trace.Tracer
 	lock   func(name string) (attribute.KeyValue, bool)
+	now    func() time.Time // the clock of the age gauges
 
 	waitDuration    metric.Float64Histogram
 	holdDuration    metric.Float64Histogram
@@ -66,13 +72,34 @@ type Observer struct {
 	giveUps         metric.Int64Counter
 	leasesLost      metric.Int64Counter
 	renewalFailures metric.Int64Counter
+	holdAge         metric.Float64ObservableGauge // nil without WithAgeGauges
+	waitAge         metric.Float64ObservableGauge // nil without WithAgeGauges
+
+	// zeroed holds the lock attributes (see lockAttr) whose counters have
+	// been set to 0 for every outcome.
+	zeroed sync.Map // of lockKey to struct{}
 
 	mu sync.Mutex
-	// calls holds the span of each Lock call that is waiting, by
-	// Event.Call: added at its WaitStarted, removed at its Granted or
-	// WaitEnded (fairlock sends exactly one of them per WaitStarted).
-	// The waiting counter counts its entries. Guarded by mu.
-	calls map[string]trace.Span
+	// calls holds each Lock call that is waiting, by Event.Call: added
+	// at its WaitStarted, removed at its Granted or WaitEnded (fairlock
+	// sends exactly one of them per WaitStarted). The waiting counter
+	// counts its entries. Guarded by mu.
+	calls map[string]waiter
+	// holds holds the time of the grant of each hold, by its call and
+	// lock, while it lasts; nil without WithAgeGauges. Guarded by mu.
+	holds map[holdKey]time.Time
+	// ended holds the holds that ended before their grant was reported
+	// (a Close or a lost lease racing with the Granted event), until it
+	// is; nil without WithAgeGauges. Guarded by mu.
+	ended map[holdKey]struct{}
+}
+
+// waiter is a Lock call that waits: its span, when it began, and the
+// locks it waits for.
+type waiter struct {
+	span  trace.Span
+	since time.Time
+	locks []string
 }
 
 var _ fairlock.Observer = (*Observer)(nil)
@@ -89,7 +116,8 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o := &Observer{
 		tracer: c.tracers.Tracer(ScopeName),
 		lock:   c.lock,
-		calls:  make(map[string]trace.Span),
+		now:    time.Now,
+		calls:  make(map[string]waiter),
 	}
 	var errs, err error
 	o.waitDuration, err = meter.Float64Histogram("fairlock.lock.wait.duration", metric.WithUnit("s"),
@@ -122,8 +150,16 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	o.renewalFailures, err = meter.Int64Counter("fairlock.lock.renewal_failures", metric.WithUnit("{renewal}"),
 		metric.WithDescription("Renewals of a hold that failed."))
 	errs = errors.Join(errs, err)
+	if c.ages {
+		errs = errors.Join(errs, o.ageGauges(meter))
+	}
 	if errs != nil {
 		return nil, errs
+	}
+	if o.lock == nil {
+		// Every lock has the same attributes, none: its counters start
+		// at 0 now.
+		o.zero(context.Background(), "")
 	}
 	return o, nil
 }
@@ -133,6 +169,7 @@ func NewObserver(opts ...Option) (*Observer, error) {
 func (o *Observer) Observe(ctx context.Context, e fairlock.Event) {
 	switch e.Kind {
 	case fairlock.WaitStarted:
+		o.zero(ctx, e.Lock, e.Locks...)
 		o.waitStarted(ctx, e)
 	case fairlock.Queued:
 		if span := o.span(e.Call); span != nil {
@@ -168,7 +205,7 @@ func (o *Observer) waitStarted(ctx context.Context, e fairlock.Event) {
 	o.mu.Lock()
 	_, dup := o.calls[e.Call]
 	if !dup {
-		o.calls[e.Call] = span
+		o.calls[e.Call] = waiter{span: span, since: o.now(), locks: names(e)}
 	}
 	o.mu.Unlock()
 	if dup { // never sent twice by fairlock; counted once all the same
@@ -178,6 +215,14 @@ func (o *Observer) waitStarted(ctx context.Context, e fairlock.Event) {
 	o.waiting.Add(ctx, 1, o.attrs(e.Lock))
 }
 
+// names returns the names of the locks of e: its Locks, or its Lock.
+func names(e fairlock.Event) []string {
+	if len(e.Locks) > 0 {
+		return e.Locks
+	}
+	return []string{e.Lock}
+}
+
 // span returns the span of a waiting call, nil for none.
 func (o *Observer) span(call string) trace.Span {
 	if call == "" {
@@ -185,7 +230,7 @@ func (o *Observer) span(call string) trace.Span {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.calls[call]
+	return o.calls[call].span
 }
 
 // take removes the span of a waiting call and returns it, nil for none.
@@ -195,11 +240,11 @@ func (o *Observer) take(call string) trace.Span {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	span, ok := o.calls[call]
+	w, ok := o.calls[call]
 	if ok {
 		delete(o.calls, call)
 	}
-	return span
+	return w.span
 }
 
 // waitDone records the end of a call's wait: a grant or an end without
@@ -214,7 +259,11 @@ func (o *Observer) waitDone(ctx context.Context, e fairlock.Event) {
 			o.handOver.Record(ctx, e.HandOver.Seconds(), lockOnly)
 		}
 		if e.Grant != fairlock.GrantReentry {
-			o.holding.Add(ctx, 1, lockOnly)
+			// One hold of each lock; each ends with a HoldEnded of its own.
+			for _, name := range names(e) {
+				o.holding.Add(ctx, 1, o.attrs(name))
+			}
+			o.held(e)
 		}
 	} else {
 		o.giveUps.Add(ctx, 1, attrs)
@@ -259,6 +308,9 @@ func waitOutcome(ctx context.Context, e fairlock.Event) string {
 	case errors.Is(err, fairlock.ErrLocked):
 		return OutcomeLocked
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		if errors.Is(err, fairlock.ErrUnavailable) {
+			return OutcomeUnavailable
+		}
 		return OutcomeGaveUp
 	}
 	return OutcomeError
@@ -280,6 +332,7 @@ func (o *Observer) holdEnded(ctx context.Context, e fairlock.Event) {
 	attrs := o.attrs(e.Lock, OutcomeKey.String(outcome))
 	o.holdDuration.Record(ctx, e.Held.Seconds(), attrs)
 	o.holding.Add(ctx, -1, o.attrs(e.Lock))
+	o.unheld(e)
 	if e.End == fairlock.EndLeaseLost || e.End == fairlock.EndLeaseRanOut {
 		o.leasesLost.Add(ctx, 1, attrs)
 	}

@@ -2,6 +2,7 @@ package otel_test
 
 import (
 	"context"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,13 +56,13 @@ func TestAnUncontendedLockRecordsAFreshGrantAndAnUnlockedHold(t *testing.T) {
 	r.flush()
 
 	values, sums := r.collect()
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		with(waitDuration, otel.OutcomeFresh):    1,
 		with(grants, otel.OutcomeFresh):          1,
 		waiting:                                  0,
 		holding:                                  0,
 		with(holdDuration, otel.OutcomeUnlocked): 1,
-	}, values)
+	}), values)
 	require.Positive(t, sums[with(waitDuration, otel.OutcomeFresh)])
 	require.Equal(t, []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
 		r.bounds(waitDuration), "buckets from a millisecond to five minutes")
@@ -103,7 +104,7 @@ func TestAHandOverBetweenTwoClientsIsOneWaitInLine(t *testing.T) {
 	r.flush()
 
 	values, _ = r.collect()
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		with(waitDuration, otel.OutcomeFresh):    1,
 		with(waitDuration, otel.OutcomeHandOver): 1,
 		with(grants, otel.OutcomeFresh):          1,
@@ -112,7 +113,7 @@ func TestAHandOverBetweenTwoClientsIsOneWaitInLine(t *testing.T) {
 		waiting:                                  0,
 		holding:                                  0,
 		with(holdDuration, otel.OutcomeUnlocked): 2,
-	}, values)
+	}), values)
 
 	spans := r.lockSpans()
 	require.Len(t, spans, 2)
@@ -181,10 +182,10 @@ func TestAFailedTryLockIsAGiveUpThatNeverWaited(t *testing.T) {
 	r.flush()
 
 	values, _ := r.collect()
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		with(waitDuration, otel.OutcomeLocked): 1,
 		with(giveUps, otel.OutcomeLocked):      1,
-	}, values, "no waiting call counted, no hold")
+	}), values, "no waiting call counted, no hold")
 	require.Empty(t, r.lockSpans(), "a TryLock has no span")
 	require.Contains(t, r.promNames(), "fairlock_lock_give_ups_total")
 }
@@ -204,11 +205,11 @@ func TestALockThatGivesUpAtItsDeadlineLeavesNoWaiter(t *testing.T) {
 	r.flush()
 
 	values, sums := r.collect()
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		with(waitDuration, otel.OutcomeGaveUp): 1,
 		with(giveUps, otel.OutcomeGaveUp):      1,
 		waiting:                                0,
-	}, values)
+	}), values)
 	require.GreaterOrEqual(t, sums[with(waitDuration, otel.OutcomeGaveUp)], 0.2)
 
 	spans := r.lockSpans()
@@ -237,7 +238,7 @@ func TestAReentryIsAGrantButNotAnotherHold(t *testing.T) {
 	r.flush()
 
 	values, _ = r.collect()
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		with(waitDuration, otel.OutcomeFresh):    1,
 		with(waitDuration, otel.OutcomeReentry):  1,
 		with(grants, otel.OutcomeFresh):          1,
@@ -245,7 +246,7 @@ func TestAReentryIsAGrantButNotAnotherHold(t *testing.T) {
 		waiting:                                  0,
 		holding:                                  0,
 		with(holdDuration, otel.OutcomeUnlocked): 1,
-	}, values)
+	}), values)
 	require.Len(t, r.lockSpans(), 1, "a re-entry has no span")
 }
 
@@ -260,14 +261,14 @@ func TestALeaseLostToForceUnlockIsCounted(t *testing.T) {
 	r.awaitValue(with(leasesLost, otel.OutcomeLeaseLost), 1)
 
 	values, _ := r.collect()
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		with(waitDuration, otel.OutcomeFresh): 1,
 		with(grants, otel.OutcomeFresh):       1,
 		waiting:                               0,
 		holding:                               0,
 		with(holdDuration, otel.OutcomeLeaseLost): 1,
 		with(leasesLost, otel.OutcomeLeaseLost):   1,
-	}, values)
+	}), values)
 	require.Contains(t, r.promNames(), "fairlock_lock_leases_lost_total")
 }
 
@@ -279,14 +280,14 @@ func TestAFixedLeaseThatRanOutIsCounted(t *testing.T) {
 	r.awaitValue(with(leasesLost, otel.OutcomeLeaseRanOut), 1)
 
 	values, sums := r.collect()
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		with(waitDuration, otel.OutcomeFresh): 1,
 		with(grants, otel.OutcomeFresh):       1,
 		waiting:                               0,
 		holding:                               0,
 		with(holdDuration, otel.OutcomeLeaseRanOut): 1,
 		with(leasesLost, otel.OutcomeLeaseRanOut):   1,
-	}, values)
+	}), values)
 	require.GreaterOrEqual(t, sums[with(holdDuration, otel.OutcomeLeaseRanOut)], 0.05)
 }
 
@@ -307,7 +308,7 @@ func TestRenewalsFailingUntilTheLeaseIsLostAreCounted(t *testing.T) {
 	values, _ := r.collect()
 	failures := values[renewalFailures]
 	require.GreaterOrEqual(t, failures, 1.0)
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		with(waitDuration, otel.OutcomeFresh): 1,
 		with(grants, otel.OutcomeFresh):       1,
 		waiting:                               0,
@@ -315,7 +316,7 @@ func TestRenewalsFailingUntilTheLeaseIsLostAreCounted(t *testing.T) {
 		with(holdDuration, otel.OutcomeLeaseLost): 1,
 		with(leasesLost, otel.OutcomeLeaseLost):   1,
 		renewalFailures:                           failures,
-	}, values)
+	}), values)
 	require.Contains(t, r.promNames(), "fairlock_lock_renewal_failures_total")
 }
 
@@ -336,7 +337,7 @@ func TestCloseEndsHoldsAndWaitsAndTheCountersReturnToZero(t *testing.T) {
 	require.NoError(t, other.Unlock(oh))
 
 	values, _ := r.collect()
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		with(waitDuration, otel.OutcomeFresh):  1,
 		with(waitDuration, otel.OutcomeClosed): 1,
 		with(grants, otel.OutcomeFresh):        1,
@@ -344,7 +345,7 @@ func TestCloseEndsHoldsAndWaitsAndTheCountersReturnToZero(t *testing.T) {
 		waiting:                                0,
 		holding:                                0,
 		with(holdDuration, otel.OutcomeClosed): 1,
-	}, values)
+	}), values)
 
 	var closed sdktrace.ReadOnlySpan
 	for _, s := range r.lockSpans() {
@@ -378,7 +379,7 @@ func TestWithLockAttributeLabelsMetricsAndSpansOnlyWhereItSays(t *testing.T) {
 	r.flush()
 
 	values, _ := r.collect()
-	require.Equal(t, map[string]float64{
+	require.Equal(t, started(map[string]float64{
 		waitDuration + "{fairlock.lock.group=invoice,fairlock.lock.outcome=fresh}":    2,
 		grants + "{fairlock.lock.group=invoice,fairlock.lock.outcome=fresh}":          2,
 		"fairlock.lock.waiting{fairlock.lock.group=invoice}":                          0,
@@ -389,7 +390,7 @@ func TestWithLockAttributeLabelsMetricsAndSpansOnlyWhereItSays(t *testing.T) {
 		waiting:                                                                       0,
 		holding:                                                                       0,
 		with(holdDuration, otel.OutcomeUnlocked):                                      1,
-	}, values)
+	}, "fairlock.lock.group=invoice"), values)
 	var grouped int
 	for _, s := range r.lockSpans() {
 		if slices.Contains(s.Attributes(), attribute.String("fairlock.lock.group", "invoice")) {
@@ -470,4 +471,71 @@ func TestTheLibraryDoesNotDependOnOpenTelemetry(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(mod), "module github.com/fairlock/fairlock\n")
 	require.NotContains(t, string(mod), "opentelemetry")
+}
+
+func TestEveryCounterStartsAtZeroBeforeItsFirstEvent(t *testing.T) {
+	t.Parallel()
+	t.Run("no lock attribute: at NewObserver", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, redistest.SharedAddr())
+		values, _ := r.collect()
+		require.Equal(t, started(nil), values, "every counter, every outcome, before any call")
+	})
+	t.Run("a lock attribute: at the first call of a lock that has it", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t, redistest.SharedAddr(), otel.WithLockAttribute(group))
+		values, _ := r.collect()
+		require.Empty(t, values, "no attribute is known before a call")
+		ctx := context.Background()
+		holder := r.plain().Mutex("invoice:1")
+		hctx, err := holder.Lock(ctx)
+		require.NoError(t, err)
+		_, err = r.client().Mutex("invoice:1").TryLock(ctx)
+		require.ErrorIs(t, err, fairlock.ErrLocked)
+		require.NoError(t, holder.Unlock(hctx))
+
+		values, _ = r.collect()
+		want := zeros("fairlock.lock.group=invoice") // no lock without it was used
+		maps.Copy(want, map[string]float64{
+			waitDuration + "{fairlock.lock.group=invoice,fairlock.lock.outcome=locked}": 1,
+			giveUps + "{fairlock.lock.group=invoice,fairlock.lock.outcome=locked}":      1,
+		})
+		require.Equal(t, want, values)
+	})
+}
+
+// TestALockThatGivesUpWhileRedisIsPausedIsUnavailableNotAGiveUp pauses a
+// server of the test's own while a Lock call waits in line on it, and
+// the caller gives up.
+func TestALockThatGivesUpWhileRedisIsPausedIsUnavailableNotAGiveUp(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	r := newRig(t, srv.Addr)
+	ctx := context.Background()
+	holder := r.plain().Mutex("paused")
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	lctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	w := lockAsync(lctx, r.client().Mutex("paused"))
+	r.awaitQueued()
+	resume := redistest.Pause(t, srv.Client(t))
+	giveUp() // as a deadline would
+	err = await(t, w).err
+	resume()
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, fairlock.ErrUnavailable)
+	require.NoError(t, holder.Unlock(hctx))
+
+	values, _ := r.collect()
+	require.Equal(t, started(map[string]float64{
+		with(waitDuration, otel.OutcomeUnavailable): 1,
+		with(giveUps, otel.OutcomeUnavailable):      1,
+	}), values, "not a give-up")
+	spans := r.lockSpans()
+	require.Len(t, spans, 1)
+	require.Contains(t, spans[0].Attributes(), otel.OutcomeKey.String(otel.OutcomeUnavailable))
+	require.Equal(t, codes.Error, spans[0].Status().Code, "an outage is an error of the lock")
 }

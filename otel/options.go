@@ -21,6 +21,7 @@ type config struct {
 	meters  metric.MeterProvider
 	tracers trace.TracerProvider
 	lock    func(name string) (attribute.KeyValue, bool)
+	ages    bool
 }
 
 // defaults returns the configuration without options: the global
@@ -59,4 +60,19 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // Default (and for a nil f): no attribute for the lock.
 func WithLockAttribute(f func(name string) (attribute.KeyValue, bool)) Option {
 	return optionFunc(func(c *config) { c.lock = f })
+}
+
+// WithAgeGauges adds two gauges, each with the lock's name as an attribute
+// (LockNameKey): fairlock.lock.hold.age, the time since the grant of the
+// oldest hold of the lock that this process has, and fairlock.lock.wait.age,
+// the time since the oldest Lock call of this process that waits for it
+// began (a TryLock does not wait). A lock has a data point while this
+// process holds it or waits for it, and none otherwise. A holder that
+// never releases shows in them while the waiters behind it pile up, which
+// no histogram records until a hand-over ends a wait. Each lock's name is
+// a time series of each gauge while it is held or waited for, whatever
+// WithLockAttribute says, so they suit processes whose locks in use at
+// once are a few thousand at most. Default: no age gauges.
+func WithAgeGauges() Option {
+	return optionFunc(func(c *config) { c.ages = true })
 }

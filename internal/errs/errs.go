@@ -24,6 +24,7 @@ var (
 	ErrPermits       = errors.New("fairlock: semaphore capacity differs from the one in redis")
 	ErrWouldDeadlock = errors.New("fairlock: the call would wait for a hold its own context carries")
 	ErrNoQuorum      = errors.New("fairlock: no majority of masters answered")
+	ErrUnavailable   = errors.New("fairlock: redis did not answer in time")
 )
 
 // ErrUnexpectedReply says Redis answered something fairlock does not read:

@@ -60,6 +60,11 @@ const (
 	waitAge = "fairlock.lock.wait.age"
 )
 
+// onPath has a Client deliver each event on the step's goroutine, before
+// the call returns: the age tests step the Observer's clock between
+// calls, and read the gauges right after them.
+var onPath = fairlock.WithObserverQueue(0)
+
 // named names the data point of an age gauge of a lock.
 func named(gauge, lock string) string {
 	return gauge + "{fairlock.lock.name=" + lock + "}"
@@ -70,8 +75,8 @@ func TestAgeGaugesShowTheOldestHoldAndWaitOfEachLock(t *testing.T) {
 	r := newRig(t, redistest.SharedAddr(), otel.WithAgeGauges())
 	clk := newClock(r.obs)
 	ctx := context.Background()
-	holder, waiter := r.client().Mutex("a"), r.client().Mutex("a")
-	other := r.client().Mutex("b")
+	holder, waiter := r.client(onPath).Mutex("a"), r.client(onPath).Mutex("a")
+	other := r.client(onPath).Mutex("b")
 	hctx, err := holder.Lock(ctx)
 	require.NoError(t, err)
 	values, _ := r.collect()
@@ -111,11 +116,11 @@ func TestAgeGaugesForgetACallThatGaveUp(t *testing.T) {
 	r := newRig(t, redistest.SharedAddr(), otel.WithAgeGauges())
 	clk := newClock(r.obs)
 	ctx := context.Background()
-	holder := r.plain().Mutex("given-up")
+	holder := r.plain(onPath).Mutex("given-up")
 	hctx, err := holder.Lock(ctx)
 	require.NoError(t, err)
 	wctx, cancel := context.WithCancel(ctx)
-	w := lockAsync(wctx, r.client().Mutex("given-up"))
+	w := lockAsync(wctx, r.client(onPath).Mutex("given-up"))
 	r.awaitQueued()
 	clk.advance(time.Minute)
 	values, _ := r.collect()
@@ -133,7 +138,7 @@ func TestAMultiLockIsAHoldAndAWaitOfEachOfItsLocks(t *testing.T) {
 	clk := newClock(r.obs)
 	ctx := context.Background()
 	names := []string{"m1", "m2"}
-	first, second := r.client().MultiLock(names), r.client().MultiLock(names)
+	first, second := r.client(onPath).MultiLock(names), r.client(onPath).MultiLock(names)
 	hctx, err := first.Lock(ctx)
 	require.NoError(t, err)
 	values, _ := r.collect()
@@ -179,7 +184,7 @@ func TestAHoldThatEndsBeforeItsGrantIsReportedLeavesNoAge(t *testing.T) {
 func TestWithoutAgeGaugesNoLockNameIsRecorded(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, redistest.SharedAddr())
-	m := r.client().Mutex("unnamed")
+	m := r.client(onPath).Mutex("unnamed")
 	hctx, err := m.Lock(context.Background())
 	require.NoError(t, err)
 	values, _ := r.collect()

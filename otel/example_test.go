@@ -121,7 +121,11 @@ func ExampleWithAgeGauges() {
 
 	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
 	defer rdb.Close()
-	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-otel-ages"), fairlock.WithObserver(observer))
+	// WithObserverQueue(0) delivers each event before the call returns,
+	// so that the gauge below shows the hold at once; by default events
+	// reach the Observer a moment later, off the lock path.
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-otel-ages"), fairlock.WithObserver(observer),
+		fairlock.WithObserverQueue(0))
 	if err != nil {
 		panic(err)
 	}

@@ -493,6 +493,7 @@ func TestEveryCounterStartsAtZeroBeforeItsFirstEvent(t *testing.T) {
 		_, err = r.client().Mutex("invoice:1").TryLock(ctx)
 		require.ErrorIs(t, err, fairlock.ErrLocked)
 		require.NoError(t, holder.Unlock(hctx))
+		r.flush()
 
 		values, _ = r.collect()
 		want := zeros("fairlock.lock.group=invoice") // no lock without it was used

@@ -13,10 +13,11 @@ import (
 // waiters cost memory and about one goroutine each.
 func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
 	const n = 100
-	// The first renewals fall due a second after the holds are taken. A
-	// hand-over run of a second gives a hundred waiters, joining at once
-	// on a busy machine, time for several hand-overs.
-	_, r, out := runReport(t, "-workloads", "scale", "-duration", "1s", "-waiters-duration", "200ms", "-warmup", "30ms",
+	// The first renewals fall due a second after the holds are taken. The
+	// hand-over with a hundred waiters (-waiters-duration) runs for a
+	// second, which gives them, joining at once on a busy machine, time
+	// for several hand-overs.
+	_, r, out := runReport(t, "-workloads", "scale", "-duration", "200ms", "-waiters-duration", "1s", "-warmup", "30ms",
 		"-scale-waiters", strconv.Itoa(n), "-scale-holds", strconv.Itoa(n), "-scale-window", "1500ms")
 	if len(r.Results) != 0 {
 		t.Errorf("%d peer results, want none: only the scale part was selected", len(r.Results))

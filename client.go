@@ -2,6 +2,7 @@ package fairlock
 
 import (
 	"fmt"
+	"log/slog"
 	"reflect"
 	"time"
 
@@ -51,12 +52,15 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	events := newEventQueue(cfg.observer, cfg.observerQueue, cfg.logger)
+	tag := queue.NewTag()
+	log := cfg.clientLogger(tag)
+	events := newEventQueue(cfg.observer, cfg.observerQueue, log)
 	e, err := fair.NewEngine(rdb, fair.Config{
 		WaiterTTL:   cfg.waiterTTL,
 		CallTimeout: cfg.callTimeout,
 		Heartbeat:   cfg.heartbeat,
-		Logger:      cfg.logger,
+		Logger:      log,
+		Tag:         tag,
 		// Replicas 0 keeps every call as it is: one script, no pipeline.
 		Replicas:       cfg.replicas,
 		ReplicaTimeout: cfg.replicaWait,
@@ -70,6 +74,16 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 	}
 	return &Client{run: e, engine: e, events: events, cfg: cfg}, nil
+}
+
+// clientLogger returns the logger of the Client whose ID is tag: the
+// configured one, with the ID and the name (if any) on every record.
+func (c *config) clientLogger(tag string) *slog.Logger {
+	attrs := []any{slog.String("client", tag)}
+	if c.name != "" {
+		attrs = append(attrs, slog.String("client_name", c.name))
+	}
+	return c.logger.With(attrs...)
 }
 
 // configure returns the configuration of a Client built with opts, its

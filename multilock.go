@@ -303,7 +303,7 @@ func (a *acquisition) oneByOne(indexes []int) error {
 
 // engineLock returns the engine's lock of ml.locks[i]: a MultiLock runs
 // on one deployment's engine only (a quorum Client offers none).
-func (ml *MultiLock) engineLock(i int) *fair.Mutex { return ml.c.engine.Mutex(ml.locks[i].keys) }
+func (ml *MultiLock) engineLock(i int) *fair.Mutex { return ml.c.engine.Member(ml.locks[i].keys) }
 
 // quoted returns names quoted and joined with commas.
 func quoted(names []string) string {

@@ -629,56 +629,6 @@ func firstLine(failure string) string {
 	return strings.Join(strings.Fields(failure), " ")
 }
 
-// logRecorder is a slog.Handler that keeps every record at Warn or above
-// as one line of text: its message and its own attributes (those added
-// with Logger.With are left out).
-type logRecorder struct {
-	info  bool // records Info too; else Warn and above only
-	mu    sync.Mutex
-	lines []string // guarded by mu
-	// errs, guarded by mu, holds each record's error attribute, nil for
-	// a record with none: errs[i] is that of lines[i].
-	errs []error
-}
-
-func (h *logRecorder) Enabled(_ context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn || h.info && l >= slog.LevelInfo
-}
-
-func (h *logRecorder) Handle(_ context.Context, rec slog.Record) error {
-	var b strings.Builder
-	var err error
-	b.WriteString(rec.Message)
-	rec.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-		if e, ok := a.Value.Any().(error); ok && err == nil {
-			err = e
-		}
-		return true
-	})
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.lines = append(h.lines, b.String())
-	h.errs = append(h.errs, err)
-	return nil
-}
-
-// errorOf returns the error of the first record that mentions what, or
-// nil when no record with an error does.
-func (h *logRecorder) errorOf(what string) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i, l := range h.lines {
-		if h.errs[i] != nil && strings.Contains(l, what) {
-			return h.errs[i]
-		}
-	}
-	return nil
-}
-
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
-
 // warned reports whether a record mentions the refusal of command (as
 // Redis quotes it in a NOPERM error).
 func (h *logRecorder) warned(command string) bool {
@@ -704,10 +654,4 @@ func (h *logRecorder) refusals(except string) []string {
 		}
 	}
 	return out
-}
-
-func (h *logRecorder) all() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.lines...)
 }

@@ -34,7 +34,7 @@ func TestWaiterKeepsItsPlaceWhileItsSlotMoves(t *testing.T) {
 	t.Cleanup(func() { _ = holderClient.Close() })
 	noRedirects := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), MaxRedirects: -1})
 	t.Cleanup(func() { _ = noRedirects.Close() })
-	logs := &logRecorder{}
+	logs := &logRecorder{debug: true} // a poll's ASK is routine: logged at Debug
 	waiterClient, err := fairlock.New(noRedirects, fairlock.WithPrefix(prefix),
 		fairlock.WithWaiterTTL(900*time.Millisecond), fairlock.WithLogger(slog.New(logs)))
 	require.NoError(t, err)

@@ -120,7 +120,9 @@ func WithWaiterTTL(d time.Duration) Option {
 // holds and waits of its Lock calls. The Client keeps it in Redis, in the
 // key <prefix>:client:<ID>, from its first Lock while it is open (the key
 // expires a minute after the process stops renewing it, and Close
-// deletes it). Default: no name, and no such key. A name that is empty,
+// deletes it; a server that lost it, restarted without its data, has it
+// again as soon as the Client notices). Every record the Client logs
+// carries it too (see WithLogger). Default: no name, and no such key. A name that is empty,
 // longer than 128 bytes, not valid UTF-8 or with control characters makes
 // New fail with ErrInvalidOption.
 func WithName(name string) Option {
@@ -147,9 +149,14 @@ func validName(name string) bool {
 }
 
 // WithLogger sets the logger for events that are not returned to a caller
-// (a renewal that failed, a lease lost in the background, the notify
-// connection rebuilt). Default: discard. A nil logger makes New fail with
-// ErrInvalidOption.
+// (a lease lost in the background, at Error; an outage of Redis, at Warn
+// as it starts and at Info as it ends, once each; a renewal that failed;
+// the notify connection rebuilt). Every record carries the Client's ID
+// as "client" and its WithName as "client_name", and a record about a
+// hold or a Lock call the lock's name, its kind, the owner, and the
+// fencing token and time held or the time waited: docs/operations.md
+// ("Logs") lists the records, their levels and their fields. Default:
+// discard. A nil logger makes New fail with ErrInvalidOption.
 func WithLogger(l *slog.Logger) Option {
 	return clientOption(func(c *config) {
 		if l == nil {

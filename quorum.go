@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/fair"
+	"github.com/fairlock/fairlock/queue"
 )
 
 // NewQuorum returns a Client whose locks live on all of masters: N
@@ -67,12 +68,15 @@ func NewQuorum(ctx context.Context, masters []redis.UniversalClient, opts ...Opt
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	events := newEventQueue(cfg.observer, cfg.observerQueue, cfg.logger)
+	tag := queue.NewTag()
+	log := cfg.clientLogger(tag)
+	events := newEventQueue(cfg.observer, cfg.observerQueue, log)
 	qm, err := fair.NewQuorum(rdbs, fair.Config{
 		WaiterTTL:   cfg.waiterTTL,
 		CallTimeout: cfg.callTimeout,
 		Heartbeat:   cfg.heartbeat,
-		Logger:      cfg.logger,
+		Logger:      log,
+		Tag:         tag,
 		Observe:     events.hook(),
 		Prefix:      cfg.prefix,
 	}, fair.QuorumConfig{Drift: cfg.drift})
@@ -85,10 +89,10 @@ func NewQuorum(ctx context.Context, masters []redis.UniversalClient, opts ...Opt
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, same)
 	}
 	if unanswered != nil {
-		cfg.logger.Warn("fairlock: a quorum master could not be checked for duplicates yet; it is checked again before its first answer counts", "err", unanswered)
+		log.Warn("fairlock: a quorum master could not be checked for duplicates yet; it is checked again before its first answer counts", "err", unanswered)
 	}
 	if len(masters)%2 == 0 {
-		cfg.logger.Warn("fairlock: a quorum of an even number of masters tolerates no more failures than one master fewer; use an odd number",
+		log.Warn("fairlock: a quorum of an even number of masters tolerates no more failures than one master fewer; use an odd number",
 			"masters", len(masters))
 	}
 	return &Client{run: qm, events: events, cfg: cfg}, nil

@@ -156,7 +156,7 @@ func (a *audit) check(w watchedLock) {
 		}
 		if !warned {
 			a.e.log.Warn("fairlock: a failover brought back a hold that had ended or a waiter that had left; releasing it",
-				"lock", w.l.keys.Name)
+				w.l.lockAttrs()...)
 			warned = true
 		}
 		left := 0 // levels left after a release

@@ -42,7 +42,13 @@ type Config struct {
 	WaiterTTL   time.Duration // how long a silent waiter keeps its place; positive
 	CallTimeout time.Duration // bound of one state-changing call, run detached from the caller's context; positive
 	Heartbeat   time.Duration // notify hub heartbeat; 0 or less: the hub's default
-	Logger      *slog.Logger  // nil: discard
+	// Logger receives every record of the engine and its hub, with the
+	// attributes the records name (see log.go); the root package gives
+	// it the Client's id and name. Nil: discard.
+	Logger *slog.Logger
+	// Tag, when not empty, is the engine's tag (see Engine.Tag), made by
+	// queue.NewTag; "" draws a fresh one.
+	Tag string
 	// Replicas, when above 0, is how many replicas must acknowledge every
 	// acquire and release script (WAIT, for at most ReplicaTimeout) for
 	// the call to count. The client must then be a *redis.Client,
@@ -103,6 +109,7 @@ type Engine struct {
 	dog    *watchdog    // renews the leases of every hold
 	repl   *replication // nil: no waiting for replicas
 	naming *naming      // nil: the engine has no name
+	reach  *reach       // whether Redis answers, for the log (see reach.go)
 
 	checking shared[struct{}] // the server check, while it runs
 	checked  atomic.Bool      // a definitive server check ran; set after checkErr
@@ -130,20 +137,24 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Tag == "" {
+		cfg.Tag = queue.NewTag()
+	}
 	e := &Engine{
 		rdb:  rdb,
 		cfg:  cfg,
 		log:  cfg.Logger,
 		topo: newTopology(rdb),
-		tag:  queue.NewTag(),
+		tag:  cfg.Tag,
 	}
 	e.init(cfg.CallTimeout)
 	if cfg.Replicas > 0 {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
 	}
 	if cfg.Name != "" {
-		e.naming = &naming{key: nameKey(cfg.Prefix, e.tag), name: cfg.Name}
+		e.naming = newNaming(nameKey(cfg.Prefix, e.tag), cfg.Name)
 	}
+	e.reach = newReach(e.log, !e.OneServer(), e.rename)
 	e.audit = newAudit(e, rdb)
 	e.dog = newWatchdog(e)
 	e.hub = notify.New(rdb, notify.Options{
@@ -152,6 +163,7 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 		Mode:      e.hubMode,
 		Moved:     e.moved,
 		Rebuilt:   e.rebuilt,
+		Failed:    e.hubFailed,
 		Unclaimed: e.audit.unclaimed,
 		Linger:    subscriptionLinger,
 	})
@@ -168,14 +180,34 @@ func (e *Engine) moved() {
 // of its Lock calls (see queue.TagOf).
 func (e *Engine) Tag() string { return e.tag }
 
-// rebuilt is told by the hub that a pub/sub connection was rebuilt.
+// rebuilt is told by the hub that a pub/sub connection was rebuilt:
+// Redis answers (it may have restarted, and lost the Client's name).
 func (e *Engine) rebuilt() {
+	e.reach.answer(time.Now())
+	e.rename()
 	e.observe(context.Background(), Event{Kind: EventReconnected})
+}
+
+// hubFailed is told by the hub that a connection of its failed again
+// while it was rebuilt, or went silent: unless err says otherwise (a
+// refusal, the connection closed by the hub), Redis is not reached.
+func (e *Engine) hubFailed(err error) {
+	if unavailable(err) {
+		e.reach.failure(time.Now(), err)
+	}
 }
 
 // Mutex returns the lock with the given keys.
 func (e *Engine) Mutex(keys queue.Keys) *Mutex {
-	return &Mutex{e: e, keys: keys, wakeChannel: keys.ClientWake(e.tag)}
+	return &Mutex{e: e, keys: keys, wakeChannel: keys.ClientWake(e.tag), kind: kindMutex}
+}
+
+// Member returns the lock with the given keys as one of the locks a
+// MultiLock takes: a Mutex, named so in the log.
+func (e *Engine) Member(keys queue.Keys) *Mutex {
+	l := e.Mutex(keys)
+	l.kind = kindMultiLock
+	return l
 }
 
 // Close stops the engine: waiting Lock calls return errs.ErrClosed and take

@@ -29,6 +29,10 @@ type Hold struct {
 	// to the next through the watchdog's mu.
 	valid time.Time
 	span  time.Duration
+	// failing says that the last renewal failed, and failWarned that the
+	// first failure of that stretch was logged at Warn. Written only by
+	// the renewal in flight, as valid and span.
+	failing, failWarned bool
 
 	// Guarded by the watchdog's mu: when the next renewal (or a fixed
 	// lease's end) is due, the hold's index in the watchdog's heap (-1
@@ -127,14 +131,15 @@ func (h *Hold) enter(ctx context.Context) error {
 		return err
 	}
 	if !rep.Granted {
-		h.end(errs.ErrLeaseLost)
+		h.endLost("a re-entry found the hold gone in Redis", nil)
+		h.l.e.rename() // the server may have lost its data
 		return errs.ErrLeaseLost
 	}
 	if rep.Token != h.token {
 		// The owner holds the lock again, under a newer token: our hold was
 		// lost in between (another process sharing the owner id took it
 		// anew). Give the level back and report the loss.
-		h.end(errs.ErrLeaseLost)
+		h.endLost("a re-entry found the owner holding the lock under a newer token", nil)
 		return errors.Join(errs.ErrLeaseLost, h.l.giveBack(ctx, Request{Owner: h.owner}))
 	}
 	if unacked(err) {
@@ -198,15 +203,32 @@ func (h *Hold) audited(call string) {
 }
 
 // lose ends a hold whose renewals failed until its lease nearly ran out,
-// or whose fixed lease ran out (ranOut), with errs.ErrLeaseLost, and then releases its levels in the background: if
-// Redis was only slow and the hold is still there, the next waiter gets
-// the lock now instead of when the lease runs out. (The release script
-// only touches a hold this owner still has.)
-func (h *Hold) lose(ranOut bool) {
+// or whose fixed lease ran out (ranOut), with errs.ErrLeaseLost, logs the
+// loss at Error (why says how it was found, err what failed if anything),
+// and then releases its levels in the background: if Redis was only slow
+// and the hold is still there, the next waiter gets the lock now instead
+// of when the lease runs out. (The release script only touches a hold
+// this owner still has.)
+func (h *Hold) lose(ranOut bool, why string, err error) {
 	levels, ok := h.endFor(errs.ErrLeaseLost, ranOut)
-	if ok && levels > 0 {
+	if !ok {
+		return
+	}
+	logLost(h.l.e.log, why, err, h.logAttrs())
+	if levels > 0 {
 		h.l.e.wg.Go(func() { _ = h.releaseLevels(levels) })
 	}
+}
+
+// endLost ends the hold with errs.ErrLeaseLost, as end does, and logs the
+// loss at Error when it ended it: why says how it was found, err what
+// failed if anything.
+func (h *Hold) endLost(why string, err error) (int, bool) {
+	levels, ok := h.end(errs.ErrLeaseLost)
+	if ok {
+		logLost(h.l.e.log, why, err, h.logAttrs())
+	}
+	return levels, ok
 }
 
 // abandon ends the hold with cause and releases its levels in Redis, so

@@ -24,11 +24,13 @@ type holdState struct {
 	fixed  bool
 	ctx    context.Context         // cancelled when the hold ends, with its cause
 	cancel context.CancelCauseFunc // cancels ctx
+	took   time.Time               // when it was granted in this process
 
-	mu     sync.Mutex
-	levels int   // levels this process holds; guarded by mu
-	ended  bool  // guarded by mu
-	cause  error // why the hold ended (nil: unlocked); guarded by mu
+	mu      sync.Mutex
+	levels  int       // levels this process holds; guarded by mu
+	ended   bool      // guarded by mu
+	cause   error     // why the hold ended (nil: unlocked); guarded by mu
+	endedAt time.Time // when it ended; guarded by mu
 }
 
 // init sets up the state of a fresh hold of one level, granted to req
@@ -36,7 +38,19 @@ type holdState struct {
 func (s *holdState) init(req Request, entry string) {
 	s.owner, s.shared, s.entry, s.lease, s.fixed = req.Owner, req.Shared, entry, req.Lease, req.Fixed
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
+	s.took = time.Now()
 	s.levels = 1
+}
+
+// heldFor is how long the hold lasted: from its grant to its end, or to
+// now while it lasts.
+func (s *holdState) heldFor() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return s.endedAt.Sub(s.took)
+	}
+	return time.Since(s.took)
 }
 
 // Context returns a context that is cancelled when the hold ends: with
@@ -106,7 +120,7 @@ func (s *holdState) finish(cause error, also func()) (int, bool) {
 		s.mu.Unlock()
 		return 0, false
 	}
-	s.ended, s.cause = true, cause
+	s.ended, s.cause, s.endedAt = true, cause, time.Now()
 	levels := s.levels
 	s.levels = 0
 	if also != nil {

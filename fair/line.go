@@ -20,6 +20,8 @@ type line[G any] interface {
 	// are the names of a line's several locks, nil for one lock's line.
 	name() string
 	names() []string
+	// lockKind is what the line's lock is, for the log (see log.go).
+	lockKind() string
 	// entry returns the waiter entry of one Lock call.
 	entry(req Request) string
 	// wake is the engine's channel on which hand-overs to the line's
@@ -60,10 +62,11 @@ type handing struct {
 
 var _ line[*Hold] = (*Mutex)(nil)
 
-func (l *Mutex) engine() *Engine { return l.e }
-func (l *Mutex) name() string    { return l.keys.Name }
-func (l *Mutex) names() []string { return nil }
-func (l *Mutex) wake() string    { return l.wakeChannel }
+func (l *Mutex) engine() *Engine  { return l.e }
+func (l *Mutex) name() string     { return l.keys.Name }
+func (l *Mutex) names() []string  { return nil }
+func (l *Mutex) lockKind() string { return l.kind }
+func (l *Mutex) wake() string     { return l.wakeChannel }
 
 // sharedWake is the lock's shared wake channel, on which clients from
 // before tags publish; a weighted lock has none (no such client knows it).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
@@ -23,6 +24,7 @@ type Mutex struct {
 	// its handles share, and level what this handle's calls ask for.
 	w     *Weights
 	level lua.Level
+	kind  string // what the lock is, for the log (see log.go)
 }
 
 // Request is one attempt to take a lock.
@@ -68,9 +70,8 @@ func lockIn[G any](ln line[G], ctx context.Context, req Request) (G, error) {
 	// caller waits under if it must, so that a grant whose reply was lost
 	// is claimed by the first poll, not counted again.
 	entry := ln.entry(req)
-	var start time.Time
+	start := time.Now()
 	if e.observing() {
-		start = time.Now()
 		e.observe(ctx, Event{Kind: EventWaitStarted, Lock: ln.name(), Locks: ln.names(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: req.Wait})
 	}
 	checked := time.Now()
@@ -79,7 +80,7 @@ func lockIn[G any](ln line[G], ctx context.Context, req Request) (G, error) {
 		ln.observeEnd(ctx, req, entry, start, none, err)
 		return none, err
 	}
-	g, err := take(ln, ctx, req, entry)
+	g, err := take(ln, ctx, req, entry, start)
 	if err != nil && !errors.Is(err, errs.ErrLocked) {
 		// Whatever the call left in Redis is a trace once it returns.
 		ln.ended(req, entry)
@@ -97,8 +98,9 @@ func (l *Mutex) entry(req Request) string {
 	return queue.Entry(queue.NewID()+l.e.tag+queue.WakeVersion, req.Lease, req.Owner)
 }
 
-// take is Lock once the engine's checks passed, under entry.
-func take[G any](ln line[G], ctx context.Context, req Request, entry string) (G, error) {
+// take is Lock, begun at start, once the engine's checks passed, under
+// entry.
+func take[G any](ln line[G], ctx context.Context, req Request, entry string, start time.Time) (G, error) {
 	var none G
 	e := ln.engine()
 	if req.Wait && e.hub.Subscribed(ln.wake()) {
@@ -107,7 +109,7 @@ func take[G any](ln line[G], ctx context.Context, req Request, entry string) (G,
 		// trip, and the first wait-mode poll grants a free lock as a try
 		// would, or else takes a place in line: one round trip where a try
 		// first would make two.
-		return wait(ln, ctx, req, entry, nil)
+		return wait(ln, ctx, req, entry, start, nil)
 	}
 	sent := time.Now()
 	// answered receives the outcome of an attempt that ctx cut short, once
@@ -128,12 +130,12 @@ func take[G any](ln line[G], ctx context.Context, req Request, entry string) (G,
 		// replicas did not acknowledge: wait in line, which keeps trying
 		// (and claims such a grant without counting it again), bounded
 		// by ctx.
-		e.log.Warn("fairlock: lock attempt failed, waiting", "lock", ln.name(), "err", err)
+		e.log.Log(ctx, failLevel(err), "fairlock: lock attempt failed, waiting", lineAttrs(ln, req.Owner, start, "err", err)...)
 		var pending error
 		if unacked(err) {
 			pending = err
 		}
-		return wait(ln, ctx, req, entry, pending)
+		return wait(ln, ctx, req, entry, start, pending)
 	case unacked(err):
 		// Granted, not acknowledged, and not to be waited for (TryLock,
 		// a context that ended, a WAIT refused): give it back.
@@ -144,24 +146,24 @@ func take[G any](ln line[G], ctx context.Context, req Request, entry string) (G,
 		select {
 		case last := <-answered:
 			if failedRound(last) {
-				return none, unavailable(err, last)
+				return none, withUnavailable(err, last)
 			}
 			return none, err
 		default:
-			return none, unavailable(err, nil)
+			return none, withUnavailable(err, nil)
 		}
 	case err != nil:
 		return none, err
 	case rep.Granted && !late(req, sent):
 		return ln.grant(ctx, req, entry, rep, sent, req.Lease, handing{})
 	case rep.Granted && req.Wait:
-		return wait(ln, ctx, req, entry, nil) // its first poll claims the grant
+		return wait(ln, ctx, req, entry, start, nil) // its first poll claims the grant
 	case rep.Granted:
 		return claimTry(ln, ctx, req, entry)
 	case !req.Wait:
 		return none, errs.ErrLocked
 	}
-	return wait(ln, ctx, req, entry, nil)
+	return wait(ln, ctx, req, entry, start, nil)
 }
 
 // dropUnacked gives back a level that a call granted but the replicas did
@@ -265,13 +267,14 @@ func unanswered(err error) bool {
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// wait is the slow path of Lock: subscribe, then poll in wait mode until
-// granted, sleeping on the hub's signal or the script's hint in between.
+// wait is the slow path of Lock, begun at start: subscribe, then poll in
+// wait mode until granted, sleeping on the hub's signal or the script's
+// hint in between.
 //
 // pending is the error of the fast path's attempt when it granted the lock
 // to entry but the replicas did not acknowledge it: the first poll claims
 // that grant (the count stays) and waits for the replicas again.
-func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pending error) (G, error) {
+func wait[G any](ln line[G], ctx context.Context, req Request, entry string, start time.Time, pending error) (G, error) {
 	var none G
 	e := ln.engine()
 	watched := time.Now()
@@ -299,6 +302,7 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 	timer.Stop() // armed by each poll's answer; no stale tick can follow (Go 1.23 timers)
 	defer timer.Stop()
 	retry := retryMin
+	failing := false         // the last poll failed: the next failure is logged at Debug
 	var polled time.Time     // send time of the last poll that Redis answered
 	claims := 0              // polls that claimed a grant answered late
 	queued := false          // a poll left the caller in line: a grant is a hand-over
@@ -357,16 +361,16 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 				case <-left:
 					err = errors.Join(err, leftErr)
 					if ctxEnded(ctx, err) && failedRound(lateErr) {
-						err = unavailable(err, lateErr)
+						err = withUnavailable(err, lateErr)
 					} else if ctxEnded(ctx, err) && failedRound(leftErr) {
-						err = unavailable(err, nil)
+						err = withUnavailable(err, nil)
 					}
 					return none, err
 				default:
 					// Neither the poll nor the leaving was answered
 					// within the grace.
 					if ctxEnded(ctx, err) {
-						err = unavailable(err, nil)
+						err = withUnavailable(err, nil)
 					}
 					return none, err
 				}
@@ -402,7 +406,7 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 			timer.Reset(0)
 		case err == nil:
 			answered := time.Now()
-			queued = true
+			queued, failing = true, false
 			clock = serverClock{sent: sent, answered: answered, server: rep.ServerTime}
 			if e.observing() {
 				ev := Event{Lock: ln.name(), Locks: ln.names(), Owner: req.Owner, Call: queue.WaiterIDOf(entry), Wait: true, Sent: sent, Answered: answered}
@@ -441,7 +445,12 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 			if unacked(err) {
 				unackedErr = err
 			}
-			e.log.Warn("fairlock: poll failed, retrying", "lock", ln.name(), "err", err, "retry", retry)
+			level := slog.LevelDebug
+			if !failing {
+				level = failLevel(err) // the first of a stretch, unless Redis is unreachable (see reach)
+			}
+			failing = true
+			e.log.Log(ctx, level, "fairlock: poll failed, retrying", lineAttrs(ln, req.Owner, start, "err", err, "retry", retry)...)
 			timer.Reset(retry)
 			retry = min(2*retry, retryMax)
 		}
@@ -465,9 +474,9 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, pen
 			err := errors.Join(ctx.Err(), leftErr)
 			switch {
 			case failed != nil:
-				err = unavailable(err, failed)
+				err = withUnavailable(err, failed)
 			case !done || failedRound(leftErr):
-				err = unavailable(err, nil)
+				err = withUnavailable(err, nil)
 			}
 			return none, err
 		case <-e.closing:
@@ -530,7 +539,7 @@ func watchShared[G any](ln line[G], ctx context.Context, entry string) *notify.W
 	e := ln.engine()
 	w, err := e.hub.Watch(ctx, channel, entry)
 	if err != nil {
-		e.log.Debug("fairlock: not watching the shared wake channel", "lock", ln.name(), "err", err)
+		e.log.Debug("fairlock: not watching the shared wake channel", "lock", ln.name(), "kind", ln.lockKind(), "err", err)
 		return nil
 	}
 	return w
@@ -592,7 +601,7 @@ func giveUp[G any](ln line[G], ctx context.Context, owner, entry string) error {
 	}
 	if err != nil {
 		e.log.Warn("fairlock: could not leave the queue; the entry expires after the waiter TTL",
-			"lock", ln.name(), "err", err)
+			"lock", ln.name(), "kind", ln.lockKind(), "owner", owner, "err", err)
 		return fmt.Errorf("fairlock: leaving the queue: %w", err)
 	}
 	return nil
@@ -609,8 +618,8 @@ func leaveLater[G any](ln line[G], owner, entry string) {
 		return err == nil || !retryable(err)
 	})
 	if !done && !closed {
-		e.log.Warn("fairlock: could not leave the queue; the entry expired after the waiter TTL",
-			"lock", ln.name())
+		e.log.Debug("fairlock: could not leave the queue; the entry expired after the waiter TTL",
+			"lock", ln.name(), "kind", ln.lockKind(), "owner", owner)
 	}
 }
 

@@ -18,9 +18,12 @@ import (
 // expires nameTTL after its last write, is written again every nameEvery
 // while the Client is open, and is deleted by Close: a named Client keeps
 // one small key while it runs, and a minute at most after its process
-// died. A name is not put in each waiter entry and hold instead: entries
-// are parsed by the scripts of every version of a rolling upgrade, and a
-// name there would cost its bytes in every entry, hold and wake message.
+// died. A server that restarted without its data (or a replica promoted
+// before the key reached it) has lost the key: it is written again at
+// once when the Client notices, not at the next turn (see rename). A
+// name is not put in each waiter entry and hold instead: entries are
+// parsed by the scripts of every version of a rolling upgrade, and a name
+// there would cost its bytes in every entry, hold and wake message.
 
 const (
 	nameTTL   = time.Minute
@@ -32,6 +35,11 @@ type naming struct {
 	key  string
 	name string
 	once sync.Once
+	kick chan struct{} // capacity 1: write the name now (see rename)
+}
+
+func newNaming(key, name string) *naming {
+	return &naming{key: key, name: name, kick: make(chan struct{}, 1)}
 }
 
 // nameKey is the key a Client with tag writes its name under.
@@ -46,8 +54,23 @@ func (e *Engine) announce() {
 	e.naming.once.Do(func() { e.wg.Go(e.keepName) })
 }
 
-// keepName writes the name now and every nameEvery until Close, and then
-// deletes it. Failures are logged and tried again at the next turn.
+// rename has the engine's name written again now, once its keeper runs:
+// the Client noticed that Redis may have lost it (Redis answers again
+// after an outage, a pub/sub connection was rebuilt, a hold's key was
+// found gone). It never blocks.
+func (e *Engine) rename() {
+	if e.naming == nil {
+		return
+	}
+	select {
+	case e.naming.kick <- struct{}{}:
+	default:
+	}
+}
+
+// keepName writes the name now, every nameEvery and whenever rename asks,
+// until Close, and then deletes it. Failures are logged and tried again
+// at the next turn.
 func (e *Engine) keepName() {
 	n := e.naming
 	warned := false
@@ -59,16 +82,19 @@ func (e *Engine) keepName() {
 			ctx, cancel := e.detached(context.Background())
 			defer cancel()
 			if err := e.rdb.Del(ctx, n.key).Err(); err != nil {
-				e.log.Warn("fairlock: could not delete the Client's name; it expires by itself", "key", n.key, "err", err)
+				e.log.Debug("fairlock: could not delete the Client's name; it expires by itself", "key", n.key, "err", err)
 			}
 			return
+		case <-n.kick:
 		case <-t.C:
 		}
 		ctx, cancel := e.detached(context.Background())
+		sent := time.Now()
 		err := shortly.Run(ctx, func() error { return e.rdb.Set(ctx, n.key, n.name, nameTTL).Err() })
 		cancel()
+		e.called(sent, err)
 		if err != nil && !warned {
-			e.log.Warn("fairlock: could not write the Client's name; Inspect shows its id only", "key", n.key, "err", err)
+			e.log.Log(context.Background(), failLevel(err), "fairlock: could not write the Client's name; Inspect shows its id only", "key", n.key, "err", err)
 		}
 		warned = err != nil
 		t.Reset(nameEvery)

@@ -19,8 +19,7 @@ import (
 type QHold struct {
 	holdState // owner, lease, levels, end; its mu guards the fields below too
 	l         *QMutex
-	waited    bool // granted after waiting in line
-	took      time.Time
+	waited    bool            // granted after waiting in line
 	octx      context.Context // the values of the Lock call, for the observer
 	// ord orders the hold's calls on each master, after those of the
 	// Lock call that took it (see order).
@@ -36,7 +35,7 @@ type QHold struct {
 // newHold returns the hold of a grant whose views count a majority until
 // validity, and hands it to the watchdog.
 func (l *QMutex) newHold(ctx context.Context, req Request, entry string, views []qview, validity time.Time, waited bool, ord *order) *QHold {
-	h := &QHold{l: l, waited: waited, octx: context.WithoutCancel(ctx), took: time.Now(), views: views, validity: validity, ord: ord}
+	h := &QHold{l: l, waited: waited, octx: context.WithoutCancel(ctx), views: views, validity: validity, ord: ord}
 	h.init(req, entry)
 	// A fresh hold is renewed a third of its lease after its grant. One
 	// granted by joins and pushes is known for min(lease, waiter TTL)
@@ -137,7 +136,7 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 	}
 	if err := h.live(); err != nil {
 		h.mu.Unlock()
-		h.lose(false)
+		h.lose(false, "its validity passed", nil)
 		return 0, err
 	}
 	if h.committed != 0 {
@@ -191,7 +190,7 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 		case n < qm.q:
 			return 0, qm.noQuorum(ctx, n, " the commit")
 		}
-		h.lose(false)
+		h.lose(false, "fewer than a majority of the masters hold it (found by Token)", nil)
 		return 0, errs.ErrLeaseLost
 	}
 	return 0, fmt.Errorf("%w: the hold's token kept moving while it was committed", errs.ErrLeaseLost)
@@ -287,7 +286,7 @@ func (h *QHold) enter(ctx context.Context) error {
 	case n < qm.q:
 		return qm.noQuorum(ctx, n, "")
 	}
-	h.lose(false)
+	h.lose(false, "fewer than a majority of the masters hold it (found by a re-entry)", nil)
 	return errs.ErrLeaseLost
 }
 
@@ -322,7 +321,7 @@ func (h *QHold) Unlock(ctx context.Context) error {
 		// paused, or busy), but no majority is known to keep it: it was
 		// lost, and what is left of it is released in the background.
 		h.mu.Unlock()
-		h.lose(false)
+		h.lose(false, "its validity passed before Unlock", nil)
 		return errs.ErrLeaseLost
 	}
 	last, _ := h.leave() // live, as checked above
@@ -435,11 +434,16 @@ func (h *QHold) endFor(cause error, ranOut bool) (int, bool) {
 	return levels, true
 }
 
-// lose ends the hold with errs.ErrLeaseLost, and releases what is left of
-// it on the masters in the background.
-func (h *QHold) lose(ranOut bool) {
+// lose ends the hold with errs.ErrLeaseLost, logs the loss at Error (why
+// says how it was found, err what failed if anything), and releases what
+// is left of it on the masters in the background.
+func (h *QHold) lose(ranOut bool, why string, err error) {
 	levels, ok := h.endFor(errs.ErrLeaseLost, ranOut)
-	if ok && levels > 0 {
+	if !ok {
+		return
+	}
+	logLost(h.l.qm.log, why, err, h.logAttrs())
+	if levels > 0 {
 		h.mu.Lock()
 		committed := h.committed
 		h.mu.Unlock()
@@ -534,8 +538,12 @@ func (h *QHold) renew() {
 	if err != nil && qm.cfg.Observe != nil {
 		qm.observe(h.octx, Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner, Call: queue.WaiterIDOf(h.entry), Err: err})
 	}
-	if lost || expired {
-		h.lose(false)
+	switch {
+	case lost:
+		h.lose(false, "fewer than a majority of the masters can hold it", err)
+		return
+	case expired:
+		h.lose(false, "renewals did not reach a majority before its validity passed", err)
 		return
 	}
 	qm.dog.watch()
@@ -578,7 +586,11 @@ func (d *qdog) run() {
 			case h.ended:
 			case !now.Before(h.validity):
 				h.mu.Unlock()
-				h.lose(h.fixed)
+				why := "its validity passed before a renewal reached a majority"
+				if h.fixed {
+					why = "the fixed lease ran out before Unlock"
+				}
+				h.lose(h.fixed, why, nil)
 				continue
 			case h.renewing:
 				next = minTime(next, h.validity)

@@ -64,7 +64,10 @@ func NewQuorum(masters []Redis, cfg Config, qc QuorumConfig) (*Quorum, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	tag := queue.NewTag()
+	tag := cfg.Tag
+	if tag == "" {
+		tag = queue.NewTag()
+	}
 	qm := &Quorum{
 		q:     len(masters)/2 + 1,
 		cfg:   cfg,
@@ -74,10 +77,12 @@ func NewQuorum(masters []Redis, cfg Config, qc QuorumConfig) (*Quorum, error) {
 		skews: make([]atomic.Int64, len(masters)),
 	}
 	qm.init(cfg.CallTimeout)
-	for _, rdb := range masters {
+	for i, rdb := range masters {
 		c := cfg
 		c.Observe = nil // the Quorum reports its calls' events itself
 		c.Name = ""     // a quorum Client writes no name
+		c.Tag = tag     // one entry names the Client on every master
+		c.Logger = cfg.Logger.With(slog.Int("master", i))
 		e, err := NewEngine(rdb, c)
 		if err != nil {
 			for _, e := range qm.masters {
@@ -85,7 +90,6 @@ func NewQuorum(masters []Redis, cfg Config, qc QuorumConfig) (*Quorum, error) {
 			}
 			return nil, err
 		}
-		e.tag = tag // one entry names the Client on every master
 		qm.masters = append(qm.masters, e)
 	}
 	qm.dog = &qdog{qm: qm, kick: make(chan struct{}, 1)}
@@ -284,8 +288,9 @@ func (qm *Quorum) run(ctx context.Context, i int, build func(*lua.Scripts) lua.C
 	if err != nil {
 		return lua.QReply{}, err
 	}
+	sent := time.Now()
 	rep, err := read(e.run(ctx, build(s)))
-	e.topo.failed(err) // a member that is a Cluster reloads its slot map, as an Engine's call does
+	e.called(sent, err) // as an Engine's call: a member that is a Cluster reloads its slot map
 	if err != nil {
 		return lua.QReply{}, refusal(err)
 	}
@@ -365,6 +370,7 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 		rdb := l.qm.masters[i].rdb
 		var hm *redis.SliceCmd
 		var pt *redis.DurationCmd
+		sent := time.Now()
 		err := shortly.Run(ctx, func() error {
 			p := rdb.Pipeline()
 			hm = p.HMGet(ctx, l.keys.Lock, "owner", "count")
@@ -373,9 +379,10 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 			return err
 		})
 		if err != nil && !errors.Is(err, redis.Nil) {
-			l.qm.masters[i].topo.failed(err)
+			l.qm.masters[i].called(sent, err)
 			return lua.QReply{}, err
 		}
+		l.qm.masters[i].called(sent, nil)
 		r := holdRead{ok: true, ttl: pt.Val()}
 		if v := hm.Val(); len(v) == 2 {
 			r.owner, _ = v[0].(string)
@@ -580,8 +587,9 @@ func (l *QMutex) flag(ctx context.Context, i int, build func(*lua.Scripts) lua.C
 	if err != nil {
 		return false, err
 	}
+	sent := time.Now()
 	ok, err := lua.ReadFlag(e.run(ctx, build(s)))
-	e.topo.failed(err)
+	e.called(sent, err)
 	if err != nil && !publishRefused(err) {
 		return false, refusal(err)
 	}

@@ -91,7 +91,7 @@ func (l *QMutex) Lock(ctx context.Context, req Request) (*QHold, error) {
 		if !again {
 			break
 		}
-		qm.log.Warn("fairlock: a quorum waiter lost its majority; it starts over", "lock", l.keys.Name)
+		qm.log.Warn("fairlock: a quorum waiter lost its majority; it starts over", callAttrs(l.keys.Name, kindQuorumMutex, req.Owner, start)...)
 	}
 	if qm.cfg.Observe != nil {
 		ev := Event{Lock: l.keys.Name, Owner: req.Owner, Call: call, Wait: req.Wait, Waited: time.Since(start)}
@@ -330,7 +330,8 @@ func (w *qwaiter) poll(ctx context.Context, i int) {
 	cancel()
 	var sig <-chan struct{}
 	if err != nil {
-		qm.log.Warn("fairlock: a quorum master refused the wake channel; its grants are found by polls", "master", i, "err", err)
+		qm.log.Warn("fairlock: a quorum master refused the wake channel; its grants are found by polls",
+			"lock", w.l.keys.Name, "kind", kindQuorumMutex, "owner", w.req.Owner, "master", i, "err", err)
 	} else {
 		defer watcher.Stop()
 		sig = watcher.C()
@@ -372,7 +373,7 @@ func (w *qwaiter) poll(ctx context.Context, i int) {
 		if err != nil {
 			delay = retryMin
 			if !errors.Is(err, errs.ErrClosed) {
-				qm.log.Debug("fairlock: a quorum join failed", "master", i, "err", err)
+				qm.log.Debug("fairlock: a quorum join failed", "lock", w.l.keys.Name, "kind", kindQuorumMutex, "owner", w.req.Owner, "master", i, "err", err)
 			}
 		}
 		t := time.NewTimer(max(delay, time.Millisecond))

@@ -24,8 +24,9 @@ func read[T any](e *Engine, ctx context.Context, f func(ctx context.Context) (T,
 	return within(e, ctx, func() (T, error) {
 		rctx, cancel := e.bounded(ctx)
 		defer cancel()
+		sent := time.Now()
 		v, err := shortly.Do(rctx, func() (T, error) { return f(rctx) })
-		e.topo.failed(err)
+		e.called(sent, err)
 		return v, err
 	}, nil)
 }
@@ -159,7 +160,7 @@ func (l *Mutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return removed, refusal(err)
 	}, func(removed bool, err error) {
 		l.e.log.Info("fairlock: force-unlock answered after its caller gave up",
-			"lock", l.keys.Name, "removed", removed, "err", err)
+			l.lockAttrs("removed", removed, "err", err)...)
 	})
 }
 

@@ -2,6 +2,7 @@ package fair
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -68,8 +69,8 @@ func (h *Hold) Unlock(ctx context.Context) error {
 	dctx, cancelWait := context.WithDeadline(context.Background(), deadline)
 	defer cancelWait()
 	out, early := fl.wait(dctx, nil, func(out released, _ error) {
-		if err := h.settle(out, last, call, lease); err != nil {
-			h.l.e.log.Warn("fairlock: an Unlock that returned at its deadline got its answer", "lock", h.l.keys.Name, "err", err)
+		if err := h.settle(out, last, call, lease); err != nil && !errors.Is(err, errs.ErrLeaseLost) { // a loss is logged as such
+			h.l.e.log.Warn("fairlock: an Unlock that returned at its deadline got its answer", h.logAttrs("err", err)...)
 		}
 	})
 	if early != nil {
@@ -138,7 +139,8 @@ func (h *Hold) settle(out released, last bool, call string, lease time.Duration)
 		}
 		return fmt.Errorf("fairlock: unlock: %w (sent again in the background until Redis takes it or the lease runs out)", err)
 	case n < 0 || (n == 0 && !last):
-		h.end(errs.ErrLeaseLost)
+		h.endLost("Unlock found the hold gone in Redis", nil)
+		h.l.e.rename() // the server may have lost its data
 		return errs.ErrLeaseLost
 	case last && n > 0 && !h.shared:
 		// Redis counts levels that this process no longer does: releases
@@ -207,7 +209,7 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 		switch {
 		case unacked(err) && !retryable(err):
 			h.l.e.log.Warn("fairlock: released on the primary, but the replicas' acknowledgement could not be asked for",
-				"lock", h.l.keys.Name, "err", err)
+				h.logAttrs("err", err)...)
 			return true
 		case err == nil || publishRefused(err):
 			return true
@@ -221,13 +223,13 @@ func (h *Hold) resendRelease(call string, lease time.Duration) {
 	case done:
 	case closed:
 		h.l.e.log.Warn("fairlock: the Client closed before Redis answered a release; the lock expires after its lease",
-			"lock", h.l.keys.Name)
+			h.logAttrs()...)
 	case unacked(last):
 		h.l.e.log.Warn("fairlock: a release made on the primary was not acknowledged by the replicas within the lease",
-			"lock", h.l.keys.Name, "err", last)
+			h.logAttrs("err", last)...)
 	default:
-		h.l.e.log.Warn("fairlock: could not release the lock; it expired after its lease",
-			"lock", h.l.keys.Name, "err", last)
+		h.l.e.log.Log(context.Background(), failLevel(last), "fairlock: could not release the lock; it expired after its lease",
+			h.logAttrs("err", last)...)
 	}
 }
 
@@ -242,17 +244,17 @@ func (h *Hold) releaseLevels(levels int) error {
 		if unacked(err) {
 			// Released on the primary; nothing more can be done here.
 			h.l.e.log.Warn("fairlock: released a hold that ended, but the replicas did not acknowledge it",
-				"lock", h.l.keys.Name, "err", err)
+				h.logAttrs("err", err)...)
 			err = nil
 		}
 		if publishRefused(err) {
 			h.l.e.log.Warn("fairlock: released a hold that ended, but the wake message was refused",
-				"lock", h.l.keys.Name, "err", err)
+				h.logAttrs("err", err)...)
 			return nil
 		}
 		if err != nil {
-			h.l.e.log.Warn("fairlock: could not release a hold that ended; it expires after its lease",
-				"lock", h.l.keys.Name, "err", err)
+			h.l.e.log.Log(context.Background(), failLevel(err), "fairlock: could not release a hold that ended; it expires after its lease",
+				h.logAttrs("err", err)...)
 			return err
 		}
 		if n <= 0 {

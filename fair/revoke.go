@@ -67,7 +67,7 @@ func (h *Hold) revoked() {
 		return
 	}
 	if _, ended := h.end(errs.ErrLeaseLost); ended {
-		h.l.e.log.Info("fairlock: lease lost: the hold was taken away in Redis (a forced unlock)", "lock", h.l.keys.Name)
+		logLost(h.l.e.log, "the hold was taken away in Redis (a forced unlock)", nil, h.logAttrs())
 	}
 }
 
@@ -89,7 +89,7 @@ func (h *QHold) revoked() {
 		return
 	}
 	if _, ended := h.end(errs.ErrLeaseLost); ended {
-		h.l.qm.log.Info("fairlock: lease lost: the hold was taken away on a majority of the masters (a forced unlock)", "lock", h.l.keys.Name)
+		logLost(h.l.qm.log, "the hold was taken away on a majority of the masters (a forced unlock)", nil, h.logAttrs())
 	}
 }
 

@@ -39,9 +39,10 @@ func (e *Engine) acquiring(ctx context.Context, build func(*lua.Scripts) lua.Cal
 	if err != nil {
 		return queue.Reply{}, err
 	}
+	sent := time.Now()
 	w := e.runScript(ctx, build(s), receipt, receiptTTL)
 	rep, err := read(w.cmd)
-	e.topo.failed(err)
+	e.called(sent, err)
 	switch {
 	case err != nil:
 		return queue.Reply{}, refusal(err)
@@ -66,9 +67,10 @@ func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.
 	if err != nil {
 		return 0, err
 	}
+	sent := time.Now()
 	w := l.e.runScript(ctx, l.releaseScript(s, call, owner, lease, receiptTTL), l.keys.Call(call), receiptTTL)
 	rep, err := lua.ReadRelease(w.cmd)
-	l.e.topo.failed(err)
+	l.e.called(sent, err)
 	if err != nil {
 		return rep.Count, refusal(err)
 	}
@@ -115,8 +117,9 @@ func (l *Mutex) releaseUnwaited(ctx context.Context, owner string) (int, error) 
 	if err != nil {
 		return 0, err
 	}
+	sent := time.Now()
 	rep, err := lua.ReadRelease(l.e.run(ctx, l.releaseScript(s, queue.NewID(), owner, 0, l.e.receiptTTL())))
-	l.e.topo.failed(err)
+	l.e.called(sent, err)
 	if err == nil {
 		l.handOff(rep)
 	}
@@ -155,8 +158,9 @@ func (e *Engine) flagCall(ctx context.Context, build func(*lua.Scripts) lua.Call
 	if err != nil {
 		return false, err
 	}
+	sent := time.Now()
 	ok, err := lua.ReadFlag(e.run(ctx, build(s)))
-	e.topo.failed(err)
+	e.called(sent, err)
 	return ok, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/lua"
@@ -56,9 +57,11 @@ func (e *Engine) checkServer(ctx context.Context) error {
 // inspectServer returns why the server is unsafe (nil: it is safe), and
 // whether that answer is definitive.
 func (e *Engine) inspectServer(ctx context.Context) (error, bool) {
+	sent := time.Now()
 	info, err := e.rdb.Info(ctx, "server").Result()
+	e.called(sent, err)
 	if err != nil {
-		e.log.Warn("fairlock: could not read the server's version; going ahead", "err", err)
+		e.log.Log(ctx, failLevel(err), "fairlock: could not read the server's version; going ahead", "err", err)
 		return nil, redisError(err) // a refused INFO stays refused
 	}
 	version := infoField(info, "redis_version")
@@ -73,7 +76,7 @@ func (e *Engine) inspectServer(ctx context.Context) (error, bool) {
 
 	conf, err := e.rdb.ConfigGet(ctx, "maxmemory*").Result()
 	if err != nil {
-		e.log.Warn("fairlock: could not read the server's eviction policy; make sure it is noeviction",
+		e.log.Log(ctx, failLevel(err), "fairlock: could not read the server's eviction policy; make sure it is noeviction",
 			"err", err)
 		return nil, redisError(err) // a refused CONFIG stays refused
 	}
@@ -179,7 +182,7 @@ func (e *Engine) wakeMode(ctx context.Context) (*wake, error) {
 			w = shardedWake
 		}
 		e.wake.Store(w)
-		e.log.Info("fairlock: wake messages use "+w.scripts.Command, "redis_version", version, "mode", w.mode)
+		e.log.Debug("fairlock: wake messages use "+w.scripts.Command, "redis_version", version, "mode", w.mode.String())
 		return w, nil
 	})
 }
@@ -206,7 +209,9 @@ func (e *Engine) scripts(ctx context.Context) (*lua.Scripts, error) {
 // is refused or names none, from a script; "" when neither says, and an
 // error only when the server could not be asked.
 func (e *Engine) serverVersion(ctx context.Context) (string, error) {
+	sent := time.Now()
 	info, err := e.rdb.Info(ctx, "server").Result()
+	e.called(sent, err)
 	if err != nil && !redisError(err) {
 		return "", err
 	}

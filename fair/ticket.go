@@ -30,7 +30,7 @@ type Ticket struct {
 func (e *Engine) Ticket(keys []queue.Keys) *Ticket {
 	t := &Ticket{e: e, keys: keys}
 	for _, k := range keys {
-		t.locks = append(t.locks, e.Mutex(k))
+		t.locks = append(t.locks, e.Member(k))
 	}
 	return t
 }
@@ -47,7 +47,8 @@ func (t *Ticket) Lock(ctx context.Context, req Request) ([]*Hold, error) {
 
 var _ line[[]*Hold] = (*Ticket)(nil)
 
-func (t *Ticket) engine() *Engine { return t.e }
+func (t *Ticket) engine() *Engine  { return t.e }
+func (t *Ticket) lockKind() string { return kindMultiLock }
 
 // name joins the locks' names with commas.
 func (t *Ticket) name() string { return strings.Join(t.names(), ",") }

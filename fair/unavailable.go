@@ -26,10 +26,10 @@ func failedRound(err error) bool {
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
-// unavailable joins errs.ErrUnavailable with err, the error of a call
+// withUnavailable joins errs.ErrUnavailable with err, the error of a call
 // whose context ended; last, when not nil, is the failure of the call's
 // last round, which it wraps.
-func unavailable(err, last error) error {
+func withUnavailable(err, last error) error {
 	if last == nil {
 		return errors.Join(err, errs.ErrUnavailable)
 	}
@@ -48,7 +48,7 @@ func ctxEnded(ctx context.Context, err error) bool {
 // been out for cleanupGrace or more.
 func unansweredFor(ctx context.Context, err error, since time.Time) error {
 	if ctxEnded(ctx, err) && time.Since(since) >= cleanupGrace {
-		return unavailable(err, nil)
+		return withUnavailable(err, nil)
 	}
 	return err
 }

@@ -3,12 +3,13 @@ package fair
 import (
 	"container/heap"
 	"context"
+	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/internal/pause"
 	"github.com/fairlock/fairlock/internal/shortly"
 	"github.com/fairlock/fairlock/lua"
@@ -145,7 +146,7 @@ func (w *watchdog) run() {
 			// left of it in Redis (the key outlives our end by the call's
 			// transit time) is released, so the next waiter is handed
 			// the lock now rather than when its poll finds the key gone.
-			h.lose(true)
+			h.lose(true, "the fixed lease ran out before Unlock", nil)
 		}
 		if len(renew) > 0 {
 			w.e.wg.Go(func() { w.renew(renew) })
@@ -279,6 +280,20 @@ func (w *watchdog) renewOn(sent time.Time, holds []*Hold) {
 			}
 		}
 	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// Our own bound, not Close: what it cut short, Redis did not
+		// answer in time.
+		var timedOut error
+		for i, err := range out.errs {
+			if errors.Is(err, context.DeadlineExceeded) {
+				out.errs[i] = noAnswer{err}
+				timedOut = out.errs[i]
+			}
+		}
+		if timedOut != nil {
+			w.e.called(sent, timedOut)
+		}
+	}
 	for i, h := range holds {
 		w.settle(h, sent, out.oks[i], out.errs[i])
 	}
@@ -314,6 +329,7 @@ func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
 				cmds[j] = call.EvalSha(ctx, pipe)
 			}
 		}
+		sent := time.Now()
 		_, _ = pipe.Exec(ctx) // every command carries its own outcome
 		var again []int
 		missing := false // the server lacked the script for some
@@ -326,7 +342,7 @@ func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
 			case shortly.Reply(err) && ctx.Err() == nil:
 				again = append(again, i)
 			}
-			w.e.topo.failed(err)
+			w.e.called(sent, err)
 			out.oks[i], out.errs[i] = ok, refusal(err)
 		}
 		switch {
@@ -350,20 +366,33 @@ func (w *watchdog) settle(h *Hold, sent time.Time, ok bool, err error) {
 		// The hold ended (Release, Close) or its last Release is under
 		// way while the renewal was out: no failure, and no more renewals.
 	case err == nil && ok:
+		if h.failing {
+			level := slog.LevelDebug
+			if h.failWarned {
+				level = slog.LevelInfo // a recovery from what was logged at Warn
+			}
+			h.failing, h.failWarned = false, false
+			h.l.e.log.Log(context.Background(), level, "fairlock: renewed the hold after failed renewals", h.logAttrs()...)
+		}
 		h.valid, h.span = sent.Add(h.lease), h.lease
 		w.schedule(h, sent.Add(h.lease/3))
 	case err == nil:
-		h.l.e.log.Info("fairlock: lease lost: the lock is no longer ours", "lock", h.l.keys.Name)
-		h.end(errs.ErrLeaseLost)
+		h.endLost("a renewal found the hold gone in Redis (it expired, was removed, or the server lost it)", nil)
+		h.l.e.rename() // the server may have lost its data
 	case !time.Now().Before(h.giveUp()):
 		h.observeRenewal(err)
-		h.l.e.log.Warn("fairlock: lease lost: renewal failed until the lease nearly ran out",
-			"lock", h.l.keys.Name, "err", err)
-		h.lose(false)
+		h.lose(false, "renewals failed until the lease nearly ran out", err)
 	default:
 		h.observeRenewal(err)
 		retry := max(h.lease/12, 10*time.Millisecond)
-		h.l.e.log.Warn("fairlock: renewal failed, retrying", "lock", h.l.keys.Name, "err", err, "retry", retry)
+		level := slog.LevelDebug
+		if !h.failing {
+			level = failLevel(err) // the first of a stretch, unless Redis is unreachable (see reach)
+			h.failWarned = level >= slog.LevelWarn
+		}
+		h.failing = true
+		h.l.e.log.Log(context.Background(), level, "fairlock: renewal failed, retrying",
+			h.logAttrs("err", err, "retry", retry)...)
 		w.schedule(h, time.Now().Add(retry))
 	}
 }

@@ -23,12 +23,13 @@ import (
 // Semaphore, the capacity its handle believes in.
 type Weights struct {
 	capacity atomic.Int64 // a Semaphore's permits; 0 for a RWMutex
+	rw       bool         // a RWMutex's; fixed
 }
 
 // NewWeights returns the shared part of a weighted lock: a Semaphore's
 // with capacity permits, or a RWMutex's with capacity 0.
 func NewWeights(capacity int64) *Weights {
-	w := &Weights{}
+	w := &Weights{rw: capacity == 0}
 	w.capacity.Store(capacity)
 	return w
 }
@@ -42,7 +43,7 @@ func (w *Weights) SetCapacity(permits int64) { w.capacity.Store(permits) }
 // queue.Weighted) at one level: its calls ask for level.Weight, as a
 // writer when level.Excl.
 func (e *Engine) Weighted(keys queue.Keys, w *Weights, level lua.Level) *Mutex {
-	return &Mutex{e: e, keys: keys, wakeChannel: keys.ClientWake(e.tag), w: w, level: level}
+	return &Mutex{e: e, keys: keys, wakeChannel: keys.ClientWake(e.tag), w: w, level: level, kind: weightedKind(w, level.Excl)}
 }
 
 // weightedAcquire runs wacquire.lua once under call id call.
@@ -80,11 +81,12 @@ func (l *Mutex) Resize(ctx context.Context, permits int64) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
+		sent := time.Now()
 		before, err := lua.ReadCount(l.e.run(cctx, s.WResize(l.keys, permits)))
-		l.e.topo.failed(err)
+		l.e.called(sent, err)
 		return before, refusal(err)
 	}, func(before int64, err error) {
 		l.e.log.Info("fairlock: a change of capacity answered after its caller gave up",
-			"lock", l.keys.Name, "permits", permits, "err", err)
+			l.lockAttrs("permits", permits, "err", err)...)
 	})
 }

@@ -107,7 +107,7 @@ func (h *Hub) rebuild(c *conn, old *redis.PubSub) *redis.PubSub {
 	}
 	if err != nil {
 		h.log.Warn("fairlock: notify: cannot rebuild the pub/sub connection; its channels fail",
-			"error", err)
+			"err", err)
 		for _, t := range h.topics {
 			if t.conn == c {
 				h.failLocked(t, fmt.Errorf("fairlock: notify: subscribing to %q: %w", t.name, err))

@@ -77,8 +77,10 @@ func (m Mode) String() string {
 
 // Options configures a Hub. The zero value is ready to use.
 type Options struct {
-	// Logger receives connection trouble at Warn, recoveries at Info and
-	// malformed payloads at Debug. Nil discards everything.
+	// Logger receives what the hub cannot mend at Warn (a channel whose
+	// subscription fails), recoveries at Info (a connection rebuilt), and
+	// at Debug the failures it mends and malformed payloads: an outage is
+	// told through Failed, to be logged once. Nil discards everything.
 	Logger *slog.Logger
 	// Heartbeat is how long a connection may stay silent before the hub
 	// sends a PING; after a second silent heartbeat the hub rebuilds the
@@ -104,6 +106,13 @@ type Options struct {
 	// hub has woken every waiter of them). It is called on the
 	// connection's reader, outside the hub's lock, and must not block.
 	Rebuilt func()
+	// Failed, if set, is called with the error when a connection of the
+	// hub fails while it is being rebuilt (a single failure that a
+	// rebuild mends is not told), or goes silent for two heartbeats: Redis
+	// may not be reached (the error says; an error reply says it was). It
+	// is called on the connection's goroutines, outside the hub's lock,
+	// and must not block.
+	Failed func(err error)
 	// Linger is how long a channel stays subscribed after its last
 	// waiter stops, so that a Watch of a channel in steady use finds its
 	// subscription confirmed and returns without a round trip (see
@@ -124,6 +133,7 @@ type Hub struct {
 	onMoved     func()                   // Options.Moved
 	onUnclaimed func(channel, id string) // Options.Unclaimed
 	onRebuilt   func()                   // Options.Rebuilt
+	onFailed    func(error)              // Options.Failed
 	linger      time.Duration            // Options.Linger
 
 	ctx       context.Context    // parent of every connection's context; cancelled by Close
@@ -179,6 +189,7 @@ func New(rdb Subscriber, opts Options) *Hub {
 		heartbeat:   hb,
 		onMoved:     opts.Moved,
 		onRebuilt:   opts.Rebuilt,
+		onFailed:    opts.Failed,
 		onUnclaimed: opts.Unclaimed,
 		linger:      opts.Linger,
 		ctx:         ctx,

@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"time"
@@ -54,17 +55,27 @@ func (h *Hub) read(c *conn, ps *redis.PubSub) {
 				h.enqueue(c, op{ps: ps, ping: true})
 				continue
 			}
-			h.log.Warn("fairlock: notify: no data on the pub/sub connection for two heartbeats; rebuilding it",
+			h.log.Debug("fairlock: notify: no data on the pub/sub connection for two heartbeats; rebuilding it",
 				"heartbeat", h.heartbeat)
+			h.failed(fmt.Errorf("fairlock: notify: no data on the pub/sub connection for two heartbeats (%v): %w", h.heartbeat, err))
 		default:
 			// An error reply nothing awaits is most likely the refused
-			// handshake of a new connection: a failure like any other.
-			if failing {
+			// handshake of a new connection (or a refused UNSUBSCRIBE):
+			// a failure like any other, and a refusal to report. A
+			// connection that fails once otherwise (a server that closed
+			// it) is rebuilt without a word above Debug: Failed is told
+			// only when its rebuild fails too.
+			switch {
+			case failing:
 				h.log.Debug("fairlock: notify: pub/sub connection still failing",
-					"error", err, "backoff", backoff)
-			} else {
-				h.log.Warn("fairlock: notify: pub/sub connection failed; rebuilding it",
-					"error", err, "backoff", backoff)
+					"err", err, "backoff", backoff)
+				h.failed(err)
+			case isReply(err):
+				h.log.Warn("fairlock: notify: Redis refused a command on the pub/sub connection; rebuilding it",
+					"err", err, "backoff", backoff)
+			default:
+				h.log.Debug("fairlock: notify: pub/sub connection failed; rebuilding it",
+					"err", err, "backoff", backoff)
 			}
 			failing = true
 			if !pause.For(c.ctx, backoff) {
@@ -80,6 +91,13 @@ func (h *Hub) read(c *conn, ps *redis.PubSub) {
 			return
 		}
 		pinged = false
+	}
+}
+
+// failed tells Options.Failed that a connection failed with err.
+func (h *Hub) failed(err error) {
+	if h.onFailed != nil {
+		h.onFailed(err)
 	}
 }
 
@@ -224,14 +242,14 @@ func (h *Hub) refused(c *conn, reply error) (expected, ended bool) {
 	switch t := k.topic; {
 	case k.unsub != "":
 		h.log.Debug("fairlock: notify: SUNSUBSCRIBE refused; the master does not serve the channel",
-			"channel", k.unsub, "error", reply)
+			"channel", k.unsub, "err", reply)
 	case t != nil && c.sharded && elsewhere(reply):
 		h.log.Debug("fairlock: notify: SSUBSCRIBE refused; the channel's slot is served elsewhere",
-			"channel", t.name, "error", reply)
+			"channel", t.name, "err", reply)
 		h.regroupLocked(t)
 	case t != nil:
 		h.log.Debug("fairlock: notify: Redis refused a subscription",
-			"channel", t.name, "error", reply)
+			"channel", t.name, "err", reply)
 		h.failLocked(t, refusedError(t.name, reply))
 	}
 	if k.rebuilt {

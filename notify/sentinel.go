@@ -105,7 +105,7 @@ func (f *follower) hellos() {
 		closeNow()
 		if isReply(err) && !shortly.Reply(err) {
 			f.h.log.Info("fairlock: notify: Sentinel's hellos refused; following the primary through the client's dials only",
-				"channel", helloChannel, "error", err)
+				"channel", helloChannel, "err", err)
 			return
 		}
 		if !pause.For(ctx, time.Second) {
@@ -228,7 +228,7 @@ func (f *follower) follow(addr string, link *sentinelLink) {
 	_, err := ps.Receive(sctx)
 	cancel()
 	if err != nil {
-		f.h.log.Debug("fairlock: notify: cannot follow a sentinel", "sentinel", addr, "error", err)
+		f.h.log.Debug("fairlock: notify: cannot follow a sentinel", "sentinel", addr, "err", err)
 		return
 	}
 	f.mu.Lock()
@@ -241,7 +241,7 @@ func (f *follower) follow(addr string, link *sentinelLink) {
 	}()
 	err = listen(ctx, ps, func(payload string) { f.announced(ctx, sc, payload) })
 	if ctx.Err() == nil {
-		f.h.log.Debug("fairlock: notify: lost a sentinel", "sentinel", addr, "error", err)
+		f.h.log.Debug("fairlock: notify: lost a sentinel", "sentinel", addr, "err", err)
 	}
 }
 
@@ -278,7 +278,7 @@ func (f *follower) announced(ctx context.Context, sc *redis.SentinelClient, payl
 		moved = f.newerLocked(master, epoch)
 	case f.primary == old:
 		f.h.log.Debug("fairlock: notify: a sentinel announced a switch but did not say the master",
-			"error", err)
+			"err", err)
 		f.primary, moved = master, true // a hello gives its epoch
 	}
 	f.mu.Unlock()

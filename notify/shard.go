@@ -88,7 +88,7 @@ func (h *Hub) learnMode(ctx context.Context) error {
 			return nil
 		}
 		h.log.Debug("fairlock: notify: cannot tell yet how wake messages are published; asking again",
-			"error", err, "backoff", backoff)
+			"err", err, "backoff", backoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-t.C:
@@ -235,7 +235,7 @@ func (h *Hub) regroupLoop() {
 			}
 			if err != nil {
 				h.log.Debug("fairlock: notify: no master known for a channel to regroup; asking again",
-					"channel", name, "error", err)
+					"channel", name, "err", err)
 				it.due = now.Add(minBackoff)
 				pending[name] = it
 				next = minTime(next, it.due)
@@ -280,7 +280,7 @@ func (h *Hub) resubscribe(channel string, key *redis.Client) {
 	}
 	if err != nil {
 		h.log.Warn("fairlock: notify: cannot open a connection to regroup a channel; its waiters will rely on polling",
-			"channel", channel, "error", err)
+			"channel", channel, "err", err)
 		h.mu.Lock()
 		if t := h.topics[channel]; t != nil && t.stale {
 			h.failLocked(t, fmt.Errorf("fairlock: notify: subscribing to %q: %w", channel, err))

@@ -191,7 +191,7 @@ func (h *Hub) failLocked(t *topic, err error) {
 	delete(h.topics, t.name)
 	if t.state == confirmed {
 		h.log.Warn("fairlock: notify: subscription of a watched channel lost; its waiters will rely on polling",
-			"channel", t.name, "error", err)
+			"channel", t.name, "err", err)
 	}
 	t.err = err
 	t.settleLocked(failed)

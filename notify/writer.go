@@ -114,9 +114,16 @@ func (h *Hub) perform(c *conn, o op) {
 	if err == nil || c.ctx.Err() != nil || errors.Is(err, redis.ErrClosed) {
 		return
 	}
-	if h.current(c, o.ps) {
-		h.log.Warn("fairlock: notify: write to the pub/sub connection failed; rebuilding it",
-			"error", err)
+	h.mu.Lock()
+	current := o.ps == c.ps && !c.retired && !h.closed
+	rebuilding := c.rebuilding
+	h.mu.Unlock()
+	if current {
+		h.log.Debug("fairlock: notify: write to the pub/sub connection failed; rebuilding it",
+			"err", err)
+		if rebuilding {
+			h.failed(err) // a rebuild cannot reach Redis
+		}
 		closePubSub(o.ps)
 	}
 }

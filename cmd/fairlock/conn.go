@@ -176,5 +176,8 @@ func quorumString(masters []string) string {
 	for i, m := range masters {
 		r[i] = redactAddr(m)
 	}
+	if len(r) == 1 {
+		return "quorum of 1 master " + r[0]
+	}
 	return fmt.Sprintf("quorum of %d masters %s", len(masters), strings.Join(r, ","))
 }

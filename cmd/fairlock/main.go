@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/deploy"
+	"github.com/fairlock/fairlock/queue"
 )
 
 func main() {
@@ -135,6 +136,9 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (pos [
 	}
 	if chosen := c.spec.Chosen(); len(c.masters) > 0 && len(chosen) > 0 {
 		return nil, c.usageError(stderr, fmt.Errorf("-masters and %s exclude each other: give one", chosen[0])), false
+	}
+	if err := queue.ValidatePrefix(c.prefix); err != nil {
+		return nil, c.usageError(stderr, fmt.Errorf("-prefix: %w", err)), false
 	}
 	if c.timeout <= 0 {
 		return nil, c.usageError(stderr, fmt.Errorf("-timeout %v: want a positive duration", c.timeout)), false

@@ -200,6 +200,7 @@ func TestBadUsageExitsWithStatus2(t *testing.T) {
 		{[]string{"inspect", "-sentinel", "a:1", "a"}, "-sentinel needs -master NAME"},
 		{[]string{"inspect", "-cluster", "a:1,b", "a"}, `-cluster "b"`},
 		{[]string{"inspect", "-timeout", "0", "a"}, "-timeout 0s"},
+		{[]string{"list", "-prefix", "a{b"}, `-prefix: fairlock: invalid key prefix: "a{b" contains a brace`},
 		{[]string{"inspect", "-masters", "a:1,b:2", "-redis", "redis://c:3", "a"}, "-masters and -redis exclude each other"},
 		{[]string{"inspect", "-masters", "a:1,b", "a"}, `-masters "b"`},
 		{[]string{"inspect", "-masters", ",", "a"}, "no address"},

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -51,6 +52,31 @@ func (r *rig) readOwners(h *holds, name string, kind fairlock.Kind) {
 	}
 }
 
+// afterGrants waits until the server's clock has passed the millisecond
+// of the latest grant of the lock of kind called name: holders are shown
+// in the order of their grants' times, in ms, and those of one ms by
+// owner id.
+func (r *rig) afterGrants(c *fairlock.Client, name string, kind fairlock.Kind) {
+	r.t.Helper()
+	require.Eventually(r.t, func() bool {
+		sts, err := c.InspectAll(context.Background(), name)
+		if err != nil {
+			return false
+		}
+		for _, st := range sts {
+			if st.Kind != kind {
+				continue
+			}
+			for _, h := range st.Holders {
+				if st.At.UnixMilli() <= h.Since.UnixMilli() {
+					return false
+				}
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the server's clock never passed the grant of %s %q", kind, name)
+}
+
 // semaphoreLine sets up the Semaphore name of 3 permits: two holders
 // of 2 and 1 permits, then two waiters for 2 and 1.
 func (r *rig) semaphoreLine(name string) *holds {
@@ -61,6 +87,7 @@ func (r *rig) semaphoreLine(name string) *holds {
 		held, err := c.Semaphore(name, 3).Acquire(context.Background(), n)
 		require.NoError(r.t, err)
 		h.clients, h.holds = append(h.clients, c), append(h.holds, held)
+		r.afterGrants(c, name, fairlock.KindSemaphore)
 	}
 	for i, n := range []int64{2, 1} {
 		c := r.client()
@@ -84,6 +111,7 @@ func (r *rig) rwLine(name string) *holds {
 		held, err := c.RWMutex(name).RLock(context.Background())
 		require.NoError(r.t, err)
 		h.clients, h.holds = append(h.clients, c), append(h.holds, held)
+		r.afterGrants(c, name, fairlock.KindRWMutex)
 	}
 	cw, cr := r.client(), r.client()
 	h.waiters = []*fairlock.Client{cw, cr}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,6 +74,8 @@ func TestUnlockWithYesRemovesTheHoldGrantsTheNextWaiterAndSaysTheOverlap(t *test
 				require.ErrorIs(t, context.Cause(l.held), fairlock.ErrLeaseLost, "the former holder's context ended")
 			case <-h.Done():
 				t.Fatal("w1's hold ended")
+			case <-time.After(10 * time.Second):
+				t.Fatal("the former holder's context did not end")
 			}
 		})
 	}

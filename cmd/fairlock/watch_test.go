@@ -272,7 +272,7 @@ func TestWatchSaysWhenRedisGoesAndComesBack(t *testing.T) {
 	p := faultproxy.New(t, s.Addr)
 	r := &rig{t: t, flags: []string{"-redis", "redis://" + p.Addr() + "/0"}}
 	w := r.watch("-every", "50ms", "-timeout", "500ms", "-idle", "x")
-	first, _ := w.next(func(watchJSON) bool { return true }, time.Second) // a timer view
+	first, _ := w.next(func(watchJSON) bool { return true }, 5*time.Second) // a timer view
 	require.NotNil(t, first.At)
 	p.Reject()
 	down, _ := w.next(func(v watchJSON) bool { return v.Why == "error" }, 5*time.Second)

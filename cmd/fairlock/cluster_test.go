@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -36,44 +34,41 @@ func TestInspectListAndUnlockOnACluster(t *testing.T) {
 
 	code, out, errs := r.cmd("list")
 	require.Equal(t, exitOK, code, errs)
-	assert.Equal(t, strings.Join(names, "\n")+"\n", out)
+	assert.Equal(t, len(names)+1, strings.Count(out, "\n"), out)
 	code, out, errs = r.cmd("list", "-json")
 	require.Equal(t, exitOK, code, errs)
 	var got []string
-	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	for _, n := range decode[listJSON](t, out).Names {
+		got = append(got, n.Name)
+		assert.Equal(t, "mutex", n.Locks[0].Kind)
+	}
 	assert.Equal(t, names, got)
 
 	code, out, errs = r.cmd("inspect", "a")
 	require.Equal(t, exitOK, code, errs)
-	assert.Contains(t, out, "1. owner w1  client "+l.waiters[0].ID())
+	assert.Contains(t, out, "1. lock    owner w1  client "+l.waiters[0].ID())
 	code, out, errs = r.cmd("inspect", "-json", "a")
 	require.Equal(t, exitOK, code, errs)
-	var st lockJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
-	require.NotNil(t, st.Holder)
-	assert.Equal(t, "boss", st.Holder.Owner)
+	st := decode[inspectJSON](t, out).Locks[0]
+	assert.Equal(t, []string{"boss"}, owners(st.Holders))
 	require.Len(t, st.Waiters, 1)
 
 	// A watch on a cluster redraws on its timer (sharded wake channels
 	// cannot be subscribed by pattern): it shows the next holder.
-	wout, werrs, wcode := startWatch(t.Context(), append(append([]string{"watch"}, r.flags...), "-for", "3s", "-every", "100ms", "-json", "a")...)
+	wout, werrs, wcode := startWatch(t.Context(), r.args("watch", "-for", "3s", "-every", "100ms", "-json", "a")...)
 	waitOutput(t, wout, `"owner":"boss"`, 2*time.Second)
 
-	token, err := l.holder.Mutex("a").Token(l.held)
-	require.NoError(t, err)
+	tok := token(t, l.holder.Mutex("a").Token, l.held)
 	code, out, errs = r.cmd("unlock", "-force", "-yes", "-json", "a")
 	require.Equal(t, exitOK, code, errs)
-	var u unlockJSON
-	require.NoError(t, json.Unmarshal([]byte(out), &u), out)
-	assert.Equal(t, unlockJSON{Name: "a", Removed: true, Owner: "boss", Client: l.holder.ID(), Token: token}, u)
-	select {
-	case <-l.granted[0]:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the next waiter was not granted the lock")
-	}
+	u := decode[unlockJSON](t, out)
+	assert.True(t, u.Removed)
+	require.NotNil(t, u.Holder)
+	assert.Equal(t, []any{"boss", l.holder.ID(), tok}, []any{u.Holder.Owner, u.Holder.Client, u.Holder.Token})
+	granted(t, l.granted[0], "the next waiter")
 	code, out, errs = r.cmd("inspect", "a")
 	require.Equal(t, exitOK, code, errs)
-	assert.Contains(t, out, "held by owner w1", fmt.Sprint(errs))
+	assert.Contains(t, out, "1. owner w1  client", errs)
 	waitOutput(t, wout, `"owner":"w1"`, 2*time.Second)
 	select {
 	case c := <-wcode:

@@ -2,23 +2,26 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
-	"time"
+	"sync"
+	"text/tabwriter"
 
 	"github.com/fairlock/fairlock"
 )
 
-// inspectMain is the inspect command: the state of one lock.
+// inspectMain is the inspect command: the state of the locks of one name.
 func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := c.flags("inspect", "[flags] NAME",
-		"Prints the state of the lock NAME: its holder (owner, Client id, levels,\n"+
-			"fencing token, lease left) and the waiters in order, with their Client ids\n"+
-			"and the time each keeps its place. Exits with 1 when nobody holds it and\n"+
-			"nobody waits for it.\n", stderr)
+		"Prints the state of every lock called NAME that is in use (a Mutex, a\n"+
+			"Semaphore, a RWMutex): its kind, its capacity and use, its holders in the\n"+
+			"order of their grants (owner, Client id and name, weight, count, fencing\n"+
+			"token, time held, lease left) and its waiters in the order they are served\n"+
+			"(kind, owner, Client, weight, time waited, time left, and a MultiLock\n"+
+			"ticket's other locks). With -masters, each master's view besides the\n"+
+			"majority's. Exits with 1 when nobody holds it and nobody waits for it.\n", stderr)
 	pos, code, ok := c.parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -26,33 +29,36 @@ func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if len(pos) != 1 {
 		return c.usageError(stderr, fmt.Errorf("want one lock NAME, got %d arguments", len(pos)))
 	}
-	fl, ctx, done, err := c.session(ctx)
+	d, ctx, done, err := c.session(ctx)
 	if err != nil {
 		return c.fail(stderr, err)
 	}
 	defer done()
-	st, err := fl.Inspect(ctx, pos[0])
+	v, err := readView(ctx, d.fl, pos[0])
 	if err != nil {
 		return c.fail(stderr, err)
 	}
 	if c.json {
-		writeJSON(stdout, stateJSON(st))
-	} else if found(st) {
-		fmt.Fprint(stdout, stateText(st))
+		writeJSON(stdout, inspectJSON{Schema: schemaVersion, Command: "inspect", Name: v.name, At: v.at.UTC(), Locks: locksJSON(v, d.masters)})
+	} else if v.found() {
+		fmt.Fprint(stdout, viewText(v, d.masters))
 	}
-	if !found(st) {
-		return c.notFound(stderr, st.Name, "")
+	if !v.found() {
+		return c.notFound(stderr, v.name, "")
 	}
 	return exitOK
 }
 
-// listMain is the list command: the names of the locks in use.
+// listMain is the list command: the names of the locks in use, with
+// their kinds.
 func listMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c common
 	fs := c.flags("list", "[flags] [PATTERN]",
-		"Prints the names of the locks held or waited on, one a line, sorted; with\n"+
-			"PATTERN (Redis's glob syntax: * ? [abc]) only those that match it. It scans\n"+
-			"every server with SCAN, never KEYS. It exits with 1 when none matches.\n", stderr)
+		"Prints the locks held or waited on, sorted by name, one line per name and\n"+
+			"kind: the name, the kind (mutex, semaphore, rwmutex), its use, and how many\n"+
+			"hold it and wait for it. With PATTERN (Redis's glob syntax: * ? [abc]) only\n"+
+			"the names that match it. It scans every server with SCAN, never KEYS, then\n"+
+			"inspects each name found. It exits with 1 when none matches.\n", stderr)
 	pos, code, ok := c.parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -64,24 +70,41 @@ func listMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(pos) == 1 {
 		pattern = pos[0]
 	}
-	fl, ctx, done, err := c.session(ctx)
+	d, ctx, done, err := c.session(ctx)
 	if err != nil {
 		return c.fail(stderr, err)
 	}
 	defer done()
-	names, err := fl.List(ctx, pattern)
+	names, err := d.fl.List(ctx, pattern)
+	if err != nil {
+		return c.fail(stderr, err)
+	}
+	views, err := readViews(ctx, d.fl, names)
 	if err != nil {
 		return c.fail(stderr, err)
 	}
 	if c.json {
-		if names == nil {
-			names = []string{}
+		out := listJSON{Schema: schemaVersion, Command: "list", Pattern: pattern, Names: []nameJSON{}}
+		for _, v := range views {
+			n := nameJSON{Name: v.name, Locks: []summaryJSON{}}
+			for _, st := range v.locks {
+				n.Locks = append(n.Locks, summaryOf(st))
+			}
+			out.Names = append(out.Names, n)
 		}
-		writeJSON(stdout, names)
-	} else {
-		for _, n := range names {
-			fmt.Fprintln(stdout, n)
+		writeJSON(stdout, out)
+	} else if len(views) > 0 {
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tKIND\tUSE\tHOLDERS\tWAITERS")
+		for _, v := range views {
+			if !v.found() {
+				fmt.Fprintf(tw, "%s\t-\tfree by the time it was inspected\t0\t0\n", v.name)
+			}
+			for _, st := range v.locks {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", v.name, st.Kind, listUse(st), len(st.Holders), len(st.Waiters))
+			}
 		}
+		tw.Flush()
 	}
 	if len(names) == 0 {
 		// Like grep: nothing found is status 1, so that a script can
@@ -92,93 +115,55 @@ func listMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// found reports whether anyone holds the lock or waits for it.
-func found(st fairlock.LockState) bool { return st.Held || len(st.Waiters) > 0 }
-
-// lockJSON is the JSON form of a LockState; durations in milliseconds.
-type lockJSON struct {
-	Name    string       `json:"name"`
-	At      time.Time    `json:"at"`
-	Held    bool         `json:"held"`
-	Holder  *holderJSON  `json:"holder"` // null when not held
-	Waiters []waiterJSON `json:"waiters"`
+// listUse is the use of a lock in list's short form.
+func listUse(st fairlock.LockState) string {
+	switch {
+	case st.Kind == fairlock.KindSemaphore:
+		return fmt.Sprintf("%d/%d permits", st.Used, st.Capacity)
+	case st.Kind == fairlock.KindRWMutex && st.Writer:
+		return "writer"
+	case st.Kind == fairlock.KindRWMutex && st.Readers > 0:
+		return fmt.Sprintf("%d reader(s)", st.Readers)
+	case len(st.Holders) > 0:
+		return "held"
+	}
+	return "free"
 }
 
-type holderJSON struct {
-	Owner       string `json:"owner"`
-	Client      string `json:"client"`                // "" when not known
-	ClientName  string `json:"client_name,omitempty"` // the Client's WithName
-	Count       int    `json:"count"`
-	Token       int64  `json:"token"`
-	LeaseLeftMS int64  `json:"lease_left_ms"`
-}
+// listWorkers bounds the names list inspects at once.
+const listWorkers = 8
 
-type waiterJSON struct {
-	Owner      string `json:"owner"`
-	Client     string `json:"client"`
-	ClientName string `json:"client_name,omitempty"`
-	TimeLeftMS int64  `json:"time_left_ms"`
-}
-
-func stateJSON(st fairlock.LockState) lockJSON {
-	j := lockJSON{Name: st.Name, At: st.At, Held: st.Held, Waiters: []waiterJSON{}}
-	if st.Held {
-		j.Holder = &holderJSON{Owner: st.Owner, Client: st.Client, ClientName: st.ClientName, Count: st.Count, Token: st.Token, LeaseLeftMS: st.LeaseLeft.Milliseconds()}
+// readViews reads the view of each name, a few at once, in the order of
+// names.
+func readViews(ctx context.Context, fl *fairlock.Client, names []string) ([]view, error) {
+	views := make([]view, len(names))
+	errs := make([]error, len(names))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(listWorkers, len(names)) {
+		wg.Go(func() {
+			for i := range next {
+				views[i], errs[i] = readView(ctx, fl, names[i])
+			}
+		})
 	}
-	for _, w := range st.Waiters {
-		j.Waiters = append(j.Waiters, waiterJSON{Owner: w.Owner, Client: w.Client, ClientName: w.ClientName, TimeLeftMS: w.TimeLeft.Milliseconds()})
+	for i := range names {
+		next <- i
 	}
-	return j
-}
-
-// writeJSON writes v as one line of JSON.
-func writeJSON(w io.Writer, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b = fmt.Appendf(nil, `{"error":%q}`, err.Error()) // not reached: plain types
-	}
-	fmt.Fprintf(w, "%s\n", b)
-}
-
-// stateText is the text form of a LockState.
-func stateText(st fairlock.LockState) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "lock %q at %s (server clock)\n", st.Name, st.At.UTC().Format("2006-01-02 15:04:05.000"))
-	if st.Held {
-		fmt.Fprintf(&b, "held by owner %s\n", st.Owner)
-		fmt.Fprintf(&b, "  client      %s\n", clientText(st.Client, st.ClientName))
-		fmt.Fprintf(&b, "  count       %d\n", st.Count)
-		fmt.Fprintf(&b, "  token       %d\n", st.Token)
-		fmt.Fprintf(&b, "  lease left  %s\n", st.LeaseLeft.Round(time.Millisecond))
-	} else {
-		b.WriteString("not held\n")
-	}
-	if len(st.Waiters) == 0 {
-		b.WriteString("no waiters\n")
-		return b.String()
-	}
-	fmt.Fprintf(&b, "waiters (%d, in order):\n", len(st.Waiters))
-	for i, w := range st.Waiters {
-		left := w.TimeLeft.Round(time.Millisecond).String() + " left"
-		if w.TimeLeft <= 0 {
-			left = "gone, to be dropped"
+	close(next)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("inspecting %q: %w", names[i], err)
 		}
-		fmt.Fprintf(&b, "  %d. owner %s  client %s  %s\n", i+1, w.Owner, clientText(w.Client, w.ClientName), left)
 	}
-	return b.String()
+	return views, nil
 }
 
-// clientText is a Client's id, with its name when it has one.
-func clientText(id, name string) string {
-	if name != "" {
-		return fmt.Sprintf("%s (%q)", orUnknown(id), name)
+// join names things in prose: "a", "a and b", "a, b and c".
+func join(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
 	}
-	return orUnknown(id)
-}
-
-func orUnknown(s string) string {
-	if s == "" {
-		return "(unknown)"
-	}
-	return s
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }

@@ -10,10 +10,8 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/deploy"
+	"github.com/fairlock/fairlock/queue"
 )
 
 func main() {
@@ -44,10 +42,10 @@ var commands = map[string]func(ctx context.Context, args []string, stdout, stder
 const usage = `Usage: fairlock COMMAND [flags] [arguments]
 
 Commands:
-  inspect NAME          the holder of the lock NAME and its waiters, in order
-  list [PATTERN]        the names of the locks held or waited on
-  watch NAME            a live view of the lock NAME, redrawn on every hand-over
-  unlock --force NAME   remove the hold of the lock NAME (with --yes)
+  inspect NAME          the locks called NAME of every kind: holders and line, in order
+  list [PATTERN]        the names of the locks held or waited on, with their kinds
+  watch NAME            a live view of the locks called NAME, redrawn on every hand-over
+  unlock --force NAME   remove a hold of the lock NAME (with --yes)
 
 Run 'fairlock COMMAND -h' for the flags of a command.
 `
@@ -55,6 +53,8 @@ Run 'fairlock COMMAND -h' for the flags of a command.
 // run is the command: it runs the subcommand args name and returns the
 // exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	quietRedis()
+	defer redisLog.to(nil)
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return exitError
@@ -74,17 +74,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // common holds the flags every subcommand has.
 type common struct {
-	name    string // the subcommand, for messages
-	spec    deploy.Spec
-	prefix  string
-	json    bool
-	timeout time.Duration
+	name       string // the subcommand, for messages
+	spec       deploy.Spec
+	masters    []string // -masters: a quorum's masters, host:port or redis:// URLs
+	badMasters error    // why -masters is invalid; nil when it is not
+	prefix     string
+	json       bool
+	timeout    time.Duration
+	verbose    bool
+	stderr     io.Writer // where -v sends the logs of go-redis and of the Client
 }
 
 // flags returns the flag set of subcommand name with the common flags.
 // synopsis and about make its usage.
 func (c *common) flags(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
-	c.name = name
+	c.name, c.stderr = name, stderr
 	fs := flag.NewFlagSet("fairlock "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -92,9 +96,11 @@ func (c *common) flags(name, synopsis, about string, stderr io.Writer) *flag.Fla
 		fs.PrintDefaults()
 	}
 	c.spec.Flags(fs, "(default "+defaultRedis+")")
+	fs.Var(mastersFlag{&c.masters, &c.badMasters}, "masters", "the `addresses` of a quorum's masters (NewQuorum), host:port or redis://\nURLs, comma-separated, in the order its Clients list them; excludes\n-redis, -cluster and -sentinel")
 	fs.StringVar(&c.prefix, "prefix", "fairlock", "the key `prefix` of the locks' Clients (WithPrefix)")
-	fs.BoolVar(&c.json, "json", false, "write JSON to stdout")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for Redis: each connection attempt, and each command")
+	fs.BoolVar(&c.json, "json", false, "write JSON to stdout (schema "+schemaVersion+", see docs/operations.md)")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "how long to wait for Redis: each connection attempt, and each command;\nwith -masters, each master's answer to each read")
+	fs.BoolVar(&c.verbose, "v", false, "log go-redis's and the fairlock Client's messages to stderr")
 	return fs
 }
 
@@ -119,13 +125,25 @@ func (c *common) parse(fs *flag.FlagSet, args []string, stderr io.Writer) (pos [
 		}
 		pos, args = append(pos, rest[0]), rest[1:]
 	}
+	if c.verbose {
+		redisLog.to(c.stderr)
+	}
 	if err := c.spec.Validate(); err != nil {
 		return nil, c.usageError(stderr, err), false
+	}
+	if c.badMasters != nil {
+		return nil, c.usageError(stderr, c.badMasters), false
+	}
+	if chosen := c.spec.Chosen(); len(c.masters) > 0 && len(chosen) > 0 {
+		return nil, c.usageError(stderr, fmt.Errorf("-masters and %s exclude each other: give one", chosen[0])), false
+	}
+	if err := queue.ValidatePrefix(c.prefix); err != nil {
+		return nil, c.usageError(stderr, fmt.Errorf("-prefix: %w", err)), false
 	}
 	if c.timeout <= 0 {
 		return nil, c.usageError(stderr, fmt.Errorf("-timeout %v: want a positive duration", c.timeout)), false
 	}
-	if len(c.spec.Chosen()) == 0 {
+	if len(c.spec.Chosen()) == 0 && len(c.masters) == 0 {
 		c.spec.RedisURL = defaultRedis
 	}
 	return pos, exitOK, true
@@ -146,30 +164,18 @@ func (c *common) notFound(stderr io.Writer, name, more string) int {
 
 // fail reports an error of Redis or of the library and returns its status.
 func (c *common) fail(stderr io.Writer, err error) int {
-	fmt.Fprintf(stderr, "fairlock %s: %s: %v\n", c.name, c.spec, err)
+	more := ""
+	if errors.Is(err, context.DeadlineExceeded) {
+		more = fmt.Sprintf(" (no answer within -timeout %v)", c.timeout)
+	}
+	fmt.Fprintf(stderr, "fairlock %s: %s: %v%s\n", c.name, c.where(), err, more)
 	return exitError
 }
 
-// connect returns a go-redis client of the deployment and a fairlock
-// Client on it; close closes both.
-func (c *common) connect() (rdb redis.UniversalClient, fl *fairlock.Client, close func(), err error) {
-	rdb = c.spec.Client(c.timeout)
-	fl, err = fairlock.New(rdb, fairlock.WithPrefix(c.prefix))
-	if err != nil {
-		rdb.Close()
-		return nil, nil, nil, err
+// where names the deployment for messages, without credentials.
+func (c *common) where() string {
+	if len(c.masters) > 0 {
+		return quorumString(c.masters)
 	}
-	return rdb, fl, func() { fl.Close(); rdb.Close() }, nil
-}
-
-// session connects (see connect) for one command's calls, and bounds
-// them by -timeout: it returns the Client, the context of its calls, and
-// what closes both.
-func (c *common) session(ctx context.Context) (*fairlock.Client, context.Context, func(), error) {
-	_, fl, closeAll, err := c.connect()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	return fl, ctx, func() { cancel(); closeAll() }, nil
+	return c.spec.String()
 }

@@ -33,7 +33,7 @@ func TestWatchFollowsASentinelFailover(t *testing.T) {
 	waitOutput(t, out, `"why":"start"`, 5*time.Second)
 	old, err := set.KillPrimary(ctx)
 	require.NoError(t, err)
-	waitOutput(t, out, `"error":`, 10*time.Second)
+	waitOutput(t, out, `"why":"error"`, 10*time.Second)
 	_, err = set.WaitFailover(old, 60*time.Second)
 	require.NoError(t, err)
 	waitOutput(t, out, `"why":"reconnected"`, 30*time.Second)

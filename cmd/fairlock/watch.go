@@ -8,17 +8,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/queue"
 )
 
 // clearScreen moves the cursor home and clears the terminal.
 const clearScreen = "\x1b[H\x1b[2J"
 
-// watchMain is the watch command: a live view of one lock, redrawn on
-// every hand-over and on a timer, until ctx ends or -for has passed.
+// watchMain is the watch command: a live view of the locks of one name,
+// redrawn on every hand-over and on a timer, until ctx ends or -for has
+// passed.
 func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var (
 		c          common
@@ -26,12 +24,13 @@ func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		idle       bool
 	)
 	fs := c.flags("watch", "[flags] NAME",
-		"Shows the state of the lock NAME, as inspect does, and redraws it on every\n"+
-			"hand-over (it listens to the lock's wake channels) and every -every. On a\n"+
-			"Redis Cluster it redraws on the timer only. When Redis goes away it says so,\n"+
+		"Shows the locks called NAME, as inspect does, and redraws them on every\n"+
+			"hand-over (it listens to the locks' wake channels, and to those of the\n"+
+			"first lock of a MultiLock ticket in line) and every -every. On a Redis\n"+
+			"Cluster it redraws on the timer only. When Redis goes away it says so,\n"+
 			"keeps trying, and says when it is back. It runs until interrupted, or for\n"+
-			"-for. On a terminal it redraws the screen; otherwise it appends snapshots\n"+
-			"(with -json, one JSON object a line). A lock that nobody holds or waits\n"+
+			"-for. On a terminal it redraws the screen; otherwise it appends views\n"+
+			"(with -json, one JSON object a line). A name that nobody holds or waits\n"+
 			"for when it starts is not found (exit status 1), unless -idle is given.\n", stderr)
 	fs.DurationVar(&every, "every", time.Second, "redraw at least this often")
 	fs.DurationVar(&dur, "for", 0, "stop after this long (0: run until interrupted)")
@@ -49,55 +48,48 @@ func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return c.usageError(stderr, fmt.Errorf("-for %v: want a positive duration, or 0", dur))
 	}
 	name := pos[0]
-	keys, err := queue.For(c.prefix, name)
-	if err != nil {
+	if _, err := queue.For(c.prefix, name); err != nil {
 		return c.usageError(stderr, err)
 	}
-	rdb, fl, closeAll, err := c.connect()
-	if err != nil {
-		return c.fail(stderr, err)
-	}
-	defer closeAll()
 	if dur > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, dur)
 		defer cancel()
 	}
-	// Hand-overs are published on the lock's wake channels: classic
-	// PUBLISH, caught by one pattern, except on a Redis Cluster, where
-	// Redis 7 SPUBLISHes them on per-Client channels no pattern catches.
+	cctx, cancel := context.WithTimeout(ctx, c.bound())
+	d, err := c.connect(cctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitOK // interrupted while connecting
+		}
+		return c.fail(stderr, err)
+	}
+	defer d.close()
 	// The subscription is confirmed before the first view, so that no
 	// hand-over after it goes unseen.
-	var wakes <-chan *redis.Message
-	if _, cluster := rdb.(*redis.ClusterClient); !cluster {
-		ps := rdb.PSubscribe(ctx, escapeGlob(keys.Wake)+"*")
-		defer ps.Close()
-		sctx, cancel := context.WithTimeout(ctx, c.timeout)
-		_, err := ps.Receive(sctx)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			if strings.HasPrefix(err.Error(), "NOPERM") {
-				err = fmt.Errorf("%w: subscribing to the lock's wake channels (the user needs +psubscribe): %v", fairlock.ErrNoPermission, err)
-			}
-			return c.fail(stderr, err)
+	wk, err := subscribe(ctx, d, c.prefix, name, c.timeout)
+	if err != nil {
+		if ctx.Err() != nil {
+			return exitOK
 		}
-		wakes = ps.Channel()
+		return c.fail(stderr, err)
 	}
-	w := &watcher{c: &c, fl: fl, name: name, out: stdout, tty: isTerminal(stdout), every: every}
+	defer wk.close()
+	w := &watcher{c: &c, d: d, name: name, out: stdout, tty: isTerminal(stdout), every: every, start: time.Now()}
 	// The first read is the first view, and without -idle it also tells
 	// whether the lock is in use at all.
-	st, err := w.read(ctx)
+	v, err := w.read(ctx)
 	switch {
 	case ctx.Err() != nil:
 		return exitOK // interrupted before the first view
 	case err != nil && !idle:
 		return c.fail(stderr, err)
-	case err == nil && !idle && !found(st):
+	case err == nil && !idle && !v.found():
 		return c.notFound(stderr, name, "; -idle watches it all the same")
 	}
-	if err := w.show(st, err, "start"); err != nil {
-		return c.fail(stderr, err)
-	}
+	w.show(v, err, "start")
+	wk.track(ctx, v)
 
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -107,80 +99,97 @@ func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		case <-ctx.Done():
 			return exitOK
 		case <-tick.C:
-		case <-wakes:
+		case <-wk.Heard():
 			why = "hand-over"
+		case <-wk.Followed():
+			why = "follow"
 		}
-		_ = w.refresh(ctx, why) // shown; retried at the next tick
+		v, err := w.read(ctx)
+		if ctx.Err() != nil {
+			return exitOK // the end of the watch, not a failure of Redis
+		}
+		w.show(v, err, why)
+		if err == nil {
+			wk.track(ctx, v)
+		}
 	}
 }
 
-// watcher draws the views of one lock.
+// watcher draws the views of one name.
 type watcher struct {
 	c     *common
-	fl    *fairlock.Client
+	d     *deployment
 	name  string
 	out   io.Writer
 	tty   bool          // redraw the screen rather than append
 	every time.Duration // the timer
-	down  time.Time     // when Redis stopped answering; zero while it answers
+	start time.Time     // when the watch began, by the watcher's clock
+	// last is the server's clock at the last view Redis answered (zero
+	// before the first), answered when it was, by the watcher's
+	// monotonic clock (the watch's start before the first).
+	last, answered time.Time
+	down           bool // the last read failed
 }
 
-// refresh reads the lock and draws it, or draws why it could not.
-func (w *watcher) refresh(ctx context.Context, why string) error {
-	st, err := w.read(ctx)
-	if ctx.Err() != nil {
-		return ctx.Err() // the end of the watch, not a failure of Redis
-	}
-	return w.show(st, err, why)
-}
-
-// read reads the lock, bounded by -timeout.
-func (w *watcher) read(ctx context.Context) (fairlock.LockState, error) {
-	rctx, cancel := context.WithTimeout(ctx, w.c.timeout)
+// read reads the view, bounded by -timeout.
+func (w *watcher) read(ctx context.Context) (view, error) {
+	rctx, cancel := context.WithTimeout(ctx, w.c.bound())
 	defer cancel()
-	return w.fl.Inspect(rctx, w.name)
+	return readView(rctx, w.d.fl, w.name)
 }
 
-// show draws st, read for why, or why it could not be read (err); it
-// returns err.
-func (w *watcher) show(st fairlock.LockState, err error, why string) error {
-	now := time.Now()
+// show draws v, read for why, or why it could not be read (err).
+func (w *watcher) show(v view, err error, why string) {
+	since := w.answered
+	if since.IsZero() {
+		since = w.start
+	}
+	downFor := time.Since(since)
 	if err != nil {
-		if w.down.IsZero() {
-			w.down = now
-		}
+		w.down = true
 		if w.c.json {
-			writeJSON(w.out, map[string]any{"name": w.name, "at": now, "error": err.Error(), "down_since": w.down})
-			return err
+			writeJSON(w.out, watchJSON{Schema: schemaVersion, Command: "watch", Name: w.name, Why: "error", Locks: []lockJSON{},
+				Error: ptr(err.Error()), DownSince: w.lastPtr(), DownForMS: ms(downFor)})
+			return
 		}
-		w.draw(fmt.Sprintf("Redis not answering since %s: %v\nreconnecting (every %s)...\n",
-			w.down.Format("15:04:05"), err, w.every), now, "error")
-		return err
+		last := "the watch began"
+		if !w.last.IsZero() {
+			last = stamp(w.last) + " (server clock, its last answer)"
+		}
+		w.draw("no answer", "error", fmt.Sprintf("Redis not answering since %s, for %s: %v\nreconnecting (every %s)...\n",
+			last, round(downFor), err, w.every))
+		return
 	}
+	j := watchJSON{Schema: schemaVersion, Command: "watch", Name: w.name, Why: why, At: ptr(v.at.UTC()), Locks: locksJSON(v, w.d.masters)}
 	reconnected := ""
-	if !w.down.IsZero() {
-		reconnected = fmt.Sprintf("reconnected at %s, after %s without Redis\n", now.Format("15:04:05"), now.Sub(w.down).Round(time.Millisecond))
-		w.down = time.Time{}
-		why = "reconnected"
+	if w.down {
+		j.Why, j.DownSince, j.DownForMS = "reconnected", w.lastPtr(), ms(downFor)
+		reconnected = fmt.Sprintf("reconnected at %s, after %s without an answer from Redis\n", stamp(v.at), round(downFor))
 	}
+	w.down, w.last, w.answered = false, v.at, time.Now()
 	if w.c.json {
-		writeJSON(w.out, struct {
-			lockJSON
-			Why string `json:"why"`
-		}{stateJSON(st), why})
+		writeJSON(w.out, j)
+		return
+	}
+	w.draw(stamp(v.at), j.Why, reconnected+viewText(v, w.d.masters))
+}
+
+// lastPtr is the server's clock at the last answered view, or nil.
+func (w *watcher) lastPtr() *time.Time {
+	if w.last.IsZero() {
 		return nil
 	}
-	w.draw(reconnected+stateText(st), now, why)
-	return nil
+	return ptr(w.last.UTC())
 }
 
-// draw writes one view with its header.
-func (w *watcher) draw(body string, now time.Time, why string) {
+// draw writes one view with its header: when (the server's clock, or
+// that Redis did not answer) and why.
+func (w *watcher) draw(when, why, body string) {
 	var b strings.Builder
 	if w.tty {
 		b.WriteString(clearScreen)
 	}
-	fmt.Fprintf(&b, "fairlock watch %q on %s, prefix %q: %s (%s)\n", w.name, w.c.spec, w.c.prefix, now.Format("15:04:05.000"), why)
+	fmt.Fprintf(&b, "fairlock watch %q on %s, prefix %q: %s (%s)\n", w.name, w.c.where(), w.c.prefix, when, why)
 	b.WriteString(body)
 	if !w.tty {
 		b.WriteString("\n")
@@ -196,16 +205,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// escapeGlob escapes the characters special in a Redis glob pattern.
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[]\^`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }

@@ -341,13 +341,14 @@ func (c *Client) nameClients(ctx context.Context, st *LockState) error {
 	return nil
 }
 
-// names reads the names of the Clients of tags: from the deployment, or
-// on a quorum Client from the first master that answers.
+// names reads the names of the Clients of tags from the deployment. A
+// quorum Client writes no name, so it reads none: no round trip that a
+// paused master could hold up.
 func (c *Client) names(ctx context.Context, tags []string) (map[string]string, error) {
-	if c.engine != nil {
-		return c.engine.Names(ctx, c.cfg.prefix, tags)
+	if c.engine == nil {
+		return map[string]string{}, nil
 	}
-	return c.run.(*fair.Quorum).Names(ctx, c.cfg.prefix, tags)
+	return c.engine.Names(ctx, c.cfg.prefix, tags)
 }
 
 // inspectQuorum reads the quorum lock name on every master, and makes

@@ -44,9 +44,10 @@ import (
 // passes; a master that has not answered by then is asked again before
 // its first answer counts, and a master found then to be another one's
 // twin never counts (its calls fail, and an error is logged). It logs a
-// warning for an even N, which tolerates no more failures than N-1. Semaphore,
-// RWMutex, MultiLock, Inspect and List are not offered on a quorum
-// Client: their handles fail with ErrInvalidOption.
+// warning for an even N, which tolerates no more failures than N-1.
+// Semaphore, RWMutex and MultiLock are not offered on a quorum Client:
+// their handles fail with ErrInvalidOption. Inspect gives each master's
+// view and the majority's; List names the locks of every master.
 func NewQuorum(ctx context.Context, masters []redis.UniversalClient, opts ...Option) (*Client, error) {
 	if ctx == nil {
 		return nil, errNilContext

@@ -104,20 +104,6 @@ func (l *QMutex) Inspect(ctx context.Context) ([]MasterSnapshot, error) {
 	return slices.Clone(views), nil
 }
 
-// Names returns the names of the Clients with the given tags under
-// prefix, from the first master that answers (each Client writes its
-// name on every master; see Engine.Names).
-func (qm *Quorum) Names(ctx context.Context, prefix string, tags []string) (map[string]string, error) {
-	var err error
-	for _, m := range qm.masters {
-		var names map[string]string
-		if names, err = m.Names(ctx, prefix, tags); err == nil || ctx.Err() != nil {
-			return names, err
-		}
-	}
-	return nil, err
-}
-
 // List returns the names of the quorum locks under prefix that some
 // master holds or has a line for, matching pattern: the union of every
 // master's List, each once, sorted. It fails when a master fails to

@@ -76,10 +76,6 @@ func unlockMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	} else {
 		removed, err = forceWeighted(ctx, d.fl, st, h.Owner)
 	}
-	if u, ok := err.(unsupportedError); ok {
-		fmt.Fprintf(stderr, "fairlock unlock: %v\n", u)
-		return exitError
-	}
 	if err != nil {
 		return c.fail(stderr, err)
 	}

@@ -135,18 +135,28 @@ func TestUnlockOfAWeightedLockNeedsAnOwner(t *testing.T) {
 	assert.Contains(t, errs, fmt.Sprintf(`it would remove the hold of rwmutex "doc" (owner %s, client %s, a reader, `, rw.owners[1], rw.clients[1].ID()))
 	assert.Contains(t, errs, "it may still read while a writer writes")
 
-	for _, c := range []struct{ name, owner, method string }{{"pool", p.owners[0], "Semaphore.ForceRelease"}, {"doc", rw.owners[1], "RWMutex.ForceUnlock"}} {
+	for _, c := range []struct {
+		name, owner string
+		held        context.Context
+	}{{"pool", p.owners[0], p.holds[0]}, {"doc", rw.owners[1], rw.holds[1]}} {
 		code, out, errs = r.cmd("unlock", "--force", "--yes", "-owner", c.owner, c.name)
-		assert.Equal(t, exitError, code, c.name)
-		assert.Empty(t, out, c.name)
-		assert.Contains(t, errs, "needs "+c.method+"(ctx, owner), which this version of the fairlock library does not have: nothing was removed", c.name)
+		require.Equal(t, exitOK, code, "%s: %s", c.name, errs)
+		assert.Contains(t, out, "removed the hold of", c.name)
+		select {
+		case <-c.held.Done():
+			assert.ErrorIs(t, context.Cause(c.held), fairlock.ErrLeaseLost, c.name)
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the forced holder's context is still live", c.name)
+		}
 	}
-	for _, held := range append(p.holds, rw.holds...) {
-		require.NoError(t, held.Err(), "every hold is kept")
-	}
+	require.NoError(t, p.holds[1].Err(), "the Semaphore's other holder keeps its hold")
+	require.NoError(t, rw.holds[0].Err(), "the RWMutex's other reader keeps its hold")
 	code, out, errs = r.cmd("inspect", "-json", "pool")
 	require.Equal(t, exitOK, code, errs)
-	assert.Equal(t, p.owners, owners(decode[inspectJSON](t, out).Locks[0].Holders))
+	got := owners(decode[inspectJSON](t, out).Locks[0].Holders)
+	assert.NotContains(t, got, p.owners[0], "the forced holder is gone")
+	assert.Contains(t, got, p.owners[1])
+	assert.Len(t, got, 2, "the first waiter's 2 permits fit beside the other holder's 1")
 }
 
 // A name held as several kinds: -kind says which.

@@ -57,9 +57,6 @@ const (
 	// (redis.REDIS_VERSION), or nil before Redis 7. It needs none of the
 	// helpers.
 	versionName = "version"
-	// layoutName reads, or writes once, the layout version of a prefix's
-	// keys. It needs none of the helpers either.
-	layoutName = "layout"
 )
 
 // The line of lib.lua that names the publish command, as written and in
@@ -78,7 +75,7 @@ func source(name string) string {
 	if err != nil {
 		panic("lua: unknown script " + name)
 	}
-	if name == renewName || name == versionName || name == qRenewName || name == layoutName {
+	if name == renewName || name == versionName || name == qRenewName {
 		// renew and qrenew touch only the hash (and read the counter)
 		// and publish nothing; version touches nothing. None needs the
 		// helpers.
@@ -174,7 +171,6 @@ var (
 	renewScript   = redis.NewScript(source(renewName))
 	wRenewScript  = redis.NewScript(source(wRenewName))
 	versionScript = redis.NewScript(source(versionName))
-	layoutScript  = redis.NewScript(source(layoutName))
 	qRenewScript  = redis.NewScript(source(qRenewName))
 	qCommitScript = redis.NewScript(source(qCommitName))
 )
@@ -182,16 +178,6 @@ var (
 // Version is version.lua: it answers the server's version as the scripts
 // see it. Read its reply with ReadVersion.
 func Version() Call { return Call{Script: versionScript} }
-
-// Layout is layout.lua: the layout version of the keys under the prefix
-// whose layout key is key (queue.LayoutKey), written as version when it
-// holds none. Read its reply with ReadLayout.
-func Layout(key, version string) Call {
-	return Call{Script: layoutScript, Keys: []string{key}, Args: []any{version}}
-}
-
-// ReadLayout reads the reply of a Layout call: the version the key holds.
-func ReadLayout(cmd *redis.Cmd) (string, error) { return cmd.Text() }
 
 // ReadVersion reads the reply of a Version call: the version, or "" from
 // a server before Redis 7, which does not tell its scripts.

@@ -286,8 +286,7 @@ func convert(s queue.Snapshot) LockState {
 		st.Used = 0 // left over by an ended lease; nothing is stored in force
 	}
 	if len(st.Holders) > 0 && st.Kind == KindMutex {
-		h := st.Holders[0]
-		st.Held, st.Owner, st.Count, st.Token, st.LeaseLeft, st.HeldFor, st.Client = true, h.Owner, h.Count, h.Token, h.LeaseLeft, h.HeldFor, h.Client
+		st.mutexHolder()
 	}
 	for _, w := range s.Waiters {
 		wt := Waiter{Owner: w.Owner, Client: w.Tag, Weight: 1, Locks: w.Locks, WaitedFor: w.Waited, TimeLeft: w.Remaining}
@@ -306,6 +305,13 @@ func convert(s queue.Snapshot) LockState {
 		st.Waiters = append(st.Waiters, wt)
 	}
 	return st
+}
+
+// mutexHolder copies Holders[0], a Mutex's one hold, into the fields
+// that name it.
+func (st *LockState) mutexHolder() {
+	h := st.Holders[0]
+	st.Held, st.Owner, st.Count, st.Token, st.LeaseLeft, st.HeldFor, st.Client = true, h.Owner, h.Count, h.Token, h.LeaseLeft, h.HeldFor, h.Client
 }
 
 // nameClients fills in the names of the Clients st mentions, read in one
@@ -400,11 +406,7 @@ func majority(st *LockState, views []LockState, q int) {
 			st.At = v.At
 		}
 	}
-	type held struct {
-		h  []Holder
-		at int
-	}
-	holds := map[string]*held{}
+	holds := map[string][]Holder{}
 	var order []string
 	for _, v := range views {
 		if len(v.Holders) == 0 {
@@ -413,13 +415,12 @@ func majority(st *LockState, views []LockState, q int) {
 		h := v.Holders[0]
 		key := h.Owner + "\x00" + h.Client
 		if holds[key] == nil {
-			holds[key] = &held{}
 			order = append(order, key)
 		}
-		holds[key].h = append(holds[key].h, h)
+		holds[key] = append(holds[key], h)
 	}
 	for _, key := range order {
-		hs := holds[key].h
+		hs := holds[key]
 		if len(hs) < q {
 			continue
 		}
@@ -429,7 +430,7 @@ func majority(st *LockState, views []LockState, q int) {
 		h.LeaseLeft = kth(hs, q, func(h Holder) int64 { return int64(h.LeaseLeft) }).LeaseLeft
 		h.HeldFor = kth(hs, q, func(h Holder) int64 { return int64(h.HeldFor) }).HeldFor
 		st.Holders = []Holder{h}
-		st.Held, st.Owner, st.Count, st.Token, st.LeaseLeft, st.HeldFor, st.Client = true, h.Owner, h.Count, h.Token, h.LeaseLeft, h.HeldFor, h.Client
+		st.mutexHolder()
 		break
 	}
 	waits := map[string][]Waiter{}

@@ -131,10 +131,14 @@ func isNil(rdb redis.UniversalClient) bool {
 }
 
 // Close releases the Client: Lock calls still waiting return ErrClosed
-// (after leaving the queue), holds still live are released in Redis and
-// their contexts cancelled with cause ErrClosed, the pub/sub connections
+// (after leaving the queue), holds still live have their contexts
+// cancelled with cause ErrClosed at once and are released in Redis (the
+// next waiter is handed each lock, as by Unlock), the pub/sub connections
 // are closed, and every goroutine of the Client has exited when Close
-// returns. All of that runs at once, and calls to Redis still out one call
+// returns. The releases of all the holds go out together, in pipelines
+// per server, and each hold's lease is renewed until its release is
+// answered, so that none lapses while the releases ahead of it go out.
+// All of that runs at once, and calls to Redis still out one call
 // timeout (10s) after Close started are given up, so Close returns within
 // about that even when Redis does not answer. The events queued for the
 // Observer, those of the calls and holds Close ends included, are

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -212,8 +211,10 @@ func (e *Engine) Member(keys queue.Keys) *Mutex {
 
 // Close stops the engine: waiting Lock calls return errs.ErrClosed and take
 // themselves out of the queue, every hold's context is cancelled with
-// errs.ErrClosed and its levels are released, the hub is closed, and Close
-// waits for every goroutine it started. All of that runs at once, and
+// errs.ErrClosed and its levels are released (all the holds' releases in
+// pipelines, the watchdog renewing each hold until its release is
+// answered: see closing.go), the hub is closed, and Close waits for every
+// goroutine it started. All of that runs at once, and
 // every call to Redis still out one call timeout after Close started is
 // given up, so Close returns within about one call timeout even when Redis
 // does not answer. It is idempotent.
@@ -221,7 +222,7 @@ func (e *Engine) Close() error {
 	// Calls in flight return errs.ErrClosed at once (their cleanups go on
 	// in the background); a re-entry that raced with the release of its
 	// hold gives its level back itself (see Hold.Enter).
-	e.shut(func(h *Hold) { h.abandon(errs.ErrClosed) }, func() { _ = e.hub.Close() })
+	e.shut(e.closeHolds, func() { _ = e.hub.Close() })
 	return nil
 }
 

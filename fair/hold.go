@@ -180,12 +180,27 @@ func (h *Hold) end(cause error) (int, bool) {
 // endFor is end; ranOut says the hold ended because its fixed lease ran
 // out, for the observer.
 func (h *Hold) endFor(cause error, ranOut bool) (int, bool) {
+	return h.endAs(cause, ranOut, false)
+}
+
+// endClosing ends the hold for Close, as end does with errs.ErrClosed,
+// but the watchdog keeps renewing what levels it had until their release
+// is answered (see released).
+func (h *Hold) endClosing() (int, bool) {
+	return h.endAs(errs.ErrClosed, false, true)
+}
+
+// endAs is endFor; closing says that Close ends the hold (see
+// holdState.finish).
+func (h *Hold) endAs(cause error, ranOut, closing bool) (int, bool) {
 	var call string
-	levels, ok := h.finish(cause, func() { call = h.call })
+	levels, ok := h.finish(cause, closing, func() { call = h.call })
 	if !ok {
 		return 0, false
 	}
-	h.l.e.dog.unwatch(h)
+	if !closing || levels == 0 {
+		h.l.e.dog.unwatch(h)
+	}
 	h.l.e.dropHold(h)
 	h.audited(call)
 	if o := h.observed; o != nil {
@@ -239,4 +254,12 @@ func (h *Hold) abandon(cause error) {
 	if ok {
 		_ = h.releaseLevels(levels)
 	}
+}
+
+// releasedOnClose says that Close has had the answer to the release of
+// the hold it ended (or gave up waiting for it): the watchdog stops
+// renewing it.
+func (h *Hold) releasedOnClose() {
+	h.released()
+	h.l.e.dog.unwatch(h)
 }

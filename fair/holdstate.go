@@ -31,6 +31,11 @@ type holdState struct {
 	ended   bool      // guarded by mu
 	cause   error     // why the hold ended (nil: unlocked); guarded by mu
 	endedAt time.Time // when it ended; guarded by mu
+	// closing says that Close ended the hold with levels left, and has
+	// not had the answer to their release yet: its lease is renewed
+	// until then, as it was while it lived (see Close in closing.go).
+	// Guarded by mu.
+	closing bool
 }
 
 // init sets up the state of a fresh hold of one level, granted to req
@@ -99,6 +104,22 @@ func (s *holdState) over() bool {
 	return s.ended || s.levels == 0
 }
 
+// stage reports whether the hold is over (see over), and whether Close
+// ended it and still waits for the answer to its release (closing).
+func (s *holdState) stage() (over, closing bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended || s.levels == 0, s.closing
+}
+
+// released says that Close has had the answer to the hold's release (or
+// gave up waiting for it): its lease is no longer renewed.
+func (s *holdState) released() {
+	s.mu.Lock()
+	s.closing = false
+	s.mu.Unlock()
+}
+
 // leave gives up one level in the process, for an Unlock: it reports
 // whether that was the last, or the error of a hold that is over
 // (endedErr). Requires mu.
@@ -113,8 +134,10 @@ func (s *holdState) leave() (last bool, err error) {
 // finish ends the hold once, with cause: it records the end, runs also
 // (if not nil) under mu to read what the engine keeps beside the state,
 // and cancels the context. It returns the levels the process still held,
-// and false when the hold had already ended.
-func (s *holdState) finish(cause error, also func()) (int, bool) {
+// and false when the hold had already ended. closing says that Close
+// ends it: when it has levels left, it is marked closing, renewed until
+// their release is answered (see released).
+func (s *holdState) finish(cause error, closing bool, also func()) (int, bool) {
 	s.mu.Lock()
 	if s.ended {
 		s.mu.Unlock()
@@ -123,6 +146,7 @@ func (s *holdState) finish(cause error, also func()) (int, bool) {
 	s.ended, s.cause, s.endedAt = true, cause, time.Now()
 	levels := s.levels
 	s.levels = 0
+	s.closing = closing && levels > 0
 	if also != nil {
 		also()
 	}

@@ -26,9 +26,11 @@ type lifecycle[H comparable] struct {
 	// Close has started (0 before): the latest deadline of any call.
 	closeBy atomic.Int64
 
-	mu        sync.Mutex
-	closed    bool           // guarded by mu
-	holds     map[H]struct{} // live holds; guarded by mu
+	mu     sync.Mutex
+	closed bool // guarded by mu
+	// holds are the live holds, and those Close ended whose release is
+	// not answered yet; guarded by mu
+	holds     map[H]struct{}
 	ops       sync.WaitGroup // calls in flight; Add only under mu while !closed
 	wg        sync.WaitGroup // goroutines left running; Add only within an op or a hold
 	closeOnce sync.Once
@@ -93,7 +95,8 @@ func (lc *lifecycle[H]) dropHold(h H) {
 	lc.mu.Unlock()
 }
 
-// liveHolds returns the holds live now.
+// liveHolds returns the holds live now (and, once Close started, those
+// it ended whose release is not answered yet).
 func (lc *lifecycle[H]) liveHolds() []H {
 	lc.mu.Lock()
 	defer lc.mu.Unlock()
@@ -105,12 +108,13 @@ func (lc *lifecycle[H]) liveHolds() []H {
 }
 
 // shut runs Close once: no call begins any more, closing is closed, and
-// at once, side by side, every live hold is ended by abandon, the calls
-// in flight are waited for, and so is each of also; then every goroutine
-// left running. Calls to Redis still out one call timeout after shut
-// started are given up (see detached), so that it returns within about
-// that.
-func (lc *lifecycle[H]) shut(abandon func(H), also ...func()) {
+// at once, side by side, the holds live then are ended and released by
+// abandon (all of them in one call, so that their releases can go out
+// together), the calls in flight are waited for, and so is each of also;
+// then every goroutine left running. Calls to Redis still out one call
+// timeout after shut started are given up (see detached), so that it
+// returns within about that.
+func (lc *lifecycle[H]) shut(abandon func([]H), also ...func()) {
 	lc.closeOnce.Do(func() {
 		lc.mu.Lock()
 		lc.closed = true
@@ -127,12 +131,17 @@ func (lc *lifecycle[H]) shut(abandon func(H), also ...func()) {
 			wg.Go(f)
 		}
 		wg.Go(lc.ops.Wait)
-		for _, h := range holds {
-			wg.Go(func() { abandon(h) })
-		}
+		wg.Go(func() { abandon(holds) })
 		wg.Wait()
 		lc.wg.Wait()
 	})
+}
+
+// closeContext returns the context of the calls Close makes itself (the
+// releases of the holds it ends): it ends at the bound of Close, with a
+// deadline there (see detached). It must be called once Close started.
+func (lc *lifecycle[H]) closeContext() (context.Context, context.CancelFunc) {
+	return lc.bounded(context.Background())
 }
 
 // detached returns a context for a state-changing call made on behalf of

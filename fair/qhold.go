@@ -420,12 +420,27 @@ func (h *QHold) end(cause error) (int, bool) {
 }
 
 func (h *QHold) endFor(cause error, ranOut bool) (int, bool) {
-	levels, ok := h.finish(cause, nil)
+	return h.endAs(cause, ranOut, false)
+}
+
+// endClosing ends the hold for Close, as end does with errs.ErrClosed,
+// but the watchdog keeps renewing what levels it had until their release
+// is answered on every master (see releasedOnClose).
+func (h *QHold) endClosing() (int, bool) {
+	return h.endAs(errs.ErrClosed, false, true)
+}
+
+// endAs is endFor; closing says that Close ends the hold (see
+// holdState.finish).
+func (h *QHold) endAs(cause error, ranOut, closing bool) (int, bool) {
+	levels, ok := h.finish(cause, closing, nil)
 	if !ok {
 		return 0, false
 	}
 	qm := h.l.qm
-	qm.dropHold(h)
+	if !closing || levels == 0 {
+		qm.dropHold(h)
+	}
 	if qm.cfg.Observe != nil {
 		token := h.eventToken()
 		qm.observe(h.octx, Event{Kind: EventHoldEnded, Lock: h.l.keys.Name, Owner: h.owner, Call: queue.WaiterIDOf(h.entry),
@@ -449,6 +464,14 @@ func (h *QHold) lose(ranOut bool, why string, err error) {
 		h.mu.Unlock()
 		h.l.qm.background(func() { h.releaseAll(levels, committed) })
 	}
+}
+
+// releasedOnClose says that Close has had the answer of every master to
+// the release of the hold it ended (or gave up waiting for it): the
+// watchdog stops renewing it.
+func (h *QHold) releasedOnClose() {
+	h.released()
+	h.l.qm.dropHold(h)
 }
 
 // abandon ends the hold with cause and releases its levels.
@@ -524,6 +547,7 @@ func (h *QHold) renew() {
 	mu.Unlock()
 	h.mu.Lock()
 	h.renewing = false
+	closing := h.closing
 	_, valid := counted(h.views, time.Time{}, qm.q)
 	h.validity = valid
 	expired := !time.Now().Before(valid)
@@ -535,7 +559,7 @@ func (h *QHold) renew() {
 		h.next = time.Now().Add(h.lease / 3)
 	}
 	h.mu.Unlock()
-	if err != nil && qm.cfg.Observe != nil {
+	if err != nil && !closing && qm.cfg.Observe != nil {
 		qm.observe(h.octx, Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner, Call: queue.WaiterIDOf(h.entry), Err: err})
 	}
 	switch {
@@ -550,12 +574,25 @@ func (h *QHold) renew() {
 }
 
 // qdog is a Quorum's one watchdog: it renews every hold that is due and
-// ends those whose validity passed (or whose fixed lease ran out).
+// ends those whose validity passed (or whose fixed lease ran out). Once
+// Close has started, it renews the holds Close ended until their release
+// is answered, and then it is halted.
 type qdog struct {
 	qm      *Quorum
 	kick    chan struct{}
+	halted  chan struct{} // closed when the goroutine must stop
+	stop    sync.Once
 	mu      sync.Mutex
 	running bool
+}
+
+func newQdog(qm *Quorum) *qdog {
+	return &qdog{qm: qm, kick: make(chan struct{}, 1), halted: make(chan struct{})}
+}
+
+// halt stops the goroutine. It is idempotent.
+func (d *qdog) halt() {
+	d.stop.Do(func() { close(d.halted) })
 }
 
 // watch makes sure the watchdog runs, and has it look at the holds again.
@@ -583,7 +620,10 @@ func (d *qdog) run() {
 		for _, h := range qm.liveHolds() {
 			h.mu.Lock()
 			switch {
-			case h.ended:
+			case h.ended && (!h.closing || !now.Before(h.validity)):
+				// Over; or ended by Close, its release not answered yet,
+				// and nothing left to renew. One that Close ended with
+				// validity left is renewed as a live one.
 			case !now.Before(h.validity):
 				h.mu.Unlock()
 				why := "its validity passed before a renewal reached a majority"
@@ -596,7 +636,7 @@ func (d *qdog) run() {
 				next = minTime(next, h.validity)
 			case !h.next.After(now):
 				h.renewing = true
-				qm.background(h.renew)
+				qm.wg.Go(h.renew) // from a goroutine of wg: even once Close waits for it
 				next = minTime(next, h.validity)
 			default:
 				next = minTime(next, minTime(h.next, h.validity))
@@ -605,7 +645,7 @@ func (d *qdog) run() {
 		}
 		timer.Reset(time.Until(next))
 		select {
-		case <-qm.closing:
+		case <-d.halted:
 			return
 		case <-d.kick:
 		case <-timer.C:

@@ -92,7 +92,7 @@ func NewQuorum(masters []Redis, cfg Config, qc QuorumConfig) (*Quorum, error) {
 		}
 		qm.masters = append(qm.masters, e)
 	}
-	qm.dog = &qdog{qm: qm, kick: make(chan struct{}, 1)}
+	qm.dog = newQdog(qm)
 	qm.ids = newIdentities(len(masters))
 	return qm, nil
 }
@@ -110,12 +110,14 @@ func (qm *Quorum) SetSkew(i int, skew time.Duration) { qm.skews[i].Store(skew.Mi
 
 // Close stops the Quorum: waiting Lock calls return errs.ErrClosed (after
 // leaving the line on every master), holds still live are released and
-// their contexts cancelled with errs.ErrClosed, and every master's engine
-// is closed. As an Engine's Close, it runs all of that at once and gives
-// up the calls still out one call timeout after it started, so it returns
-// within about that even when masters do not answer. It is idempotent.
+// their contexts cancelled with errs.ErrClosed (their releases in
+// pipelines per master, the watchdog renewing each hold until its release
+// is answered: see closing.go), and every master's engine is closed. As
+// an Engine's Close, it runs all of that at once and gives up the calls
+// still out one call timeout after it started, so it returns within about
+// that even when masters do not answer. It is idempotent.
 func (qm *Quorum) Close() error {
-	qm.shut(func(h *QHold) { h.abandon(errs.ErrClosed) })
+	qm.shut(qm.closeHolds)
 	for _, e := range qm.masters {
 		_ = e.Close()
 	}

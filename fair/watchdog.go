@@ -5,13 +5,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/fairlock/fairlock/internal/pause"
-	"github.com/fairlock/fairlock/internal/shortly"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -39,6 +36,11 @@ import (
 type watchdog struct {
 	e    *Engine
 	kick chan struct{} // capacity 1: the earliest renewal moved up
+	// halted is closed when the goroutine must stop: once Close has had
+	// the answers to the releases of the holds it ended (see
+	// Engine.closeHolds), which it renews until then.
+	halted   chan struct{}
+	haltOnce sync.Once
 
 	mu      sync.Mutex
 	due     dueHeap // guarded by mu: holds waiting for their next renewal, earliest first
@@ -54,7 +56,28 @@ type watchdog struct {
 const coalesce = 50 * time.Millisecond
 
 func newWatchdog(e *Engine) *watchdog {
-	return &watchdog{e: e, kick: make(chan struct{}, 1)}
+	return &watchdog{e: e, kick: make(chan struct{}, 1), halted: make(chan struct{})}
+}
+
+// halt stops the goroutine (see halted). It is idempotent.
+func (w *watchdog) halt() {
+	w.haltOnce.Do(func() { close(w.halted) })
+}
+
+// byDue sorts holds by the time of their next renewal, earliest first: the
+// order in which their leases would lapse unrenewed. A hold whose renewal
+// is under way counts as due now.
+func (w *watchdog) byDue(holds []*Hold) {
+	w.mu.Lock()
+	due := make(map[*Hold]time.Time, len(holds))
+	for _, h := range holds {
+		due[h] = h.next
+		if h.slot < 0 {
+			due[h] = time.Time{}
+		}
+	}
+	w.mu.Unlock()
+	slices.SortStableFunc(holds, func(a, b *Hold) int { return due[a].Compare(due[b]) })
 }
 
 // watch schedules a new hold's first renewal (or, for a fixed lease, its
@@ -135,7 +158,8 @@ func (w *watchdog) unwatch(h *Hold) {
 	}
 }
 
-// run sends the renewals as they fall due, until the engine closes.
+// run sends the renewals as they fall due, until it is halted: once the
+// engine has closed and released its holds.
 func (w *watchdog) run() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -153,7 +177,7 @@ func (w *watchdog) run() {
 		}
 		timer.Reset(wait)
 		select {
-		case <-w.e.closing:
+		case <-w.halted:
 			return
 		case <-w.kick:
 		case <-timer.C:
@@ -220,35 +244,19 @@ func (w *watchdog) renew(holds []*Hold) {
 	}
 }
 
-// byServer splits holds by the server their lock lives on: a Cluster's
-// master, a Ring's shard; all of them together on one server, or when
-// the client cannot tell. A Cluster's or a Ring's pipeline is answered
-// only once every server in it has answered, so one pipeline for all
-// would let a dead master hold up the renewals of the holds on live ones
-// until those too were declared lost.
+// byServer splits holds by the server their lock lives on (see
+// Engine.byServer): a Cluster's or a Ring's pipeline is answered only
+// once every server in it has answered, so one pipeline for all would let
+// a dead master hold up the renewals of the holds on live ones until
+// those too were declared lost.
 func (w *watchdog) byServer(holds []*Hold) [][]*Hold {
-	if len(holds) < 2 || w.e.OneServer() {
-		if len(holds) == 0 {
-			return nil
-		}
-		return [][]*Hold{holds}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), w.e.cfg.CallTimeout)
-	defer cancel()
-	index := map[pipeliner]int{}
 	var groups [][]*Hold
-	for _, h := range holds {
-		server, err := w.e.primaryFor(ctx, h.l.keys.Lock)
-		if err != nil {
-			server = nil // unknown: renewed together with the other unknown
+	for _, g := range w.e.byServer(len(holds), func(i int) string { return holds[i].l.keys.Lock }) {
+		group := make([]*Hold, len(g))
+		for j, i := range g {
+			group[j] = holds[i]
 		}
-		i, ok := index[server]
-		if !ok {
-			i = len(groups)
-			index[server] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], h)
+		groups = append(groups, group)
 	}
 	return groups
 }
@@ -306,64 +314,29 @@ type outcomes struct {
 	errs []error
 }
 
-// send runs renew.lua for each hold in one pipeline: again with EVAL for
-// those the server lacked the script for, and again after a pause for
-// those it said it would be ready for shortly (see shortly), until ctx
-// ends.
+// send runs renew.lua for each hold in one pipeline (see
+// Engine.pipelined), until ctx ends.
 func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
 	out := outcomes{oks: make([]bool, len(holds)), errs: make([]error, len(holds))}
-	pending := make([]int, len(holds))
-	for i := range pending {
-		pending[i] = i
+	calls := make([]lua.Call, len(holds))
+	for i, h := range holds {
+		calls[i] = h.l.renewCall(h.owner, h.lease)
 	}
-	wait := shortly.FirstPause
-	for eval := false; ; {
-		pipe := w.e.rdb.Pipeline()
-		cmds := make([]*redis.Cmd, len(pending))
-		for j, i := range pending {
-			h := holds[i]
-			call := h.l.renewCall(h.owner, h.lease)
-			if eval {
-				cmds[j] = call.Eval(ctx, pipe)
-			} else {
-				cmds[j] = call.EvalSha(ctx, pipe)
-			}
-		}
-		sent := time.Now()
-		_, _ = pipe.Exec(ctx) // every command carries its own outcome
-		var again []int
-		missing := false // the server lacked the script for some
-		for j, i := range pending {
-			ok, err := lua.ReadFlag(cmds[j])
-			switch {
-			case !eval && noScript(err):
-				again, missing = append(again, i), true
-				continue
-			case shortly.Reply(err) && ctx.Err() == nil:
-				again = append(again, i)
-			}
-			w.e.called(sent, err)
-			out.oks[i], out.errs[i] = ok, refusal(err)
-		}
-		switch {
-		case len(again) == 0:
-			return out
-		case missing:
-			eval = true
-		case !pause.For(ctx, wait):
-			return out // each keeps the refusal it got
-		default:
-			wait = min(2*wait, shortly.LongestPause)
-		}
-		pending = again
+	for i, cmd := range w.e.pipelined(ctx, calls) {
+		ok, err := lua.ReadFlag(cmd)
+		out.oks[i], out.errs[i] = ok, refusal(err)
 	}
+	return out
 }
 
 // settle acts on the outcome of one hold's renewal sent at sent.
 func (w *watchdog) settle(h *Hold, sent time.Time, ok bool, err error) {
+	over, closing := h.stage()
 	switch {
-	case h.over():
-		// The hold ended (Release, Close) or its last Release is under
+	case closing:
+		w.settleClosing(h, sent, ok, err)
+	case over:
+		// The hold ended (Release, a loss) or its last Release is under
 		// way while the renewal was out: no failure, and no more renewals.
 	case err == nil && ok:
 		if h.failing {
@@ -394,6 +367,23 @@ func (w *watchdog) settle(h *Hold, sent time.Time, ok bool, err error) {
 		h.l.e.log.Log(context.Background(), level, "fairlock: renewal failed, retrying",
 			h.logAttrs("err", err, "retry", retry)...)
 		w.schedule(h, time.Now().Add(retry))
+	}
+}
+
+// settleClosing acts on the outcome of the renewal, sent at sent, of a
+// hold that Close ended and whose release it has not had the answer to:
+// renewed, it is renewed again on its schedule; failed, again soon, while
+// its lease lasts. Nothing is logged or reported: the hold has ended for
+// its holder, and Close's release says what became of it.
+func (w *watchdog) settleClosing(h *Hold, sent time.Time, ok bool, err error) {
+	switch {
+	case err == nil && ok:
+		h.valid, h.span = sent.Add(h.lease), h.lease
+		w.schedule(h, sent.Add(h.lease/3))
+	case err == nil:
+		// Gone: the release took it first, or it was lost.
+	case time.Now().Before(h.giveUp()):
+		w.schedule(h, time.Now().Add(max(h.lease/12, 10*time.Millisecond)))
 	}
 }
 

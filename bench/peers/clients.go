@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +11,8 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock"
+	"github.com/fairlock/fairlock/lua"
+	"github.com/fairlock/fairlock/queue"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -125,7 +129,7 @@ type fairClients struct {
 // openFairClients opens n Clients of the server described by opts, with
 // the given lease.
 func openFairClients(opts *redis.Options, n int, lease time.Duration) (*fairClients, error) {
-	fc := &fairClients{hook: &scripts{}}
+	fc := &fairClients{hook: &scripts{release: releaseHash}}
 	for range n {
 		rdb := redis.NewClient(opts)
 		rdb.AddHook(fc.hook)
@@ -153,11 +157,19 @@ func (fc *fairClients) close() error {
 
 // scripts is a go-redis hook that counts script calls (EVALSHA or EVAL,
 // sent alone or in a pipeline) and round trips (a command or a whole
-// pipeline sent).
+// pipeline sent), and reads the replies of fairlock's release script.
 type scripts struct {
 	calls      atomic.Int64
 	roundTrips atomic.Int64
+	release    string // SHA1 of the release script
+	// Replies of the release script: it found the owner's hold (the
+	// levels left, or a hand-over), found it gone (-1), or failed.
+	found, gone, failed atomic.Int64
 }
+
+// releaseHash is the SHA1 of fairlock's release script as a Client of one
+// server runs it.
+var releaseHash = lua.Classic.Release(queue.Keys{}, "", "", "", 0, 0).Script.Hash()
 
 var _ redis.Hook = (*scripts)(nil)
 
@@ -167,7 +179,9 @@ func (h *scripts) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.roundTrips.Add(1)
 		h.countScript(cmd)
-		return next(ctx, cmd)
+		err := next(ctx, cmd)
+		h.readRelease(cmd)
+		return err
 	}
 }
 
@@ -177,13 +191,53 @@ func (h *scripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 		for _, cmd := range cmds {
 			h.countScript(cmd)
 		}
-		return next(ctx, cmds)
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.readRelease(cmd)
+		}
+		return err
 	}
 }
 
 func (h *scripts) countScript(cmd redis.Cmder) {
 	if name := cmd.Name(); name == "evalsha" || name == "eval" {
 		h.calls.Add(1)
+	}
+}
+
+// readRelease counts the reply of a call of the release script. A call
+// refused for want of the script (NOSCRIPT), which the Client sends again
+// with its source, counts as nothing.
+func (h *scripts) readRelease(cmd redis.Cmder) {
+	args := cmd.Args()
+	if len(args) < 2 {
+		return
+	}
+	body, _ := args[1].(string)
+	switch cmd.Name() {
+	case "evalsha":
+	case "eval":
+		sum := sha1.Sum([]byte(body))
+		body = hex.EncodeToString(sum[:])
+	default:
+		return
+	}
+	if body != h.release {
+		return
+	}
+	c, ok := cmd.(*redis.Cmd)
+	if !ok {
+		return
+	}
+	v, err := c.Result()
+	switch {
+	case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+	case err != nil:
+		h.failed.Add(1)
+	case v == int64(-1):
+		h.gone.Add(1)
+	default:
+		h.found.Add(1)
 	}
 }
 

@@ -368,8 +368,9 @@
 //
 // It measures fairlock alone, in four steps, each on fresh go-redis
 // clients with default options and one fairlock Client over each, and
-// prints a table for each. -scale-waiters (10,000) and -scale-holds
-// (10,000) set its sizes. It is skipped when -libs leaves fairlock out.
+// prints a table for each (two for the holds: while held, and their
+// Close). -scale-waiters (10,000) and -scale-holds (10,000) set its
+// sizes. It is skipped when -libs leaves fairlock out.
 //
 // Hand-over: 16 goroutines over 4 Clients (4 each), for -duration, then
 // -scale-waiters goroutines over 4 Clients, for -waiters-duration, each
@@ -422,7 +423,23 @@
 //     a round trip. Renewals that fall due together go out in one
 //     pipeline, so round trips are far fewer than renewals.
 //
-// All the holds are then released and the Client closed.
+// Then the Client is closed with every hold held, as a process that
+// shuts down would close it; Close ends each hold and releases it in
+// Redis. A go-redis hook reads the reply of every release script it
+// sends.
+//
+//   - holds lost before Close: holds whose context had ended (lease
+//     lost) when Close was called: none while the renewals keep up.
+//   - Close s: how long Close took.
+//   - releases that found their hold: release scripts that found the
+//     owner still holding the lock (and released it); found it expired:
+//     those that found it gone; failed: those that got an error.
+//   - holds left to expire: holds live at Close that no release found:
+//     each of them blocked its lock until its lease ran out.
+//   - hold keys left: hold keys still in Redis when Close returned
+//     (EXISTS on each).
+//   - contexts not ended: holds whose context was still live when Close
+//     returned.
 //
 // Waiters: a Client of its own holds the lock scale:wait throughout, so
 // nobody is granted; -scale-waiters goroutines over 4 Clients call Lock

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock"
+	"github.com/redis/go-redis/v9"
 )
 
 // scaleConfig is the command line's settings of the scale part.
@@ -202,7 +203,7 @@ func measureHolds(ctx context.Context, srv *server, n int, window time.Duration)
 	}
 
 	mutexes, held := make([]*fairlock.Mutex, 0, n), make([]context.Context, 0, n)
-	defer func() {
+	defer func() { // when a step failed before Close
 		for i, h := range held {
 			if uerr := mutexes[i].Unlock(h); uerr != nil {
 				err = errors.Join(err, fmt.Errorf("unlock %s: %w", mutexes[i].Name(), uerr))
@@ -240,6 +241,62 @@ func measureHolds(ctx context.Context, srv *server, n int, window time.Duration)
 	got := fc.hook.read().minus(calls)
 	res.WindowSeconds, res.Renewals, res.RoundTrips = elapsed, got.scripts, got.roundTrips
 	res.RenewalsPerSec, res.RoundTripsPerSec = float64(got.scripts)/elapsed, float64(got.roundTrips)/elapsed
+
+	closed, err := measureClose(ctx, srv, fc, c, held)
+	held = nil // Close ended them, whatever it measured
+	if err != nil {
+		return holdsResult{}, fmt.Errorf("close: %w", err)
+	}
+	res.Close = closed
+	return res, nil
+}
+
+// measureClose closes c, the Client of fc, while it keeps the holds held
+// (one level each) of the locks scale:hold:0 to scale:hold:n-1, renewed
+// as usual, and reads what became of them: how long Close took, how many
+// of the release scripts it sent found their hold (found the owner still
+// holding) or found it gone (the key had expired), whether every hold's
+// context ended, and how many hold keys were still in Redis when Close
+// returned (unreleased, they expire after their lease).
+func measureClose(ctx context.Context, srv *server, fc *fairClients, c *fairlock.Client, held []context.Context) (closeResult, error) {
+	lost := 0
+	for _, h := range held {
+		if h.Err() != nil {
+			lost++
+		}
+	}
+	found, gone, failed := fc.hook.found.Load(), fc.hook.gone.Load(), fc.hook.failed.Load()
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		return closeResult{}, err
+	}
+	res := closeResult{
+		Seconds:    time.Since(start).Seconds(),
+		Found:      fc.hook.found.Load() - found,
+		Gone:       fc.hook.gone.Load() - gone,
+		Failed:     fc.hook.failed.Load() - failed,
+		LostBefore: lost,
+	}
+	for _, h := range held {
+		if h.Err() == nil {
+			res.ContextsLive++
+		}
+	}
+	const batch = 1000
+	for from := 0; from < len(held); from += batch {
+		pipe := srv.admin.Pipeline()
+		for i := from; i < min(from+batch, len(held)); i++ {
+			pipe.Exists(ctx, fmt.Sprintf("fairlock:{scale:hold:%d}", i)) // with the default prefix
+		}
+		cmds, err := pipe.Exec(ctx)
+		if err != nil {
+			return closeResult{}, fmt.Errorf("EXISTS: %w", err)
+		}
+		for _, cmd := range cmds {
+			res.KeysLeft += cmd.(*redis.IntCmd).Val()
+		}
+	}
+	res.LeftToExpire = int64(len(held)-lost) - res.Found
 	return res, nil
 }
 

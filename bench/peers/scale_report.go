@@ -44,17 +44,38 @@ type holdsResult struct {
 	GoroutinesBefore int `json:"goroutines_before_client"`
 	// GoroutinesTenth is runtime.NumGoroutine with TenthHolds held; 0 when
 	// TenthHolds is 0.
-	TenthHolds        int     `json:"tenth_holds"`
-	GoroutinesTenth   int     `json:"goroutines_tenth_held"`
-	GoroutinesAll     int     `json:"goroutines_all_held"`
-	HeapBytesPerHold  float64 `json:"go_heap_bytes_per_hold"`
-	RedisBytesPerHold float64 `json:"redis_used_memory_bytes_per_hold"`
-	Lease             string  `json:"lease"`
-	WindowSeconds     float64 `json:"renewal_window_seconds"`
-	Renewals          int64   `json:"renewals"`    // scripts sent, alone or in pipelines
-	RoundTrips        int64   `json:"round_trips"` // commands and pipelines sent
-	RenewalsPerSec    float64 `json:"renewals_per_sec"`
-	RoundTripsPerSec  float64 `json:"round_trips_per_sec"`
+	TenthHolds        int         `json:"tenth_holds"`
+	GoroutinesTenth   int         `json:"goroutines_tenth_held"`
+	GoroutinesAll     int         `json:"goroutines_all_held"`
+	HeapBytesPerHold  float64     `json:"go_heap_bytes_per_hold"`
+	RedisBytesPerHold float64     `json:"redis_used_memory_bytes_per_hold"`
+	Lease             string      `json:"lease"`
+	WindowSeconds     float64     `json:"renewal_window_seconds"`
+	Renewals          int64       `json:"renewals"`    // scripts sent, alone or in pipelines
+	RoundTrips        int64       `json:"round_trips"` // commands and pipelines sent
+	RenewalsPerSec    float64     `json:"renewals_per_sec"`
+	RoundTripsPerSec  float64     `json:"round_trips_per_sec"`
+	Close             closeResult `json:"close"`
+}
+
+// closeResult is the Close of the Client with every hold held.
+type closeResult struct {
+	Seconds float64 `json:"close_seconds"`
+	// LostBefore is the holds whose context had ended before Close (their
+	// leases lost): none while the watchdog keeps up.
+	LostBefore int `json:"holds_lost_before_close"`
+	// Replies of the release scripts Close sent: the hold was found (and
+	// released), it was found gone (expired), or the call failed.
+	Found  int64 `json:"releases_found_hold"`
+	Gone   int64 `json:"releases_found_gone"`
+	Failed int64 `json:"releases_failed"`
+	// LeftToExpire is the holds live at Close that no release found:
+	// expired before their release, or never released.
+	LeftToExpire int64 `json:"holds_left_to_expire"`
+	// KeysLeft is the hold keys still in Redis when Close returned.
+	KeysLeft int64 `json:"hold_keys_left"`
+	// ContextsLive is the holds' contexts not ended when Close returned.
+	ContextsLive int `json:"hold_contexts_live"`
 }
 
 // waitersResult is many waiters queued behind a holder, per waiter.
@@ -124,6 +145,13 @@ func printScale(w io.Writer, s scaleResult) {
 		hd.GoroutinesBefore, tenth, group(int64(hd.GoroutinesAll)), byteCount(hd.HeapBytesPerHold),
 		byteCount(hd.RedisBytesPerHold), group(round(hd.RenewalsPerSec)), group(round(hd.RoundTripsPerSec)), perTrip)
 	fmt.Fprintf(w, "\nRenewals and round trips counted over %.1f s with every hold held.\n", hd.WindowSeconds)
+
+	cl := hd.Close
+	fmt.Fprintf(w, "\n## scale: Close of the Client with %s holds (lease %s)\n\n", group(int64(hd.Holds)), hd.Lease)
+	fmt.Fprintln(w, "| holds lost before Close | Close s | releases that found their hold | found it expired | failed | holds left to expire | hold keys left | contexts not ended |")
+	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintf(w, "| %s | %.2f | %s | %s | %s | %s | %s | %d |\n", group(int64(cl.LostBefore)), cl.Seconds, group(cl.Found), group(cl.Gone), group(cl.Failed),
+		group(cl.LeftToExpire), group(cl.KeysLeft), cl.ContextsLive)
 
 	wt := s.Waiters
 	fmt.Fprintf(w, "\n## scale: %s waiters on one held lock, over %d clients\n\n", group(int64(wt.Waiters)), wt.Clients)

@@ -9,8 +9,9 @@ import (
 // TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters runs the scale
 // part alone, small, on a redis-server of its own, and checks that every
 // figure is in the JSON report and plausible: both hand-overs granted the
-// lock, holds add neither goroutines nor one round trip per renewal, and
-// waiters cost memory and about one goroutine each.
+// lock, holds add neither goroutines nor one round trip per renewal,
+// Close releases every hold, and waiters cost memory and about one
+// goroutine each.
 func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
 	const n = 100
 	// The first renewals fall due a second after the holds are taken. The
@@ -79,6 +80,11 @@ func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
 	if hd.Renewals == 0 || hd.RoundTrips == 0 || hd.RoundTrips >= hd.Renewals {
 		t.Errorf("%d renewals in %d round trips, want some renewals, pipelined", hd.Renewals, hd.RoundTrips)
 	}
+	cl := hd.Close
+	if cl.LostBefore != 0 || cl.Found != int64(n) || cl.Gone != 0 || cl.Failed != 0 || cl.LeftToExpire != 0 ||
+		cl.KeysLeft != 0 || cl.ContextsLive != 0 || cl.Seconds <= 0 {
+		t.Errorf("Close of %d holds: %+v; want every hold found by its release, none left, in some time", n, cl)
+	}
 
 	w := s.Waiters
 	if w.Waiters != n || w.Clients != scaleClients {
@@ -91,7 +97,8 @@ func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
 		t.Errorf("%.2f goroutines per waiter, want about 1", w.GoroutinesPerWaiter)
 	}
 
-	for _, title := range []string{"## scale: hand-over", "## scale: 16 waiters spread over Clients", "## scale: " + group(n) + " holds", "## scale: " + group(n) + " waiters"} {
+	for _, title := range []string{"## scale: hand-over", "## scale: 16 waiters spread over Clients", "## scale: " + group(n) + " holds",
+		"## scale: Close of the Client with " + group(n) + " holds", "## scale: " + group(n) + " waiters"} {
 		if !strings.Contains(out, title) {
 			t.Errorf("no table %q", title)
 		}

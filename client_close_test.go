@@ -25,8 +25,9 @@ import (
 // reaches Redis through fault proxies that add a round trip's latency and
 // through a pool of two connections per server, so that releases sent
 // one round trip each could not all be sent before the leases ran out
-// (releases × round trip ÷ connections: about 9 s on one server, 3 s on a
-// Cluster of three masters, against a lease of 1.5 s). Every server
+// (releases × round trip ÷ connections: about 9 s on one server, 4.5 s
+// on a Ring of two shards, 3 s on a Cluster of three masters, against a
+// lease of 1.5 s). Every server
 // reports each key it expires (keyspace
 // notifications): no hold key may expire, and none may be left once
 // Close returns. A waiter of another Client on some of the locks is
@@ -71,6 +72,27 @@ func TestCloseReleasesEveryHoldBeforeItsLeaseCanLapse(t *testing.T) {
 			}})
 		t.Cleanup(func() { _ = rdb.Close() })
 		closeReleasesEveryHold(t, rdb, cluster.Client(t), masters, ps)
+	})
+	t.Run("Ring", func(t *testing.T) {
+		t.Parallel()
+		proxied, direct := map[string]string{}, map[string]string{}
+		var (
+			addrs []string
+			ps    []*faultproxy.Proxy
+		)
+		for _, name := range []string{"a", "b"} {
+			srv, err := redistest.Start()
+			require.NoError(t, err)
+			t.Cleanup(srv.Stop)
+			p := faultproxy.New(t, srv.Addr)
+			proxied[name], direct[name] = p.Addr(), srv.Addr
+			addrs, ps = append(addrs, srv.Addr), append(ps, p)
+		}
+		rdb := redis.NewRing(&redis.RingOptions{Addrs: proxied, PoolSize: closePool})
+		t.Cleanup(func() { _ = rdb.Close() })
+		plain := redis.NewRing(&redis.RingOptions{Addrs: direct})
+		t.Cleanup(func() { _ = plain.Close() })
+		closeReleasesEveryHold(t, rdb, plain, addrs, ps)
 	})
 }
 

@@ -60,8 +60,8 @@ func (e *Engine) byServer(n int, key func(i int) string) [][]int {
 // script, the first call of each script that it lacked is sent again with
 // the script's source (EVAL, which loads it), and the others again by
 // SHA1 after it, in the same pipeline: a pipeline of many calls does not
-// carry the source many times. (When that EVAL fails, every call of the
-// script goes with EVAL after it.)
+// carry the source many times. (When the server still lacks the script
+// after that, as when that EVAL failed, every call of it goes with EVAL.)
 func (e *Engine) pipelined(ctx context.Context, calls []lua.Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
 	pending := make([]int, len(calls))
@@ -69,17 +69,17 @@ func (e *Engine) pipelined(ctx context.Context, calls []lua.Call) []*redis.Cmd {
 		pending[i] = i
 	}
 	wait := shortly.FirstPause
-	// unloaded are the scripts whose call sent with EVAL failed: all
-	// their calls go with EVAL from then on, each its own outcome.
+	// unloaded are the scripts that the server still lacked after a
+	// pipeline that loaded them (their EVAL failed): all their calls go
+	// with EVAL from then on, each with its own outcome.
 	unloaded := map[*redis.Script]bool{}
 	for eval := false; ; {
 		pipe := e.rdb.Pipeline()
-		loading := map[*redis.Script]int{} // script -> the call that loads it
+		loading := map[*redis.Script]bool{}
 		for _, i := range pending {
 			script := calls[i].Script
-			_, loads := loading[script]
-			if eval && (!loads || unloaded[script]) {
-				loading[script] = i
+			if eval && (!loading[script] || unloaded[script]) {
+				loading[script] = true
 				cmds[i] = calls[i].Eval(ctx, pipe)
 			} else {
 				cmds[i] = calls[i].EvalSha(ctx, pipe)
@@ -87,19 +87,17 @@ func (e *Engine) pipelined(ctx context.Context, calls []lua.Call) []*redis.Cmd {
 		}
 		sent := time.Now()
 		_, _ = pipe.Exec(ctx) // every command carries its own outcome
-		for script, i := range loading {
-			if cmds[i].Err() != nil {
-				unloaded[script] = true
-			}
-		}
 		var again []int
 		missing := false // the server lacked the script for some
 		for _, i := range pending {
 			err := cmds[i].Err()
 			switch {
 			case noScript(err):
-				// Not run; sent again, its script loaded by then. (A
-				// call sent with EVAL never gets this reply.)
+				// Not run; sent again, its script loaded by then (a
+				// call sent with EVAL never gets this reply).
+				if eval {
+					unloaded[calls[i].Script] = true
+				}
 				again, missing = append(again, i), true
 				continue
 			case shortly.Reply(err) && ctx.Err() == nil:

@@ -24,9 +24,9 @@ import (
 //
 // Holds wait in a heap by the time of their next renewal. Renewals that
 // fall due together (within a thirtieth of their lease, at most
-// coalesce) go out in one pipeline per server (see byServer), so holds
-// cost one goroutine in all and about holds/(lease/3) renewals per
-// second, in fewer round trips.
+// coalesce) go out in pipelines per server (see byServer) of up to
+// renewBatch each, so holds cost one goroutine in all and about
+// holds/(lease/3) renewals per second, in fewer round trips.
 //
 // h.valid is a time until which the hold is known to last: the send time
 // of the last call that set the expiry, plus the expiry it set (h.span).
@@ -218,30 +218,60 @@ func (h *Hold) early() time.Duration {
 	return min(h.lease/30, coalesce)
 }
 
-// renew renews holds, one pipeline per server they live on, and settles
-// each one's outcome. It waits for each pipeline's answer at most the call
-// timeout, and no later than the earliest time at which one of its holds
-// must be declared lost: go-redis bounds a read by its own ReadTimeout,
-// not by the context's deadline, so a pipeline on a silent connection
-// could otherwise keep a loss from being declared in time. A pipeline
-// still out then goes on in the background, and its answers are dropped.
+// renew renews holds, the holds of each server they live on on their own
+// (see byServer), and settles each one's outcome.
 func (w *watchdog) renew(holds []*Hold) {
-	sent := time.Now()
-	live := holds[:0]
-	for _, h := range holds {
-		if !h.giveUp().After(sent) {
-			w.settle(h, sent, false, context.DeadlineExceeded)
-			continue
-		}
-		live = append(live, h)
-	}
-	groups := w.byServer(live)
+	groups := w.byServer(holds)
 	for _, g := range groups[min(1, len(groups)):] {
-		w.e.wg.Go(func() { w.renewOn(sent, g) })
+		w.e.wg.Go(func() { w.renewServer(g) })
 	}
 	if len(groups) > 0 {
-		w.renewOn(sent, groups[0])
+		w.renewServer(groups[0])
 	}
+}
+
+// renewBatch bounds a pipeline of renewals, and renewInFlight how many of
+// one server's pipelines go out at once.
+const (
+	renewBatch    = 1000
+	renewInFlight = 4
+)
+
+// renewServer renews the holds of one server, those that must be
+// declared lost first (giveUp) first, in pipelines of at most renewBatch
+// holds whose times left differ by less than a factor of two,
+// renewInFlight at once. Each pipeline is bounded by its own holds (see
+// renewOn): when renewals fall due together (after the process or the
+// server stalled), the few that are short of time do not cut short the
+// wait for the answers of all the others, which would then fail together
+// and fall due together again, shorter of time still.
+func (w *watchdog) renewServer(holds []*Hold) {
+	slices.SortFunc(holds, func(a, b *Hold) int { return a.giveUp().Compare(b.giveUp()) })
+	now := time.Now()
+	left := func(h *Hold) time.Duration { return h.giveUp().Sub(now) }
+	var batches [][]*Hold
+	for _, h := range holds {
+		n := len(batches)
+		if n == 0 || len(batches[n-1]) == renewBatch || left(h) > 2*max(left(batches[n-1][0]), coalesce) {
+			batches = append(batches, nil)
+			n++
+		}
+		batches[n-1] = append(batches[n-1], h)
+	}
+	if len(batches) == 1 {
+		w.renewOn(batches[0])
+		return
+	}
+	slots := make(chan struct{}, renewInFlight)
+	var wg sync.WaitGroup
+	for _, batch := range batches {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			w.renewOn(batch)
+		})
+	}
+	wg.Wait()
 }
 
 // byServer splits holds by the server their lock lives on (see
@@ -261,9 +291,29 @@ func (w *watchdog) byServer(holds []*Hold) [][]*Hold {
 	return groups
 }
 
-// renewOn renews holds of one server, sent at sent, in one pipeline, and
-// settles each one's outcome.
-func (w *watchdog) renewOn(sent time.Time, holds []*Hold) {
+// renewOn renews holds of one server in one pipeline, and settles each
+// one's outcome. It waits for the pipeline's answer at most the call
+// timeout, and no later than the earliest time at which one of its holds
+// must be declared lost: go-redis bounds a read by its own ReadTimeout,
+// not by the context's deadline, so a pipeline on a silent connection
+// could otherwise keep a loss from being declared in time. A pipeline
+// still out then goes on in the background, and its answers are dropped.
+// A hold whose time ran out before the pipeline went is declared lost
+// without it.
+func (w *watchdog) renewOn(holds []*Hold) {
+	sent := time.Now()
+	live := holds[:0]
+	for _, h := range holds {
+		if !h.giveUp().After(sent) {
+			w.settle(h, sent, false, context.DeadlineExceeded)
+			continue
+		}
+		live = append(live, h)
+	}
+	if len(live) == 0 {
+		return
+	}
+	holds = live
 	budget := w.e.cfg.CallTimeout
 	for _, h := range holds {
 		budget = min(budget, h.giveUp().Sub(sent))

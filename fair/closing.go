@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,10 @@ const (
 	closeBatch    = 500
 	closeInFlight = 4
 )
+
+// turnPoll is how often Close looks again for releases whose turn came,
+// when none is ready to go.
+const turnPoll = 5 * time.Millisecond
 
 // closeStep is what the release of a hold needs after a reply.
 type closeStep int
@@ -145,10 +150,11 @@ func (e *Engine) closeAll(ctx context.Context, rs []*closeRelease) {
 	wg.Wait()
 }
 
-// closeOn sends the releases of one server: in pipelines of closeBatch,
-// closeInFlight of them at once, in the order given; then the next
-// levels, and again after a pause those that got no answer, until each is
-// over or ctx ends. What went wrong is logged once for them all.
+// closeOn sends the releases of one server: those whose turn has come in
+// pipelines of closeBatch, closeInFlight of them at once, in the order
+// given; then the next levels, again after a pause those that got no
+// answer, and those whose turn came meanwhile, until each is over or ctx
+// ends. What went wrong is logged once for them all.
 func (e *Engine) closeOn(ctx context.Context, rs []*closeRelease) {
 	var out closeTally
 	all := rs
@@ -171,29 +177,33 @@ func (e *Engine) closeOn(ctx context.Context, rs []*closeRelease) {
 			out.lastErr = err
 			return
 		}
+		// Those whose turn has not come (a call of their hold still out
+		// there) wait for a later round, not the others.
+		ready, later := rs[:0:0], []*closeRelease(nil)
+		for _, r := range rs {
+			if turnCame(r.turn) {
+				ready = append(ready, r)
+			} else {
+				later = append(later, r)
+			}
+		}
+		if len(ready) == 0 {
+			pause.For(ctx, turnPoll) // the calls still out are answered within ms, or the bound ends them
+			continue
+		}
 		var (
 			mu          sync.Mutex
 			next, again []*closeRelease
 			wg          sync.WaitGroup
 		)
 		slots := make(chan struct{}, closeInFlight)
-	send:
-		for from := 0; from < len(rs); from += closeBatch {
-			batch := rs[from:min(from+closeBatch, len(rs))]
-			for _, r := range batch {
-				if r.turn == nil {
-					continue
-				}
-				select {
-				case <-r.turn:
-				case <-ctx.Done():
-					break send
-				}
-			}
+		for batch := range slices.Chunk(ready, closeBatch) {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
-				break send
+			}
+			if ctx.Err() != nil {
+				break
 			}
 			wg.Go(func() {
 				defer func() { <-slots }()
@@ -226,10 +236,23 @@ func (e *Engine) closeOn(ctx context.Context, rs []*closeRelease) {
 			}
 			retry = min(2*retry, retryMax)
 		}
-		rs = append(next, again...)
+		rs = append(append(next, again...), later...)
 	}
 	if ctx.Err() == nil {
 		e.acknowledgeClose(ctx, all, &out)
+	}
+}
+
+// turnCame reports whether turn is closed (nil: no turn to wait for).
+func turnCame(turn <-chan struct{}) bool {
+	if turn == nil {
+		return true
+	}
+	select {
+	case <-turn:
+		return true
+	default:
+		return false
 	}
 }
 

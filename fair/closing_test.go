@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,12 +24,14 @@ import (
 	"github.com/fairlock/fairlock/queue"
 )
 
-// slowReleases is a go-redis hook that holds back by d every command or
-// pipeline that runs a release script (release.lua, wrelease.lua,
-// qrelease.lua), as a slow link would, and counts the replies of the
-// releases: the owner still held (found), or held no more (gone).
+// slowReleases is a go-redis hook that, once armed, holds back by d every
+// command or pipeline that runs a release script (release.lua,
+// wrelease.lua, qrelease.lua), as a slow link would, and counts the
+// replies of the releases: the owner still held (found), or held no more
+// (gone).
 type slowReleases struct {
 	d           time.Duration
+	armed       atomic.Bool
 	found, gone atomic.Int64
 }
 
@@ -57,7 +61,7 @@ func isRelease(cmd redis.Cmder) bool {
 
 func (h *slowReleases) count(cmd redis.Cmder) {
 	c, ok := cmd.(*redis.Cmd)
-	if !ok || !isRelease(cmd) || noScript(c.Err()) {
+	if !ok || !h.armed.Load() || !isRelease(cmd) || noScript(c.Err()) {
 		return
 	}
 	switch v := c.Val().(type) {
@@ -80,7 +84,7 @@ func (h *slowReleases) count(cmd redis.Cmder) {
 func (h *slowReleases) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *slowReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isRelease(cmd) {
+		if h.armed.Load() && isRelease(cmd) {
 			time.Sleep(h.d)
 		}
 		err := next(ctx, cmd)
@@ -90,11 +94,8 @@ func (h *slowReleases) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (h *slowReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if isRelease(cmd) {
-				time.Sleep(h.d)
-				break
-			}
+		if h.armed.Load() && slices.ContainsFunc(cmds, isRelease) {
+			time.Sleep(h.d)
 		}
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
@@ -107,11 +108,20 @@ func (h *slowReleases) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // closeLease is the lease of the holds Close ends here, and closeDelay
 // how long each release (each pipeline of releases) is held back: longer
 // than the lease, so that a hold whose renewals stopped when Close
-// started would be gone before its release arrived.
+// started would be gone before its release arrived, while a renewal
+// every third of the lease has time to spare on a busy machine.
 const (
-	closeLease = 600 * time.Millisecond
-	closeDelay = 800 * time.Millisecond
+	closeLease = 1500 * time.Millisecond
+	closeDelay = 2 * time.Second
 )
+
+// must returns v, and panics on err: for keys of valid names.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
 
 // endsAt returns when ctx ended, once it has.
 func endsAt(ctx context.Context) <-chan time.Time {
@@ -148,9 +158,17 @@ func TestCloseRenewsEachHoldUntilItsReleaseIsAnswered(t *testing.T) {
 	rdb := srv.Client(t)
 	slow := &slowReleases{d: closeDelay}
 	rdb.AddHook(slow)
-	e := mustEngine(t, rdb, Config{WaiterTTL: 10 * time.Second, CallTimeout: 5 * time.Second})
+	e := mustEngine(t, rdb, Config{WaiterTTL: 10 * time.Second, CallTimeout: 10 * time.Second})
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
+	sem, err := queue.Weighted(prefix, "w", queue.KindSemaphore)
+	require.NoError(t, err)
+	w := e.Weighted(sem, NewWeights(3), lua.Level{Weight: 2})
+	for _, l := range []*Mutex{e.Mutex(must(queue.For(prefix, "warm"))), w} { // the release scripts loaded
+		h, err := l.Lock(ctx, Request{Owner: "warm", Lease: closeLease})
+		require.NoError(t, err)
+		require.NoError(t, h.Unlock(ctx))
+	}
 
 	var holds []*Hold
 	for _, name := range []string{"a", "b", "c"} {
@@ -161,9 +179,6 @@ func TestCloseRenewsEachHoldUntilItsReleaseIsAnswered(t *testing.T) {
 		holds = append(holds, h)
 	}
 	require.NoError(t, holds[0].Enter(ctx)) // two levels
-	keys, err := queue.Weighted(prefix, "w", queue.KindSemaphore)
-	require.NoError(t, err)
-	w := e.Weighted(keys, NewWeights(3), lua.Level{Weight: 2})
 	h, err := w.Lock(ctx, Request{Owner: "w", Lease: closeLease})
 	require.NoError(t, err)
 	holds = append(holds, h)
@@ -176,6 +191,7 @@ func TestCloseRenewsEachHoldUntilItsReleaseIsAnswered(t *testing.T) {
 		states = append(states, h.Context())
 		ended = append(ended, endsAt(h.Context()))
 	}
+	slow.armed.Store(true)
 	start := time.Now()
 	require.NoError(t, e.Close())
 	requireEndedAtOnce(t, start, states, ended)
@@ -189,7 +205,9 @@ func TestCloseRenewsEachHoldUntilItsReleaseIsAnswered(t *testing.T) {
 }
 
 // The same of a quorum's holds: each is renewed on every master until
-// every master has answered its release.
+// every master has answered its release. Here master 0 answers later than
+// the lease, the others at once: once they have, no majority holds any
+// more, and the hold must still be renewed on master 0.
 func TestQuorumCloseRenewsEachHoldUntilItsReleaseIsAnswered(t *testing.T) {
 	redistest.Slow(t)
 	servers := redistest.Masters(t, 3)
@@ -197,17 +215,38 @@ func TestQuorumCloseRenewsEachHoldUntilItsReleaseIsAnswered(t *testing.T) {
 		masters []Redis
 		slows   []*slowReleases
 	)
-	for _, s := range servers {
+	for i, s := range servers {
 		rdb := s.Client(t)
-		slow := &slowReleases{d: closeDelay}
+		slow := &slowReleases{}
+		if i == 0 {
+			slow.d = closeDelay
+		}
 		rdb.AddHook(slow)
 		masters, slows = append(masters, rdb), append(slows, slow)
 	}
-	qm, err := NewQuorum(masters, Config{WaiterTTL: 10 * time.Second, CallTimeout: 5 * time.Second}, QuorumConfig{Drift: 0.01})
+	qm, err := NewQuorum(masters, Config{WaiterTTL: 10 * time.Second, CallTimeout: 10 * time.Second}, QuorumConfig{Drift: 0.01})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = qm.Close() })
 	prefix := redistest.Prefix(t)
 	ctx := context.Background()
+	warm, err := qm.Mutex(must(queue.Quorum(prefix, "warm"))).Lock(ctx, Request{Owner: "warm", Lease: closeLease, Wait: true})
+	require.NoError(t, err)
+	require.NoError(t, warm.Unlock(ctx)) // the release script loaded on every master
+	landed := func(key string, count int) func() bool {
+		return func() bool {
+			for _, s := range servers {
+				n, err := s.Client(t).HGet(ctx, key, "count").Int()
+				if errors.Is(err, redis.Nil) {
+					n, err = 0, nil
+				}
+				if err != nil || n != count {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, landed(warm.l.keys.Lock, 0), 5*time.Second, time.Millisecond, "the release of warm on every master")
 
 	var holds []*QHold
 	for _, name := range []string{"a", "b"} {
@@ -218,6 +257,7 @@ func TestQuorumCloseRenewsEachHoldUntilItsReleaseIsAnswered(t *testing.T) {
 		holds = append(holds, h)
 	}
 	require.NoError(t, holds[0].Enter(ctx)) // two levels
+	require.Eventually(t, landed(holds[0].l.keys.Lock, 2), 5*time.Second, time.Millisecond, "the re-entry on every master")
 
 	var (
 		states []context.Context
@@ -226,6 +266,9 @@ func TestQuorumCloseRenewsEachHoldUntilItsReleaseIsAnswered(t *testing.T) {
 	for _, h := range holds {
 		states = append(states, h.Context())
 		ended = append(ended, endsAt(h.Context()))
+	}
+	for _, slow := range slows {
+		slow.armed.Store(true)
 	}
 	start := time.Now()
 	require.NoError(t, qm.Close())
@@ -339,4 +382,90 @@ func TestCloseAsksTheReplicasOnceForAllItsReleases(t *testing.T) {
 	log, _ = closeWith("gone")
 	require.Contains(t, log, "Close released the holds it ended, but the replicas did not acknowledge it")
 	require.Contains(t, log, "asked for 1 replica, the primary has 0 connected")
+}
+
+// sentAt is a go-redis hook that records when the first release script
+// naming each owner was sent.
+type sentAt struct {
+	mu sync.Mutex
+	at map[string]time.Time // owner -> time; guarded by mu
+}
+
+func (h *sentAt) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *sentAt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.record(cmd)
+		return next(ctx, cmd)
+	}
+}
+func (h *sentAt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+func (h *sentAt) record(cmd redis.Cmder) {
+	if !isRelease(cmd) {
+		return
+	}
+	args := cmd.Args()
+	n, _ := args[2].(int) // numkeys; ARGV[1] is the owner
+	if len(args) <= 3+n {
+		return
+	}
+	owner, _ := args[3+n].(string)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.at[owner]; !ok {
+		h.at[owner] = time.Now()
+	}
+}
+
+// On a quorum master, Close sends a hold's release after the calls of
+// that hold still out there (its turn), and the releases of the other
+// holds without waiting for it.
+func TestQuorumCloseDoesNotHoldUpReleasesBehindAnotherHoldsCall(t *testing.T) {
+	redistest.Slow(t)
+	servers := redistest.Masters(t, 3)
+	var masters []Redis
+	sent := &sentAt{at: map[string]time.Time{}}
+	for i, s := range servers {
+		rdb := s.Client(t)
+		if i == 0 {
+			rdb.AddHook(sent)
+		}
+		masters = append(masters, rdb)
+	}
+	qm, err := NewQuorum(masters, Config{WaiterTTL: 10 * time.Second, CallTimeout: 5 * time.Second}, QuorumConfig{Drift: 0.01})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = qm.Close() })
+	prefix := redistest.Prefix(t)
+	ctx := context.Background()
+	holds := map[string]*QHold{}
+	for _, owner := range []string{"busy", "idle"} {
+		keys, err := queue.Quorum(prefix, owner)
+		require.NoError(t, err)
+		h, err := qm.Mutex(keys).Lock(ctx, Request{Owner: owner, Lease: 30 * time.Second, Wait: true})
+		require.NoError(t, err)
+		holds[owner] = h
+	}
+
+	const out = 500 * time.Millisecond
+	_, answered := holds["busy"].ord.turn(0) // a call of busy's still out on master 0
+	time.AfterFunc(out, answered)
+	start := time.Now()
+	require.NoError(t, qm.Close())
+	sent.mu.Lock()
+	defer sent.mu.Unlock()
+	require.Contains(t, sent.at, "idle")
+	require.Contains(t, sent.at, "busy")
+	require.Less(t, sent.at["idle"].Sub(start), out/2, "idle's release waited for busy's call")
+	require.GreaterOrEqual(t, sent.at["busy"].Sub(start), out*9/10, "busy's release went before its call was answered")
+	for _, h := range holds {
+		n, err := servers[0].Client(t).Exists(ctx, h.l.keys.Lock).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "%s is left on master 0", h.l.keys.Lock)
+	}
 }

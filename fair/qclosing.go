@@ -62,6 +62,9 @@ func (qm *Quorum) closeHolds(holds []*QHold) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, e := range qm.masters {
+		if len(rs[i]) == 0 {
+			continue
+		}
 		wg.Go(func() {
 			if err := qm.distinct(ctx, i); err != nil {
 				// Its answers count for nothing: nothing is sent there.

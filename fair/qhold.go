@@ -552,6 +552,14 @@ func (h *QHold) renew() {
 	h.validity = valid
 	expired := !time.Now().Before(valid)
 	switch {
+	case closing && err != nil:
+		// Ended by Close, its release not answered everywhere: renewed
+		// on the masters that still hold it, whatever the majority's
+		// validity (the masters that answered their release hold it no
+		// more), again soon after a failure.
+		h.next = time.Now().Add(max(h.lease/12, retryMin))
+	case closing:
+		h.next = time.Now().Add(h.lease / 3)
 	case !renewed:
 		// Try again soon, within what validity is left.
 		h.next = time.Now().Add(max(min(h.lease/3, time.Until(valid)/3), retryMin))
@@ -559,7 +567,11 @@ func (h *QHold) renew() {
 		h.next = time.Now().Add(h.lease / 3)
 	}
 	h.mu.Unlock()
-	if err != nil && !closing && qm.cfg.Observe != nil {
+	if closing {
+		qm.dog.watch()
+		return
+	}
+	if err != nil && qm.cfg.Observe != nil {
 		qm.observe(h.octx, Event{Kind: EventRenewalFailed, Lock: h.l.keys.Name, Owner: h.owner, Call: queue.WaiterIDOf(h.entry), Err: err})
 	}
 	switch {
@@ -619,12 +631,18 @@ func (d *qdog) run() {
 		next := now.Add(time.Hour)
 		for _, h := range qm.liveHolds() {
 			h.mu.Lock()
+			// A hold that Close ended is renewed, on its schedule, until
+			// its release is answered on every master, whatever its
+			// validity: the masters that answered it no longer count
+			// towards a majority, and the others must keep it meanwhile.
+			closing := h.ended && h.closing
+			end := h.validity // when it ends, unless renewed first
+			if closing {
+				end = now.Add(time.Hour)
+			}
 			switch {
-			case h.ended && (!h.closing || !now.Before(h.validity)):
-				// Over; or ended by Close, its release not answered yet,
-				// and nothing left to renew. One that Close ended with
-				// validity left is renewed as a live one.
-			case !now.Before(h.validity):
+			case h.ended && !h.closing:
+			case !closing && !now.Before(h.validity):
 				h.mu.Unlock()
 				why := "its validity passed before a renewal reached a majority"
 				if h.fixed {
@@ -633,13 +651,13 @@ func (d *qdog) run() {
 				h.lose(h.fixed, why, nil)
 				continue
 			case h.renewing:
-				next = minTime(next, h.validity)
+				next = minTime(next, end)
 			case !h.next.After(now):
 				h.renewing = true
 				qm.wg.Go(h.renew) // from a goroutine of wg: even once Close waits for it
-				next = minTime(next, h.validity)
+				next = minTime(next, end)
 			default:
-				next = minTime(next, minTime(h.next, h.validity))
+				next = minTime(next, minTime(h.next, end))
 			}
 			h.mu.Unlock()
 		}

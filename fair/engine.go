@@ -152,6 +152,7 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 		tag:  cfg.Tag,
 	}
 	e.init(cfg.CallTimeout)
+	e.runner.Detach = e.detached
 	if cfg.Replicas > 0 {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -49,6 +50,14 @@ const (
 // call again never runs it twice. Pipelines follow the same rules with
 // Start, Send and Again. A Runner is safe for concurrent use.
 type Runner struct {
+	// Detach returns the context a load of the library runs under, made
+	// from the context of the call that found it missing: a load serves
+	// every later call, so it must not end with the call that started it
+	// (the call of a quorum's slowest master, say, whose context ends
+	// once a majority answered). nil: ctx without its cancellation, for
+	// loadTimeout at most.
+	Detach func(ctx context.Context) (context.Context, context.CancelFunc)
+
 	scriptsOnly atomic.Bool
 	loads       atomic.Uint64 // libraries loaded by the Runner
 	once        sync.Once
@@ -131,11 +140,22 @@ func (r *Runner) Run(ctx context.Context, rdb Client, c Call) *redis.Cmd {
 	}
 }
 
+// loadTimeout bounds a load of a Runner without Detach.
+const loadTimeout = 10 * time.Second
+
 // load loads lib with rdb, unless a load of the Runner ended since a call
 // that saw seen loads was sent: calls that find the library missing at
 // once load it once.
 func (r *Runner) load(ctx context.Context, rdb Client, lib *Library, seen uint64) error {
 	r.once.Do(func() { r.loading = make(chan struct{}, 1) })
+	detach := r.Detach
+	if detach == nil {
+		detach = func(ctx context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.WithoutCancel(ctx), loadTimeout)
+		}
+	}
+	ctx, cancel := detach(ctx)
+	defer cancel()
 	select {
 	case r.loading <- struct{}{}:
 	case <-ctx.Done():

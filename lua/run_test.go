@@ -239,3 +239,25 @@ type redisError string
 
 func (e redisError) Error() string { return string(e) }
 func (redisError) RedisError()     {}
+
+// A load serves every later call, so it does not end with the call that
+// found the library missing: here that call's context has ended already
+// (as a quorum's slowest master's does once a majority answered), and the
+// library is loaded all the same.
+func TestRunnerLoadsTheLibraryForACallWhoseContextEnded(t *testing.T) {
+	_, rdb := ownServer(t)
+	k, err := queue.For(redistest.Prefix(t), "ended")
+	require.NoError(t, err)
+	call := lua.Classic.Release(k, queue.NewID(), "o", "", 60000, 20000)
+	ctx, cancel := context.WithCancel(t.Context())
+	r := lua.NewRunner()
+	s := r.Start(call)
+	err = call.Send(ctx, rdb, s.Via).Err()
+	require.ErrorContains(t, err, "Function not found")
+	cancel()
+	require.True(t, r.Again(ctx, rdb, call, &s, err))
+	require.Equal(t, lua.ByFunction, s.Via, "loaded: the call goes by FCALL again")
+	libs, err := rdb.FunctionList(t.Context(), redis.FunctionListQuery{}).Result()
+	require.NoError(t, err)
+	require.Len(t, libs, 1)
+}

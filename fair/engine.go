@@ -153,6 +153,7 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 	}
 	e.init(cfg.CallTimeout)
 	e.runner.Detach = e.detached
+	e.runner.Go = e.goUnlessClosed
 	if cfg.Replicas > 0 {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
 	}

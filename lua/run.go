@@ -31,10 +31,12 @@ const (
 //
 //   - a call is first sent by FCALL (Redis 7 and later);
 //   - where the server lacks the library (its first use, FUNCTION FLUSH,
-//     a restart without persistence, a new cluster master), the Runner
-//     loads it (FUNCTION LOAD, on every master of a Cluster or shard of a
-//     Ring), once however many calls found it missing, and sends the call
-//     again;
+//     a restart without persistence, a new cluster master), the call is
+//     sent again at once by EVAL, as a script the server lacked would be,
+//     and the Runner loads the library (FUNCTION LOAD, on every master of
+//     a Cluster or shard of a Ring), once however many calls found it
+//     missing, for the calls after it: in the background when Go is set,
+//     else before the call is sent again, by FCALL;
 //   - where the server does not know FCALL (Redis 6), or the user may not
 //     run it or load the library (an ACL), the call goes by EVALSHA, and
 //     so does every later call of the Runner;
@@ -47,8 +49,12 @@ const (
 //     EVAL.
 //
 // Nothing runs on the server when it answers any of these, so sending the
-// call again never runs it twice. Pipelines follow the same rules with
-// Start, Send and Again. A Runner is safe for concurrent use.
+// call again never runs it twice. A call that finds the library missing
+// costs what one that finds its script missing does, one round trip more
+// than a call that finds it: a quorum's masters, say, which may have the
+// library or not, answer a Lock's first calls alike. Pipelines follow the
+// same rules with Start, Send and Again. A Runner is safe for concurrent
+// use.
 type Runner struct {
 	// Detach returns the context a load of the library runs under, made
 	// from the context of the call that found it missing: a load serves
@@ -57,8 +63,14 @@ type Runner struct {
 	// once a majority answered). nil: ctx without its cancellation, for
 	// loadTimeout at most.
 	Detach func(ctx context.Context) (context.Context, context.CancelFunc)
+	// Go runs a load of the library in the background and reports
+	// whether it did (false: the owner is closing, and nothing loads).
+	// nil: a call that finds the library missing loads it before it is
+	// sent again.
+	Go func(f func()) bool
 
 	scriptsOnly atomic.Bool
+	background  atomic.Bool   // a load runs in the background
 	loads       atomic.Uint64 // libraries loaded by the Runner
 	once        sync.Once
 	loading     chan struct{} // held while one loads
@@ -114,14 +126,17 @@ func (r *Runner) Again(ctx context.Context, rdb Client, c Call, s *Sending, err 
 			s.Via = BySHA
 			return true
 		case strings.HasPrefix(msg, "ERR Function not found"):
-			s.Via = BySHA
-			if !s.loaded {
-				s.loaded = true
-				if err := r.load(ctx, rdb, c.Library, s.seen); err == nil {
-					s.Via = ByFunction
-				} else if msg, ok := reply(err); ok && functionsRefused(msg) {
-					r.scriptsOnly.Store(true)
-				}
+			s.Via = BySource
+			if s.loaded {
+				return true
+			}
+			s.loaded = true
+			if r.Go != nil {
+				r.loadSoon(ctx, rdb, c.Library, s.seen)
+				return true
+			}
+			if r.loadNow(ctx, rdb, c.Library, s.seen) == nil {
+				s.Via = ByFunction
 			}
 			return true
 		}
@@ -138,6 +153,30 @@ func (r *Runner) Run(ctx context.Context, rdb Client, c Call) *redis.Cmd {
 			return cmd
 		}
 	}
+}
+
+// loadSoon loads lib in the background, unless a load runs there already.
+func (r *Runner) loadSoon(ctx context.Context, rdb Client, lib *Library, seen uint64) {
+	if !r.background.CompareAndSwap(false, true) {
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	if !r.Go(func() {
+		defer r.background.Store(false)
+		_ = r.loadNow(ctx, rdb, lib, seen)
+	}) {
+		r.background.Store(false)
+	}
+}
+
+// loadNow loads lib (see load), and turns the Runner to scripts for good
+// when the server or the user cannot load functions.
+func (r *Runner) loadNow(ctx context.Context, rdb Client, lib *Library, seen uint64) error {
+	err := r.load(ctx, rdb, lib, seen)
+	if msg, ok := reply(err); ok && functionsRefused(msg) {
+		r.scriptsOnly.Store(true)
+	}
+	return err
 }
 
 // loadTimeout bounds a load of a Runner without Detach.

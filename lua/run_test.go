@@ -261,3 +261,32 @@ func TestRunnerLoadsTheLibraryForACallWhoseContextEnded(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, libs, 1)
 }
+
+// With Go set, a call that finds the library missing goes by EVAL at once,
+// as one that finds its script missing would, and the library loads in the
+// background (once, however many calls found it missing) for the calls
+// after it.
+func TestRunnerLoadsTheLibraryInTheBackground(t *testing.T) {
+	_, rdb := ownServer(t)
+	ctx := t.Context()
+	var loads []func()
+	r := lua.NewRunner()
+	r.Go = func(f func()) bool { loads = append(loads, f); return true }
+	k, err := queue.For(redistest.Prefix(t), "background")
+	require.NoError(t, err)
+	entry := queue.Entry(queue.NewID()+queue.NewTag()+queue.WakeVersion, time.Minute, "o")
+	rep, err := lua.ReadAcquire(r.Run(ctx, rdb, lua.Classic.Acquire(k, queue.NewID(), "o", entry, 60000, 30000, queue.ModeTry, 20000)))
+	require.NoError(t, err)
+	require.True(t, rep.Granted)
+	require.Equal(t, map[string]int{"fcall": 1, "eval": 1, "function|load": 0},
+		commandCalls(t, rdb, "fcall", "eval", "function|load"), "FCALL, refused, then EVAL at once")
+	_, err = lua.ReadAcquire(r.Run(ctx, rdb, lua.Classic.Acquire(k, queue.NewID(), "p", entry, 60000, 30000, queue.ModeTry, 20000)))
+	require.NoError(t, err)
+	require.Len(t, loads, 1, "one load however many calls found the library missing")
+	loads[0]()
+	rel, err := lua.ReadRelease(r.Run(ctx, rdb, lua.Classic.Release(k, queue.NewID(), "o", "", 60000, 20000)))
+	require.NoError(t, err)
+	require.Equal(t, 0, rel.Count)
+	require.Equal(t, map[string]int{"fcall": 3, "eval": 2, "function|load": 1},
+		commandCalls(t, rdb, "fcall", "eval", "function|load"), "loaded: FCALL alone")
+}

@@ -121,6 +121,7 @@ type Engine struct {
 
 	wake     atomic.Pointer[wake] // how wake messages travel, once decided (see wakeMode); never changes after
 	deciding shared[*wake]        // wakeMode's question to the server, while it runs
+	layout   layout               // the layout of the prefix's keys (see layout.go)
 }
 
 // subscriptionLinger is how long a lock's channel stays subscribed after

@@ -62,6 +62,9 @@ const (
 	// (redis.REDIS_VERSION), or nil before Redis 7. It needs none of the
 	// helpers.
 	versionName = "version"
+	// layoutName reads, or writes once, the layout version of a prefix's
+	// keys. It needs none of the helpers either.
+	layoutName = "layout"
 )
 
 // The line of lib.lua that names the publish command, as written and in
@@ -88,10 +91,10 @@ func source(name string) string {
 
 // onLib reports whether the named operation is built on lib.lua. renew
 // and qrenew touch only the hash (and read the counter) and publish
-// nothing; version touches nothing. None needs the helpers, and none is
-// in the function library.
+// nothing; version and layout read one key at most. None needs the
+// helpers, and none is in the function library.
 func onLib(name string) bool {
-	return name != renewName && name != versionName && name != qRenewName
+	return name != renewName && name != versionName && name != qRenewName && name != layoutName
 }
 
 // helpers returns the helpers the named operation is built on: lib.lua,
@@ -208,11 +211,22 @@ var (
 	renewScript   = &op{script: redis.NewScript(source(renewName))}
 	versionScript = &op{script: redis.NewScript(source(versionName))}
 	qRenewScript  = &op{script: redis.NewScript(source(qRenewName))}
+	layoutScript  = &op{script: redis.NewScript(source(layoutName))}
 )
 
 // Version is version.lua: it answers the server's version as the scripts
 // see it. Read its reply with ReadVersion.
 func Version() Call { return versionScript.call(nil, nil) }
+
+// Layout is layout.lua: the layout version of the keys under the prefix
+// whose layout key is key (queue.LayoutKey), written as version when it
+// holds none. Read its reply with ReadLayout.
+func Layout(key, version string) Call {
+	return layoutScript.call([]string{key}, []any{version})
+}
+
+// ReadLayout reads the reply of a Layout call: the version the key holds.
+func ReadLayout(cmd *redis.Cmd) (string, error) { return cmd.Text() }
 
 // ReadVersion reads the reply of a Version call: the version, or "" from
 // a server before Redis 7, which does not tell its scripts.

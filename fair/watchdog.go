@@ -306,40 +306,39 @@ type outcomes struct {
 	errs []error
 }
 
-// send runs renew.lua for each hold in one pipeline: again with EVAL for
-// those the server lacked the script for, and again after a pause for
+// send runs the renewal of each hold in one pipeline: again the way the
+// engine's runner says for those the server did not run (it lacked the
+// script or the library; see lua.Runner), and again after a pause for
 // those it said it would be ready for shortly (see shortly), until ctx
 // ends.
 func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
 	out := outcomes{oks: make([]bool, len(holds)), errs: make([]error, len(holds))}
+	calls := make([]lua.Call, len(holds))
+	sends := make([]lua.Sending, len(holds))
 	pending := make([]int, len(holds))
-	for i := range pending {
+	for i, h := range holds {
+		calls[i] = h.l.renewCall(h.owner, h.lease)
+		sends[i] = w.e.runner.Start(calls[i])
 		pending[i] = i
 	}
 	wait := shortly.FirstPause
-	for eval := false; ; {
+	for {
 		pipe := w.e.rdb.Pipeline()
 		cmds := make([]*redis.Cmd, len(pending))
 		for j, i := range pending {
-			h := holds[i]
-			call := h.l.renewCall(h.owner, h.lease)
-			if eval {
-				cmds[j] = call.Eval(ctx, pipe)
-			} else {
-				cmds[j] = call.EvalSha(ctx, pipe)
-			}
+			cmds[j] = calls[i].Send(ctx, pipe, sends[i].Via)
 		}
 		sent := time.Now()
 		_, _ = pipe.Exec(ctx) // every command carries its own outcome
 		var again []int
-		missing := false // the server lacked the script for some
+		unrun := false // the server did not run some, and says how to send them
 		for j, i := range pending {
-			ok, err := lua.ReadFlag(cmds[j])
-			switch {
-			case !eval && noScript(err):
-				again, missing = append(again, i), true
+			if w.e.runner.Again(ctx, w.e.rdb, calls[i], &sends[i], cmds[j].Err()) {
+				again, unrun = append(again, i), true
 				continue
-			case shortly.Reply(err) && ctx.Err() == nil:
+			}
+			ok, err := lua.ReadFlag(cmds[j])
+			if shortly.Reply(err) && ctx.Err() == nil {
 				again = append(again, i)
 			}
 			w.e.called(sent, err)
@@ -348,8 +347,7 @@ func (w *watchdog) send(ctx context.Context, holds []*Hold) outcomes {
 		switch {
 		case len(again) == 0:
 			return out
-		case missing:
-			eval = true
+		case unrun:
 		case !pause.For(ctx, wait):
 			return out // each keeps the refusal it got
 		default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -151,8 +152,8 @@ func (fc *fairClients) close() error {
 	return errors.Join(errs...)
 }
 
-// scripts is a go-redis hook that counts script calls (EVALSHA or EVAL,
-// sent alone or in a pipeline) and round trips (a command or a whole
+// scripts is a go-redis hook that counts script calls (FCALL, EVALSHA or
+// EVAL, sent alone or in a pipeline) and round trips (a command or a whole
 // pipeline sent).
 type scripts struct {
 	calls      atomic.Int64
@@ -182,7 +183,7 @@ func (h *scripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 func (h *scripts) countScript(cmd redis.Cmder) {
-	if name := cmd.Name(); name == "evalsha" || name == "eval" {
+	if slices.Contains(scriptCommands, cmd.Name()) {
 		h.calls.Add(1)
 	}
 }

@@ -103,7 +103,7 @@
 //   - commands/grant: every command the server ran during the measured
 //     part, per grant, from INFO commandstats (zeroed by CONFIG RESETSTAT
 //     before it): the sum of the calls of every command, which counts the
-//     EVALSHA or EVAL of a script and each command the script ran, less
+//     FCALL, EVALSHA or EVAL of a script and each command the script ran, less
 //     the benchmark's own INFO and CONFIG. In the uncontended workloads a
 //     grant is one Lock+Unlock, and the summary prints it as commands per
 //     Lock+Unlock. With -redis, other clients' commands on the server
@@ -112,8 +112,10 @@
 //   - server µs/grant: growth of INFO's used_cpu_user + used_cpu_sys
 //     during the measured part, per grant; it includes the server's own
 //     housekeeping, small at these rates.
-//   - EVALSHA µs/call: from INFO commandstats, zeroed by CONFIG RESETSTAT
-//     before the measured part.
+//   - script µs/call: the mean server time of a script call (FCALL,
+//     EVALSHA or EVAL; fairlock calls its function library on Redis 7),
+//     from INFO commandstats, zeroed by CONFIG RESETSTAT before the
+//     measured part.
 //   - errors: Lock or Unlock calls that failed, not by the deadline; the
 //     first one is printed under the table.
 //   - violations: grants that found another holder inside the critical
@@ -417,8 +419,8 @@
 //   - Redis B/hold: growth of INFO's used_memory over the same span, over
 //     the holds.
 //   - renewals/s, round trips/s: with every hold held, over -scale-window
-//     (3s), a go-redis hook counts script calls (EVALSHA or EVAL, alone or
-//     inside a pipeline) as renewals and every command or pipeline sent as
+//     (3s), a go-redis hook counts script calls (FCALL, EVALSHA or
+//     EVAL, alone or inside a pipeline) as renewals and every command or pipeline sent as
 //     a round trip. Renewals that fall due together go out in one
 //     pipeline, so round trips are far fewer than renewals.
 //

@@ -25,6 +25,7 @@ var (
 	ErrWouldDeadlock = errors.New("fairlock: the call would wait for a hold its own context carries")
 	ErrNoQuorum      = errors.New("fairlock: no majority of masters answered")
 	ErrUnavailable   = errors.New("fairlock: redis did not answer in time")
+	ErrLayout        = errors.New("fairlock: the keys under the prefix have another layout")
 )
 
 // ErrUnexpectedReply says Redis answered something fairlock does not read:

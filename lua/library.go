@@ -12,7 +12,7 @@ import (
 // and later): lib.lua and qlib.lua once, then each operation built on
 // them as a function. Loaded once per server (FUNCTION LOAD), it spares
 // every call the definition of the helpers, which an EVAL of a script
-// repeats at each run: about half of what a Lock costs the server (see
+// repeats at each run: about half of a call's time on the server (see
 // BenchmarkLibraryCost).
 //
 // Its name holds the SHA1 of its text, as do its functions' names, so

@@ -89,7 +89,7 @@ func evalshaMicros(b *testing.B, rdb *redis.Client) float64 {
 // waits behind) by EVALSHA of the scripts and by FCALL of the library's
 // functions, and reports the server's mean µs per call of each from INFO
 // commandstats: what defining the helpers at every call costs. Run it
-// with: go test -run '^$' -bench LibraryCost -benchtime 20000x ./lua
+// with: go test -run '^$' -bench LibraryCost -benchtime 30000x -count 5 ./lua
 func BenchmarkLibraryCost(b *testing.B) {
 	rdb := redistest.Shared(b).Client(b)
 	ctx := context.Background()

@@ -3,7 +3,7 @@
 // a release would serve them: the module at the root of the tree, and each
 // module nested in it (a directory with a go.mod of its own).
 //
-//	go run ./internal/modproxy -version v0.1.0 -out /tmp/proxy .
+//	go run ./internal/modproxy -version v0.1.0 -out DIR .
 //
 // For each module it writes, under the module's escaped path, the files the
 // go command reads from a proxy: @v/list (the version), @v/VERSION.info,

@@ -133,10 +133,17 @@ func (a *audit) ended(l *Mutex, ln leaver, req Request, entry string, h *Hold, c
 	a.running = true
 	a.mu.Unlock()
 	if start && !a.e.goUnlessClosed(a.run) {
-		a.mu.Lock()
-		a.running = false
-		a.mu.Unlock()
+		a.stop() // closed: nobody looks any more
 	}
+}
+
+// stop forgets every call and marks the goroutine stopped: the engine is
+// closed.
+func (a *audit) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls = shrink.Queue[*endedCall]{}
+	a.running = false
 }
 
 // moved tells the audit that the primary moved: it looks at once.
@@ -179,6 +186,7 @@ func (a *audit) run() {
 	for {
 		select {
 		case <-a.e.closing:
+			a.stop()
 			return
 		case <-t.C:
 		case <-a.kick:

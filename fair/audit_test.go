@@ -263,3 +263,28 @@ func TestAuditTakesAnEndedTicketOutOfEveryLine(t *testing.T) {
 	owner, _ := r.rdb.HGet(ctx, ka.Lock, "owner").Result()
 	require.Equal(t, "W", owner, "a is handed to the waiter behind the ticket")
 }
+
+// A closed engine's audit keeps nothing: the calls it watched when Close
+// started, and those that end afterwards (the holds Close releases),
+// are forgotten, since nobody looks any more.
+func TestAClosedAuditKeepsNothing(t *testing.T) {
+	r := newRig(t)
+	a := r.l.e.audit
+	a.enabled = true
+	for i := range 100 {
+		a.ended(r.l, r.l, Request{Owner: "o"}, fmt.Sprintf("e%d", i), nil, "")
+	}
+	a.mu.Lock()
+	require.Equal(t, 100, a.calls.Len())
+	require.True(t, a.running, "the audit looks")
+	a.mu.Unlock()
+	require.NoError(t, r.l.e.Close())
+	empty := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.calls.Len() == 0 && a.calls.Cap() == 0 && !a.running
+	}
+	require.True(t, empty(), "Close waited for the audit, which forgot its calls")
+	a.ended(r.l, r.l, Request{Owner: "o"}, "late", nil, "")
+	require.True(t, empty(), "a call that ends after Close is not kept")
+}

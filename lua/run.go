@@ -155,6 +155,17 @@ func (r *Runner) Run(ctx context.Context, rdb Client, c Call) *redis.Cmd {
 	}
 }
 
+// Preload loads lib now, unless the Runner has loaded it or sends only
+// scripts, so that the calls after it find the library: the first calls
+// of a quorum's masters, each preloaded alike, then cost the same on each.
+// A failure is left to those calls, which find the library missing.
+func (r *Runner) Preload(ctx context.Context, rdb Client, lib *Library) {
+	if r.scriptsOnly.Load() || r.loads.Load() > 0 {
+		return
+	}
+	_ = r.loadNow(ctx, rdb, lib, 0)
+}
+
 // loadSoon loads lib in the background, unless a load runs there already.
 func (r *Runner) loadSoon(ctx context.Context, rdb Client, lib *Library, seen uint64) {
 	if !r.background.CompareAndSwap(false, true) {

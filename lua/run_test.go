@@ -290,3 +290,15 @@ func TestRunnerLoadsTheLibraryInTheBackground(t *testing.T) {
 	require.Equal(t, map[string]int{"fcall": 3, "eval": 2, "function|load": 1},
 		commandCalls(t, rdb, "fcall", "eval", "function|load"), "loaded: FCALL alone")
 }
+
+// Preload loads the library before the first call, once, and the first
+// call then goes by FCALL alone.
+func TestRunnerPreloadsTheLibraryOnce(t *testing.T) {
+	_, rdb := ownServer(t)
+	r := lua.NewRunner()
+	r.Preload(t.Context(), rdb, lua.Classic.Library)
+	r.Preload(t.Context(), rdb, lua.Classic.Library)
+	grantAndRelease(t, r, rdb, lua.Classic, "preloaded")
+	require.Equal(t, map[string]int{"fcall": 2, "eval": 0, "evalsha": 0, "function|load": 1},
+		commandCalls(t, rdb, "fcall", "eval", "evalsha", "function|load"))
+}

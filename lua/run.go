@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/errs"
 )
 
 // Via is how a call reaches the server.
@@ -115,7 +117,7 @@ func (r *Runner) Again(ctx context.Context, rdb Client, c Call, s *Sending, err 
 			return true
 		}
 	case ByFunction:
-		msg, ok := reply(err)
+		msg, ok := errs.Reply(err)
 		switch {
 		case !ok:
 		case functionsRefused(msg):
@@ -184,7 +186,7 @@ func (r *Runner) loadSoon(ctx context.Context, rdb Client, lib *Library, seen ui
 // when the server or the user cannot load functions.
 func (r *Runner) loadNow(ctx context.Context, rdb Client, lib *Library, seen uint64) error {
 	err := r.load(ctx, rdb, lib, seen)
-	if msg, ok := reply(err); ok && functionsRefused(msg) {
+	if msg, ok := errs.Reply(err); ok && functionsRefused(msg) {
 		r.scriptsOnly.Store(true)
 	}
 	return err
@@ -250,20 +252,10 @@ func Load(ctx context.Context, rdb Client, lib *Library) error {
 
 func loadOn(ctx context.Context, c Client, lib *Library) error {
 	err := c.FunctionLoad(ctx, lib.Source).Err()
-	if msg, ok := reply(err); ok && strings.Contains(msg, "'"+lib.Name+"' already exists") {
+	if msg, ok := errs.Reply(err); ok && strings.Contains(msg, "'"+lib.Name+"' already exists") {
 		return nil
 	}
 	return err
-}
-
-// reply returns the message of err when it is an error reply of the
-// server.
-func reply(err error) (string, bool) {
-	var e redis.Error
-	if err == nil || !errors.As(err, &e) {
-		return "", false
-	}
-	return e.Error(), true
 }
 
 // functionsRefused reports whether an error reply says that the server

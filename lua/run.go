@@ -168,12 +168,12 @@ func (r *Runner) Preload(ctx context.Context, rdb Client, lib *Library) {
 	_ = r.loadNow(ctx, rdb, lib, 0)
 }
 
-// loadSoon loads lib in the background, unless a load runs there already.
+// loadSoon loads lib in the background, unless a load runs there already;
+// the load detaches itself from ctx (see load).
 func (r *Runner) loadSoon(ctx context.Context, rdb Client, lib *Library, seen uint64) {
 	if !r.background.CompareAndSwap(false, true) {
 		return
 	}
-	ctx = context.WithoutCancel(ctx)
 	if !r.Go(func() {
 		defer r.background.Store(false)
 		_ = r.loadNow(ctx, rdb, lib, seen)

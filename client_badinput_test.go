@@ -163,17 +163,36 @@ func TestLockKeyOfAnotherTypeIsAnErrorNotAHang(t *testing.T) {
 	e.requireClean("wrongtype")
 }
 
-func TestScriptsFlushedBetweenCallsAreLoadedAgain(t *testing.T) {
+// A server that loses fairlock's library and scripts between two calls
+// (FUNCTION FLUSH, SCRIPT FLUSH, as a restart without persistence does)
+// gets them again from the next call, which runs once.
+func TestScriptsAndFunctionsFlushedBetweenCallsAreLoadedAgain(t *testing.T) {
 	t.Parallel()
 	e := newPrivateEnv(t)
 	m := e.client().Mutex("flush")
+	flush := func() {
+		require.NoError(t, e.rdb.FunctionFlush(context.Background()).Err())
+		require.NoError(t, e.rdb.ScriptFlush(context.Background()).Err())
+	}
 	for range 3 {
 		ctx, err := m.Lock(context.Background())
 		require.NoError(t, err)
-		require.NoError(t, e.rdb.ScriptFlush(context.Background()).Err())
+		flush()
 		require.NoError(t, m.Unlock(ctx))
-		require.NoError(t, e.rdb.ScriptFlush(context.Background()).Err())
+		flush()
+		n, err := m.HoldCount(ctx)
+		require.NoError(t, err)
+		require.Zero(t, n)
 	}
+	// The next call finds the library missing, goes as a script and has
+	// the library loaded again, in the background.
+	ctx, err := m.Lock(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, m.Unlock(ctx))
+	require.Eventually(t, func() bool {
+		libs, err := e.rdb.FunctionList(context.Background(), redis.FunctionListQuery{}).Result()
+		return err == nil && len(libs) == 1
+	}, 5*time.Second, 10*time.Millisecond, "the library loaded again")
 }
 
 func TestUnsafeServerIsRefused(t *testing.T) {

@@ -108,6 +108,14 @@ var (
 	// while Redis answered it: the caller gave up waiting in line. The
 	// calls of a quorum Client (NewQuorum) and re-entries do not join it.
 	ErrUnavailable = errs.ErrUnavailable
+
+	// ErrLayout: the keys under the Client's prefix were written by a
+	// fairlock of another layout version (the key <prefix>:layout says
+	// which); the error names both versions. Every call of the Client
+	// fails with it, and nothing under the prefix is read or written
+	// but that key: see "Keys" in docs/algorithm.md for how a layout
+	// change is rolled out.
+	ErrLayout = errs.ErrLayout
 )
 
 // Errors for nil arguments: programming errors, reported instead of a panic.

@@ -19,7 +19,7 @@ import (
 // Redis 7, where wake messages travel by sharded pub/sub. docs/operations.md
 // shows this very line; TestClusterShardedWakeUps checks both.
 const clusterACLRules = "ACL SETUSER locker on >secret resetkeys ~fairlock:* resetchannels &fairlock:*" +
-	" -@all +evalsha +eval +get +set +hget +hmget +hset +hincrby +hdel +del +pexpire +pttl" +
+	" -@all +evalsha +eval +fcall +function|load +get +set +hget +hmget +hset +hincrby +hdel +del +pexpire +pttl" +
 	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +time +spublish" +
 	" +exists +ssubscribe +sunsubscribe +ping +cluster|slots"
 

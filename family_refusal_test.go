@@ -37,12 +37,13 @@ func newScriptRefuser(t *testing.T) *scriptRefuser {
 	return &scriptRefuser{admin: admin, user: user}
 }
 
-// refuse takes EVAL and EVALSHA from the user (on) or gives them back.
+// refuse takes EVAL, EVALSHA and FCALL from the user (on) or gives them
+// back.
 func (r *scriptRefuser) refuse(t *testing.T, on bool) {
 	t.Helper()
-	rule := []any{"+evalsha", "+eval"}
+	rule := []any{"+evalsha", "+eval", "+fcall"}
 	if on {
-		rule = []any{"-evalsha", "-eval"}
+		rule = []any{"-evalsha", "-eval", "-fcall"}
 	}
 	require.NoError(t, r.admin.Do(context.Background(), append([]any{"ACL", "SETUSER", "locker"}, rule...)...).Err())
 }
@@ -85,13 +86,13 @@ func newDeploymentRefuser(t *testing.T, e *env) *deploymentRefuser {
 	return r
 }
 
-// refuse takes EVAL and EVALSHA from the user on every node (on), or
-// gives them back.
+// refuse takes EVAL, EVALSHA and FCALL from the user on every node (on),
+// or gives them back.
 func (r *deploymentRefuser) refuse(t *testing.T, on bool) {
 	t.Helper()
-	rule := []any{"+evalsha", "+eval"}
+	rule := []any{"+evalsha", "+eval", "+fcall"}
 	if on {
-		rule = []any{"-evalsha", "-eval"}
+		rule = []any{"-evalsha", "-eval", "-fcall"}
 	}
 	for _, admin := range r.admins {
 		require.NoError(t, admin.Do(context.Background(), append([]any{"ACL", "SETUSER", r.user}, rule...)...).Err())

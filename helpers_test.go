@@ -432,7 +432,7 @@ func (e *env) monitorCalls(name string) *callMonitor {
 	require.Equal(e.t, "+OK\r\n", ok)
 
 	// Commands sent by clients, not those their scripts ran ("[0 lua]").
-	call := regexp.MustCompile(`\[\d+ [\d.:]+\] "(?i:evalsha|eval)" .*:\{` +
+	call := regexp.MustCompile(`\[\d+ [\d.:]+\] "(?i:evalsha|eval|fcall)" .*:\{` +
 		regexp.QuoteMeta(name) + `\}:call:([0-9a-f]{16})"`)
 	m := &callMonitor{calls: make(map[string]int)}
 	done := make(chan struct{})

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +25,7 @@ import (
 // this very line; TestACLLeastPrivilegeUserRunsTheWholeAPI checks both.
 const aclRules = "ACL SETUSER locker on >secret" +
 	" resetkeys ~fairlock:* resetchannels &fairlock:* -@all" +
-	" +evalsha +eval" +
+	" +evalsha +eval +fcall +function|load" +
 	" +get +set +hget +hmget +hset +hincrby +hdel +del +pexpire +pttl" +
 	" +lindex +lpop +rpush +lrem +lrange +zscore +zadd +zrem +time +publish" +
 	" +exists +subscribe +unsubscribe +ping"
@@ -67,21 +68,68 @@ func TestACLEveryRuleOfTheLineIsNeeded(t *testing.T) {
 
 // eachRuleLeftOut runs f, in a parallel subtest with a redis-server of its
 // own, once for each rule of the ACL line rules (a key or channel pattern,
-// or a +command), with line the rules without that one.
+// or a +command), with line the rules without that one. The rules that
+// send scripts (scriptRules) stand in for one another, so they are left
+// out together, once: TestACLWithoutFunctionsRunsByScripts shows what
+// each pair of them is for.
 func eachRuleLeftOut(t *testing.T, rules string, f func(t *testing.T, srv *redistest.Server, rule, line string)) {
 	fields := strings.Fields(rules)
 	for i, rule := range fields {
 		if !strings.HasPrefix(rule, "~") && !strings.HasPrefix(rule, "&") && !strings.HasPrefix(rule, "+") {
 			continue
 		}
+		without := func(drop func(int, string) bool) string {
+			var kept []string
+			for j, r := range fields {
+				if !drop(j, r) {
+					kept = append(kept, r)
+				}
+			}
+			return strings.Join(kept, " ")
+		}
+		line := without(func(j int, _ string) bool { return j == i })
+		if slices.Contains(scriptRules, rule) {
+			if rule != scriptRules[0] {
+				continue
+			}
+			rule = strings.Join(scriptRules, " ")
+			line = without(func(_ int, r string) bool { return slices.Contains(scriptRules, r) })
+		}
 		t.Run(rule, func(t *testing.T) {
 			t.Parallel()
 			srv, err := redistest.Start()
 			require.NoError(t, err)
 			t.Cleanup(srv.Stop)
-			f(t, srv, rule, strings.Join(append(append([]string{}, fields[:i]...), fields[i+1:]...), " "))
+			f(t, srv, rule, line)
 		})
 	}
+}
+
+// scriptRules are the rules that send fairlock's scripts: as the
+// functions of its library (FCALL, and FUNCTION LOAD where the server
+// lacks it), and as scripts (EVALSHA, and EVAL where the server lacks
+// it), which a server without functions needs and every server at its
+// maxmemory, where Redis starts no function that may write.
+var scriptRules = []string{"+evalsha", "+eval", "+fcall", "+function|load"}
+
+// A user without the rules of functions runs the whole API by scripts:
+// its Client is refused FCALL once and sends only EVALSHA after that.
+func TestACLWithoutFunctionsRunsByScripts(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start()
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	admin := srv.Client(t)
+	line := strings.Replace(aclRules, " +fcall +function|load", "", 1)
+	require.NotEqual(t, aclRules, line)
+	runAPIAsACLUser(t, srv.Addr, admin, line, "fairlock")
+	info, err := admin.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	require.Contains(t, redistest.InfoField(info, "cmdstat_fcall"), "calls=0,", "no function ran")
+	require.NotEmpty(t, redistest.InfoField(info, "cmdstat_evalsha"), "the scripts ran")
+	libs, err := admin.FunctionList(context.Background(), redis.FunctionListQuery{}).Result()
+	require.NoError(t, err)
+	require.Empty(t, libs, "the user could not load the library")
 }
 
 // TestACLServerCheckNeedsInfoAndConfigGet shows what the optional rules

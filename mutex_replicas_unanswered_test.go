@@ -92,9 +92,10 @@ func TestUnacknowledgedTryLockOnAScriptlessServerTakesOneTimeoutAndLeavesNothing
 	require.NoError(t, err)
 	require.NoError(t, m.Unlock(warm))
 
-	// The scripts are gone (as after a restart or a failover), and the
-	// replica acknowledges nothing: the primary's offset moves past what
-	// it has acknowledged, so every WAIT runs out.
+	// The library and the scripts are gone (as after a restart or a
+	// failover), and the replica acknowledges nothing: the primary's
+	// offset moves past what it has acknowledged, so every WAIT runs out.
+	require.NoError(t, p.primary.FunctionFlush(bg).Err())
 	require.NoError(t, p.primary.ScriptFlush(bg).Err())
 	require.NoError(t, p.replica.ScriptFlush(bg).Err())
 	resume := redistest.Pause(t, p.replica)

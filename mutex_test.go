@@ -625,7 +625,7 @@ func (s *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 
 func isScript(cmd redis.Cmder) bool {
 	name := cmd.Name()
-	return name == "evalsha" || name == "eval"
+	return name == "evalsha" || name == "eval" || name == "fcall"
 }
 
 // countedBehindAHolder returns a Client whose scripts are counted, and a

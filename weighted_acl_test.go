@@ -25,7 +25,7 @@ import (
 // line; TestWeightedACLLeastPrivilegeUser checks both.
 const weightedACLRules = "ACL SETUSER locker on >secret" +
 	" resetkeys ~fairlock:* resetchannels &fairlock:* -@all" +
-	" +evalsha +eval" +
+	" +evalsha +eval +fcall +function|load" +
 	" +get +set +hget +hset +hincrby +hdel +hexists +del +pttl +pexpireat" +
 	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zrangebyscore +zcount +time +publish" +
 	" +subscribe +unsubscribe +ping"
@@ -97,7 +97,7 @@ func TestWeightedACLEveryRuleOfTheLineIsNeeded(t *testing.T) {
 // sharded pub/sub in place of the classic one, and the slot map.
 // docs/operations.md shows this very line.
 const weightedClusterACLRules = "ACL SETUSER locker on >secret resetkeys ~fairlock:* resetchannels &fairlock:* -@all" +
-	" +evalsha +eval +get +set +hget +hset +hincrby +hdel +hexists +del +pttl +pexpireat" +
+	" +evalsha +eval +fcall +function|load +get +set +hget +hset +hincrby +hdel +hexists +del +pttl +pexpireat" +
 	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zrangebyscore +zcount +time +spublish" +
 	" +ssubscribe +sunsubscribe +ping +cluster|slots"
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fairlock/fairlock/internal/shrink"
 	"github.com/fairlock/fairlock/notify"
 )
 
@@ -52,12 +53,20 @@ import (
 //
 // It runs only for clients that can fail over (a cluster client, the
 // failover client); on one server nothing comes back.
+//
+// Its cost is bounded whatever the rate of Lock calls: it watches the
+// latest auditMax ended calls of the engine, no older than its span, and
+// one look reads them all in one pipeline, which a cluster client splits
+// into one per master; each round of clearing that finds traces reads the
+// locks that had them again, the same way. What it keeps is in a ring
+// that gives its memory back as it empties (shrink.Queue), and nothing
+// once the span has passed since the last call ended.
 
 const (
-	auditSpan   = 10 * time.Second // how long an ended call is watched, at least (and a waiter TTL)
-	auditEvery  = time.Second      // how often
-	auditPerKey = 256              // ended calls watched per lock, the latest
-	auditFixes  = 64               // traces cleared per lock and look, at most
+	auditSpan  = 10 * time.Second // how long an ended call is watched, at least (and a waiter TTL)
+	auditEvery = time.Second      // how often
+	auditMax   = 4096             // ended calls watched, the latest: what one look reads at most
+	auditFixes = 64               // rounds of clearing per look, at most: traces cleared per lock
 )
 
 // endedCall is one Lock call of this engine that is over.
@@ -79,28 +88,20 @@ type leaver interface {
 	cancel(ctx context.Context, owner, entry string) (bool, error)
 }
 
-// watchedLock is a lock with recent ended calls, oldest first.
-type watchedLock struct {
-	l     *Mutex // a handle of the lock: its keys
-	calls []endedCall
-}
-
 type audit struct {
 	e       *Engine
 	enabled bool
 	kick    chan struct{} // capacity 1: look now
 
 	mu      sync.Mutex
-	recent  map[string]*watchedLock // lock hash key -> its ended calls; guarded by mu
-	entries map[string]int          // waiter entry -> how many ended calls in recent have it; guarded by mu
-	running bool                    // the auditing goroutine runs; guarded by mu
+	calls   shrink.Queue[*endedCall] // the ended calls watched, oldest first, auditMax at most; guarded by mu
+	running bool                     // the auditing goroutine runs; guarded by mu
 }
 
 func newAudit(e *Engine, rdb Redis) *audit {
 	_, cluster := rdb.(*redis.ClusterClient)
 	_, failover := notify.FailsOver(rdb)
-	return &audit{e: e, enabled: cluster || failover, kick: make(chan struct{}, 1),
-		recent: make(map[string]*watchedLock), entries: make(map[string]int)}
+	return &audit{e: e, enabled: cluster || failover, kick: make(chan struct{}, 1)}
 }
 
 // span is how long an ended call is watched: its entry can come back with
@@ -112,36 +113,37 @@ func (a *audit) span() time.Duration {
 // ended records a Lock call of l that is over: h's hold ended (the last
 // release, if one was sent, under call), or, when h is nil, a call that
 // gave up waiting with entry in the line of ln (l, or the ticket that l
-// is a lock of).
+// is a lock of). With auditMax calls watched already, the oldest is
+// forgotten.
 func (a *audit) ended(l *Mutex, ln leaver, req Request, entry string, h *Hold, call string) {
 	if a == nil || !a.enabled {
 		return
 	}
-	c := endedCall{l: l, waited: ln, owner: req.Owner, shared: req.Shared, entry: entry, call: call, at: time.Now()}
+	c := &endedCall{l: l, waited: ln, owner: req.Owner, shared: req.Shared, entry: entry, call: call, at: time.Now()}
 	if h != nil {
 		c.token = strconv.FormatInt(h.token, 10)
 		c.receiptTTL = h.releaseReceiptTTL()
 	}
 	a.mu.Lock()
-	w := a.recent[l.keys.Lock]
-	if w == nil {
-		w = &watchedLock{l: l}
-		a.recent[l.keys.Lock] = w
+	if a.calls.Len() == auditMax {
+		a.calls.Pop()
 	}
-	if len(w.calls) == auditPerKey {
-		a.forgetLocked(w.calls[0])
-		w.calls = w.calls[1:] // append reallocates now and then: no copy per call
-	}
-	w.calls = append(w.calls, c)
-	a.entries[c.entry]++
+	a.calls.Push(c)
 	start := !a.running
 	a.running = true
 	a.mu.Unlock()
 	if start && !a.e.goUnlessClosed(a.run) {
-		a.mu.Lock()
-		a.running = false
-		a.mu.Unlock()
+		a.stop() // closed: nobody looks any more
 	}
+}
+
+// stop forgets every call and marks the goroutine stopped: the engine is
+// closed.
+func (a *audit) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls = shrink.Queue[*endedCall]{}
+	a.running = false
 }
 
 // moved tells the audit that the primary moved: it looks at once.
@@ -163,21 +165,20 @@ func (a *audit) unclaimed(channel, id string) {
 		return
 	}
 	a.mu.Lock()
-	n := a.entries[id]
+	found := false
+	for i := range a.calls.Len() {
+		if a.calls.At(i).entry == id {
+			found = true
+			break
+		}
+	}
 	a.mu.Unlock()
-	if n > 0 {
+	if found {
 		a.moved()
 	}
 }
 
-// forgetLocked drops c from the entries index. Requires mu.
-func (a *audit) forgetLocked(c endedCall) {
-	if a.entries[c.entry]--; a.entries[c.entry] <= 0 {
-		delete(a.entries, c.entry)
-	}
-}
-
-// run looks at the watched locks once a second, and when kicked, until
+// run looks at the watched calls once a second, and when kicked, until
 // none is left or the engine closes.
 func (a *audit) run() {
 	t := time.NewTicker(auditEvery)
@@ -185,33 +186,31 @@ func (a *audit) run() {
 	for {
 		select {
 		case <-a.e.closing:
+			a.stop()
 			return
 		case <-t.C:
 		case <-a.kick:
 		}
-		a.mu.Lock()
-		var due []watchedLock
-		for k, w := range a.recent {
-			i := 0
-			for i < len(w.calls) && time.Since(w.calls[i].at) > a.span() {
-				a.forgetLocked(w.calls[i])
-				i++
-			}
-			w.calls = w.calls[i:]
-			if len(w.calls) == 0 {
-				delete(a.recent, k)
-				continue
-			}
-			due = append(due, watchedLock{l: w.l, calls: append([]endedCall(nil), w.calls...)})
-		}
-		if len(due) == 0 {
-			a.running = false
-			a.mu.Unlock()
+		calls := a.due()
+		if calls == nil {
 			return
 		}
-		a.mu.Unlock()
-		for _, w := range due {
-			a.check(w)
-		}
+		a.look(calls)
 	}
+}
+
+// due forgets the calls older than the span and returns the others,
+// oldest first; with none left it marks the goroutine stopped and returns
+// nil. It copies pointers only: every Unlock waits for it.
+func (a *audit) due() []*endedCall {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for a.calls.Len() > 0 && time.Since(a.calls.At(0).at) > a.span() {
+		a.calls.Pop()
+	}
+	if a.calls.Len() == 0 {
+		a.running = false
+		return nil
+	}
+	return a.calls.AppendTo(make([]*endedCall, 0, a.calls.Len()))
 }

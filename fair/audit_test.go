@@ -13,9 +13,14 @@ import (
 )
 
 // auditing turns the rig's audit on, as for a client that can fail over,
-// and stops its goroutine from looking on its own: the test calls check.
+// and stops its goroutine from looking on its own: the test calls lookNow.
 func (r *rig) auditing() *audit {
-	a := r.l.e.audit
+	return r.l.e.audit.takenOver()
+}
+
+// takenOver turns the audit on and stops its goroutine from looking on
+// its own: the test calls lookNow.
+func (a *audit) takenOver() *audit {
 	a.enabled = true
 	a.mu.Lock()
 	a.running = true
@@ -23,16 +28,15 @@ func (r *rig) auditing() *audit {
 	return a
 }
 
-// watched returns the audit's copy of what it watches on the rig's lock.
-func (a *audit) watched(l *Mutex) watchedLock {
+// watched returns a copy of the calls the audit watches, oldest first.
+func (a *audit) watched() []*endedCall {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	w := a.recent[l.keys.Lock]
-	if w == nil {
-		return watchedLock{l: l}
-	}
-	return watchedLock{l: l, calls: append([]endedCall(nil), w.calls...)}
+	return a.calls.AppendTo(nil)
 }
+
+// lookNow makes one look at every call the audit watches.
+func (a *audit) lookNow() { a.look(a.watched()) }
 
 // A trace of an ended call with an owner id of its own is any hold of that
 // owner: the audit releases every level, hands the lock on, and goes on
@@ -50,7 +54,7 @@ func TestAuditReleasesTracesOfItsOwnOwnersAlongTheLine(t *testing.T) {
 
 	a.ended(r.l, r.l, Request{Owner: "A"}, eA, nil, "")
 	a.ended(r.l, r.l, Request{Owner: "B"}, eB, nil, "") // a waiter whose end was lost
-	a.check(a.watched(r.l))
+	a.lookNow()
 	owner, count, entry := r.holder()
 	require.Equal(t, "C", owner, "A's levels and B's hand-over released in turn; C is no trace")
 	require.Equal(t, eC, entry)
@@ -71,7 +75,7 @@ func TestAuditLeavesOtherHoldsOfASharedOwnerAlone(t *testing.T) {
 
 	// An ended call of S under another token and entry: no trace.
 	a.ended(r.l, r.l, Request{Owner: "S", Shared: true}, entry("old", "S"), nil, "")
-	a.check(a.watched(r.l))
+	a.lookNow()
 	owner, count, _ := r.holder()
 	require.Equal(t, "S", owner)
 	require.Equal(t, "2", count, "levels of other calls are left alone")
@@ -80,53 +84,65 @@ func TestAuditLeavesOtherHoldsOfASharedOwnerAlone(t *testing.T) {
 	// again once, whatever the number of checks.
 	h := &Hold{l: r.l, token: rep.Token, holdState: holdState{owner: "S", shared: true, entry: eA, lease: rigLease}}
 	a.ended(r.l, r.l, Request{Owner: "S", Shared: true}, eA, h, "call-1")
-	a.check(a.watched(r.l))
-	a.check(a.watched(r.l))
+	a.lookNow()
+	a.lookNow()
 	owner, count, _ = r.holder()
 	require.Equal(t, "S", owner)
 	require.Equal(t, "1", count, "one release, under one call id")
 }
 
-// The audit keeps the latest auditPerKey calls per lock, drops those older
-// than its span, and indexes their entries for Unclaimed.
-func TestAuditKeepsTheLatestCallsWithinItsSpan(t *testing.T) {
+// The audit watches the latest auditMax calls of the engine, whatever
+// their locks, in a ring sized for what it holds: a burst of calls on
+// many names leaves it at auditMax, the calls past the span are dropped
+// by the next look, and the ring then holds no memory. A grant to the
+// entry of a watched call, and only to one, makes it look at once.
+func TestAuditWatchesTheLatestCallsWithinItsSpanAndThenNothing(t *testing.T) {
 	r := newRig(t)
 	a := r.auditing()
-	for i := range auditPerKey + 10 {
-		a.ended(r.l, r.l, Request{Owner: "o"}, fmt.Sprintf("e%d", i), nil, "")
+	const burst = 3*auditMax + 10
+	for i := range burst {
+		l := r.l.e.Mutex(queue.Keys{Lock: fmt.Sprintf("p:{n%d}", i)}) // a name of its own each
+		a.ended(l, l, Request{Owner: "o"}, fmt.Sprintf("e%d", i), nil, "")
 	}
-	w := a.watched(r.l)
-	require.Len(t, w.calls, auditPerKey)
-	require.Equal(t, "e10", w.calls[0].entry, "the oldest are dropped first")
+	calls := a.watched()
+	require.Len(t, calls, auditMax)
+	require.Equal(t, fmt.Sprintf("e%d", burst-auditMax), calls[0].entry, "the oldest are dropped first")
+	require.Equal(t, fmt.Sprintf("e%d", burst-1), calls[auditMax-1].entry)
 	a.mu.Lock()
-	require.Len(t, a.entries, auditPerKey)
-	require.Zero(t, a.entries["e9"])
-	require.Equal(t, 1, a.entries["e10"])
+	require.LessOrEqual(t, a.calls.Cap(), 2*auditMax, "the ring holds what it watches, not the burst")
+	a.mu.Unlock()
+
+	kicked := func() bool {
+		select {
+		case <-a.kick:
+			return true
+		default:
+			return false
+		}
+	}
+	a.unclaimed(r.l.keys.Wake, fmt.Sprintf("e%d", burst-1))
+	require.True(t, kicked(), "a grant to a watched call's entry makes the audit look at once")
+	a.unclaimed(r.l.keys.Wake, "e9")
+	require.False(t, kicked(), "a forgotten call's entry does not")
+	a.unclaimed(r.l.keys.Wake, "someone-else")
+	require.False(t, kicked(), "nor does anyone else's")
+
 	// Age every call past the span: the next look drops them all.
-	for i := range a.recent[r.l.keys.Lock].calls {
-		a.recent[r.l.keys.Lock].calls[i].at = time.Now().Add(-a.span() - time.Second)
+	a.mu.Lock()
+	for range a.calls.Len() {
+		c := a.calls.Pop()
+		c.at = time.Now().Add(-a.span() - time.Second)
+		a.calls.Push(c)
 	}
 	a.mu.Unlock()
 	require.Equal(t, max(auditSpan, rigTTL), a.span())
-
-	kicked := make(chan struct{}, 1)
-	a.unclaimed(r.l.keys.Wake, "e11")
-	select {
-	case <-a.kick:
-		kicked <- struct{}{}
-	default:
-	}
-	require.Len(t, kicked, 1, "a grant to an ended call's entry makes the audit look at once")
-	a.unclaimed(r.l.keys.Wake, "someone-else")
-	require.Len(t, a.kick, 0, "a grant to anyone else does not")
-
 	go a.run() // running was set by auditing
 	a.moved()
 	require.Eventually(t, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		return len(a.recent) == 0 && len(a.entries) == 0 && !a.running
-	}, 5*time.Second, 5*time.Millisecond, "calls past the span are forgotten, and the audit stops")
+		return a.calls.Len() == 0 && a.calls.Cap() == 0 && !a.running
+	}, 5*time.Second, 5*time.Millisecond, "calls past the span are forgotten, the ring let go, and the audit stops")
 }
 
 // weightedRig returns handles of one weighted lock of the rig's engine,
@@ -177,7 +193,7 @@ func TestAuditReleasesAWeightedOwnersLevelsOfTheCallsKindOnly(t *testing.T) {
 	require.Equal(t, []int{1, 2}, []int{rec.Shared, rec.Excl}, "as a failover may bring it back")
 
 	a.ended(writer, writer, Request{Owner: "X"}, eW, nil, "")
-	a.check(a.watched(writer))
+	a.lookNow()
 	rec, err = queue.ParseHolder(r.record(writer, "X"))
 	require.NoError(t, err)
 	require.Equal(t, []int{1, 0}, []int{rec.Shared, rec.Excl}, "both write levels released, the read level kept")
@@ -189,8 +205,8 @@ func TestAuditReleasesAWeightedOwnersLevelsOfTheCallsKindOnly(t *testing.T) {
 	eR := reader.entry(Request{Owner: "X", Lease: rigLease})
 	h := &Hold{l: reader, token: rec.Token, holdState: holdState{owner: "X", shared: true, entry: eR, lease: rigLease}}
 	a.ended(reader, reader, Request{Owner: "X", Shared: true}, eR, h, "call-r")
-	a.check(a.watched(reader))
-	a.check(a.watched(reader))
+	a.lookNow()
+	a.lookNow()
 	require.Empty(t, r.record(reader, "X"), "the read level released")
 	require.NotEmpty(t, r.record(reader, "R"), "the other reader's hold is left alone")
 }
@@ -210,7 +226,7 @@ func TestAuditTakesTheEntriesOfEndedCallsOutOfAWeightedLine(t *testing.T) {
 	require.False(t, r.take(one, "W", eW, queue.ModeWait), "W fits, but waits behind D")
 
 	a.ended(two, two, Request{Owner: "D"}, eD, nil, "") // a waiter whose give-up was lost
-	a.check(a.watched(two))
+	a.lookNow()
 	require.Empty(t, r.record(one, "D"))
 	require.NotEmpty(t, r.record(one, "W"), "W is granted once D has left")
 	require.Zero(t, r.rdb.ZCard(context.Background(), one.keys.Deadline).Val(), "nobody is left in line")
@@ -240,10 +256,35 @@ func TestAuditTakesAnEndedTicketOutOfEveryLine(t *testing.T) {
 	require.False(t, rep.Granted, "a is free, but the ticket heads its line")
 
 	tk.ended(req, eT) // a ticket whose give-up was lost
-	a.check(a.watched(tk.locks[0]))
+	a.lookNow()
 	for _, k := range []queue.Keys{ka, kb} {
 		require.Zero(t, r.rdb.ZScore(ctx, k.Deadline, eT).Val(), "the ticket left the line of %s", k.Name)
 	}
 	owner, _ := r.rdb.HGet(ctx, ka.Lock, "owner").Result()
 	require.Equal(t, "W", owner, "a is handed to the waiter behind the ticket")
+}
+
+// A closed engine's audit keeps nothing: the calls it watched when Close
+// started, and those that end afterwards (the holds Close releases),
+// are forgotten, since nobody looks any more.
+func TestAClosedAuditKeepsNothing(t *testing.T) {
+	r := newRig(t)
+	a := r.l.e.audit
+	a.enabled = true
+	for i := range 100 {
+		a.ended(r.l, r.l, Request{Owner: "o"}, fmt.Sprintf("e%d", i), nil, "")
+	}
+	a.mu.Lock()
+	require.Equal(t, 100, a.calls.Len())
+	require.True(t, a.running, "the audit looks")
+	a.mu.Unlock()
+	require.NoError(t, r.l.e.Close())
+	empty := func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.calls.Len() == 0 && a.calls.Cap() == 0 && !a.running
+	}
+	require.True(t, empty(), "Close waited for the audit, which forgot its calls")
+	a.ended(r.l, r.l, Request{Owner: "o"}, "late", nil, "")
+	require.True(t, empty(), "a call that ends after Close is not kept")
 }

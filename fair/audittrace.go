@@ -3,7 +3,9 @@ package fair
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -32,41 +34,103 @@ func (h heldBy) levels(l *Mutex) int {
 	return h.shared
 }
 
-// sighting is what one look reads of a watched lock: the holds of the
-// owners of its ended calls, and which of their entries are in line.
-type sighting struct {
-	held    map[string]heldBy // by owner id
-	waiting map[string]bool   // entries that have a waiter deadline
+// watchedLock is a lock with recent ended calls, oldest first.
+type watchedLock struct {
+	l      *Mutex // a handle of the lock: its keys
+	calls  []*endedCall
+	warned bool // the look logged that it clears traces of this lock
 }
 
-// look reads, in one round trip, what w's lock keeps of w's calls: a
-// Mutex's hold (HMGET), or a weighted lock's records of their owners
-// (HGET, which its scripts' users may run: HMGET is not among their
-// commands), and whether their entries have a waiter deadline (ZSCORE).
-func (w watchedLock) look(ctx context.Context, rdb Redis) (sighting, error) {
-	k := w.l.keys
-	pipe := rdb.Pipeline()
-	var hold *redis.SliceCmd
-	if w.l.w == nil {
-		hold = pipe.HMGet(ctx, k.Lock, "owner", "count", "token", "entry")
+// byLock groups calls, oldest first, by their lock: each lock's calls
+// oldest first.
+func byLock(calls []*endedCall) []watchedLock {
+	slices.SortStableFunc(calls, func(a, b *endedCall) int { return strings.Compare(a.l.keys.Lock, b.l.keys.Lock) })
+	var locks []watchedLock
+	for i := 0; i < len(calls); {
+		j := i + 1
+		for j < len(calls) && calls[j].l.keys.Lock == calls[i].l.keys.Lock {
+			j++
+		}
+		locks = append(locks, watchedLock{l: calls[i].l, calls: calls[i:j:j]})
+		i = j
 	}
-	records := map[string]*redis.StringCmd{}
-	deadlines := map[string]*redis.FloatCmd{}
-	for _, c := range w.calls {
-		if w.l.w != nil && records[c.owner] == nil {
-			records[c.owner] = pipe.HGet(ctx, k.Lock, "o:"+c.owner)
-		}
-		if c.entry != "" && deadlines[c.entry] == nil {
-			deadlines[c.entry] = pipe.ZScore(ctx, k.Deadline, c.entry)
-		}
+	return locks
+}
+
+// sighting is what one look reads of a watched lock, call by call: its
+// slices are in the order of the lock's calls.
+type sighting struct {
+	held    []heldBy // what the call's owner holds; the zero heldBy: nothing
+	waiting []bool   // the call's entry has a waiter deadline
+}
+
+// reading is the commands of one watched lock in a look's pipeline, its
+// slices in the order of the lock's calls.
+type reading struct {
+	hold      *redis.SliceCmd    // a Mutex's hold; nil for a weighted lock
+	records   []*redis.StringCmd // a weighted lock's record of the call's owner
+	deadlines []*redis.FloatCmd  // the call's entry's deadline; nil for none
+}
+
+// readAll reads, in one pipeline, what each lock of locks keeps of its
+// calls (see queue): a cluster client sends it as one pipeline per
+// master. Each sighting comes with its own error. The slices of every
+// reading and sighting are cut from a few arrays made once per look.
+func readAll(ctx context.Context, rdb Redis, locks []watchedLock) ([]sighting, []error) {
+	calls := 0
+	for _, w := range locks {
+		calls += len(w.calls)
+	}
+	var (
+		records   = make([]*redis.StringCmd, calls)
+		deadlines = make([]*redis.FloatCmd, calls)
+		held      = make([]heldBy, calls)
+		waiting   = make([]bool, calls)
+	)
+	pipe := rdb.Pipeline()
+	rs := make([]reading, len(locks))
+	sights, errs := make([]sighting, len(locks)), make([]error, len(locks))
+	at := 0
+	for i, w := range locks {
+		n := len(w.calls)
+		rs[i] = reading{records: records[at : at+n : at+n], deadlines: deadlines[at : at+n : at+n]}
+		sights[i] = sighting{held: held[at : at+n : at+n], waiting: waiting[at : at+n : at+n]}
+		w.queue(ctx, pipe, &rs[i])
+		at += n
 	}
 	_, _ = pipe.Exec(ctx) // each command carries its own outcome
+	for i, w := range locks {
+		errs[i] = rs[i].read(w, sights[i])
+	}
+	return sights, errs
+}
 
-	s := sighting{held: map[string]heldBy{}, waiting: map[string]bool{}}
-	if hold != nil {
-		v, err := hold.Result()
+// queue adds to pipe, into r, the reads of what w's lock keeps of w's
+// calls: a Mutex's hold (HMGET), or a weighted lock's record of each
+// call's owner (HGET, which its scripts' users may run: HMGET is not
+// among their commands), and whether each call's entry has a waiter
+// deadline (ZSCORE). That is at most two reads per call.
+func (w watchedLock) queue(ctx context.Context, pipe redis.Pipeliner, r *reading) {
+	k := w.l.keys
+	if w.l.w == nil {
+		r.hold = pipe.HMGet(ctx, k.Lock, "owner", "count", "token", "entry")
+	}
+	for i, c := range w.calls {
+		if w.l.w != nil {
+			r.records[i] = pipe.HGet(ctx, k.Lock, "o:"+c.owner)
+		}
+		if c.entry != "" {
+			r.deadlines[i] = pipe.ZScore(ctx, k.Deadline, c.entry)
+		}
+	}
+}
+
+// read fills s, of w, with what r read, once its pipeline ran.
+func (r reading) read(w watchedLock, s sighting) error {
+	if r.hold != nil {
+		v, err := r.hold.Result()
 		if err != nil {
-			return s, err
+			return err
 		}
 		if owner, _ := v[0].(string); owner != "" {
 			h := heldBy{shared: 1} // a hold without a count has one level, as the scripts read it
@@ -76,32 +140,42 @@ func (w watchedLock) look(ctx context.Context, rdb Redis) (sighting, error) {
 			}
 			h.token, _ = v[2].(string)
 			h.entry, _ = v[3].(string)
-			s.held[owner] = h
+			for i, c := range w.calls {
+				if c.owner == owner {
+					s.held[i] = h
+				}
+			}
 		}
 	}
-	for owner, cmd := range records {
+	for i, cmd := range r.records {
+		if cmd == nil {
+			continue
+		}
 		rec, err := cmd.Result()
 		switch {
 		case errors.Is(err, redis.Nil):
 			continue
 		case err != nil:
-			return s, err
+			return err
 		}
-		r, err := queue.ParseHolder(rec)
+		h, err := queue.ParseHolder(rec)
 		if err != nil {
 			continue // the scripts take a malformed record for none
 		}
-		s.held[owner] = heldBy{token: strconv.FormatInt(r.Token, 10), entry: r.Entry, shared: r.Shared, excl: r.Excl}
+		s.held[i] = heldBy{token: strconv.FormatInt(h.Token, 10), entry: h.Entry, shared: h.Shared, excl: h.Excl}
 	}
-	for entry, cmd := range deadlines {
+	for i, cmd := range r.deadlines {
+		if cmd == nil {
+			continue
+		}
 		switch _, err := cmd.Result(); {
 		case err == nil:
-			s.waiting[entry] = true
+			s.waiting[i] = true
 		case !errors.Is(err, redis.Nil):
-			return s, err
+			return err
 		}
 	}
-	return s, nil
+	return nil
 }
 
 // clearing is how the audit clears a trace.
@@ -117,17 +191,16 @@ const (
 // trace returns the ended call of w that s shows a trace of, the latest
 // first, and how to clear it; false when s shows none. Entries in line
 // are cleared first: otherwise a release would hand them the lock.
-func (w watchedLock) trace(s sighting) (endedCall, clearing, bool) {
+func (w watchedLock) trace(s sighting) (*endedCall, clearing, bool) {
 	for i := len(w.calls) - 1; i >= 0; i-- {
-		if c := w.calls[i]; c.entry != "" && s.waiting[c.entry] {
+		if c := w.calls[i]; s.waiting[i] {
 			return c, leaveLine, true
 		}
 	}
 	for i := len(w.calls) - 1; i >= 0; i-- {
-		c := w.calls[i]
-		h, ok := s.held[c.owner]
+		c, h := w.calls[i], s.held[i]
 		switch {
-		case !ok || h.levels(c.l) == 0:
+		case h.levels(c.l) == 0:
 		case !c.shared:
 			return c, releaseLevel, true
 		case c.token != "" && c.token == h.token && c.call != "":
@@ -136,54 +209,71 @@ func (w watchedLock) trace(s sighting) (endedCall, clearing, bool) {
 			return c, giveBackGrant, true
 		}
 	}
-	return endedCall{}, 0, false
+	return nil, 0, false
 }
 
-// check clears the traces of w's ended calls that w's lock keeps, one
-// after another, and stops when it finds none.
-func (a *audit) check(w watchedLock) {
-	ctx, cancel := a.e.detached(context.Background())
-	defer cancel()
-	warned := false
+// look clears the traces of calls that their locks keep: it reads every
+// lock of calls in one pipeline, clears one trace of each lock that shows
+// one, and reads those locks again, for at most auditFixes rounds. A lock
+// whose read or clearing fails is left for the next look.
+func (a *audit) look(calls []*endedCall) {
+	locks := byLock(calls)
 	for range auditFixes {
-		s, err := w.look(ctx, a.e.rdb)
-		if err != nil {
-			return // look again at the next tick
+		ctx, cancel := a.e.detached(context.Background())
+		sights, errs := readAll(ctx, a.e.rdb, locks)
+		cancel()
+		again := locks[:0]
+		for i := range locks {
+			if errs[i] == nil && a.clear(&locks[i], sights[i]) {
+				again = append(again, locks[i])
+			}
 		}
-		c, how, ok := w.trace(s)
-		if !ok {
+		if len(again) == 0 {
 			return
 		}
-		if !warned {
-			a.e.log.Warn("fairlock: a failover brought back a hold that had ended or a waiter that had left; releasing it",
-				w.l.lockAttrs()...)
-			warned = true
-		}
-		left := 0 // levels left after a release
-		switch how {
-		case leaveLine:
-			_, err = c.waited.cancel(ctx, c.owner, c.entry)
-		case releaseLevel:
-			left, err = c.l.release(ctx, c.owner, 0)
-		case resendLast:
-			_, err = c.l.releaseCall(ctx, c.call, c.owner, 0, c.receiptTTL)
-		case giveBackGrant:
-			_, err = c.l.cancel(ctx, c.owner, c.entry)
-		}
-		if err != nil && !publishRefused(err) && !unacked(err) {
-			return
-		}
-		if how != releaseLevel || left < 0 {
-			// It acts once; a release that found no level (a weighted
-			// record whose lease is over, not yet dropped) is not made
-			// again in this look.
-			w.forget(c)
-		}
+		locks = again
 	}
 }
 
+// clear clears the trace of one of w's ended calls that s shows, the
+// latest first, and reports whether it did: w's lock is to be read again.
+func (a *audit) clear(w *watchedLock, s sighting) bool {
+	c, how, ok := w.trace(s)
+	if !ok {
+		return false
+	}
+	if !w.warned {
+		a.e.log.Warn("fairlock: a failover brought back a hold that had ended or a waiter that had left; releasing it",
+			w.l.lockAttrs()...)
+		w.warned = true
+	}
+	ctx, cancel := a.e.detached(context.Background())
+	defer cancel()
+	left, err := 0, error(nil) // levels left after a release
+	switch how {
+	case leaveLine:
+		_, err = c.waited.cancel(ctx, c.owner, c.entry)
+	case releaseLevel:
+		left, err = c.l.release(ctx, c.owner, 0)
+	case resendLast:
+		_, err = c.l.releaseCall(ctx, c.call, c.owner, 0, c.receiptTTL)
+	case giveBackGrant:
+		_, err = c.l.cancel(ctx, c.owner, c.entry)
+	}
+	if err != nil && !publishRefused(err) && !unacked(err) {
+		return false
+	}
+	if how != releaseLevel || left < 0 {
+		// It acts once; a release that found no level (a weighted
+		// record whose lease is over, not yet dropped) is not made
+		// again in this look.
+		w.forget(c)
+	}
+	return true
+}
+
 // forget drops c from w's copy of the ended calls.
-func (w *watchedLock) forget(c endedCall) {
+func (w *watchedLock) forget(c *endedCall) {
 	for i := range w.calls {
 		if w.calls[i] == c {
 			w.calls = append(w.calls[:i:i], w.calls[i+1:]...)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,14 +36,25 @@ type slowReleases struct {
 	found, gone atomic.Int64
 }
 
-// releaseHashes are the SHA1s of the release scripts.
-var releaseHashes = map[string]bool{
-	lua.Classic.Release(queue.Keys{}, "", "", "", 0, 0).Script.Hash():                     true,
-	lua.Classic.WRelease(queue.Keys{}, "", "", 0, 0, lua.Level{}).Script.Hash():           true,
-	lua.Classic.QRelease(queue.Keys{}, "", "", "", 0, 0, false, 0, 0, 0, 0).Script.Hash(): true,
-}
+// releases are the release calls (release.lua, wrelease.lua,
+// qrelease.lua), by which they are known: their scripts' SHA1s and their
+// functions' names.
+var releases = func() map[string]bool {
+	known := map[string]bool{}
+	for _, c := range []lua.Call{
+		lua.Classic.Release(queue.Keys{}, "", "", "", 0, 0),
+		lua.Classic.WRelease(queue.Keys{}, "", "", 0, 0, lua.Level{}),
+		lua.Classic.QRelease(queue.Keys{}, "", "", "", 0, 0, false, 0, 0, 0, 0),
+	} {
+		known[c.Script.Hash()] = true
+		if c.Function != "" {
+			known[c.Function] = true
+		}
+	}
+	return known
+}()
 
-// isRelease reports whether cmd runs a release script.
+// isRelease reports whether cmd runs a release script or function.
 func isRelease(cmd redis.Cmder) bool {
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -50,18 +62,25 @@ func isRelease(cmd redis.Cmder) bool {
 	}
 	body, _ := args[1].(string)
 	switch cmd.Name() {
-	case "evalsha":
-		return releaseHashes[body]
+	case "evalsha", "fcall":
+		return releases[body]
 	case "eval":
 		sum := sha1.Sum([]byte(body))
-		return releaseHashes[hex.EncodeToString(sum[:])]
+		return releases[hex.EncodeToString(sum[:])]
 	}
 	return false
 }
 
+// unrun reports whether err says the server ran nothing: it lacked the
+// script or the library.
+func unrun(err error) bool {
+	msg, ok := errs.Reply(err)
+	return ok && (strings.HasPrefix(msg, "NOSCRIPT") || strings.HasPrefix(msg, "ERR Function not found"))
+}
+
 func (h *slowReleases) count(cmd redis.Cmder) {
 	c, ok := cmd.(*redis.Cmd)
-	if !ok || !h.armed.Load() || !isRelease(cmd) || noScript(c.Err()) {
+	if !ok || !h.armed.Load() || !isRelease(cmd) || unrun(c.Err()) {
 		return
 	}
 	switch v := c.Val().(type) {

@@ -10,13 +10,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
 )
 
 // Redis is what the engine needs of a go-redis client.
 type Redis interface {
-	redis.Scripter
+	lua.Client
 	HMGet(ctx context.Context, key string, fields ...string) *redis.SliceCmd
 	Exists(ctx context.Context, keys ...string) *redis.IntCmd
 	PTTL(ctx context.Context, key string) *redis.DurationCmd
@@ -95,9 +96,12 @@ type Engine struct {
 	lifecycle[*Hold] // calls in flight, goroutines, live holds, Close's bound
 
 	rdb Redis
-	cfg Config
-	log *slog.Logger
-	hub *notify.Hub
+	// runner sends the scripts' calls: by FCALL of the library where
+	// the server runs functions, else by EVALSHA.
+	runner lua.Runner
+	cfg    Config
+	log    *slog.Logger
+	hub    *notify.Hub
 	// tag ends the waiter id of every entry of this engine's waiters, so
 	// that hand-overs to them are published on the engine's own wake
 	// channel of each lock (queue.Keys.ClientWake) and reach no other
@@ -116,6 +120,7 @@ type Engine struct {
 
 	wake     atomic.Pointer[wake] // how wake messages travel, once decided (see wakeMode); never changes after
 	deciding shared[*wake]        // wakeMode's question to the server, while it runs
+	layout   layout               // the layout of the prefix's keys (see layout.go)
 }
 
 // subscriptionLinger is how long a lock's channel stays subscribed after
@@ -147,6 +152,8 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 		tag:  cfg.Tag,
 	}
 	e.init(cfg.CallTimeout)
+	e.runner.Detach = e.detached
+	e.runner.Go = e.goUnlessClosed
 	if cfg.Replicas > 0 {
 		e.repl = &replication{n: cfg.Replicas, timeout: cfg.ReplicaTimeout}
 	}

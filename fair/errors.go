@@ -10,17 +10,7 @@ import (
 
 // serverReply returns the message of an error reply from the server, and
 // false when err is no error reply.
-func serverReply(err error) (string, bool) {
-	var re interface{ RedisError() }
-	if !errors.As(err, &re) {
-		return "", false
-	}
-	e, _ := re.(error)
-	if e == nil {
-		return "", false
-	}
-	return e.Error(), true
-}
+func serverReply(err error) (string, bool) { return errs.Reply(err) }
 
 // refusal wraps an error reply that refuses a command for lack of
 // permission with errs.ErrNoPermission; other errors are returned as they

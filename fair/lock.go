@@ -224,7 +224,7 @@ func claimTry[G any](ln line[G], ctx context.Context, req Request, entry string)
 // primary with fewer replicas connected than the engine waits for (see
 // acknowledged) is not waited for.
 func retryable(err error) bool {
-	if errors.As(err, new(tooFewReplicas)) {
+	if errors.As(err, new(tooFewReplicas)) || errors.Is(err, errs.ErrLayout) {
 		return false
 	}
 	return !redisError(err) || transient(err)
@@ -263,7 +263,7 @@ func (l *Mutex) poll(ctx context.Context, req Request, entry, mode string) (queu
 // unanswered reports whether a call failed without an answer from Redis
 // (a network error), which sending it again may get past.
 func unanswered(err error) bool {
-	return err != nil && !redisError(err) && !unacked(err) && !errors.Is(err, errs.ErrClosed) &&
+	return err != nil && !redisError(err) && !unacked(err) && !errors.Is(err, errs.ErrClosed) && !errors.Is(err, errs.ErrLayout) &&
 		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 

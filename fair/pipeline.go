@@ -49,67 +49,65 @@ func (e *Engine) byServer(n int, key func(i int) string) [][]int {
 }
 
 // pipelined runs calls in one pipeline on the engine's client and returns
-// the command of each, answered: again for those the server lacked the
-// script for, and again after a pause for those it said it would be ready
-// for shortly (see shortly), until ctx ends; each keeps the reply it got
-// last. Every answer counts for whether Redis is reached (see called).
+// the command of each, answered: again the way the engine's runner says
+// for those the server did not run (it lacked the library or the script;
+// see lua.Runner), and again after a pause for those it said it would be
+// ready for shortly (see shortly), until ctx ends; each keeps the reply it
+// got last. Every answer counts for whether Redis is reached (see called).
 // The replies are as the server gave them: the caller reads them (and
 // takes refusal's view of their errors).
 //
-// The calls go by the scripts' SHA1 (EVALSHA). When the server lacks a
-// script, the first call of each script that it lacked is sent again with
-// the script's source (EVAL, which loads it), and the others again by
-// SHA1 after it, in the same pipeline: a pipeline of many calls does not
-// carry the source many times. (When the server still lacks the script
-// after that, as when that EVAL failed, every call of it goes with EVAL.)
+// When the server lacks what many calls need (after FUNCTION FLUSH, a
+// restart, a failover), the runner sends them again as scripts: the first
+// call of each script with its source (EVAL, which loads it) and the
+// others by SHA1 behind it, in the same pipeline, so that a pipeline of
+// many calls does not carry a script's source many times. When the server
+// still lacks a script after the pipeline that carried its source (that
+// EVAL failed), every call of it goes with EVAL.
 func (e *Engine) pipelined(ctx context.Context, calls []lua.Call) []*redis.Cmd {
 	cmds := make([]*redis.Cmd, len(calls))
+	sends := make([]lua.Sending, len(calls))
 	pending := make([]int, len(calls))
-	for i := range pending {
+	for i := range calls {
+		sends[i] = e.runner.Start(calls[i])
 		pending[i] = i
 	}
 	wait := shortly.FirstPause
-	// unloaded are the scripts that the server still lacked after a
-	// pipeline that loaded them (their EVAL failed): all their calls go
-	// with EVAL from then on, each with its own outcome.
-	unloaded := map[*redis.Script]bool{}
-	for eval := false; ; {
+	carried := map[*redis.Script]bool{} // scripts whose source an earlier pipeline carried
+	for {
 		pipe := e.rdb.Pipeline()
-		loading := map[*redis.Script]bool{}
+		carries := map[*redis.Script]bool{}
 		for _, i := range pending {
-			script := calls[i].Script
-			if eval && (!loading[script] || unloaded[script]) {
-				loading[script] = true
-				cmds[i] = calls[i].Eval(ctx, pipe)
-			} else {
-				cmds[i] = calls[i].EvalSha(ctx, pipe)
+			if script := calls[i].Script; sends[i].Via == lua.BySource && !carried[script] {
+				if carries[script] {
+					sends[i].Via = lua.BySHA // behind the call that loads it
+				}
+				carries[script] = true
 			}
+			cmds[i] = calls[i].Send(ctx, pipe, sends[i].Via)
 		}
 		sent := time.Now()
 		_, _ = pipe.Exec(ctx) // every command carries its own outcome
 		var again []int
-		missing := false // the server lacked the script for some
+		unrun := false // the server did not run some, and says how to send them
 		for _, i := range pending {
 			err := cmds[i].Err()
-			switch {
-			case noScript(err):
-				// Not run; sent again, its script loaded by then (a
-				// call sent with EVAL never gets this reply).
-				if eval {
-					unloaded[calls[i].Script] = true
-				}
-				again, missing = append(again, i), true
+			if e.runner.Again(ctx, e.rdb, calls[i], &sends[i], err) {
+				again, unrun = append(again, i), true
 				continue
-			case shortly.Reply(err) && ctx.Err() == nil:
+			}
+			if shortly.Reply(err) && ctx.Err() == nil {
 				again = append(again, i)
 			}
 			e.called(sent, err)
 		}
+		for script := range carries {
+			carried[script] = true
+		}
 		switch {
 		case len(again) == 0:
 			return cmds
-		case missing:
-			eval = true
+		case unrun:
 		case !pause.For(ctx, wait):
 			return cmds // each keeps the refusal it got
 		default:

@@ -16,8 +16,8 @@ import (
 )
 
 // countEvals is a go-redis hook that counts the scripts sent with their
-// source (EVAL) and by SHA1 (EVALSHA).
-type countEvals struct{ eval, evalsha atomic.Int64 }
+// source (EVAL) and by SHA1 (EVALSHA), and the functions called (FCALL).
+type countEvals struct{ eval, evalsha, fcall atomic.Int64 }
 
 func (h *countEvals) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *countEvals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -40,23 +40,28 @@ func (h *countEvals) count(cmd redis.Cmder) {
 		h.eval.Add(1)
 	case "evalsha":
 		h.evalsha.Add(1)
+	case "fcall":
+		h.fcall.Add(1)
 	}
 }
 
-// A pipeline of many calls of scripts the server lacks (after SCRIPT
-// FLUSH, a restart, a failover) carries each script's source once: the
-// first call of each is sent again with EVAL, which loads it, and the
-// others by SHA1 behind it. Every call is answered.
+// A pipeline of many calls that the server cannot run as they are sent
+// (after SCRIPT FLUSH and FUNCTION FLUSH, a restart, a failover) carries
+// each script's source once: the first call of each is sent again with
+// EVAL, which loads it, and the others by SHA1 behind it, including the
+// calls of functions whose library the server lacked. Every call is
+// answered, and the library is loaded again for the calls after them.
 func TestPipelinedCallsLoadEachMissingScriptOnce(t *testing.T) {
 	srv, err := redistest.Start()
 	require.NoError(t, err)
 	t.Cleanup(srv.Stop)
 	rdb := srv.Client(t)
-	evals := &countEvals{}
-	rdb.AddHook(evals)
 	e := mustEngine(t, rdb, Config{WaiterTTL: 10 * time.Second, CallTimeout: 5 * time.Second})
 	ctx := context.Background()
 	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	require.NoError(t, rdb.FunctionFlush(ctx).Err())
+	evals := &countEvals{}
+	rdb.AddHook(evals)
 
 	prefix := redistest.Prefix(t)
 	var calls []lua.Call
@@ -66,12 +71,22 @@ func TestPipelinedCallsLoadEachMissingScriptOnce(t *testing.T) {
 		calls = append(calls, lua.Renew(k, "o", 1000))
 		w, err := queue.Weighted(prefix, k.Name, queue.KindSemaphore)
 		require.NoError(t, err)
-		calls = append(calls, lua.WRenew(w, "o", 1000))
+		wrenew := lua.Classic.WRenew(w, "o", 1000)
+		require.NotEmpty(t, wrenew.Function, "the weighted renewal is a function of the library")
+		calls = append(calls, wrenew)
+		release := lua.Classic.Release(k, fmt.Sprintf("c%d", i), "o", "", 1000, 1000)
+		require.NotEmpty(t, release.Function, "the release is a function of the library")
+		calls = append(calls, release)
 	}
 	for i, cmd := range e.pipelined(ctx, calls) {
-		_, err := lua.ReadFlag(cmd)
-		require.NoError(t, err, "call %d", i)
+		require.NoError(t, cmd.Err(), "call %d", i)
 	}
-	require.EqualValues(t, 2, evals.eval.Load(), "calls sent with their script's source: one per script")
-	require.EqualValues(t, 2*len(calls)-2, evals.evalsha.Load(), "calls sent by SHA1: every call, then all but the two loading ones again")
+	require.EqualValues(t, 3, evals.eval.Load(), "calls sent with their script's source: one per script")
+	require.EqualValues(t, 100, evals.fcall.Load(), "the calls of functions went first by FCALL")
+	require.EqualValues(t, 50+len(calls)-3, evals.evalsha.Load(),
+		"calls sent by SHA1: renew.lua's, then every call but the three loading ones again")
+	require.Eventually(t, func() bool {
+		names, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+		return err == nil && len(names) == 1
+	}, 5*time.Second, 10*time.Millisecond, "the library is loaded again in the background")
 }

@@ -116,6 +116,12 @@ func (qm *Quorum) distinct(ctx context.Context, i int) error {
 	if err != nil {
 		return fmt.Errorf("fairlock: which server the master is could not be asked: %w", err)
 	}
+	// Every master loads the library before its first script, so that a
+	// master which has it and one which does not answer the first calls
+	// alike (see lua.Runner).
+	if s, err := qm.masters[i].scripts(ctx); err == nil {
+		qm.masters[i].runner.Preload(ctx, qm.masters[i].rdb, s.Library)
+	}
 	ids.mu.Lock()
 	defer ids.mu.Unlock()
 	for _, id := range []string{"run:" + run, "boot:" + boot} {

@@ -153,8 +153,8 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			above int64
 		)
 		qm.round(ctx, h.ord, func(cctx context.Context, i int) (lua.QReply, error) {
-			return qm.run(cctx, i, func(*lua.Scripts) lua.Call {
-				return lua.QCommit(h.l.keys, h.owner, t, ms(lease), ms(qm.cfg.WaiterTTL), qm.skew(i))
+			return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
+				return s.QCommit(h.l.keys, h.owner, t, ms(lease), ms(qm.cfg.WaiterTTL), qm.skew(i))
 			}, lua.ReadQCommit)
 		}, func(a answer) bool {
 			if a.err != nil {

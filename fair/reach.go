@@ -84,7 +84,7 @@ func unavailable(err error) bool {
 	case errors.As(err, new(noAnswer)):
 		return true
 	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, redis.ErrClosed), errors.Is(err, errs.ErrClosed),
+		errors.Is(err, redis.ErrClosed), errors.Is(err, errs.ErrClosed), errors.Is(err, errs.ErrLayout),
 		errors.Is(err, errs.ErrNotReplicated), errors.Is(err, errs.ErrUnexpectedReply):
 		return false
 	case redisError(err):

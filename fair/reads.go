@@ -21,6 +21,10 @@ import (
 // shortly (loading its data set, say) is asked again until it answers or
 // the read's bound passes (see shortly).
 func read[T any](e *Engine, ctx context.Context, f func(ctx context.Context) (T, error)) (T, error) {
+	if err := e.checkLayout(ctx); err != nil {
+		var zero T
+		return zero, err
+	}
 	return within(e, ctx, func() (T, error) {
 		rctx, cancel := e.bounded(ctx)
 		defer cancel()

@@ -39,6 +39,7 @@ type replication struct {
 // pipeliner is a client of one node that can send a pipeline and say
 // how many replicas the node has.
 type pipeliner interface {
+	lua.Client
 	Pipeline() redis.Pipeliner
 	Info(ctx context.Context, sections ...string) *redis.StringCmd
 }
@@ -119,7 +120,7 @@ func (e *Engine) runScript(ctx context.Context, call lua.Call, receipt string, r
 func (e *Engine) runScriptOnce(ctx context.Context, call lua.Call, receipt string, receiptTTL int64) waited {
 	r := e.repl
 	if r == nil {
-		return waited{cmd: call.Run(ctx, e.rdb)}
+		return waited{cmd: e.runner.Run(ctx, e.rdb, call)}
 	}
 	node, err := e.primaryFor(ctx, call.Keys[0])
 	if err != nil {
@@ -127,14 +128,9 @@ func (e *Engine) runScriptOnce(ctx context.Context, call lua.Call, receipt strin
 		cmd.SetErr(err)
 		return waited{cmd: cmd}
 	}
-	send := func(eval bool, timeout time.Duration) waited {
+	send := func(via lua.Via, timeout time.Duration) waited {
 		pipe := node.Pipeline()
-		var cmd *redis.Cmd
-		if eval {
-			cmd = call.Eval(ctx, pipe)
-		} else {
-			cmd = call.EvalSha(ctx, pipe)
-		}
+		cmd := call.Send(ctx, pipe, via)
 		var wait *redis.IntCmd
 		if timeout > 0 {
 			if receipt != "" {
@@ -147,14 +143,17 @@ func (e *Engine) runScriptOnce(ctx context.Context, call lua.Call, receipt strin
 		return waited{cmd: cmd, wait: wait, node: node}
 	}
 	sent := time.Now()
-	w := send(false, r.timeout)
-	if noScript(w.cmd.Err()) {
+	s := e.runner.Start(call)
+	w := send(s.Via, r.timeout)
+	for e.runner.Again(ctx, node, call, &s, w.cmd.Err()) {
+		// The script did not run: send it again, with what is left of
+		// the WAIT's time unless the WAIT has already given its verdict.
 		if got, err := w.wait.Result(); err != nil || got < int64(r.n) {
 			verdict := w.wait
-			w = send(true, 0)
+			w = send(s.Via, 0)
 			w.wait = verdict
 		} else {
-			w = send(true, max(r.timeout-time.Since(sent), minWait))
+			w = send(s.Via, max(r.timeout-time.Since(sent), minWait))
 		}
 	}
 	if msg, ok := serverReply(w.cmd.Err()); ok && redirected(msg) {
@@ -169,11 +168,6 @@ func (e *Engine) runScriptOnce(ctx context.Context, call lua.Call, receipt strin
 		return waited{cmd: cmd}
 	}
 	return w
-}
-
-// noScript reports whether err says the server lacks the script.
-func noScript(err error) bool {
-	return err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT"))
 }
 
 // redirected reports whether an error reply sends the caller to another

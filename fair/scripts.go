@@ -93,7 +93,12 @@ func (l *Mutex) releaseScript(s *lua.Scripts, call, owner string, lease time.Dur
 // renewCall builds the call of the lock's renewal of owner's hold.
 func (l *Mutex) renewCall(owner string, lease time.Duration) lua.Call {
 	if l.w != nil {
-		return lua.WRenew(l.keys, owner, ms(lease))
+		// A hold was granted, so the engine has decided its set.
+		s := lua.Classic
+		if w := l.e.wake.Load(); w != nil {
+			s = w.scripts
+		}
+		return s.WRenew(l.keys, owner, ms(lease))
 	}
 	return lua.Renew(l.keys, owner, ms(lease))
 }
@@ -168,7 +173,7 @@ func (e *Engine) flagCall(ctx context.Context, build func(*lua.Scripts) lua.Call
 // the server says it will be ready shortly (see shortly), until ctx ends.
 func (e *Engine) run(ctx context.Context, call lua.Call) *redis.Cmd {
 	cmd, err := shortly.Do(ctx, func() (*redis.Cmd, error) {
-		cmd := call.Run(ctx, e.rdb)
+		cmd := e.runner.Run(ctx, e.rdb, call)
 		return cmd, cmd.Err()
 	})
 	if err != nil {

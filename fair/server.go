@@ -202,6 +202,9 @@ func (e *Engine) scripts(ctx context.Context) (*lua.Scripts, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := e.checkLayout(ctx); err != nil {
+		return nil, err
+	}
 	return w.scripts, nil
 }
 

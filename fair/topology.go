@@ -3,6 +3,7 @@ package fair
 import (
 	"context"
 	"errors"
+	"github.com/fairlock/fairlock/internal/errs"
 	"sync/atomic"
 	"time"
 
@@ -54,7 +55,7 @@ func (t *topology) failed(err error) {
 // is out of date: a network error or timeout (the node may be dead), or a
 // reply that says the slot moved or its master is failing over.
 func stale(err error) bool {
-	if errors.Is(err, redis.ErrClosed) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, redis.ErrClosed) || errors.Is(err, context.Canceled) || errors.Is(err, errs.ErrLayout) {
 		return false
 	}
 	return !redisError(err) || replyStarts(err, "MOVED", "ASK", "CLUSTERDOWN", "TRYAGAIN", "READONLY", "MASTERDOWN", "LOADING")

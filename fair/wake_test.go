@@ -66,6 +66,7 @@ func TestWakeModeDependsOnlyOnTheClientKindAndTheServerVersion(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := &Engine{rdb: tt.server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: 1e9}}
+			e.layout.ok.Store(true) // the fake answers no script
 			e.init(e.cfg.CallTimeout)
 			got, err := e.scripts(context.Background())
 			require.NoError(t, err)
@@ -80,6 +81,7 @@ func TestWakeModeDependsOnlyOnTheClientKindAndTheServerVersion(t *testing.T) {
 func TestWakeModeIsNotDecidedByANetworkError(t *testing.T) {
 	server := &fakeCluster{fakeServer: fakeServer{infoErr: errors.New("i/o timeout")}}
 	e := &Engine{rdb: server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: 1e9}}
+	e.layout.ok.Store(true) // the fake answers no script
 	e.init(e.cfg.CallTimeout)
 	_, err := e.scripts(context.Background())
 	require.ErrorContains(t, err, "i/o timeout")

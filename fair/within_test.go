@@ -58,6 +58,7 @@ func TestHungFirstQuestionsEndAtTheCallersContext(t *testing.T) {
 	server := hungCluster{fakeCluster: fakeCluster{fakeServer: fakeServer{info: v7, conf: unsafe}}, gate: gate, asked: &asked}
 	e := &Engine{rdb: server, log: slog.New(slog.DiscardHandler), cfg: Config{CallTimeout: time.Minute}}
 	e.init(e.cfg.CallTimeout)
+	e.layout.ok.Store(true) // the fake answers no script
 	var released sync.Once
 	release := func() { released.Do(func() { close(gate) }) }
 	t.Cleanup(func() { release(); e.wg.Wait() })

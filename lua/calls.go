@@ -13,33 +13,38 @@ import (
 	"github.com/fairlock/fairlock/queue"
 )
 
-// Call is one run of a script: the script with its KEYS and ARGV, as the
+// Call is one run of an operation: its script, and its function when the
+// operation is in the set's library, with its KEYS and ARGV, as the
 // script's header describes them. The bindings (the methods of Scripts,
 // Renew and Version) build each operation's Call; the caller sends it
-// (Run, or EvalSha and Eval on a pipeline of its own) and reads the reply
+// (with a Runner, or Send on a pipeline of its own) and reads the reply
 // with the operation's reader.
 type Call struct {
 	Script *redis.Script
-	Keys   []string
-	Args   []any
+	// Function is the call's function in Library, or "" when the
+	// operation is not in a library (it is sent as a script only).
+	Function string
+	Library  *Library
+	Keys     []string
+	Args     []any
 }
 
 // Run sends the call with EVALSHA, and again with EVAL when the server
-// lacks the script (first use, SCRIPT FLUSH, a restart).
+// lacks the script (first use, SCRIPT FLUSH, a restart). It never calls
+// the library's function: a Runner does.
 func (c Call) Run(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
 	return c.Script.Run(ctx, rdb, c.Keys, c.Args...)
 }
 
-// EvalSha sends the call by the script's SHA1 alone: on a pipeline, whose
-// replies arrive only at Exec, the caller sends it again with Eval when
-// the server lacks the script.
-func (c Call) EvalSha(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
+// Send sends the call, or queues it on a pipeline, the way via says.
+func (c Call) Send(ctx context.Context, rdb Sender, via Via) *redis.Cmd {
+	switch via {
+	case ByFunction:
+		return rdb.FCall(ctx, c.Function, c.Keys, c.Args...)
+	case BySource:
+		return c.Script.Eval(ctx, rdb, c.Keys, c.Args...)
+	}
 	return c.Script.EvalSha(ctx, rdb, c.Keys, c.Args...)
-}
-
-// Eval sends the call with the script's source.
-func (c Call) Eval(ctx context.Context, rdb redis.Scripter) *redis.Cmd {
-	return c.Script.Eval(ctx, rdb, c.Keys, c.Args...)
 }
 
 // lockKeys returns the four keys every script but renew receives, in
@@ -58,8 +63,7 @@ func withReceipt(k queue.Keys, call string) []string {
 // in line for it, under call id call. Times are in ms; a re-entry's
 // receipt is kept for receiptTTL. Read its reply with ReadAcquire.
 func (s *Scripts) Acquire(k queue.Keys, call, owner, entry string, lease, waiterTTL int64, mode string, receiptTTL int64) Call {
-	return Call{Script: s.acquire, Keys: withReceipt(k, call),
-		Args: []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL}}
+	return s.acquire.call(withReceipt(k, call), []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL})
 }
 
 // Release is release.lua, the binding of Model.ReleaseFrom: owner gives
@@ -68,15 +72,14 @@ func (s *Scripts) Acquire(k queue.Keys, call, owner, entry string, lease, waiter
 // whose own waiter a hand-over is not published but answered. Read its
 // reply with ReadRelease.
 func (s *Scripts) Release(k queue.Keys, call, owner, own string, lease, receiptTTL int64) Call {
-	return Call{Script: s.release, Keys: withReceipt(k, call),
-		Args: []any{owner, lease, k.Wake, receiptTTL, own}}
+	return s.release.call(withReceipt(k, call), []any{owner, lease, k.Wake, receiptTTL, own})
 }
 
 // Cancel is cancel.lua, the binding of Model.Cancel: owner's Lock call
 // with waiter entry entry gives up. Read its reply with ReadFlag: true
 // when a level handed to entry was given back.
 func (s *Scripts) Cancel(k queue.Keys, owner, entry string) Call {
-	return Call{Script: s.cancel, Keys: lockKeys(k), Args: []any{owner, entry, k.Wake}}
+	return s.cancel.call(lockKeys(k), []any{owner, entry, k.Wake})
 }
 
 // MultiAcquire is multiacquire.lua: owner's MultiLock call with the
@@ -84,14 +87,14 @@ func (s *Scripts) Cancel(k queue.Keys, owner, entry string) Call {
 // key order) at once, or waits in all their lines at once (mode ModeTry
 // or ModeWait). Times are in ms. Read its reply with ReadMultiAcquire.
 func (s *Scripts) MultiAcquire(ks []queue.Keys, owner, entry string, lease, waiterTTL int64, mode string) Call {
-	return Call{Script: s.multiAcquire, Keys: everyLock(ks), Args: []any{owner, entry, lease, waiterTTL, mode}}
+	return s.multiAcquire.call(everyLock(ks), []any{owner, entry, lease, waiterTTL, mode})
 }
 
 // CancelTicket is cancel.lua for a MultiLock's ticket: owner's call with
 // the ticket entry gives up the lines of every lock of ks, and gives
 // back any lock handed to it. Read its reply with ReadFlag.
 func (s *Scripts) CancelTicket(ks []queue.Keys, owner, entry string) Call {
-	return Call{Script: s.cancel, Keys: everyLock(ks), Args: []any{owner, entry, ks[0].Wake}}
+	return s.cancel.call(everyLock(ks), []any{owner, entry, ks[0].Wake})
 }
 
 // everyLock returns the four keys of each lock of ks, one lock after
@@ -107,14 +110,14 @@ func everyLock(ks []queue.Keys) []string {
 // ForceUnlock is forceunlock.lua, the binding of Model.ForceUnlock. Read
 // its reply with ReadFlag: true when a hold was removed.
 func (s *Scripts) ForceUnlock(k queue.Keys) Call {
-	return Call{Script: s.forceUnlock, Keys: lockKeys(k), Args: []any{k.Wake}}
+	return s.forceUnlock.call(lockKeys(k), []any{k.Wake})
 }
 
 // Renew is renew.lua, the binding of Model.Renew: owner's hold lasts
 // lease ms more. It publishes nothing, so it is the same script in both
 // sets. Read its reply with ReadFlag: false when owner holds no more.
 func Renew(k queue.Keys, owner string, lease int64) Call {
-	return Call{Script: renewScript, Keys: []string{k.Lock}, Args: []any{owner, lease}}
+	return renewScript.call([]string{k.Lock}, []any{owner, lease})
 }
 
 // ReadAcquire reads the reply of an Acquire call: {1, token, count} is a
@@ -248,41 +251,39 @@ func (v Level) kind() string {
 // permits; 0 for a RWMutex). Times are in ms. Read its reply with
 // ReadAcquire, and its refusals with WeightedRefusal.
 func (s *Scripts) WAcquire(k queue.Keys, call, owner, entry string, lease, waiterTTL int64, mode string, receiptTTL int64, v Level, capacity int64) Call {
-	return Call{Script: s.wAcquire, Keys: append(weightedKeys(k), k.Call(call)),
-		Args: []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL, v.Weight, v.kind(), capacity}}
+	return s.wAcquire.call(append(weightedKeys(k), k.Call(call)), []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL, v.Weight, v.kind(), capacity})
 }
 
 // WRelease is wrelease.lua: owner gives up one level of kind v.Excl of its
 // hold, under call id call, whose receipt is kept for receiptTTL ms. Read
 // its reply with ReadRelease.
 func (s *Scripts) WRelease(k queue.Keys, call, owner string, lease, receiptTTL int64, v Level) Call {
-	return Call{Script: s.wRelease, Keys: append(weightedKeys(k), k.Call(call)),
-		Args: []any{owner, lease, k.Wake, receiptTTL, v.kind()}}
+	return s.wRelease.call(append(weightedKeys(k), k.Call(call)), []any{owner, lease, k.Wake, receiptTTL, v.kind()})
 }
 
 // WCancel is wcancel.lua: owner's call with waiter entry entry gives up.
 // Read its reply with ReadFlag: true when a grant to entry was given back.
 func (s *Scripts) WCancel(k queue.Keys, owner, entry string) Call {
-	return Call{Script: s.wCancel, Keys: weightedKeys(k), Args: []any{owner, entry, k.Wake}}
+	return s.wCancel.call(weightedKeys(k), []any{owner, entry, k.Wake})
 }
 
 // WForce is wforce.lua: the hold of owner, every level of it, is removed
 // whoever holds it, and the waiters that now fit are granted. Read its
 // reply with ReadFlag: true when a hold was removed.
 func (s *Scripts) WForce(k queue.Keys, owner string) Call {
-	return Call{Script: s.wForce, Keys: weightedKeys(k), Args: []any{k.Wake, owner}}
+	return s.wForce.call(weightedKeys(k), []any{k.Wake, owner})
 }
 
 // WResize is wresize.lua: the Semaphore of k gets capacity permits. Read
 // its reply with ReadCount: the capacity stored before, 0 when none was.
 func (s *Scripts) WResize(k queue.Keys, permits int64) Call {
-	return Call{Script: s.wResize, Keys: weightedKeys(k), Args: []any{permits, k.Wake}}
+	return s.wResize.call(weightedKeys(k), []any{permits, k.Wake})
 }
 
 // WRenew is wrenew.lua: owner's weighted hold lasts lease ms more. Read
 // its reply with ReadFlag.
-func WRenew(k queue.Keys, owner string, lease int64) Call {
-	return Call{Script: wRenewScript, Keys: weightedKeys(k), Args: []any{owner, lease}}
+func (s *Scripts) WRenew(k queue.Keys, owner string, lease int64) Call {
+	return s.wRenew.call(weightedKeys(k), []any{owner, lease})
 }
 
 // ReadCount reads a script's integer reply.

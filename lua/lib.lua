@@ -1,9 +1,14 @@
 -- lib.lua: helpers shared by every fairlock script.
 --
--- This file is not run on its own: fairlock prepends it to each operation
--- script (acquire, release, renew, cancel, forceunlock), so every script is
--- one self-contained EVAL body. Every script that includes it receives the
--- keys of one lock in the same order:
+-- This file is not run on its own. It reaches the server in two ways (see
+-- library.go): prepended to each operation script (acquire, release,
+-- cancel, ...), so that every script is one self-contained EVAL body; and
+-- once, as the head of a Redis 7 function library, in which each
+-- operation is a function and these helpers are defined when the library
+-- is loaded, not at every call. Each run starts with begin (at the end of
+-- this file), which sets everything a run changes, so that the two ways
+-- run alike. Every script that includes it receives the keys of one lock
+-- in the same order:
 --
 --   KEYS[1]  P:{N}           hash: owner, count, token, entry and since
 --                            (the server time, ms, it was granted) of
@@ -24,8 +29,8 @@
 -- the owner id is the rest (it may contain ':').
 --
 -- Time is the server's clock (TIME) only. Scripts that read TIME and then
--- write must be replicated as effects; Redis 5 and later do so by default,
--- older servers are told to here.
+-- write must be replicated as effects, as Redis 5 and later (the oldest
+-- fairlock runs on) and every function do.
 --
 -- A script that hands the lock over publishes a wake message. When the
 -- server refuses that PUBLISH (a Redis 6+ ACL user without permission on
@@ -51,11 +56,8 @@ local function lock_keys(base)
     joined = base .. ':joined'}
 end
 
-local LOCK = {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], joined = KEYS[1] .. ':joined'}
-
-if redis.replicate_commands then
-  redis.replicate_commands()
-end
+-- LOCK is the keys of the lock the script was called for (set by begin).
+local LOCK = nil
 
 -- clock_us is the server's time in microseconds when this script run
 -- last read the clock (now_ms), else nil.
@@ -794,3 +796,10 @@ local function weighted_hint(sk, waiter_ttl, now)
   return math.max(hint, 1)
 end
 
+-- begin starts a run: the lock the script was called for, and no clock
+-- read, no skew and no refusal yet. Every variable of this file that a run
+-- changes is set here: in a function library these helpers outlive a run.
+local function begin()
+  LOCK = {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], joined = KEYS[1] .. ':joined'}
+  clock_us, clock_skew_us, refused = nil, 0, nil
+end

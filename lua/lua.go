@@ -7,7 +7,12 @@
 //
 // Each operation's source is lib.lua (the helpers every script shares),
 // for a quorum lock's scripts qlib.lua, and the operation's own file, so
-// that each script is one self-contained EVAL body.
+// that each script is one self-contained EVAL body. On Redis 7 and later
+// the same files are loaded once as a function library (library.go), in
+// which the helpers are defined at the load instead of at every call, and
+// each operation is a function called with FCALL; a Runner (run.go)
+// sends each call that way, and by EVALSHA where the server or the user
+// cannot run functions.
 //
 // The scripts come in two sets that differ only in the command that sends
 // wake messages: Classic publishes with PUBLISH, Sharded with SPUBLISH
@@ -57,6 +62,9 @@ const (
 	// (redis.REDIS_VERSION), or nil before Redis 7. It needs none of the
 	// helpers.
 	versionName = "version"
+	// layoutName reads, or writes once, the layout version of a prefix's
+	// keys. It needs none of the helpers either.
+	layoutName = "layout"
 )
 
 // The line of lib.lua that names the publish command, as written and in
@@ -75,26 +83,39 @@ func source(name string) string {
 	if err != nil {
 		panic("lua: unknown script " + name)
 	}
-	if name == renewName || name == versionName || name == qRenewName {
-		// renew and qrenew touch only the hash (and read the counter)
-		// and publish nothing; version touches nothing. None needs the
-		// helpers.
+	if !onLib(name) {
 		return string(op)
 	}
-	lib, err := files.ReadFile("lib.lua")
-	if err != nil {
-		panic("lua: lib.lua missing")
-	}
+	return helpers(name) + "begin()\n" + string(op)
+}
+
+// onLib reports whether the named operation is built on lib.lua. renew
+// and qrenew touch only the hash (and read the counter) and publish
+// nothing; version and layout read one key at most. None needs the
+// helpers, and none is in the function library.
+func onLib(name string) bool {
+	return name != renewName && name != versionName && name != qRenewName && name != layoutName
+}
+
+// helpers returns the helpers the named operation is built on: lib.lua,
+// and for a quorum lock's scripts qlib.lua, which the scripts of a lock of
+// one server do not carry.
+func helpers(name string) string {
+	lib := embedded("lib.lua")
 	if strings.HasPrefix(name, "q") {
-		// A quorum lock's scripts have helpers of their own, which the
-		// scripts of a lock of one server do not carry.
-		qlib, err := files.ReadFile("qlib.lua")
-		if err != nil {
-			panic("lua: qlib.lua missing")
-		}
-		return string(lib) + "\n" + string(qlib) + "\n" + string(op)
+		return lib + "\n" + embedded("qlib.lua") + "\n"
 	}
-	return string(lib) + "\n" + string(op)
+	return lib + "\n"
+}
+
+// embedded returns one of the embedded files. A missing one is a
+// programming error inside fairlock.
+func embedded(file string) string {
+	b, err := files.ReadFile(file)
+	if err != nil {
+		panic("lua: " + file + " missing")
+	}
+	return string(b)
 }
 
 // shardedSource returns the source of the named operation script in the
@@ -112,46 +133,65 @@ func shardedSource(name string) string {
 }
 
 // Scripts is one set of the operation scripts; its methods build the
-// calls of the scripts that publish.
+// calls of the scripts that publish, and of the scripts built on lib.lua,
+// which the set's function library holds.
 type Scripts struct {
 	// Command is the command the set's scripts send wake messages with:
 	// "PUBLISH" or "SPUBLISH".
-	Command      string
-	acquire      *redis.Script
-	release      *redis.Script
-	cancel       *redis.Script
-	forceUnlock  *redis.Script
-	multiAcquire *redis.Script
-	wAcquire     *redis.Script
-	wRelease     *redis.Script
-	wCancel      *redis.Script
-	wResize      *redis.Script
-	wForce       *redis.Script
-	qTry         *redis.Script
-	qJoin        *redis.Script
-	qCancel      *redis.Script
-	qRelease     *redis.Script
-	qForce       *redis.Script
+	Command string
+	// Library is the set's function library: every operation built on
+	// lib.lua, as a function.
+	Library      *Library
+	acquire      *op
+	release      *op
+	cancel       *op
+	forceUnlock  *op
+	multiAcquire *op
+	wAcquire     *op
+	wRelease     *op
+	wCancel      *op
+	wResize      *op
+	wForce       *op
+	wRenew       *op
+	qTry         *op
+	qJoin        *op
+	qCancel      *op
+	qRelease     *op
+	qForce       *op
+	qCommit      *op
 }
 
-func newScripts(command string, source func(string) string) *Scripts {
+// libraryOps are the operations built on lib.lua, in the order the
+// library defines them.
+var libraryOps = []string{acquireName, releaseName, cancelName, forceUnlockName, multiAcquireName,
+	wAcquireName, wReleaseName, wCancelName, wResizeName, wForceName, wRenewName,
+	qTryName, qJoinName, qCancelName, qReleaseName, qForceName, qCommitName}
+
+func newScripts(command string, source func(string) string, publish string) *Scripts {
+	lib := newLibrary(publish)
+	o := func(name string) *op {
+		return &op{script: redis.NewScript(source(name)), fn: lib.function(name), lib: lib}
+	}
 	return &Scripts{
 		Command:      command,
-		acquire:      redis.NewScript(source(acquireName)),
-		release:      redis.NewScript(source(releaseName)),
-		cancel:       redis.NewScript(source(cancelName)),
-		forceUnlock:  redis.NewScript(source(forceUnlockName)),
-		multiAcquire: redis.NewScript(source(multiAcquireName)),
-		wAcquire:     redis.NewScript(source(wAcquireName)),
-		wRelease:     redis.NewScript(source(wReleaseName)),
-		wCancel:      redis.NewScript(source(wCancelName)),
-		wResize:      redis.NewScript(source(wResizeName)),
-		wForce:       redis.NewScript(source(wForceName)),
-		qTry:         redis.NewScript(source(qTryName)),
-		qJoin:        redis.NewScript(source(qJoinName)),
-		qCancel:      redis.NewScript(source(qCancelName)),
-		qRelease:     redis.NewScript(source(qReleaseName)),
-		qForce:       redis.NewScript(source(qForceName)),
+		Library:      lib,
+		acquire:      o(acquireName),
+		release:      o(releaseName),
+		cancel:       o(cancelName),
+		forceUnlock:  o(forceUnlockName),
+		multiAcquire: o(multiAcquireName),
+		wAcquire:     o(wAcquireName),
+		wRelease:     o(wReleaseName),
+		wCancel:      o(wCancelName),
+		wResize:      o(wResizeName),
+		wForce:       o(wForceName),
+		wRenew:       o(wRenewName),
+		qTry:         o(qTryName),
+		qJoin:        o(qJoinName),
+		qCancel:      o(qCancelName),
+		qRelease:     o(qReleaseName),
+		qForce:       o(qForceName),
+		qCommit:      o(qCommitName),
 	}
 }
 
@@ -161,23 +201,32 @@ func newScripts(command string, source func(string) string) *Scripts {
 // the nodes that serve the channel's slot (SSUBSCRIBE). Every fairlock
 // Client of one deployment must run the same set.
 var (
-	Classic = newScripts("PUBLISH", source)
-	Sharded = newScripts("SPUBLISH", shardedSource)
+	Classic = newScripts("PUBLISH", source, classicPublish)
+	Sharded = newScripts("SPUBLISH", shardedSource, shardedPublish)
 )
 
-// The scripts that are the same in both sets: wrenew publishes nothing,
-// so its classic source serves a Cluster too.
+// The scripts that are not built on lib.lua, the same in both sets and in
+// neither library.
 var (
-	renewScript   = redis.NewScript(source(renewName))
-	wRenewScript  = redis.NewScript(source(wRenewName))
-	versionScript = redis.NewScript(source(versionName))
-	qRenewScript  = redis.NewScript(source(qRenewName))
-	qCommitScript = redis.NewScript(source(qCommitName))
+	renewScript   = &op{script: redis.NewScript(source(renewName))}
+	versionScript = &op{script: redis.NewScript(source(versionName))}
+	qRenewScript  = &op{script: redis.NewScript(source(qRenewName))}
+	layoutScript  = &op{script: redis.NewScript(source(layoutName))}
 )
 
 // Version is version.lua: it answers the server's version as the scripts
 // see it. Read its reply with ReadVersion.
-func Version() Call { return Call{Script: versionScript} }
+func Version() Call { return versionScript.call(nil, nil) }
+
+// Layout is layout.lua: the layout version of the keys under the prefix
+// whose layout key is key (queue.LayoutKey), written as version when it
+// holds none. Read its reply with ReadLayout.
+func Layout(key, version string) Call {
+	return layoutScript.call([]string{key}, []any{version})
+}
+
+// ReadLayout reads the reply of a Layout call: the version the key holds.
+func ReadLayout(cmd *redis.Cmd) (string, error) { return cmd.Text() }
 
 // ReadVersion reads the reply of a Version call: the version, or "" from
 // a server before Redis 7, which does not tell its scripts.

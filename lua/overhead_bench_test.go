@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -81,4 +82,66 @@ func evalshaMicros(b *testing.B, rdb *redis.Client) float64 {
 		b.Fatalf("INFO commandstats, evalsha: %v", err)
 	}
 	return per
+}
+
+// BenchmarkLibraryCost runs an uncontended grant and its release (acquire
+// in try mode, then release: the calls of a Lock and an Unlock nobody
+// waits behind) by EVALSHA of the scripts and by FCALL of the library's
+// functions, and reports the server's mean µs per call of each from INFO
+// commandstats: what defining the helpers at every call costs. Run it
+// with: go test -run '^$' -bench LibraryCost -benchtime 30000x -count 5 ./lua
+func BenchmarkLibraryCost(b *testing.B) {
+	rdb := redistest.Shared(b).Client(b)
+	ctx := context.Background()
+	k, err := queue.For(redistest.Prefix(b), "library")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := lua.Load(ctx, rdb, lua.Classic.Library); err != nil {
+		b.Fatal(err)
+	}
+	entry := queue.Entry(queue.NewID()+queue.NewTag()+queue.WakeVersion, 30*time.Second, "o")
+	for _, c := range []struct {
+		name string
+		via  lua.Via
+		stat string
+	}{{"EVALSHA", lua.BySHA, "cmdstat_evalsha"}, {"FCALL", lua.ByFunction, "cmdstat_fcall"}} {
+		b.Run(c.name, func(b *testing.B) {
+			r := lua.NewRunner()
+			// Warm up: the script cached, the library loaded.
+			for _, call := range []lua.Call{
+				lua.Classic.Acquire(k, queue.NewID(), "o", entry, 30000, 30000, queue.ModeTry, 20000),
+				lua.Classic.Release(k, queue.NewID(), "o", "", 30000, 20000),
+			} {
+				if err := r.Run(ctx, rdb, call).Err(); err != nil {
+					b.Fatal(err)
+				}
+				if err := call.Run(ctx, rdb).Err(); err != nil && c.via == lua.BySHA {
+					b.Fatal(err)
+				}
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				a := lua.Classic.Acquire(k, queue.NewID(), "o", entry, 30000, 30000, queue.ModeTry, 20000)
+				if rep, err := lua.ReadAcquire(a.Send(ctx, rdb, c.via)); err != nil || !rep.Granted {
+					b.Fatal(rep, err)
+				}
+				r := lua.Classic.Release(k, queue.NewID(), "o", "", 30000, 20000)
+				if n, err := lua.ReadRelease(r.Send(ctx, rdb, c.via)); err != nil || n.Count != 0 {
+					b.Fatal(n, err)
+				}
+			}
+			info, err := rdb.Info(ctx, "commandstats").Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			var calls, usec int64
+			if _, err := fmt.Sscanf(redistest.InfoField(info, c.stat), "calls=%d,usec=%d,", &calls, &usec); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(usec)/float64(calls), "server-µs/call")
+		})
+	}
 }

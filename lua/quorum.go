@@ -46,22 +46,20 @@ func quorumKeys(k queue.Keys) []string {
 // one master, or re-enters it (mode "try" or "reenter"), under call id
 // call. Times in ms, skew in µs. Read its reply with ReadQTry.
 func (s *Scripts) QTry(k queue.Keys, call, owner, entry string, lease, waiterTTL int64, mode string, receiptTTL, skew int64) Call {
-	return Call{Script: s.qTry, Keys: append(quorumKeys(k), k.Call(call)),
-		Args: []any{owner, entry, lease, waiterTTL, k.Wake, mode, receiptTTL, skew}}
+	return s.qTry.call(append(quorumKeys(k), k.Call(call)), []any{owner, entry, lease, waiterTTL, k.Wake, mode, receiptTTL, skew})
 }
 
 // QJoin is qjoin.lua: entry joins the line with ticket, keeps its place,
 // or yields its hold there when yield is its token (0: none). Read its
 // reply with ReadQJoin.
 func (s *Scripts) QJoin(k queue.Keys, owner, entry string, lease, waiterTTL, ticket, yield, skew int64) Call {
-	return Call{Script: s.qJoin, Keys: quorumKeys(k),
-		Args: []any{owner, entry, lease, waiterTTL, k.Wake, ticket, yield, skew}}
+	return s.qJoin.call(quorumKeys(k), []any{owner, entry, lease, waiterTTL, k.Wake, ticket, yield, skew})
 }
 
 // QCancel is qcancel.lua: entry's Lock call gives up, and is buried for
 // tomb ms. Read its reply with ReadFlag.
 func (s *Scripts) QCancel(k queue.Keys, entry string, waiterTTL, tomb, skew int64) Call {
-	return Call{Script: s.qCancel, Keys: quorumKeys(k), Args: []any{entry, k.Wake, waiterTTL, tomb, skew}}
+	return s.qCancel.call(quorumKeys(k), []any{entry, k.Wake, waiterTTL, tomb, skew})
 }
 
 // QRelease is qrelease.lua: owner gives up one level (its last when
@@ -72,26 +70,25 @@ func (s *Scripts) QRelease(k queue.Keys, call, owner, entry string, committed, l
 	if last {
 		l = "1"
 	}
-	return Call{Script: s.qRelease, Keys: append(quorumKeys(k), k.Call(call)),
-		Args: []any{owner, entry, committed, lease, l, waiterTTL, k.Wake, tomb, receiptTTL, skew}}
+	return s.qRelease.call(append(quorumKeys(k), k.Call(call)), []any{owner, entry, committed, lease, l, waiterTTL, k.Wake, tomb, receiptTTL, skew})
 }
 
 // QForce is qforce.lua: the hold goes, whoever owns it. Read its reply
 // with ReadFlag.
 func (s *Scripts) QForce(k queue.Keys, waiterTTL, skew int64) Call {
-	return Call{Script: s.qForce, Keys: quorumKeys(k), Args: []any{k.Wake, waiterTTL, skew}}
+	return s.qForce.call(quorumKeys(k), []any{k.Wake, waiterTTL, skew})
 }
 
 // QRenew is qrenew.lua: owner's hold lasts lease ms more. Read its reply
 // with ReadQRenew.
 func QRenew(k queue.Keys, owner string, lease int64) Call {
-	return Call{Script: qRenewScript, Keys: quorumKeys(k), Args: []any{owner, lease}}
+	return qRenewScript.call(quorumKeys(k), []any{owner, lease})
 }
 
 // QCommit is qcommit.lua: owner's hold takes token t, and the counter
 // rises to it. Read its reply with ReadQCommit.
-func QCommit(k queue.Keys, owner string, t, lease, waiterTTL, skew int64) Call {
-	return Call{Script: qCommitScript, Keys: quorumKeys(k), Args: []any{owner, t, lease, waiterTTL, skew}}
+func (s *Scripts) QCommit(k queue.Keys, owner string, t, lease, waiterTTL, skew int64) Call {
+	return s.qCommit.call(quorumKeys(k), []any{owner, t, lease, waiterTTL, skew})
 }
 
 // qNumbers reads a flat reply of integers and decimal strings.

@@ -146,15 +146,15 @@ func TestAQuorumCommitRaisesTheCounter(t *testing.T) {
 	ta := r.try("a", ea, "try")
 	ctx := context.Background()
 	far := ta.Token + 1_000_000
-	rep, err := lua.ReadQCommit(lua.QCommit(r.k, "a", far, 60000, 30000, 0).Run(ctx, r.rdb))
+	rep, err := lua.ReadQCommit(lua.Classic.QCommit(r.k, "a", far, 60000, 30000, 0).Run(ctx, r.rdb))
 	require.NoError(t, err)
 	require.Equal(t, lua.QReply{State: lua.QHeld, Token: far}, rep)
 	// A smaller token than the hold's is refused with the hold's.
-	rep, err = lua.ReadQCommit(lua.QCommit(r.k, "a", ta.Token, 60000, 30000, 0).Run(ctx, r.rdb))
+	rep, err = lua.ReadQCommit(lua.Classic.QCommit(r.k, "a", ta.Token, 60000, 30000, 0).Run(ctx, r.rdb))
 	require.NoError(t, err)
 	require.Equal(t, lua.QReply{State: lua.QAbove, Token: far}, rep)
 	// Another owner is told the counter.
-	rep, err = lua.ReadQCommit(lua.QCommit(r.k, "b", far, 60000, 30000, 0).Run(ctx, r.rdb))
+	rep, err = lua.ReadQCommit(lua.Classic.QCommit(r.k, "b", far, 60000, 30000, 0).Run(ctx, r.rdb))
 	require.NoError(t, err)
 	require.Equal(t, lua.QWaiting, rep.State)
 	require.Equal(t, far, rep.Counter)
@@ -181,7 +181,7 @@ func TestAQuorumCounterRaisedAboveTheClockOutlastsIt(t *testing.T) {
 	ea := r.entry("a")
 	ta := r.try("a", ea, "try")
 	far := ta.Token + ahead
-	rep, err := lua.ReadQCommit(lua.QCommit(r.k, "a", far, 60000, 30000, 0).Run(ctx, r.rdb))
+	rep, err := lua.ReadQCommit(lua.Classic.QCommit(r.k, "a", far, 60000, 30000, 0).Run(ctx, r.rdb))
 	require.NoError(t, err)
 	require.Equal(t, lua.QHeld, rep.State)
 	require.Greater(t, kept(r.k.Token), 59*time.Minute, "the commit")

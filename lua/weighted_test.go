@@ -222,11 +222,11 @@ func TestAnExpiredHolderGivesItsPermitsBack(t *testing.T) {
 	eb, b := r.take("b", queue.ModeWait, permits(1))
 	require.False(t, b.Granted)
 	require.LessOrEqual(t, b.Hint, int64(51), "the hint is when the first lease ends")
-	ok, err := lua.ReadFlag(lua.WRenew(r.k, "a", 50).Run(context.Background(), r.rdb))
+	ok, err := lua.ReadFlag(lua.Classic.WRenew(r.k, "a", 50).Run(context.Background(), r.rdb))
 	require.NoError(t, err)
 	require.True(t, ok)
 	time.Sleep(120 * time.Millisecond)
-	ok, err = lua.ReadFlag(lua.WRenew(r.k, "a", 50).Run(context.Background(), r.rdb))
+	ok, err = lua.ReadFlag(lua.Classic.WRenew(r.k, "a", 50).Run(context.Background(), r.rdb))
 	require.NoError(t, err)
 	require.False(t, ok, "a lease that ended is not renewed")
 	// The next call that looks gives a's permits back: b, ahead, is
@@ -338,7 +338,7 @@ func TestACapacityLeftOverByARenewalIsNotInForce(t *testing.T) {
 func (r *weightedRig) leaseEnds(owner string) {
 	r.t.Helper()
 	ctx := context.Background()
-	ok, err := lua.ReadFlag(lua.WRenew(r.k, owner, 1).Run(ctx, r.rdb))
+	ok, err := lua.ReadFlag(lua.Classic.WRenew(r.k, owner, 1).Run(ctx, r.rdb))
 	require.NoError(r.t, err)
 	require.True(r.t, ok)
 	end, err := r.rdb.ZScore(ctx, r.k.Holders, owner).Result()

@@ -76,8 +76,8 @@ func (h *Hub) startLocked(key *redis.Client, sub Subscriber, ps *redis.PubSub) *
 // watchedLocked reports whether any channel with waiters is subscribed on
 // c. Lingering channels do not count.
 func (h *Hub) watchedLocked(c *conn) bool {
-	for _, t := range h.topics {
-		if t.conn == c && len(t.waiters) > 0 {
+	for _, t := range h.topics.All() {
+		if t.conn == c && t.waiters.Len() > 0 {
 			return true
 		}
 	}
@@ -108,7 +108,7 @@ func (h *Hub) rebuild(c *conn, old *redis.PubSub) *redis.PubSub {
 	if err != nil {
 		h.log.Warn("fairlock: notify: cannot rebuild the pub/sub connection; its channels fail",
 			"err", err)
-		for _, t := range h.topics {
+		for _, t := range h.topics.All() {
 			if t.conn == c {
 				h.failLocked(t, fmt.Errorf("fairlock: notify: subscribing to %q: %w", t.name, err))
 			}
@@ -122,7 +122,7 @@ func (h *Hub) rebuild(c *conn, old *redis.PubSub) *redis.PubSub {
 	c.queue, c.awaiting = nil, nil
 	c.misses = nil
 	c.rebuilding = true
-	for _, t := range h.topics {
+	for _, t := range h.topics.All() {
 		if t.conn == c {
 			h.queueSubscribeLocked(t)
 		}
@@ -137,7 +137,7 @@ func (h *Hub) rebuild(c *conn, old *redis.PubSub) *redis.PubSub {
 func (h *Hub) rebuiltLocked(c *conn) {
 	c.rebuilding = false
 	n := 0
-	for _, t := range h.topics {
+	for _, t := range h.topics.All() {
 		if t.conn == c {
 			t.signalLocked()
 			n++
@@ -162,7 +162,7 @@ func (h *Hub) reroute(c *conn) {
 	}
 	h.mu.Lock()
 	var names []string
-	for name, t := range h.topics {
+	for name, t := range h.topics.All() {
 		if t.conn == c {
 			names = append(names, name)
 		}
@@ -180,7 +180,7 @@ func (h *Hub) reroute(c *conn) {
 			continue // closed, or the shard's connection could not be opened: keep the channel here
 		}
 		var emptied *redis.PubSub
-		if t := h.topics[name]; t != nil && t.conn == c {
+		if t := h.topics.Get(name); t != nil && t.conn == c {
 			_, emptied = h.moveLocked(t, dst)
 			n++
 		}
@@ -214,9 +214,9 @@ func (h *Hub) retire(c *conn, ps *redis.PubSub) bool {
 // stops on its own.
 func (h *Hub) retireLocked(c *conn) {
 	c.retired = true
-	for name, t := range h.topics {
-		if t.conn == c && len(t.waiters) == 0 {
-			delete(h.topics, name) // lingering: nobody needs it any more
+	for name, t := range h.topics.All() {
+		if t.conn == c && t.waiters.Len() == 0 {
+			h.topics.Delete(name) // lingering: nobody needs it any more
 		}
 	}
 	if h.conns[c.key] == c {

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock/internal/errs"
+	"github.com/fairlock/fairlock/internal/shrink"
 )
 
 // defaultHeartbeat is the heartbeat used when Options.Heartbeat is not
@@ -147,14 +148,15 @@ type Hub struct {
 	// conns is guarded by mu: the live connections, by the shard client
 	// they subscribe through, or under nil when rdb is not sharded.
 	conns   map[*redis.Client]*conn
-	topics  map[string]*topic // guarded by mu; channel -> its subscription, present while it has waiters or lingers
-	pingSeq uint64            // guarded by mu; makes confirmation payloads unique
-	mode    Mode              // guarded by mu; how the scripts publish, once modeSet
-	modeSet bool              // guarded by mu; mode is known, for good
+	topics  shrink.Map[string, *topic] // guarded by mu; channel -> its subscription, present while it has waiters or lingers
+	pingSeq uint64                     // guarded by mu; makes confirmation payloads unique
+	mode    Mode                       // guarded by mu; how the scripts publish, once modeSet
+	modeSet bool                       // guarded by mu; mode is known, for good
 
 	// regroups is guarded by mu: in Sharded mode, the channels whose
 	// subscription a master dropped or refused (their slot moved), for
-	// the regroup goroutine to subscribe again where they live now.
+	// the regroup goroutine to subscribe again where they live now; nil
+	// while there are none.
 	regroups    map[string]regroup
 	regrouper   bool          // guarded by mu; the regroup goroutine was started
 	regroupKick chan struct{} // capacity 1; wakes the regroup goroutine
@@ -196,8 +198,6 @@ func New(rdb Subscriber, opts Options) *Hub {
 		cancel:      cancel,
 		done:        make(chan struct{}),
 		conns:       make(map[*redis.Client]*conn),
-		topics:      make(map[string]*topic),
-		regroups:    make(map[string]regroup),
 		regroupKick: make(chan struct{}, 1),
 	}
 	if c, ok := FailsOver(rdb); ok {
@@ -288,10 +288,10 @@ func (h *Hub) register(ctx context.Context, channel, id string, fn func()) (*Wai
 	if err != nil {
 		return nil, nil, fmt.Errorf("fairlock: notify: watch %q: %w", channel, err)
 	}
-	t := h.topics[channel]
+	t := h.topics.Get(channel)
 	var emptied *redis.PubSub // a connection the move left without channels, to close
 	if t != nil {
-		if _, dup := t.waiters[id]; dup {
+		if _, dup := t.waiters.Lookup(id); dup {
 			h.mu.Unlock()
 			return nil, nil, fmt.Errorf("fairlock: notify: id %q already watches channel %q", id, channel)
 		}
@@ -303,7 +303,7 @@ func (h *Hub) register(ctx context.Context, channel, id string, fn func()) (*Wai
 	}
 	w := &Waiter{hub: h, topic: t, channel: channel, id: id, c: make(chan struct{}, 1), fn: fn}
 	w.noteConfirm = fn != nil && (t.state != confirmed || t.stale)
-	t.waiters[id] = w
+	t.waiters.Set(id, w)
 	ready := t.ready
 	h.mu.Unlock()
 	closeIfAny(emptied)
@@ -317,7 +317,7 @@ func (h *Hub) register(ctx context.Context, channel, id string, fn func()) (*Wai
 func (h *Hub) Subscribed(channel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := h.topics[channel]
+	t := h.topics.Get(channel)
 	return !h.closed && t != nil && t.state == confirmed && !t.stale
 }
 
@@ -337,7 +337,7 @@ func (h *Hub) Close() error {
 			open = append(open, c.ps)
 			c.queue, c.awaiting = nil, nil
 		}
-		for _, t := range h.topics {
+		for _, t := range h.topics.All() {
 			if t.linger != nil {
 				t.linger.Stop()
 			}

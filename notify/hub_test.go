@@ -301,3 +301,57 @@ func TestALingeringChannelStaysSubscribedUntilItsLingerEnds(t *testing.T) {
 	require.Eventually(t, func() bool { return !h.Subscribed(channel) && numsub() == 0 },
 		patience, 10*time.Millisecond, "unsubscribed once the linger ended")
 }
+
+// The hub keeps no room for channels nobody watches any more: after a
+// thousand channels each watched and left (a lingering one dropped when
+// its linger ends), its map of channels holds room for about what is left,
+// and none once every channel left, where Go's own map would keep the room
+// of a thousand; a channel that had a thousand waiters and keeps one holds
+// room for about that one.
+func TestTheHubGivesBackTheRoomOfChannelsAndWaitersThatLeft(t *testing.T) {
+	srv := redistest.Shared(t)
+	h := newHub(t, srv.Client(t), Options{Linger: 50 * time.Millisecond})
+	prefix := redistest.Prefix(t)
+	const n = 1000
+	var waiters []*Waiter
+	for i := range n {
+		waiters = append(waiters, watch(t, h, fmt.Sprintf("%s:%d", prefix, i), "w"))
+	}
+	hot := prefix + ":hot"
+	for i := range n {
+		waiters = append(waiters, watch(t, h, hot, fmt.Sprintf("w%d", i)))
+	}
+	stay := watch(t, h, hot, "stays")
+	// room returns the channels and the room of the map of channels, and
+	// the waiters and room of the hot channel's map of waiters.
+	room := func() (channels, channelsRoom, hotWaiters, hotRoom int) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if ht := h.topics.Get(hot); ht != nil {
+			hotWaiters, hotRoom = ht.waiters.Len(), ht.waiters.Peak()
+		}
+		return h.topics.Len(), h.topics.Peak(), hotWaiters, hotRoom
+	}
+	channels, _, hotWaiters, _ := room()
+	require.Equal(t, n+1, channels)
+	require.Equal(t, n+1, hotWaiters)
+
+	for _, w := range waiters {
+		w.Stop()
+	}
+	require.Eventually(t, func() bool {
+		channels, _, _, _ := room()
+		return channels == 1
+	}, patience, 10*time.Millisecond, "the channels left once their linger ended")
+	channels, channelsRoom, hotWaiters, hotRoom := room()
+	require.Equal(t, 1, channels)
+	require.LessOrEqual(t, channelsRoom, 64, "the map of channels was rebuilt for what it holds")
+	require.Equal(t, 1, hotWaiters)
+	require.LessOrEqual(t, hotRoom, 64, "the hot channel's map of waiters too")
+
+	stay.Stop()
+	require.Eventually(t, func() bool {
+		channels, channelsRoom, _, _ := room()
+		return channels == 0 && channelsRoom == 0
+	}, patience, 10*time.Millisecond, "no room at all once every channel left")
+}

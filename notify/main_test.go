@@ -133,7 +133,7 @@ func watched(h *Hub) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var names []string
-	for name := range h.topics {
+	for name := range h.topics.All() {
 		names = append(names, name)
 	}
 	return names

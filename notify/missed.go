@@ -49,7 +49,7 @@ func (w *Waiter) Missed() {
 	w.missed = true
 	t := w.topic
 	c := t.conn
-	if h.topics[t.name] != t || t.state != confirmed || t.stale || c.retired || c.rebuilding {
+	if h.topics.Get(t.name) != t || t.state != confirmed || t.stale || c.retired || c.rebuilding {
 		h.mu.Unlock()
 		return
 	}
@@ -64,7 +64,7 @@ func (w *Waiter) Missed() {
 	c.refreshes++
 	if c.sharded {
 		n := 0
-		for _, t := range h.topics {
+		for _, t := range h.topics.All() {
 			if t.conn == c {
 				h.regroupLocked(t)
 				n++

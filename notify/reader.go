@@ -150,7 +150,7 @@ func (h *Hub) dispatch(c *conn, msg any) {
 func (h *Hub) resubscribed(c *conn, channel string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := h.topics[channel]
+	t := h.topics.Get(channel)
 	if t == nil || t.conn != c || t.state != confirmed || c.rebuilding {
 		return
 	}

@@ -159,7 +159,7 @@ func (h *Hub) sunsubscribed(c *conn, channel string) {
 			return
 		}
 	}
-	t := h.topics[channel]
+	t := h.topics.Get(channel)
 	if t == nil || t.conn != c {
 		return
 	}
@@ -171,7 +171,7 @@ func (h *Hub) sunsubscribed(c *conn, channel string) {
 // regroupLocked marks t stale and queues its channel for the regroup
 // goroutine, which it starts if it has not yet.
 func (h *Hub) regroupLocked(t *topic) {
-	if h.closed || h.topics[t.name] != t || t.stale {
+	if h.closed || h.topics.Get(t.name) != t || t.stale {
 		return
 	}
 	t.stale = true
@@ -182,6 +182,9 @@ func (h *Hub) regroupLocked(t *topic) {
 		if n < 8 {
 			delay = min(minBackoff<<(n-2), maxBackoff)
 		}
+	}
+	if h.regroups == nil {
+		h.regroups = map[string]regroup{}
 	}
 	h.regroups[t.name] = regroup{from: t.conn.key, due: time.Now().Add(delay)}
 	if !h.regrouper {
@@ -201,7 +204,7 @@ func (h *Hub) regroupLoop() {
 		regroup
 		patience time.Time // until then, wait for the map to name another master than from
 	}
-	pending := make(map[string]item)
+	var pending map[string]item // nil while empty
 	var reloaded time.Time
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -209,9 +212,12 @@ func (h *Hub) regroupLoop() {
 		h.mu.Lock()
 		fresh := len(h.regroups) > 0
 		for name, r := range h.regroups {
+			if pending == nil {
+				pending = make(map[string]item)
+			}
 			pending[name] = item{regroup: r, patience: r.due.Add(regroupPatience)}
 		}
-		clear(h.regroups)
+		h.regroups = nil // a map keeps the room of its largest size
 		h.mu.Unlock()
 
 		if now := time.Now(); fresh || (len(pending) > 0 && now.Sub(reloaded) >= reloadEvery) {
@@ -248,6 +254,9 @@ func (h *Hub) regroupLoop() {
 			delete(pending, name)
 			h.resubscribe(name, key)
 		}
+		if len(pending) == 0 {
+			pending = nil // a map keeps the room of its largest size
+		}
 
 		timer.Reset(time.Until(next))
 		select {
@@ -264,7 +273,7 @@ func (h *Hub) regroupLoop() {
 func (h *Hub) stale(channel string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	t := h.topics[channel]
+	t := h.topics.Get(channel)
 	return t != nil && t.stale
 }
 
@@ -282,14 +291,14 @@ func (h *Hub) resubscribe(channel string, key *redis.Client) {
 		h.log.Warn("fairlock: notify: cannot open a connection to regroup a channel; its waiters will rely on polling",
 			"channel", channel, "err", err)
 		h.mu.Lock()
-		if t := h.topics[channel]; t != nil && t.stale {
+		if t := h.topics.Get(channel); t != nil && t.stale {
 			h.failLocked(t, fmt.Errorf("fairlock: notify: subscribing to %q: %w", channel, err))
 		}
 		h.mu.Unlock()
 		return
 	}
 	var emptied *redis.PubSub
-	if t := h.topics[channel]; t != nil && t.stale {
+	if t := h.topics.Get(channel); t != nil && t.stale {
 		_, emptied = h.moveLocked(t, dst)
 	}
 	h.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fairlock/fairlock/internal/shrink"
 )
 
 // topicState is where a topic's subscription stands.
@@ -26,11 +28,11 @@ const (
 // its waiters.
 type topic struct {
 	name    string
-	conn    *conn              // the connection that subscribes it; fixed
-	waiters map[string]*Waiter // guarded by Hub.mu; id -> waiter
-	state   topicState         // guarded by Hub.mu
-	err     error              // guarded by Hub.mu; what Watch returns once state is failed
-	ready   chan struct{}      // closed when state leaves pending
+	conn    *conn                       // the connection that subscribes it; fixed
+	waiters shrink.Map[string, *Waiter] // guarded by Hub.mu; id -> waiter
+	state   topicState                  // guarded by Hub.mu
+	err     error                       // guarded by Hub.mu; what Watch returns once state is failed
+	ready   chan struct{}               // closed when state leaves pending
 	// lossy is guarded by Hub.mu. It is true when messages for the
 	// channel may have been lost before this subscription (it took over
 	// from another shard): every waiter is signalled once it is confirmed.
@@ -68,8 +70,8 @@ type confirmation struct {
 // subscribeLocked creates the topic of channel on c and queues its
 // SUBSCRIBE and confirmation PING.
 func (h *Hub) subscribeLocked(c *conn, channel string) *topic {
-	t := &topic{name: channel, conn: c, waiters: make(map[string]*Waiter), ready: make(chan struct{})}
-	h.topics[channel] = t
+	t := &topic{name: channel, conn: c, ready: make(chan struct{})}
+	h.topics.Set(channel, t)
 	h.queueSubscribeLocked(t)
 	return t
 }
@@ -99,19 +101,19 @@ func (h *Hub) queueSubscribeLocked(t *topic) {
 // close once h.mu is released, else nil.
 func (h *Hub) moveLocked(t *topic, dst *conn) (*topic, *redis.PubSub) {
 	h.log.Debug("fairlock: notify: channel moved to another shard; re-subscribing it there",
-		"channel", t.name, "waiters", len(t.waiters))
+		"channel", t.name, "waiters", t.waiters.Len())
 	src := t.conn
 	h.queueUnsubscribeLocked(src, t.name)
 	nt := h.subscribeLocked(dst, t.name)
 	nt.lossy = true
 	nt.regroups = t.regroups
-	for id, w := range t.waiters {
+	for id, w := range t.waiters.All() {
 		w.topic = nt
-		nt.waiters[id] = w
+		nt.waiters.Set(id, w)
 	}
-	clear(t.waiters)
+	t.waiters = shrink.Map[string, *Waiter]{}
 	t.settleLocked(moved)
-	if len(nt.waiters) == 0 && h.linger > 0 {
+	if nt.waiters.Len() == 0 && h.linger > 0 {
 		h.lingerLocked(nt) // it lingered where it was: it lingers here
 	}
 	if src.sharded && src != dst && !src.retired && !h.watchedLocked(src) {
@@ -133,10 +135,10 @@ func (h *Hub) lingerLocked(t *topic) {
 	t.linger = time.AfterFunc(h.linger, func() {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if h.closed || h.topics[t.name] != t || len(t.waiters) > 0 || t.idle != idle {
+		if h.closed || h.topics.Get(t.name) != t || t.waiters.Len() > 0 || t.idle != idle {
 			return
 		}
-		delete(h.topics, t.name)
+		h.topics.Delete(t.name)
 		h.queueUnsubscribeLocked(t.conn, t.name)
 	})
 }
@@ -171,7 +173,7 @@ func (h *Hub) confirmLocked(t *topic) {
 		t.signalLocked()
 		return
 	}
-	for _, w := range t.waiters {
+	for _, w := range t.waiters.All() {
 		if w.noteConfirm {
 			w.noteConfirm = false
 			w.signal()
@@ -185,10 +187,10 @@ func (h *Hub) confirmLocked(t *topic) {
 // keeps its waiters but receives nothing more; they are signalled and must
 // rely on polling.
 func (h *Hub) failLocked(t *topic, err error) {
-	if h.topics[t.name] != t {
+	if h.topics.Get(t.name) != t {
 		return // dropped or moved: nobody waits on this subscription
 	}
-	delete(h.topics, t.name)
+	h.topics.Delete(t.name)
 	if t.state == confirmed {
 		h.log.Warn("fairlock: notify: subscription of a watched channel lost; its waiters will rely on polling",
 			"channel", t.name, "err", err)
@@ -219,7 +221,7 @@ func (t *topic) settleLocked(s topicState) {
 // signalLocked signals every waiter of t: messages may have been lost, so
 // each is excused from counting a missed hand-over (see Waiter.Missed).
 func (t *topic) signalLocked() {
-	for _, w := range t.waiters {
+	for _, w := range t.waiters.All() {
 		w.excused = true
 		w.signal()
 	}

@@ -78,15 +78,15 @@ func (w *Waiter) Stop() {
 	}
 	w.stopped = true
 	t := w.topic
-	delete(t.waiters, w.id)
-	if len(t.waiters) > 0 || h.topics[t.name] != t {
+	t.waiters.Delete(w.id)
+	if t.waiters.Len() > 0 || h.topics.Get(t.name) != t {
 		return
 	}
 	if h.linger > 0 && !h.closed {
 		h.lingerLocked(t)
 		return
 	}
-	delete(h.topics, t.name)
+	h.topics.Delete(t.name)
 	if !h.closed {
 		h.queueUnsubscribeLocked(t.conn, t.name)
 	}
@@ -161,12 +161,12 @@ func (h *Hub) route(channel, payload string) {
 		return
 	}
 	h.mu.Lock()
-	t := h.topics[channel]
+	t := h.topics.Get(channel)
 	if t == nil {
 		h.mu.Unlock()
 		return
 	}
-	w := t.waiters[m.id]
+	w := t.waiters.Get(m.id)
 	if w == nil {
 		h.mu.Unlock()
 		if m.grant && h.onUnclaimed != nil {

@@ -5,7 +5,7 @@ go 1.26.8
 replace github.com/fairlock/fairlock => ..
 
 require (
-	github.com/fairlock/fairlock v0.0.0-00010101000000-000000000000
+	github.com/fairlock/fairlock v0.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0

@@ -30,6 +30,17 @@ const (
 	TicketVersion = "2"
 )
 
+// LayoutVersion is the version of the layout of the keys this package
+// writes (the keys of For, Weighted and Quorum, what each holds, and the
+// waiter entries): the key LayoutKey of a prefix holds it, written by the
+// first Client that uses the prefix, and a Client that finds another
+// version there refuses the prefix (see "Keys" in docs/algorithm.md).
+const LayoutVersion = "1"
+
+// LayoutKey returns the key that holds the layout version of the keys
+// under prefix.
+func LayoutKey(prefix string) string { return prefix + ":layout" }
+
 // Keys are the Redis keys and the pub/sub channel of one lock. Every key
 // carries the hash tag {name}, so all of them live in one Redis Cluster
 // slot and one script may touch them all.

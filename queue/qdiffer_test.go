@@ -232,7 +232,7 @@ func (d *qdiffer) scriptCall(c qcall) lua.Call {
 	case qRenew:
 		return lua.QRenew(k, c.owner, c.lease)
 	case qCommit:
-		return lua.QCommit(k, c.owner, c.t, c.lease, c.ttl, skew)
+		return s.QCommit(k, c.owner, c.t, c.lease, c.ttl, skew)
 	case qForce:
 		return s.QForce(k, c.ttl, skew)
 	}

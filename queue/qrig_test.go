@@ -41,10 +41,14 @@ func newQRig(ctx context.Context, rdb *redis.Client, prefix string) (*qrig, erro
 		return nil, fmt.Errorf("subscription not confirmed: %v", msg)
 	}
 	s := lua.Classic
+	if err := lua.Load(ctx, rdb, s.Library); err != nil {
+		_ = r.ps.Close()
+		return nil, err
+	}
 	for _, c := range []lua.Call{
 		s.QTry(k, "c", "o", "e", 1, 1, queue.ModeTry, 1, 0), s.QJoin(k, "o", "e", 1, 1, 1, 0, 0),
 		s.QCancel(k, "e", 1, 1, 0), s.QRelease(k, "c", "o", "e", 0, 1, true, 1, 1, 1, 0),
-		s.QForce(k, 1, 0), lua.QRenew(k, "o", 1), lua.QCommit(k, "o", 1, 1, 1, 0),
+		s.QForce(k, 1, 0), lua.QRenew(k, "o", 1), lua.Classic.QCommit(k, "o", 1, 1, 1, 0),
 	} {
 		if err := c.Script.Load(ctx, rdb).Err(); err != nil {
 			_ = r.ps.Close()
@@ -62,7 +66,11 @@ func (r *qrig) close() { _ = r.ps.Close() }
 func (r *qrig) run(ctx context.Context, c lua.Call) (cmd *redis.Cmd, from, to int64, err error) {
 	p := r.rdb.Pipeline()
 	t1 := p.Time(ctx)
-	cmd = c.EvalSha(ctx, p)
+	via := lua.BySHA // the library's function where the call has one
+	if c.Function != "" {
+		via = lua.ByFunction
+	}
+	cmd = c.Send(ctx, p, via)
 	t2 := p.Time(ctx)
 	if _, err := p.Exec(ctx); err != nil && t2.Err() != nil {
 		return nil, 0, 0, err

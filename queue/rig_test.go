@@ -28,6 +28,7 @@ const rigStart = 1_700_000_000_000
 // go to keys, the first of its locks (on aims them at another).
 type rig struct {
 	rdb        *redis.Client
+	runner     *lua.Runner          // FCALL on a real server, EVALSHA on miniredis, which has no functions
 	keys       queue.Keys           // the lock of the single-lock calls
 	locks      []queue.Keys         // every lock of the rig, in key order
 	ps         *redis.PubSub        // subscribed to the wake channels of every lock
@@ -100,7 +101,7 @@ func newRigOf(t testing.TB, addr string, receiptTTL int64, keys []queue.Keys) *r
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
-	r := &rig{rdb: rdb, receiptTTL: receiptTTL, locks: keys}
+	r := &rig{rdb: rdb, runner: lua.NewRunner(), receiptTTL: receiptTTL, locks: keys}
 	patterns := make([]string, len(keys))
 	for i, k := range keys {
 		patterns[i] = k.Wake + "*"
@@ -134,31 +135,31 @@ func (r *rig) advance(d int64) {
 }
 
 func (r *rig) acquire(ctx context.Context, call, owner, entry string, lease, waiterTTL int64, mode string) (queue.Reply, error) {
-	return lua.ReadAcquire(lua.Classic.Acquire(r.keys, call, owner, entry, lease, waiterTTL, mode, r.receiptTTL).Run(ctx, r.rdb))
+	return lua.ReadAcquire(r.runner.Run(ctx, r.rdb, lua.Classic.Acquire(r.keys, call, owner, entry, lease, waiterTTL, mode, r.receiptTTL)))
 }
 
 func (r *rig) release(ctx context.Context, call, owner, own string, lease int64) (queue.Released, error) {
-	return lua.ReadRelease(lua.Classic.Release(r.keys, call, owner, own, lease, r.receiptTTL).Run(ctx, r.rdb))
+	return lua.ReadRelease(r.runner.Run(ctx, r.rdb, lua.Classic.Release(r.keys, call, owner, own, lease, r.receiptTTL)))
 }
 
 func (r *rig) renew(ctx context.Context, owner string, lease int64) (bool, error) {
-	return lua.ReadFlag(lua.Renew(r.keys, owner, lease).Run(ctx, r.rdb))
+	return lua.ReadFlag(r.runner.Run(ctx, r.rdb, lua.Renew(r.keys, owner, lease)))
 }
 
 func (r *rig) cancel(ctx context.Context, owner, entry string) (bool, error) {
-	return lua.ReadFlag(lua.Classic.Cancel(r.keys, owner, entry).Run(ctx, r.rdb))
+	return lua.ReadFlag(r.runner.Run(ctx, r.rdb, lua.Classic.Cancel(r.keys, owner, entry)))
 }
 
 func (r *rig) forceUnlock(ctx context.Context) (bool, error) {
-	return lua.ReadFlag(lua.Classic.ForceUnlock(r.keys).Run(ctx, r.rdb))
+	return lua.ReadFlag(r.runner.Run(ctx, r.rdb, lua.Classic.ForceUnlock(r.keys)))
 }
 
 func (r *rig) multiAcquire(ctx context.Context, locks []queue.Keys, owner, entry string, lease, waiterTTL int64, mode string) (queue.Reply, error) {
-	return lua.ReadMultiAcquire(lua.Classic.MultiAcquire(locks, owner, entry, lease, waiterTTL, mode).Run(ctx, r.rdb), len(locks))
+	return lua.ReadMultiAcquire(r.runner.Run(ctx, r.rdb, lua.Classic.MultiAcquire(locks, owner, entry, lease, waiterTTL, mode)), len(locks))
 }
 
 func (r *rig) cancelTicket(ctx context.Context, locks []queue.Keys, owner, entry string) (bool, error) {
-	return lua.ReadFlag(lua.Classic.CancelTicket(locks, owner, entry).Run(ctx, r.rdb))
+	return lua.ReadFlag(r.runner.Run(ctx, r.rdb, lua.Classic.CancelTicket(locks, owner, entry)))
 }
 
 // now returns the server's clock in ms.

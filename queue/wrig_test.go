@@ -27,28 +27,28 @@ func weightedLocks(prefix string) ([]queue.Keys, error) {
 }
 
 func (r *rig) wacquire(ctx context.Context, call, owner, entry string, lease, waiterTTL int64, mode string, v lua.Level, capacity int64) (queue.Reply, error) {
-	return lua.ReadAcquire(lua.Classic.WAcquire(r.keys, call, owner, entry, lease, waiterTTL, mode, r.receiptTTL, v, capacity).Run(ctx, r.rdb))
+	return lua.ReadAcquire(r.runner.Run(ctx, r.rdb, lua.Classic.WAcquire(r.keys, call, owner, entry, lease, waiterTTL, mode, r.receiptTTL, v, capacity)))
 }
 
 func (r *rig) wrelease(ctx context.Context, call, owner string, lease int64, v lua.Level) (int, error) {
-	rep, err := lua.ReadRelease(lua.Classic.WRelease(r.keys, call, owner, lease, r.receiptTTL, v).Run(ctx, r.rdb))
+	rep, err := lua.ReadRelease(r.runner.Run(ctx, r.rdb, lua.Classic.WRelease(r.keys, call, owner, lease, r.receiptTTL, v)))
 	return rep.Count, err
 }
 
 func (r *rig) wrenew(ctx context.Context, owner string, lease int64) (bool, error) {
-	return lua.ReadFlag(lua.WRenew(r.keys, owner, lease).Run(ctx, r.rdb))
+	return lua.ReadFlag(r.runner.Run(ctx, r.rdb, lua.Classic.WRenew(r.keys, owner, lease)))
 }
 
 func (r *rig) wcancel(ctx context.Context, owner, entry string) (bool, error) {
-	return lua.ReadFlag(lua.Classic.WCancel(r.keys, owner, entry).Run(ctx, r.rdb))
+	return lua.ReadFlag(r.runner.Run(ctx, r.rdb, lua.Classic.WCancel(r.keys, owner, entry)))
 }
 
 func (r *rig) wforce(ctx context.Context, owner string) (bool, error) {
-	return lua.ReadFlag(lua.Classic.WForce(r.keys, owner).Run(ctx, r.rdb))
+	return lua.ReadFlag(r.runner.Run(ctx, r.rdb, lua.Classic.WForce(r.keys, owner)))
 }
 
 func (r *rig) wresize(ctx context.Context, permits int64) (int64, error) {
-	return lua.ReadCount(lua.Classic.WResize(r.keys, permits).Run(ctx, r.rdb))
+	return lua.ReadCount(r.runner.Run(ctx, r.rdb, lua.Classic.WResize(r.keys, permits)))
 }
 
 // weightedReads is what wstates reads of one weighted lock: its keys, then

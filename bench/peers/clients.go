@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -129,7 +130,7 @@ type fairClients struct {
 // openFairClients opens n Clients of the server described by opts, with
 // the given lease.
 func openFairClients(opts *redis.Options, n int, lease time.Duration) (*fairClients, error) {
-	fc := &fairClients{hook: &scripts{release: releaseHash}}
+	fc := &fairClients{hook: &scripts{release: releaseCall}}
 	for range n {
 		rdb := redis.NewClient(opts)
 		rdb.AddHook(fc.hook)
@@ -155,21 +156,21 @@ func (fc *fairClients) close() error {
 	return errors.Join(errs...)
 }
 
-// scripts is a go-redis hook that counts script calls (EVALSHA or EVAL,
-// sent alone or in a pipeline) and round trips (a command or a whole
+// scripts is a go-redis hook that counts script calls (FCALL, EVALSHA or
+// EVAL, sent alone or in a pipeline) and round trips (a command or a whole
 // pipeline sent), and reads the replies of fairlock's release script.
 type scripts struct {
 	calls      atomic.Int64
 	roundTrips atomic.Int64
-	release    string // SHA1 of the release script
+	release    lua.Call // the release call, by whose script and function it is known
 	// Replies of the release script: it found the owner's hold (the
 	// levels left, or a hand-over), found it gone (-1), or failed.
 	found, gone, failed atomic.Int64
 }
 
-// releaseHash is the SHA1 of fairlock's release script as a Client of one
-// server runs it.
-var releaseHash = lua.Classic.Release(queue.Keys{}, "", "", "", 0, 0).Script.Hash()
+// releaseCall is fairlock's release call as a Client of one server sends
+// it: a function of its library, or a script.
+var releaseCall = lua.Classic.Release(queue.Keys{}, "", "", "", 0, 0)
 
 var _ redis.Hook = (*scripts)(nil)
 
@@ -200,14 +201,14 @@ func (h *scripts) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 
 func (h *scripts) countScript(cmd redis.Cmder) {
-	if name := cmd.Name(); name == "evalsha" || name == "eval" {
+	if slices.Contains(scriptCommands, cmd.Name()) {
 		h.calls.Add(1)
 	}
 }
 
-// readRelease counts the reply of a call of the release script. A call
-// refused for want of the script (NOSCRIPT), which the Client sends again
-// with its source, counts as nothing.
+// readRelease counts the reply of a call of the release function or
+// script. A call refused for want of the library or the script, which the
+// Client sends again, counts as nothing.
 func (h *scripts) readRelease(cmd redis.Cmder) {
 	args := cmd.Args()
 	if len(args) < 2 {
@@ -215,14 +216,19 @@ func (h *scripts) readRelease(cmd redis.Cmder) {
 	}
 	body, _ := args[1].(string)
 	switch cmd.Name() {
-	case "evalsha":
-	case "eval":
-		sum := sha1.Sum([]byte(body))
-		body = hex.EncodeToString(sum[:])
+	case "fcall":
+		if body != h.release.Function {
+			return
+		}
+	case "evalsha", "eval":
+		if cmd.Name() == "eval" {
+			sum := sha1.Sum([]byte(body))
+			body = hex.EncodeToString(sum[:])
+		}
+		if body != h.release.Script.Hash() {
+			return
+		}
 	default:
-		return
-	}
-	if body != h.release {
 		return
 	}
 	c, ok := cmd.(*redis.Cmd)
@@ -231,7 +237,7 @@ func (h *scripts) readRelease(cmd redis.Cmder) {
 	}
 	v, err := c.Result()
 	switch {
-	case err != nil && redis.HasErrorPrefix(err, "NOSCRIPT"):
+	case err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || redis.HasErrorPrefix(err, "Function not found")):
 	case err != nil:
 		h.failed.Add(1)
 	case v == int64(-1):

@@ -103,7 +103,7 @@
 //   - commands/grant: every command the server ran during the measured
 //     part, per grant, from INFO commandstats (zeroed by CONFIG RESETSTAT
 //     before it): the sum of the calls of every command, which counts the
-//     EVALSHA or EVAL of a script and each command the script ran, less
+//     FCALL, EVALSHA or EVAL of a script and each command the script ran, less
 //     the benchmark's own INFO and CONFIG. In the uncontended workloads a
 //     grant is one Lock+Unlock, and the summary prints it as commands per
 //     Lock+Unlock. With -redis, other clients' commands on the server
@@ -112,8 +112,10 @@
 //   - server µs/grant: growth of INFO's used_cpu_user + used_cpu_sys
 //     during the measured part, per grant; it includes the server's own
 //     housekeeping, small at these rates.
-//   - EVALSHA µs/call: from INFO commandstats, zeroed by CONFIG RESETSTAT
-//     before the measured part.
+//   - script µs/call: the mean server time of a script call (FCALL,
+//     EVALSHA or EVAL; fairlock calls its function library on Redis 7),
+//     from INFO commandstats, zeroed by CONFIG RESETSTAT before the
+//     measured part.
 //   - errors: Lock or Unlock calls that failed, not by the deadline; the
 //     first one is printed under the table.
 //   - violations: grants that found another holder inside the critical
@@ -366,11 +368,12 @@
 //
 // # The scale part
 //
-// It measures fairlock alone, in four steps, each on fresh go-redis
+// It measures fairlock alone, in five steps, each on fresh go-redis
 // clients with default options and one fairlock Client over each, and
 // prints a table for each (two for the holds: while held, and their
-// Close). -scale-waiters (10,000) and -scale-holds (10,000) set its
-// sizes. It is skipped when -libs leaves fairlock out.
+// Close). -scale-waiters (10,000), -scale-holds (10,000) and -scale-names
+// (1,000,000) set its sizes. It is skipped when -libs leaves fairlock out.
+// -workloads names runs its last step alone.
 //
 // Hand-over: 16 goroutines over 4 Clients (4 each), for -duration, then
 // -scale-waiters goroutines over 4 Clients, for -waiters-duration, each
@@ -418,8 +421,8 @@
 //   - Redis B/hold: growth of INFO's used_memory over the same span, over
 //     the holds.
 //   - renewals/s, round trips/s: with every hold held, over -scale-window
-//     (3s), a go-redis hook counts script calls (EVALSHA or EVAL, alone or
-//     inside a pipeline) as renewals and every command or pipeline sent as
+//     (3s), a go-redis hook counts script calls (FCALL, EVALSHA or
+//     EVAL, alone or inside a pipeline) as renewals and every command or pipeline sent as
 //     a round trip. Renewals that fall due together go out in one
 //     pipeline, so round trips are far fewer than renewals.
 //
@@ -464,4 +467,36 @@
 // waiters' calls (at most 10 per CPU per Client), a cost that a larger
 // number of waiters spreads thinner. The waits are then cancelled, the
 // lock released and the Clients closed.
+//
+// Names: 32 goroutines of one Client lock and unlock -scale-names distinct
+// names (scale:names:0, scale:names:1, ...), each once, holding nothing,
+// first on the scale part's server, then on a Redis Cluster of 3 masters
+// without replicas that the step starts from PATH, through a
+// *redis.ClusterClient. On a Cluster the Client runs its failover audit
+// (docs/operations.md), which remembers the calls that ended and reads
+// them again once a second for 10 s; on one server it has none. Before
+// the names, each of the 32 goroutines locks and unlocks a name of its
+// own, so that the go-redis pools hold the connections the step needs.
+//
+//   - names/s: the names over the time from the first Lock to the last
+//     Unlock's return.
+//   - Unlock p50, p99, p99.9, max: the time each Unlock call took.
+//   - Go heap: MemStats.HeapAlloc after runtime.GC, before the first
+//     name; its peak, the largest /memory/classes/heap/objects:bytes
+//     sampled every 50 ms while the names ran (live objects and garbage
+//     not yet collected); after GC right after the last Unlock; idle,
+//     once the audit has read nothing for 3 s (at most 3 minutes after
+//     the last Unlock); and after the Client's Close. An array of a
+//     duration per name, for the percentiles, is made before the first
+//     reading and so is in all of them (8 MB for a million names).
+//   - audit reads / round trips: a go-redis hook on the client (on a
+//     Cluster, on each master's client) counts the audit's reads (HMGET,
+//     HGET and ZSCORE, which the Lock and Unlock of a Mutex do not send)
+//     and the round trips that carried them, while the names ran and
+//     after the last Unlock; for s is the time from the last Unlock to
+//     the last of them.
+//
+// -scale-names-profile DIR writes heap profiles (one allocation sampled
+// every 4 KiB) right after the last Unlock and when idle, as
+// DIR/heap-<one|cluster>-<after|idle>.pprof, for go tool pprof.
 package main

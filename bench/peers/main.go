@@ -46,14 +46,16 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.scale.waiters, "scale-waiters", 10000, "waiters of the scale part's large hand-over and of its waiters measurement")
 	fs.IntVar(&o.scale.holds, "scale-holds", 10000, "locks the scale part holds at once through one Client")
 	fs.DurationVar(&o.scale.window, "scale-window", 3*time.Second, "time over which the scale part counts the renewals of its holds")
+	fs.IntVar(&o.scale.names, "scale-names", 1000000, "distinct names the scale part locks and unlocks through one Client, on one server and on a Cluster")
+	fs.StringVar(&o.scale.profile, "scale-names-profile", "", "directory to write heap profiles of the names step to (default none)")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
 	}
 	if o.duration <= 0 || o.waitersDuration <= 0 || o.warmup < 0 || o.lib.ttl <= 0 || o.scale.window <= 0 || o.lib.multiWait < 0 || o.lib.semaphoreWait < 0 {
 		return options{}, errors.New("durations must be positive (-warmup, -multi-wait and -semaphore-wait may be 0)")
 	}
-	if o.scale.waiters <= 0 || o.scale.holds <= 0 {
-		return options{}, errors.New("-scale-waiters and -scale-holds must be positive")
+	if o.scale.waiters <= 0 || o.scale.holds <= 0 || o.scale.names <= 0 {
+		return options{}, errors.New("-scale-waiters, -scale-holds and -scale-names must be positive")
 	}
 	return o, nil
 }
@@ -198,16 +200,23 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		r.printSummary(out)
 	}
 	switch {
-	case !sel.scale:
+	case !sel.scale && !sel.names:
 	case !slices.ContainsFunc(libs, func(l library) bool { return l.name == "fairlock" }):
 		fmt.Fprintln(log, "peers: scale: skipped, it measures fairlock, which -libs leaves out")
 	default:
-		s, err := runScale(ctx, srv, o, log)
-		if err != nil {
-			return fmt.Errorf("scale: %w", err)
+		var s scaleResult
+		if sel.scale {
+			if s, err = runScale(ctx, srv, o, log); err != nil {
+				return fmt.Errorf("scale: %w", err)
+			}
+			r.Workloads = append(r.Workloads, scaleKey)
+		} else {
+			if s.Names, err = measureNamesEverywhere(ctx, srv, o.scale, log); err != nil {
+				return fmt.Errorf("scale: names: %w", err)
+			}
+			r.Workloads = append(r.Workloads, namesKey)
 		}
 		printScale(out, s)
-		r.Workloads = append(r.Workloads, scaleKey)
 		r.Scale = &s
 	}
 	if o.jsonPath != "" {

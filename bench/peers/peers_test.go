@@ -57,7 +57,7 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 	// on a loaded 2-core machine under -race: a window of 200ms once saw
 	// no grant of fairlock's (one CI run of eight); a second leaves room.
 	o, r, out := runReport(t, "-duration", "200ms", "-waiters-duration", "1s", "-warmup", "30ms",
-		"-scale-waiters", "100", "-scale-holds", "100", "-scale-window", "200ms")
+		"-scale-waiters", "100", "-scale-holds", "100", "-scale-window", "200ms", "-scale-names", "200")
 	want := 0
 	for _, w := range workloads {
 		for _, lib := range libraries(o.lib) {

@@ -83,7 +83,7 @@ func printWorkload(w io.Writer, wl workload, rows []result) {
 		tokHead, tokAlign = " tokens |", " --- |"
 	}
 	fmt.Fprintln(w, "| library | grants/s | × best peer | Jain |"+semHead+" starved | wait p50 ms | wait p99 ms | wait max ms |"+head+
-		" round trips/grant | commands/grant | dials | server µs/grant | EVALSHA µs/call | errors | violations |"+tokHead)
+		" round trips/grant | commands/grant | dials | server µs/grant | script µs/call | errors | violations |"+tokHead)
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: |"+semAlign+" ---: | ---: | ---: | ---: |"+align+" ---: | ---: | ---: | ---: | ---: | ---: | ---: |"+tokAlign)
 	for _, r := range rows {
 		sem, attempts, tokens := "", "", ""
@@ -100,7 +100,7 @@ func printWorkload(w io.Writer, wl workload, rows []result) {
 			cmp.Or(r.Label, r.Library), group(round(r.GrantsPerSec)), ratio(r.VsBestPeer), r.Jain, sem, r.Starved,
 			ifGranted(r, "%.2f", r.WaitP50ms), ifGranted(r, "%.2f", r.WaitP99ms), ifGranted(r, "%.1f", r.WaitMaxms),
 			attempts, ifGranted(r, "%.2f", r.RoundTripsPerGrant), ifGranted(r, "%.2f", r.CommandsPerGrant), r.Dials,
-			ifGranted(r, "%.1f", r.ServerUsPerGrant), evalsha(r), r.Errors, r.Violations, tokens)
+			ifGranted(r, "%.1f", r.ServerUsPerGrant), scriptUs(r), r.Errors, r.Violations, tokens)
 	}
 	for _, r := range rows {
 		if r.FirstError != "" {
@@ -264,11 +264,11 @@ func ratio(v float64) string {
 	return fmt.Sprintf("%.2f×", v)
 }
 
-func evalsha(r result) string {
-	if r.EvalshaCalls == 0 {
+func scriptUs(r result) string {
+	if r.ScriptCalls == 0 {
 		return "—"
 	}
-	return fmt.Sprintf("%.2f", r.EvalshaUsPerCall)
+	return fmt.Sprintf("%.2f", r.ScriptUsPerCall)
 }
 
 // group formats n, which is not negative, with a comma between groups of

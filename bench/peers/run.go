@@ -34,8 +34,8 @@ type result struct {
 	RoundTripsPerGrant float64 `json:"round_trips_per_grant"`
 	Dials              int64   `json:"dials"`
 	ServerUsPerGrant   float64 `json:"server_cpu_us_per_grant"`
-	EvalshaCalls       int64   `json:"evalsha_calls"`
-	EvalshaUsPerCall   float64 `json:"evalsha_usec_per_call"`
+	ScriptCalls        int64   `json:"script_calls"`
+	ScriptUsPerCall    float64 `json:"script_usec_per_call"`
 	// Commands counts every command the server ran in the measured part,
 	// those of scripts included (commandCalls); in the uncontended
 	// workloads, CommandsPerGrant is the commands of one Lock+Unlock.
@@ -163,7 +163,7 @@ func summarize(w workload, lib library, t *tally, elapsed time.Duration, end rea
 		RoundTripsPerGrant: perGrant(float64(end.calls.calls)),
 		Dials:              end.calls.dials,
 		ServerUsPerGrant:   perGrant(float64((end.server.cpu - before.cpu).Microseconds())),
-		EvalshaCalls:       end.server.evalshaCalls,
+		ScriptCalls:        end.server.scriptCalls,
 		Commands:           end.server.commands - before.commands,
 		CommandsPerGrant:   perGrant(float64(end.server.commands - before.commands)),
 		Errors:             t.errors.Load(),
@@ -176,8 +176,8 @@ func summarize(w workload, lib library, t *tally, elapsed time.Duration, end rea
 		permits, heaviest := w.weighed(t.counts)
 		res.PermitsPerSec, res.HeaviestShare = float64(permits)/elapsed.Seconds(), heaviest
 	}
-	if end.server.evalshaCalls > 0 {
-		res.EvalshaUsPerCall = float64(end.server.evalshaUsec) / float64(end.server.evalshaCalls)
+	if end.server.scriptCalls > 0 {
+		res.ScriptUsPerCall = float64(end.server.scriptUsec) / float64(end.server.scriptCalls)
 	}
 	if err := t.firstError(); err != nil {
 		res.FirstError = err.Error()

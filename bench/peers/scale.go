@@ -19,6 +19,8 @@ type scaleConfig struct {
 	waiters int           // goroutines of the large hand-over and of the waiters part
 	holds   int           // locks held at once through one Client
 	window  time.Duration // time over which the renewals of the holds are counted
+	names   int           // distinct names locked and unlocked through one Client
+	profile string        // directory for heap profiles of the names step, "" for none
 }
 
 // The fixed settings of the scale part.
@@ -80,6 +82,10 @@ func runScale(ctx context.Context, srv *server, o options, log io.Writer) (scale
 		return scaleResult{}, fmt.Errorf("waiters: %w", err)
 	}
 	res.Waiters = waiters
+
+	if res.Names, err = measureNamesEverywhere(ctx, srv, o.scale, log); err != nil {
+		return scaleResult{}, fmt.Errorf("names: %w", err)
+	}
 	return res, nil
 }
 

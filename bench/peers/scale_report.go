@@ -18,6 +18,8 @@ type scaleResult struct {
 	Spread  []handoverResult `json:"spread"`
 	Holds   holdsResult      `json:"holds"`
 	Waiters waitersResult    `json:"waiters"`
+	// Names holds the names step on one server, then on a Cluster.
+	Names []namesResult `json:"names"`
 }
 
 // handoverResult is one run of goroutines looping Lock and Unlock on one
@@ -88,8 +90,50 @@ type waitersResult struct {
 	GoroutinesPerWaiter float64 `json:"goroutines_per_waiter"`
 }
 
-// printScale prints the tables of the scale part.
+// printScale prints the tables of the scale part: every step's, or the
+// names step's alone when it ran alone.
 func printScale(w io.Writer, s scaleResult) {
+	if len(s.Handover) > 0 {
+		printScaleSteps(w, s)
+	}
+	printNames(w, s.Names)
+}
+
+// printNames prints the table of the names step.
+func printNames(w io.Writer, rows []namesResult) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n## scale: %s names, each locked and unlocked once by %d goroutines of one Client\n\n",
+		group(int64(rows[0].Names)), rows[0].Goroutines)
+	fmt.Fprintln(w, "| deployment | names/s | Unlock p50 ms | p99 ms | p99.9 ms | max ms | Go heap: before | peak | after GC | idle | after Close "+
+		"| audit reads / round trips | after the last Unlock: reads / round trips | for s | errors |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s | %.2f | %.2f | %.2f | %.1f | %s | %s | %s | %s | %s | %s / %s | %s / %s | %.1f | %d |\n",
+			r.Deployment, group(round(r.NamesPerSec)), r.UnlockP50ms, r.UnlockP99ms, r.UnlockP999ms, r.UnlockMaxms,
+			mib(r.HeapBaseline), mib(r.HeapPeak), mib(r.HeapAfter), mib(r.HeapIdle), mib(r.HeapClosed),
+			group(r.AuditReads), group(r.AuditRoundTrips), group(r.AuditReadsAfter), group(r.AuditRoundTripsAfter),
+			r.AuditSecondsAfter, r.Errors)
+	}
+	if len(rows) == 2 && rows[0].UnlockP999ms > 0 {
+		fmt.Fprintf(w, "\nUnlock p99.9 on the Cluster over one server's: %s.\n", ratio(rows[1].UnlockP999ms/rows[0].UnlockP999ms))
+	}
+	for _, r := range rows {
+		if r.AuditQuietTimedOut {
+			fmt.Fprintf(w, "\n%s: the audit still read %v after the last Unlock; the idle heap was read then.\n", r.Deployment, namesIdleBound)
+		}
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "\n%s, first error: %s\n", r.Deployment, r.FirstError)
+		}
+	}
+}
+
+// mib formats bytes in MiB with one decimal.
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// printScaleSteps prints the tables of the scale part's first four steps.
+func printScaleSteps(w io.Writer, s scaleResult) {
 	fmt.Fprintf(w, "\n## scale: hand-over (fairlock, 1 lock, holding nothing)\n\n")
 	fmt.Fprintln(w, "| waiters | clients | measured s | grants/s | hand-over p50 ms | p99 ms | max ms | errors |")
 	fmt.Fprintln(w, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -10,16 +10,18 @@ import (
 // part alone, small, on a redis-server of its own, and checks that every
 // figure is in the JSON report and plausible: both hand-overs granted the
 // lock, holds add neither goroutines nor one round trip per renewal,
-// Close releases every hold, and waiters cost memory and about one
-// goroutine each.
+// Close releases every hold, waiters cost memory and about one goroutine
+// each, and the names ran on one server and on a Cluster (see
+// checkNames).
 func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
-	const n = 100
+	const n, names = 100, 300
 	// The first renewals fall due a second after the holds are taken. The
 	// hand-over with a hundred waiters (-waiters-duration) runs for a
 	// second, which gives them, joining at once on a busy machine, time
 	// for several hand-overs.
 	_, r, out := runReport(t, "-workloads", "scale", "-duration", "200ms", "-waiters-duration", "1s", "-warmup", "30ms",
-		"-scale-waiters", strconv.Itoa(n), "-scale-holds", strconv.Itoa(n), "-scale-window", "1500ms")
+		"-scale-waiters", strconv.Itoa(n), "-scale-holds", strconv.Itoa(n), "-scale-window", "1500ms",
+		"-scale-names", strconv.Itoa(names))
 	if len(r.Results) != 0 {
 		t.Errorf("%d peer results, want none: only the scale part was selected", len(r.Results))
 	}
@@ -97,13 +99,62 @@ func TestScalePartReportsSaneFiguresForHandOverHoldsAndWaiters(t *testing.T) {
 		t.Errorf("%.2f goroutines per waiter, want about 1", w.GoroutinesPerWaiter)
 	}
 
+	checkNames(t, s.Names, names)
+
 	for _, title := range []string{"## scale: hand-over", "## scale: 16 waiters spread over Clients", "## scale: " + group(n) + " holds",
-		"## scale: Close of the Client with " + group(n) + " holds", "## scale: " + group(n) + " waiters"} {
+		"## scale: Close of the Client with " + group(n) + " holds", "## scale: " + group(n) + " waiters", "## scale: " + group(names) + " names"} {
 		if !strings.Contains(out, title) {
 			t.Errorf("no table %q", title)
 		}
 	}
 	if strings.Contains(out, "## Summary") {
 		t.Errorf("a summary of the peers, which did not run")
+	}
+}
+
+// checkNames checks the names step's rows: each deployment locked and
+// unlocked every name without an error, with Unlock times in order and
+// heaps read; only the Cluster's Client audits, its looks reading in one
+// round trip per master and stopping within seconds of the last Unlock.
+func checkNames(t *testing.T, rows []namesResult, names int) {
+	t.Helper()
+	if len(rows) != 2 {
+		t.Fatalf("%d names rows, want one server's and the Cluster's", len(rows))
+	}
+	for i, want := range []string{"one server", "cluster of 3 masters"} {
+		r := rows[i]
+		if r.Deployment != want || r.Names != names || r.Goroutines != namesGoroutines {
+			t.Errorf("row %d: %q, %d names by %d goroutines; want %q, %d by %d", i, r.Deployment, r.Names, r.Goroutines, want, names, namesGoroutines)
+		}
+		if r.Errors != 0 || r.NamesPerSec <= 0 {
+			t.Errorf("%s: %d errors (%s), %.0f names/s", r.Deployment, r.Errors, r.FirstError, r.NamesPerSec)
+		}
+		if r.UnlockP50ms <= 0 || r.UnlockP50ms > r.UnlockP99ms || r.UnlockP99ms > r.UnlockP999ms || r.UnlockP999ms > r.UnlockMaxms {
+			t.Errorf("%s: Unlock p50 %.3f, p99 %.3f, p99.9 %.3f, max %.3f ms, want 0 < p50 <= p99 <= p99.9 <= max",
+				r.Deployment, r.UnlockP50ms, r.UnlockP99ms, r.UnlockP999ms, r.UnlockMaxms)
+		}
+		if r.HeapBaseline <= 0 || r.HeapPeak <= 0 || r.HeapAfter <= 0 || r.HeapIdle <= 0 || r.HeapClosed <= 0 {
+			t.Errorf("%s: heaps %d, %d, %d, %d, %d, want all read", r.Deployment, r.HeapBaseline, r.HeapPeak, r.HeapAfter, r.HeapIdle, r.HeapClosed)
+		}
+		if r.AuditQuietTimedOut {
+			t.Errorf("%s: the audit kept reading for %v", r.Deployment, namesIdleBound)
+		}
+	}
+	if one := rows[0]; one.AuditReads+one.AuditReadsAfter != 0 {
+		t.Errorf("one server: %d audit reads, want none: its Client does not audit", one.AuditReads+one.AuditReadsAfter)
+	}
+	cl := rows[1]
+	if cl.AuditReads+cl.AuditReadsAfter == 0 {
+		t.Errorf("cluster: no audit read")
+	}
+	// A look reads every call it remembers in one round trip per master:
+	// at most 3 a look, a look a second, for as long as the names ran and
+	// 10 s after (and a second's rounding each).
+	if most := int64(3 * (cl.Seconds + cl.AuditSecondsAfter + 2)); cl.AuditRoundTrips+cl.AuditRoundTripsAfter > most {
+		t.Errorf("cluster: %d + %d audit round trips over %.1f + %.1f s, want at most %d: one per master and look",
+			cl.AuditRoundTrips, cl.AuditRoundTripsAfter, cl.Seconds, cl.AuditSecondsAfter, most)
+	}
+	if cl.AuditSecondsAfter > 12 {
+		t.Errorf("cluster: the audit read %.1f s after the last Unlock, want within 10 s and a look", cl.AuditSecondsAfter)
 	}
 }

@@ -94,8 +94,8 @@ func (ss servers) stats(ctx context.Context) (serverStats, error) {
 			return serverStats{}, fmt.Errorf("%s: %w", s.opts.Addr, err)
 		}
 		sum.cpu += st.cpu
-		sum.evalshaCalls += st.evalshaCalls
-		sum.evalshaUsec += st.evalshaUsec
+		sum.scriptCalls += st.scriptCalls
+		sum.scriptUsec += st.scriptUsec
 		sum.commands += st.commands
 	}
 	return sum, nil
@@ -115,10 +115,10 @@ var (
 
 // serverStats is a reading of the server's counters.
 type serverStats struct {
-	cpu          time.Duration // used_cpu_user + used_cpu_sys since start
-	evalshaCalls int64         // EVALSHA calls since the last CONFIG RESETSTAT
-	evalshaUsec  int64         // time spent in them, in µs
-	commands     int64         // commands since the last CONFIG RESETSTAT, see commandCalls
+	cpu         time.Duration // used_cpu_user + used_cpu_sys since start
+	scriptCalls int64         // script calls (FCALL, EVALSHA, EVAL) since the last CONFIG RESETSTAT
+	scriptUsec  int64         // time spent in them, in µs
+	commands    int64         // commands since the last CONFIG RESETSTAT, see commandCalls
 }
 
 // resetStats zeroes the server's command statistics.
@@ -126,7 +126,7 @@ func (s *server) resetStats(ctx context.Context) error {
 	return s.admin.ConfigResetStat(ctx).Err()
 }
 
-// stats reads the server's CPU time and EVALSHA statistics.
+// stats reads the server's CPU time and script statistics.
 func (s *server) stats(ctx context.Context) (serverStats, error) {
 	info, err := s.info(ctx, "cpu", "commandstats")
 	if err != nil {
@@ -140,11 +140,18 @@ func (s *server) stats(ctx context.Context) (serverStats, error) {
 		}
 		st.cpu += time.Duration(sec * float64(time.Second))
 	}
-	st.evalshaCalls = cmdstat(info["cmdstat_evalsha"], "calls")
-	st.evalshaUsec = cmdstat(info["cmdstat_evalsha"], "usec")
+	for _, c := range scriptCommands {
+		st.scriptCalls += cmdstat(info["cmdstat_"+c], "calls")
+		st.scriptUsec += cmdstat(info["cmdstat_"+c], "usec")
+	}
 	st.commands = commandCalls(info)
 	return st, nil
 }
+
+// scriptCommands are the commands that run a script: fairlock calls its
+// library's functions (FCALL) where the server has them, the peers send
+// scripts.
+var scriptCommands = []string{"fcall", "evalsha", "eval"}
 
 // cmdstat returns the field of one command's commandstats line, as in
 // cmdstat_evalsha:calls=12,usec=345,usec_per_call=28.75,...; 0 when it is

@@ -133,14 +133,18 @@ func (w workload) weight(g, goroutines int) int {
 }
 
 // scaleKey selects the scale part (scale.go): fairlock alone, run after
-// the workloads.
-const scaleKey = "scale"
+// the workloads. namesKey selects its last step alone (scale_names.go).
+const (
+	scaleKey = "scale"
+	namesKey = "names"
+)
 
 // selection is what -workloads selects.
 type selection struct {
 	workloads []workload
 	floor     bool // the cross-process floor (floor.go), run before the workloads
 	scale     bool // the scale part, run after them
+	names     bool // the scale part's names step alone, run after them
 }
 
 // selectWorkloads returns the workloads named in the comma-separated list,
@@ -155,6 +159,8 @@ func selectWorkloads(list string) (selection, error) {
 		switch key = strings.TrimSpace(key); key {
 		case scaleKey:
 			sel.scale = true
+		case namesKey:
+			sel.names = true
 		case floorKey:
 			sel.floor = true
 		default:
@@ -173,7 +179,7 @@ func workloadKeys() string {
 	for _, w := range workloads {
 		keys = append(keys, w.key)
 	}
-	return strings.Join(append(keys, scaleKey), ", ")
+	return strings.Join(append(keys, scaleKey, namesKey), ", ")
 }
 
 // unlockTimeout bounds an unlock, which runs after the run's deadline too.

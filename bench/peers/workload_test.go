@@ -80,14 +80,15 @@ func TestSelectWorkloadsNamesTheFloorAndTheScalePart(t *testing.T) {
 		return k
 	}
 	tests := []struct {
-		list         string
-		want         []string
-		floor, scale bool
+		list                string
+		want                []string
+		floor, scale, names bool
 	}{
-		{"", keys(workloads), true, true},
-		{"floor", nil, true, false},
-		{"hold0, hold0-1x16,floor", []string{"hold0", "hold0-1x16"}, true, false},
-		{"uncontended-bg,scale", []string{"uncontended-bg"}, false, true},
+		{"", keys(workloads), true, true, false}, // the scale part has the names step
+		{"floor", nil, true, false, false},
+		{"hold0, hold0-1x16,floor", []string{"hold0", "hold0-1x16"}, true, false, false},
+		{"uncontended-bg,scale", []string{"uncontended-bg"}, false, true, false},
+		{"names", nil, false, false, true},
 	}
 	for _, tt := range tests {
 		sel, err := selectWorkloads(tt.list)
@@ -95,9 +96,9 @@ func TestSelectWorkloadsNamesTheFloorAndTheScalePart(t *testing.T) {
 			t.Errorf("selectWorkloads(%q): %v", tt.list, err)
 			continue
 		}
-		if got := keys(sel.workloads); !slices.Equal(got, tt.want) || sel.floor != tt.floor || sel.scale != tt.scale {
-			t.Errorf("selectWorkloads(%q) = %v, floor %v, scale %v; want %v, %v, %v",
-				tt.list, got, sel.floor, sel.scale, tt.want, tt.floor, tt.scale)
+		if got := keys(sel.workloads); !slices.Equal(got, tt.want) || sel.floor != tt.floor || sel.scale != tt.scale || sel.names != tt.names {
+			t.Errorf("selectWorkloads(%q) = %v, floor %v, scale %v, names %v; want %v, %v, %v, %v",
+				tt.list, got, sel.floor, sel.scale, sel.names, tt.want, tt.floor, tt.scale, tt.names)
 		}
 	}
 	if _, err := selectWorkloads("hold0,nope"); err == nil {

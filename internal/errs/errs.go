@@ -25,6 +25,7 @@ var (
 	ErrWouldDeadlock = errors.New("fairlock: the call would wait for a hold its own context carries")
 	ErrNoQuorum      = errors.New("fairlock: no majority of masters answered")
 	ErrUnavailable   = errors.New("fairlock: redis did not answer in time")
+	ErrLayout        = errors.New("fairlock: the keys under the prefix have another layout")
 )
 
 // ErrUnexpectedReply says Redis answered something fairlock does not read:
@@ -33,3 +34,18 @@ var (
 // read. Package fairlock does not re-export it: no caller can act on it
 // but by reporting it.
 var ErrUnexpectedReply = errors.New("fairlock: unexpected reply from redis")
+
+// Reply returns the message of an error reply from the server (go-redis
+// marks those with a RedisError method), and false when err is none: a
+// network error, a context's, or nil.
+func Reply(err error) (string, bool) {
+	var re interface{ RedisError() }
+	if err == nil || !errors.As(err, &re) {
+		return "", false
+	}
+	e, _ := re.(error)
+	if e == nil {
+		return "", false
+	}
+	return e.Error(), true
+}

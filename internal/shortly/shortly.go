@@ -15,11 +15,11 @@ package shortly
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/internal/pause"
 )
 
@@ -36,17 +36,13 @@ const (
 // it will be ready shortly (see the package doc), or the refusal of a
 // transaction for such a reply.
 func Reply(err error) bool {
-	var re interface{ RedisError() }
-	if err == nil || !errors.As(err, &re) {
-		return false
-	}
-	e, _ := re.(error)
-	if e == nil {
+	msg, ok := errs.Reply(err)
+	if !ok {
 		return false
 	}
 	// A transaction a queued command of which was refused so is refused
 	// as a whole (Redis 6.2 and later name the reason).
-	msg := strings.TrimPrefix(e.Error(), "EXECABORT Transaction discarded because of: ")
+	msg = strings.TrimPrefix(msg, "EXECABORT Transaction discarded because of: ")
 	for _, p := range replies {
 		if strings.HasPrefix(msg, p) {
 			return true

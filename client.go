@@ -166,7 +166,7 @@ type leaseConfig struct {
 // leaseOf reads the options of a lock (a Mutex, a Semaphore, a RWMutex):
 // the Client's lease, or a fixed one; an error wrapping ErrInvalidOption
 // for a nil option or a bad value.
-func (c *Client) leaseOf(opts []MutexOption) (leaseConfig, error) {
+func (c *Client) leaseOf(opts []HandleOption) (leaseConfig, error) {
 	var mc mutexConfig
 	for i, o := range opts {
 		if o == nil {
@@ -188,7 +188,7 @@ func (c *Client) leaseOf(opts []MutexOption) (leaseConfig, error) {
 // the same prefix on the same Redis) are the same lock. An invalid name or
 // option is reported by every method of the handle (ErrInvalidName,
 // ErrInvalidOption).
-func (c *Client) Mutex(name string, opts ...MutexOption) *Mutex {
+func (c *Client) Mutex(name string, opts ...HandleOption) *Mutex {
 	if c == nil {
 		return &Mutex{name: name, err: errNilClient}
 	}

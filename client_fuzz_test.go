@@ -75,7 +75,7 @@ func FuzzOptions(f *testing.F) {
 			t.Fatalf("valid options refused: %v", err)
 		}
 		defer c.Close()
-		var mopts []fairlock.MutexOption
+		var mopts []fairlock.HandleOption
 		if fixed != 0 {
 			mopts = append(mopts, fairlock.WithFixedLease(time.Duration(fixed)))
 		}

@@ -59,12 +59,12 @@ func (r *recorder) of(lock string) []fairlock.Event {
 	return out
 }
 
-// kinds returns the kinds of events, Polled left out (their number
+// kinds returns the kinds of events, EventPolled left out (their number
 // depends on timing).
 func kinds(events []fairlock.Event) []fairlock.EventKind {
 	var out []fairlock.EventKind
 	for _, e := range events {
-		if e.Kind != fairlock.Polled {
+		if e.Kind != fairlock.EventPolled {
 			out = append(out, e.Kind)
 		}
 	}
@@ -103,9 +103,9 @@ func TestObserverSeesAFreshGrantAReentryAndTheUnlock(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Unlock(hctx))
 
-	rec.awaitEvent(t, "fresh", func(e fairlock.Event) bool { return e.Kind == fairlock.HoldEnded })
+	rec.awaitEvent(t, "fresh", func(e fairlock.Event) bool { return e.Kind == fairlock.EventHoldEnded })
 	ev := rec.of("fresh")
-	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Granted, fairlock.WaitStarted, fairlock.Granted, fairlock.HoldEnded}, kinds(ev))
+	require.Equal(t, []fairlock.EventKind{fairlock.EventWaitStarted, fairlock.EventGranted, fairlock.EventWaitStarted, fairlock.EventGranted, fairlock.EventHoldEnded}, kinds(ev))
 	start, grant, reStart, reGrant, end := ev[0], ev[1], ev[2], ev[3], ev[4]
 	require.True(t, start.Wait)
 	require.NotEmpty(t, start.Call)
@@ -140,7 +140,7 @@ func TestObserverSeesAWaitInLineAndTheHandOver(t *testing.T) {
 
 	before := time.Now()
 	w := lockAsync(ctx, waiter)
-	queued := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued })
+	queued := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.EventQueued })
 	require.False(t, queued.Sent.Before(before))
 	require.False(t, queued.Answered.Before(queued.Sent))
 	require.Equal(t, 1, queued.Position, "first in line")
@@ -148,14 +148,14 @@ func TestObserverSeesAWaitInLineAndTheHandOver(t *testing.T) {
 	second := e.client(fairlock.WithObserver(rec)).Mutex("line")
 	sctx, stopSecond := context.WithCancel(ctx)
 	w2 := lockAsync(sctx, second)
-	behind := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued && e.Call != queued.Call })
+	behind := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.EventQueued && e.Call != queued.Call })
 	require.Equal(t, 2, behind.Position, "second in line")
-	rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Polled })
+	rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.EventPolled })
 	require.NoError(t, holder.Unlock(hctx))
 	r := await(t, w, 5*time.Second)
 	require.NoError(t, r.err)
 
-	grant := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.Granted })
+	grant := rec.awaitEvent(t, "line", func(e fairlock.Event) bool { return e.Kind == fairlock.EventGranted })
 	require.Equal(t, fairlock.GrantHandOver, grant.Grant)
 	require.Equal(t, queued.Call, grant.Call)
 	token, err := waiter.Token(r.ctx)
@@ -163,11 +163,11 @@ func TestObserverSeesAWaitInLineAndTheHandOver(t *testing.T) {
 	require.Equal(t, token, grant.Token)
 	var first []fairlock.EventKind
 	for _, ev := range rec.of("line") {
-		if ev.Call == queued.Call && ev.Kind != fairlock.Polled {
+		if ev.Call == queued.Call && ev.Kind != fairlock.EventPolled {
 			first = append(first, ev.Kind)
 		}
 	}
-	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Queued, fairlock.Granted}, first)
+	require.Equal(t, []fairlock.EventKind{fairlock.EventWaitStarted, fairlock.EventQueued, fairlock.EventGranted}, first)
 	stopSecond()
 	require.ErrorIs(t, await(t, w2, 5*time.Second).err, context.Canceled)
 	require.NoError(t, waiter.Unlock(r.ctx))
@@ -188,18 +188,18 @@ func TestObserverSeesTheLatencyOfAPushedHandOver(t *testing.T) {
 	ctx := context.Background()
 	hctx, err := holder.Lock(ctx)
 	require.NoError(t, err)
-	fresh := rec.awaitEvent(t, "latency", func(e fairlock.Event) bool { return e.Kind == fairlock.Granted })
+	fresh := rec.awaitEvent(t, "latency", func(e fairlock.Event) bool { return e.Kind == fairlock.EventGranted })
 	require.Equal(t, fairlock.GrantFresh, fresh.Grant)
 	require.Zero(t, fresh.HandOver, "a fresh grant was not handed over")
 
 	const oneWay = 100 * time.Millisecond
 	p.SetLatency(oneWay)
 	w := lockAsync(ctx, waiter)
-	queued := rec.awaitEvent(t, "latency", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued })
+	queued := rec.awaitEvent(t, "latency", func(e fairlock.Event) bool { return e.Kind == fairlock.EventQueued })
 	require.NoError(t, holder.Unlock(hctx))
 	r := await(t, w, 10*time.Second)
 	require.NoError(t, r.err)
-	grant := rec.awaitEvent(t, "latency", func(e fairlock.Event) bool { return e.Kind == fairlock.Granted && e.Call == queued.Call })
+	grant := rec.awaitEvent(t, "latency", func(e fairlock.Event) bool { return e.Kind == fairlock.EventGranted && e.Call == queued.Call })
 	require.Equal(t, fairlock.GrantHandOver, grant.Grant)
 	require.GreaterOrEqual(t, grant.HandOver, oneWay/2, "the push spent about %v on its way", oneWay)
 	require.Less(t, grant.HandOver, 2*oneWay+oneWay/2)
@@ -230,12 +230,12 @@ func TestObserverSeesWaitsThatEndWithoutAGrant(t *testing.T) {
 	require.Eventually(t, func() bool {
 		ended = nil
 		for _, ev := range rec.of("busy") {
-			if ev.Kind == fairlock.WaitEnded {
+			if ev.Kind == fairlock.EventWaitEnded {
 				ended = append(ended, ev)
 			}
 		}
 		return len(ended) == 2
-	}, 10*time.Second, 5*time.Millisecond, "two WaitEnded events; got %v", kinds(rec.of("busy")))
+	}, 10*time.Second, 5*time.Millisecond, "two EventWaitEnded events; got %v", kinds(rec.of("busy")))
 	require.False(t, ended[0].Wait, "TryLock")
 	require.ErrorIs(t, ended[0].Err, fairlock.ErrLocked)
 	require.True(t, ended[1].Wait, "Lock")
@@ -252,7 +252,7 @@ func TestObserverSeesHoldsEndForEachCause(t *testing.T) {
 	other := e.client()
 	ctx := context.Background()
 	ended := func(lock string) fairlock.Event {
-		return rec.awaitEvent(t, lock, func(e fairlock.Event) bool { return e.Kind == fairlock.HoldEnded })
+		return rec.awaitEvent(t, lock, func(e fairlock.Event) bool { return e.Kind == fairlock.EventHoldEnded })
 	}
 
 	// Lost: another Client removes the hold; the next renewal finds it gone.
@@ -275,7 +275,7 @@ func TestObserverSeesHoldsEndForEachCause(t *testing.T) {
 	_, err = c.Mutex("stopped").Lock(ctx)
 	require.NoError(t, err)
 	resume := redistest.Pause(t, e.rdb.(*redis.Client))
-	failed := rec.awaitEvent(t, "stopped", func(e fairlock.Event) bool { return e.Kind == fairlock.RenewalFailed })
+	failed := rec.awaitEvent(t, "stopped", func(e fairlock.Event) bool { return e.Kind == fairlock.EventRenewalFailed })
 	require.Error(t, failed.Err)
 	ev = ended("stopped")
 	require.Equal(t, fairlock.EndLeaseLost, ev.End)
@@ -287,13 +287,13 @@ func TestObserverSeesHoldsEndForEachCause(t *testing.T) {
 	oh, err := other.Mutex("waited").Lock(ctx)
 	require.NoError(t, err)
 	w := lockAsync(ctx, c.Mutex("waited"))
-	rec.awaitEvent(t, "waited", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued })
+	rec.awaitEvent(t, "waited", func(e fairlock.Event) bool { return e.Kind == fairlock.EventQueued })
 	require.NoError(t, c.Close())
 	require.ErrorIs(t, await(t, w, 5*time.Second).err, fairlock.ErrClosed)
 	ev = ended("closed")
 	require.Equal(t, fairlock.EndClosed, ev.End)
 	require.ErrorIs(t, ev.Err, fairlock.ErrClosed)
-	ev = rec.awaitEvent(t, "waited", func(e fairlock.Event) bool { return e.Kind == fairlock.WaitEnded })
+	ev = rec.awaitEvent(t, "waited", func(e fairlock.Event) bool { return e.Kind == fairlock.EventWaitEnded })
 	require.ErrorIs(t, ev.Err, fairlock.ErrClosed)
 	require.NoError(t, other.Mutex("waited").Unlock(oh))
 }
@@ -334,7 +334,7 @@ func TestAPanickingObserverBreaksNothing(t *testing.T) {
 
 // TestObserverSeesThePubSubConnectionRebuilt cuts the Client's pub/sub
 // connection while one of its Lock calls waits: the Client rebuilds it
-// and reports Reconnected.
+// and reports EventReconnected.
 func TestObserverSeesThePubSubConnectionRebuilt(t *testing.T) {
 	t.Parallel()
 	e := newPrivateEnv(t)
@@ -345,12 +345,12 @@ func TestObserverSeesThePubSubConnectionRebuilt(t *testing.T) {
 	hctx, err := holder.Lock(ctx)
 	require.NoError(t, err)
 	w := lockAsync(ctx, waiter)
-	rec.awaitEvent(t, "cut", func(e fairlock.Event) bool { return e.Kind == fairlock.Queued })
+	rec.awaitEvent(t, "cut", func(e fairlock.Event) bool { return e.Kind == fairlock.EventQueued })
 
 	n, err := e.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, n, int64(1), "the waiting Client's pub/sub connection (and the holder's, once its hold listens for a revocation)")
-	rec.awaitEvent(t, "", func(e fairlock.Event) bool { return e.Kind == fairlock.Reconnected })
+	rec.awaitEvent(t, "", func(e fairlock.Event) bool { return e.Kind == fairlock.EventReconnected })
 
 	require.NoError(t, holder.Unlock(hctx))
 	r := await(t, w, 5*time.Second)
@@ -360,7 +360,7 @@ func TestObserverSeesThePubSubConnectionRebuilt(t *testing.T) {
 
 // A join whose answer is lost (the connection cut after Redis appended the
 // entry) is reported all the same, by the poll that finds the entry in
-// line: Queued, with Position 0 and Sent the first poll's send time.
+// line: EventQueued, with Position 0 and Sent the first poll's send time.
 func TestObserverReportsAJoinWhoseAnswerWasLost(t *testing.T) {
 	t.Parallel()
 	e := newPrivateEnv(t)
@@ -375,14 +375,14 @@ func TestObserverReportsAJoinWhoseAnswerWasLost(t *testing.T) {
 	// A first waiter keeps the Client's wake channel of the lock
 	// subscribed: the next Lock's first call is then a poll that joins.
 	first := lockAsync(ctx, m)
-	rec.awaitEvent(t, "lost-join", func(ev fairlock.Event) bool { return ev.Kind == fairlock.Queued && ev.Position == 1 })
+	rec.awaitEvent(t, "lost-join", func(ev fairlock.Event) bool { return ev.Kind == fairlock.EventQueued && ev.Position == 1 })
 
 	p.LoseNextReply()
 	sent := time.Now()
 	second := lockAsync(ctx, m)
 	e.waitQueued("lost-join", 2)
 	joined := rec.awaitEvent(t, "lost-join", func(ev fairlock.Event) bool {
-		return ev.Kind == fairlock.Queued && ev.Position == 0
+		return ev.Kind == fairlock.EventQueued && ev.Position == 0
 	})
 	require.Equal(t, 1, p.Lost(), "the join's answer was lost")
 	require.False(t, joined.Sent.Before(sent), "Sent %v is the first poll's, after %v", joined.Sent, sent)
@@ -397,7 +397,7 @@ func TestObserverReportsAJoinWhoseAnswerWasLost(t *testing.T) {
 	require.NoError(t, c.Close()) // delivers every event still queued
 	queued := 0
 	for _, ev := range rec.of("lost-join") {
-		if ev.Kind == fairlock.Queued {
+		if ev.Kind == fairlock.EventQueued {
 			queued++
 		}
 	}

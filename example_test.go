@@ -241,9 +241,9 @@ func ExampleWithObserver() {
 	// hold lasted. A real Observer would feed a histogram instead.
 	observer := fairlock.ObserverFunc(func(ctx context.Context, e fairlock.Event) {
 		switch e.Kind {
-		case fairlock.Granted:
+		case fairlock.EventGranted:
 			fmt.Printf("%s granted (%s)\n", e.Lock, e.Grant)
-		case fairlock.HoldEnded:
+		case fairlock.EventHoldEnded:
 			fmt.Printf("%s released (%s)\n", e.Lock, e.End)
 		}
 	})
@@ -277,7 +277,7 @@ func ExampleClient_DroppedEvents() {
 
 	granted := 0
 	observer := fairlock.ObserverFunc(func(ctx context.Context, e fairlock.Event) {
-		if e.Kind == fairlock.Granted {
+		if e.Kind == fairlock.EventGranted {
 			granted++ // one Client's calls to Observe never overlap
 		}
 	})

@@ -49,7 +49,7 @@ type MultiLock struct {
 // name given twice counts once. opts apply to every name, as they do to a
 // Mutex. No names, an invalid name, or more than MaxMultiNames names make
 // every method fail: with ErrInvalidName, or ErrTooManyNames.
-func (c *Client) MultiLock(names []string, opts ...MutexOption) *MultiLock {
+func (c *Client) MultiLock(names []string, opts ...HandleOption) *MultiLock {
 	if c == nil {
 		return &MultiLock{err: errNilClient}
 	}

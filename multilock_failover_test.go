@@ -63,7 +63,7 @@ func TestMultiLockWaitingThroughASentinelFailoverIsGrantedWhole(t *testing.T) {
 				// A poll answered by the new primary found b held: the
 				// MultiLock still waits in every line, and holds nothing.
 				rec.awaitEvent(t, strings.Join(f.names, ","), func(ev fairlock.Event) bool {
-					return ev.Kind == fairlock.Polled && ev.Sent.After(killed)
+					return ev.Kind == fairlock.EventPolled && ev.Sent.After(killed)
 				})
 				tr, err := f.traces()
 				require.NoError(t, err)

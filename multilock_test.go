@@ -447,7 +447,7 @@ func TestMultiLockUnlockOfAPartlyHeldContext(t *testing.T) {
 
 // On one server a waiting MultiLock is woken by a push, not by its polls:
 // with polls 10 s apart, a grant within a few seconds of the release was
-// pushed. Its Queued event says where it stands in its longest line.
+// pushed. Its EventQueued event says where it stands in its longest line.
 func TestMultiLockOnOneServerIsWokenByPush(t *testing.T) {
 	e := newEnv(t)
 	bg := context.Background()
@@ -459,10 +459,10 @@ func TestMultiLockOnOneServerIsWokenByPush(t *testing.T) {
 	var waitLocks [][]string // the Locks of each wait event
 	c := e.client(fairlock.WithWaiterTTL(30*time.Second), fairlock.WithObserver(fairlock.ObserverFunc(func(_ context.Context, ev fairlock.Event) {
 		switch ev.Kind {
-		case fairlock.Queued:
+		case fairlock.EventQueued:
 			queued.Store(int32(ev.Position))
 			fallthrough
-		case fairlock.WaitStarted, fairlock.Granted:
+		case fairlock.EventWaitStarted, fairlock.EventGranted:
 			mu.Lock()
 			waitLocks = append(waitLocks, ev.Locks)
 			mu.Unlock()
@@ -489,7 +489,7 @@ func TestMultiLockOnOneServerIsWokenByPush(t *testing.T) {
 	require.NoError(t, c.Close()) // delivers every event still queued
 	mu.Lock()
 	defer mu.Unlock()
-	require.Len(t, waitLocks, 3, "WaitStarted, Queued, Granted")
+	require.Len(t, waitLocks, 3, "WaitStarted, EventQueued, Granted")
 	for _, locks := range waitLocks {
 		require.Equal(t, []string{"a", "b"}, locks)
 	}

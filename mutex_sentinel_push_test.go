@@ -155,7 +155,7 @@ func TestSentinelGracefulFailoverKeepsHandOversPushed(t *testing.T) {
 	t.Logf("push latency: at most %v before the failover, %v after it (pushes resumed %v after the switch)",
 		before, after, resumed.Sub(switched))
 	require.Less(t, after, pushed, "hand-overs are pushed after the switch")
-	rec.awaitEvent(t, "", func(e fairlock.Event) bool { return e.Kind == fairlock.PrimaryMoved })
+	rec.awaitEvent(t, "", func(e fairlock.Event) bool { return e.Kind == fairlock.EventPrimaryMoved })
 	if at := demoted.Load(); at != 0 {
 		require.True(t, resumed.Before(time.Unix(0, at)),
 			"pushes resumed only after Sentinel demoted the old primary (%v after the switch)", time.Unix(0, at).Sub(switched))

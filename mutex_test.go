@@ -25,7 +25,7 @@ import (
 // calls onGrant. It returns a channel that yields the indexes in grant
 // order, and waits until all n are queued.
 func grantOrder(t *testing.T, e *env, name string, n int, gap time.Duration, opts []fairlock.Option,
-	mopts []fairlock.MutexOption, onGrant func(ctx context.Context, m *fairlock.Mutex)) <-chan int {
+	mopts []fairlock.HandleOption, onGrant func(ctx context.Context, m *fairlock.Mutex)) <-chan int {
 	t.Helper()
 	order := make(chan int, n)
 	var wg sync.WaitGroup
@@ -109,7 +109,7 @@ func TestFixedLeasesExpireInOrder(t *testing.T) {
 	// The first hold lasts while all eight join; theirs are short, so the
 	// test proves the order in about two seconds.
 	holder := e.client().Mutex("fixed", fairlock.WithFixedLease(time.Second))
-	fixed := []fairlock.MutexOption{fairlock.WithFixedLease(150 * time.Millisecond)}
+	fixed := []fairlock.HandleOption{fairlock.WithFixedLease(150 * time.Millisecond)}
 	_, err := holder.Lock(context.Background())
 	require.NoError(t, err)
 
@@ -396,7 +396,7 @@ func TestAHandOverOnTheSharedChannelReachesAWaiterByPush(t *testing.T) {
 	var latency atomic.Int64
 	latency.Store(-1)
 	observer := fairlock.ObserverFunc(func(_ context.Context, ev fairlock.Event) {
-		if ev.Kind == fairlock.Granted {
+		if ev.Kind == fairlock.EventGranted {
 			latency.Store(int64(ev.HandOver))
 		}
 	})
@@ -442,7 +442,7 @@ func TestAHandOverWithinOneClientPublishesNothing(t *testing.T) {
 	ctx := context.Background()
 	var latency atomic.Int64
 	observer := fairlock.ObserverFunc(func(_ context.Context, ev fairlock.Event) {
-		if ev.Kind == fairlock.Granted && ev.Grant == fairlock.GrantHandOver {
+		if ev.Kind == fairlock.EventGranted && ev.Grant == fairlock.GrantHandOver {
 			latency.Store(int64(ev.HandOver))
 		}
 	})

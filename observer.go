@@ -55,10 +55,10 @@ type EventKind int
 
 // The kinds of Event.
 const (
-	// WaitStarted: a Lock or TryLock call began (also one that re-enters
+	// EventWaitStarted: a Lock or TryLock call began (also one that re-enters
 	// a hold).
-	WaitStarted EventKind = EventKind(fair.EventWaitStarted)
-	// Queued: a waiting Lock joined the line, at Position. Sent and
+	EventWaitStarted EventKind = EventKind(fair.EventWaitStarted)
+	// EventQueued: a waiting Lock joined the line, at Position. Sent and
 	// Answered bound when: the call that appended its entry was sent at
 	// Sent and answered at Answered. Reported again if the waiter lost its place
 	// (it could not reach Redis for a waiter TTL) and joined anew. A join
@@ -66,56 +66,56 @@ const (
 	// append-only file) is reported by the first poll that finds the
 	// entry in line: Sent is then when the call's first poll was sent,
 	// and Position is 0 (unknown).
-	Queued EventKind = EventKind(fair.EventQueued)
-	// Polled: a poll of a waiting Lock kept its place in line (the one
+	EventQueued EventKind = EventKind(fair.EventQueued)
+	// EventPolled: a poll of a waiting Lock kept its place in line (the one
 	// that joined, and each heartbeat after it), between Sent and
 	// Answered.
-	Polled EventKind = EventKind(fair.EventPolled)
-	// Granted: the call took the lock, Waited after it began; Grant says
+	EventPolled EventKind = EventKind(fair.EventPolled)
+	// EventGranted: the call took the lock, Waited after it began; Grant says
 	// how, Token is the hold's fencing token.
-	Granted EventKind = EventKind(fair.EventGranted)
-	// WaitEnded: the call ended without the lock, Waited after it began,
+	EventGranted EventKind = EventKind(fair.EventGranted)
+	// EventWaitEnded: the call ended without the lock, Waited after it began,
 	// with Err: the context's error, ErrClosed, ErrLocked (TryLock), or
 	// another error.
-	WaitEnded EventKind = EventKind(fair.EventWaitEnded)
-	// HoldEnded: a hold ended, Held after its grant; End says why, and
+	EventWaitEnded EventKind = EventKind(fair.EventWaitEnded)
+	// EventHoldEnded: a hold ended, Held after its grant; End says why, and
 	// Err is the cause (nil when it was unlocked).
-	HoldEnded EventKind = EventKind(fair.EventHoldEnded)
-	// RenewalFailed: a renewal of a hold failed with Err. The watchdog
-	// tries again until the hold is declared lost (a HoldEnded with
+	EventHoldEnded EventKind = EventKind(fair.EventHoldEnded)
+	// EventRenewalFailed: a renewal of a hold failed with Err. The watchdog
+	// tries again until the hold is declared lost (an EventHoldEnded with
 	// EndLeaseLost follows then).
-	RenewalFailed EventKind = EventKind(fair.EventRenewalFailed)
-	// PrimaryMoved: the Client saw its primary move to another server (a
+	EventRenewalFailed EventKind = EventKind(fair.EventRenewalFailed)
+	// EventPrimaryMoved: the Client saw its primary move to another server (a
 	// failover of a failover client, or of a cluster master's slots) and
 	// followed it. Lock is empty.
-	PrimaryMoved EventKind = EventKind(fair.EventPrimaryMoved)
-	// Reconnected: a pub/sub connection of the Client failed or went
+	EventPrimaryMoved EventKind = EventKind(fair.EventPrimaryMoved)
+	// EventReconnected: a pub/sub connection of the Client failed or went
 	// quiet and was rebuilt once its channels were subscribed again. Wake
 	// messages sent meanwhile may have been lost, so every waiter behind
 	// it polled at once. Lock is empty.
-	Reconnected EventKind = EventKind(fair.EventReconnected)
+	EventReconnected EventKind = EventKind(fair.EventReconnected)
 )
 
 // String returns the kind's name.
 func (k EventKind) String() string {
 	switch k {
-	case WaitStarted:
+	case EventWaitStarted:
 		return "WaitStarted"
-	case Queued:
+	case EventQueued:
 		return "Queued"
-	case Polled:
+	case EventPolled:
 		return "Polled"
-	case Granted:
+	case EventGranted:
 		return "Granted"
-	case WaitEnded:
+	case EventWaitEnded:
 		return "WaitEnded"
-	case HoldEnded:
+	case EventHoldEnded:
 		return "HoldEnded"
-	case RenewalFailed:
+	case EventRenewalFailed:
 		return "RenewalFailed"
-	case PrimaryMoved:
+	case EventPrimaryMoved:
 		return "PrimaryMoved"
-	case Reconnected:
+	case EventReconnected:
 		return "Reconnected"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
@@ -188,8 +188,8 @@ type Event struct {
 	// goes back.
 	At   time.Time
 	Lock string // the lock's name
-	// Locks are, for the WaitStarted, Queued, Polled, Granted and
-	// WaitEnded events of a MultiLock that waits in the lines of several
+	// Locks are, for the EventWaitStarted, EventQueued, EventPolled, EventGranted and
+	// EventWaitEnded events of a MultiLock that waits in the lines of several
 	// locks at once (on one server), their names in key order; Lock then
 	// joins them with commas. nil for a Mutex, and for the holds a
 	// MultiLock takes: each hold's events name its own lock.
@@ -201,17 +201,17 @@ type Event struct {
 	// Wait is true for Lock, false for TryLock.
 	Wait bool
 
-	Grant GrantKind // Granted
-	Token int64     // Granted, HoldEnded, RenewalFailed: the fencing token
+	Grant GrantKind // EventGranted
+	Token int64     // EventGranted, EventHoldEnded, EventRenewalFailed: the fencing token
 
-	Sent, Answered time.Time // Queued, Polled
-	// Position is, for Queued, the place in line the call joined at: 1
+	Sent, Answered time.Time // EventQueued, EventPolled
+	// Position is, for EventQueued, the place in line the call joined at: 1
 	// for the head, counting the waiters ahead (a waiter that died ahead
 	// counts until it reaches the head and is dropped).
 	Position int
 
-	Waited time.Duration // Granted, WaitEnded: since the call began
-	// HandOver is, for Granted by a hand-over that reached the Client by
+	Waited time.Duration // EventGranted, EventWaitEnded: since the call began
+	// HandOver is, for EventGranted by a hand-over that reached the Client by
 	// push, the time from the hand-over in Redis (the release that gave
 	// the lock to this call) to the push arriving: how long the lock sat
 	// granted before its new holder heard of it. It is estimated on this
@@ -221,9 +221,9 @@ type Event struct {
 	// grant was found by a poll, or pushed by a client of an older version
 	// (whose push carries no time).
 	HandOver time.Duration
-	Held     time.Duration // HoldEnded: since the grant
-	End      EndKind       // HoldEnded
-	Err      error         // WaitEnded, RenewalFailed; HoldEnded: the cause, nil when unlocked
+	Held     time.Duration // EventHoldEnded: since the grant
+	End      EndKind       // EventHoldEnded
+	Err      error         // EventWaitEnded, EventRenewalFailed; EventHoldEnded: the cause, nil when unlocked
 }
 
 // WithObserver sets the Observer of a Client's events. Default none, and
@@ -235,9 +235,9 @@ func WithObserver(o Observer) Option {
 
 // WithObserverQueue sets how many events a Client keeps for its Observer,
 // the one it is handling included. Default 1024. When the queue is full,
-// a Lock call whose WaitStarted finds it so is dropped whole (every event
+// a Lock call whose EventWaitStarted finds it so is dropped whole (every event
 // of the call and of its holds), and so is any other event, except the
-// end (Granted, WaitEnded, HoldEnded) of a call or hold whose start was
+// end (EventGranted, EventWaitEnded, EventHoldEnded) of a call or hold whose start was
 // queued: that is queued all the same, so that an Observer sees every
 // call and hold it saw begin come to an end, and the queue outgrows its
 // size by at most those ends. Client.DroppedEvents counts the events

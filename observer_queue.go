@@ -22,10 +22,10 @@ const defaultObserverQueue = 1024
 // step's goroutine. A panic in the Observer is recovered and logged once.
 //
 // The queue holds up to size events, the one the Observer is handling
-// included. When it is full, a call's WaitStarted is dropped, and with it
+// included. When it is full, a call's EventWaitStarted is dropped, and with it
 // every later event of that call and of its holds; the events that end a
-// call or a hold whose WaitStarted was queued (Granted, WaitEnded,
-// HoldEnded) are queued all the same, so that the Observer sees every
+// call or a hold whose EventWaitStarted was queued (EventGranted, EventWaitEnded,
+// EventHoldEnded) are queued all the same, so that the Observer sees every
 // call and hold it saw begin come to an end. Any other event is dropped
 // when the queue is full. So the queue outgrows size by at most the ends
 // still to come of the calls and holds in progress when it filled.
@@ -50,7 +50,7 @@ type eventQueue struct {
 	head, n int
 	busy    bool // the Observer is handling an event; guarded by mu
 	calls   int  // Observe calls under way on the steps' goroutines (size 0); guarded by mu
-	// skipped are the calls whose WaitStarted was dropped, by Event.Call:
+	// skipped are the calls whose EventWaitStarted was dropped, by Event.Call:
 	// -1 until their grant, then the number of their holds still to end.
 	// Guarded by mu.
 	skipped map[string]int
@@ -141,11 +141,11 @@ func (q *eventQueue) inline(ctx context.Context, e Event) {
 func (q *eventQueue) admit(e *Event) bool {
 	if left, ok := q.skipped[e.Call]; ok {
 		switch {
-		case e.Kind == WaitEnded:
+		case e.Kind == EventWaitEnded:
 			delete(q.skipped, e.Call)
-		case e.Kind == Granted:
+		case e.Kind == EventGranted:
 			q.skipped[e.Call] = max(1, len(e.Locks))
-		case e.Kind == HoldEnded && left > 0:
+		case e.Kind == EventHoldEnded && left > 0:
 			if left == 1 {
 				delete(q.skipped, e.Call)
 			} else {
@@ -156,9 +156,9 @@ func (q *eventQueue) admit(e *Event) bool {
 	}
 	full := q.pending() >= q.size
 	switch e.Kind {
-	case Granted, WaitEnded, HoldEnded:
+	case EventGranted, EventWaitEnded, EventHoldEnded:
 		return true
-	case WaitStarted:
+	case EventWaitStarted:
 		if full && e.Call != "" {
 			if q.skipped == nil {
 				q.skipped = make(map[string]int)

@@ -32,14 +32,14 @@ func lockTimed(ctx context.Context, m *fairlock.Mutex) <-chan timedResult {
 
 // requireWholeCalls checks the events one Client delivered, in the order
 // it delivered them: At never goes back, and each call's events come in
-// the order a call meets them (WaitStarted, then Queued or Polled, then
-// Granted or WaitEnded, then for a grant HoldEnded), none missing between
+// the order a call meets them (EventWaitStarted, then EventQueued or EventPolled, then
+// EventGranted or EventWaitEnded, then for a grant EventHoldEnded), none missing between
 // the first and the last. It returns how many calls began.
 func requireWholeCalls(t *testing.T, events []fairlock.Event) int {
 	t.Helper()
 	step := map[fairlock.EventKind]int{
-		fairlock.WaitStarted: 0, fairlock.Queued: 1, fairlock.Polled: 1,
-		fairlock.Granted: 2, fairlock.WaitEnded: 2, fairlock.HoldEnded: 3,
+		fairlock.EventWaitStarted: 0, fairlock.EventQueued: 1, fairlock.EventPolled: 1,
+		fairlock.EventGranted: 2, fairlock.EventWaitEnded: 2, fairlock.EventHoldEnded: 3,
 	}
 	at := map[string]int{} // each call's step
 	for i, e := range events {
@@ -54,8 +54,8 @@ func requireWholeCalls(t *testing.T, events []fairlock.Event) int {
 		last, seen := at[e.Call]
 		switch {
 		case !seen:
-			require.Equal(t, fairlock.WaitStarted, e.Kind, "event %d: the first event of call %s", i, e.Call)
-		case e.Kind == fairlock.HoldEnded:
+			require.Equal(t, fairlock.EventWaitStarted, e.Kind, "event %d: the first event of call %s", i, e.Call)
+		case e.Kind == fairlock.EventHoldEnded:
 			require.Equal(t, 2, last, "event %d: a hold ends after its grant", i)
 		default:
 			require.GreaterOrEqual(t, s, last, "event %d: %v of call %s after step %d", i, e.Kind, e.Call, last)
@@ -138,7 +138,7 @@ func TestASlowObserverDoesNotSlowTheHandOver(t *testing.T) {
 	require.NoError(t, mutexes[rounds%2].Unlock(held))
 
 	// With Observe on the lock path, every Lock would return at least
-	// 50 ms after its hand-over (the Observer sleeps in its Granted).
+	// 50 ms after its hand-over (the Observer sleeps in its EventGranted).
 	slices.Sort(took)
 	require.Less(t, took[rounds/2], slow, "the median time from Unlock to the next Lock returning; all: %v", took)
 
@@ -182,7 +182,7 @@ func TestAFullObserverQueueDropsWholeCallsAndCountsThem(t *testing.T) {
 	require.Equal(t, uint64(3*(calls-2)), c.DroppedEvents(), "eight calls of three events each")
 
 	close(gate)
-	whole := []fairlock.EventKind{fairlock.WaitStarted, fairlock.Granted, fairlock.HoldEnded}
+	whole := []fairlock.EventKind{fairlock.EventWaitStarted, fairlock.EventGranted, fairlock.EventHoldEnded}
 	require.Eventually(t, func() bool { return len(seen.all()) == 2*len(whole) }, 10*time.Second, time.Millisecond)
 	cycle()
 	require.NoError(t, c.Close())
@@ -233,7 +233,7 @@ func TestObserverEventsArriveInOrder(t *testing.T) {
 	tokens := map[string]int64{}
 	tags := map[string]any{} // each call's
 	for i, ev := range events {
-		if ev.Kind == fairlock.Granted && ev.Grant != fairlock.GrantReentry {
+		if ev.Kind == fairlock.EventGranted && ev.Grant != fairlock.GrantReentry {
 			require.Greater(t, ev.Token, tokens[ev.Lock], "event %d: the grants of %s in token order", i, ev.Lock)
 			tokens[ev.Lock] = ev.Token
 		}
@@ -283,7 +283,7 @@ func TestTheObserversContextIsTheCallsAsItWasAtTheEvent(t *testing.T) {
 	require.Eventually(t, func() bool {
 		ended = 0
 		for _, ev := range seen.all() {
-			if ev.Kind == fairlock.WaitEnded {
+			if ev.Kind == fairlock.EventWaitEnded {
 				ended++
 			}
 		}
@@ -293,14 +293,14 @@ func TestTheObserversContextIsTheCallsAsItWasAtTheEvent(t *testing.T) {
 	defer seen.mu.Unlock()
 	for i, ev := range seen.events {
 		switch {
-		case ev.Kind == fairlock.WaitEnded:
+		case ev.Kind == fairlock.EventWaitEnded:
 			require.Equal(t, "gave up", seen.tags[i])
 			require.ErrorIs(t, seen.errs[i], context.DeadlineExceeded, "the call's context had ended")
 		case seen.tags[i] == "granted":
 			require.NoError(t, seen.errs[i], "%v: the call's context was live at the event, cancelled only after", ev.Kind)
 		default:
 			require.Equal(t, "gave up", seen.tags[i], "%v", ev.Kind)
-			if ev.Kind == fairlock.WaitStarted {
+			if ev.Kind == fairlock.EventWaitStarted {
 				require.NoError(t, seen.errs[i], "the call began well before its deadline")
 			}
 		}
@@ -353,9 +353,9 @@ func TestAnObserverWithoutAQueueSeesEachEventBeforeTheCallReturns(t *testing.T) 
 	m := c.Mutex("inline")
 	hctx, err := m.Lock(context.Background())
 	require.NoError(t, err)
-	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Granted}, kinds(seen.all()))
+	require.Equal(t, []fairlock.EventKind{fairlock.EventWaitStarted, fairlock.EventGranted}, kinds(seen.all()))
 	require.NoError(t, m.Unlock(hctx))
-	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Granted, fairlock.HoldEnded}, kinds(seen.all()))
+	require.Equal(t, []fairlock.EventKind{fairlock.EventWaitStarted, fairlock.EventGranted, fairlock.EventHoldEnded}, kinds(seen.all()))
 	require.NoError(t, c.Close())
 	require.Zero(t, c.DroppedEvents())
 }

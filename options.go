@@ -234,14 +234,17 @@ type mutexConfig struct {
 	err        error
 }
 
-// A MutexOption configures one Mutex handle.
-type MutexOption interface {
+// A HandleOption configures one handle: the Mutex, MultiLock, Semaphore
+// or RWMutex that a Client's method returns. Handles of one name made
+// with different options share the lock in Redis; the options apply to
+// the holds taken through the handle they were given to.
+type HandleOption interface {
 	applyMutex(*mutexConfig)
 }
 
-type mutexOption func(*mutexConfig)
+type handleOption func(*mutexConfig)
 
-func (f mutexOption) applyMutex(c *mutexConfig) { f(c) }
+func (f handleOption) applyMutex(c *mutexConfig) { f(c) }
 
 // WithFixedLease makes every hold taken through the handle expire d after
 // it was granted, whether the lock was free or handed over, with no
@@ -252,8 +255,8 @@ func (f mutexOption) applyMutex(c *mutexConfig) { f(c) }
 // waiter is handed the lock at once. Re-entry does not extend it. Default: no fixed lease
 // (the Client's watchdog lease). A d shorter than MinDuration makes every
 // method of the handle fail with ErrInvalidOption.
-func WithFixedLease(d time.Duration) MutexOption {
-	return mutexOption(func(c *mutexConfig) {
+func WithFixedLease(d time.Duration) HandleOption {
+	return handleOption(func(c *mutexConfig) {
 		if d < MinDuration {
 			if c.err == nil {
 				c.err = fmt.Errorf("%w: WithFixedLease(%v): shorter than %v", ErrInvalidOption, d, MinDuration)

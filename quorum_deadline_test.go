@@ -214,7 +214,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 // TestQuorumEventsOfACallThatGivesUpCarryItsID: every event of a quorum
-// Lock call carries the call's id, the WaitEnded of one that gives up
+// Lock call carries the call's id, the EventWaitEnded of one that gives up
 // too.
 func TestQuorumEventsOfACallThatGivesUpCarryItsID(t *testing.T) {
 	redistest.Slow(t)
@@ -247,12 +247,12 @@ func TestQuorumEventsOfACallThatGivesUpCarryItsID(t *testing.T) {
 	calls := map[string]bool{}
 	for _, e := range events {
 		require.NotEmpty(t, e.Call, "%v event without its call's id", e.Kind)
-		if e.Kind == fairlock.WaitStarted {
+		if e.Kind == fairlock.EventWaitStarted {
 			calls[e.Call] = true
 		}
-		if e.Kind == fairlock.WaitEnded {
+		if e.Kind == fairlock.EventWaitEnded {
 			ended++
-			require.True(t, calls[e.Call], "a WaitEnded of a call that never started: %q", e.Call)
+			require.True(t, calls[e.Call], "an EventWaitEnded of a call that never started: %q", e.Call)
 		}
 	}
 	require.Equal(t, 2, ended, "the TryLock and the Lock each end once: %v", events)

@@ -306,7 +306,7 @@ func TestQuorumServesWaitersInBakeryOrder(t *testing.T) {
 		queued := make(chan struct{})
 		var once sync.Once
 		c := quorumOf(t, servers, fairlock.WithObserver(fairlock.ObserverFunc(func(_ context.Context, e fairlock.Event) {
-			if e.Kind == fairlock.Queued {
+			if e.Kind == fairlock.EventQueued {
 				once.Do(func() { close(queued) })
 			}
 		})))
@@ -367,12 +367,12 @@ func TestQuorumObserverSeesTheCallsEvents(t *testing.T) {
 	require.NoError(t, c.Close()) // delivers every event still queued
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Queued, fairlock.Granted, fairlock.HoldEnded}, kinds)
+	require.Equal(t, []fairlock.EventKind{fairlock.EventWaitStarted, fairlock.EventQueued, fairlock.EventGranted, fairlock.EventHoldEnded}, kinds)
 }
 
-// A quorum re-entry is reported as a Mutex's is: WaitStarted, then
-// Granted with GrantReentry and the hold's token, before the hold's one
-// HoldEnded.
+// A quorum re-entry is reported as a Mutex's is: EventWaitStarted, then
+// EventGranted with GrantReentry and the hold's token, before the hold's one
+// EventHoldEnded.
 func TestQuorumObserverSeesAReentryAsAMutexDoes(t *testing.T) {
 	servers := redistest.Masters(t, 3)
 	var (
@@ -401,7 +401,7 @@ func TestQuorumObserverSeesAReentryAsAMutexDoes(t *testing.T) {
 	for i, e := range events {
 		got[i] = e.Kind
 	}
-	require.Equal(t, []fairlock.EventKind{fairlock.WaitStarted, fairlock.Granted, fairlock.WaitStarted, fairlock.Granted, fairlock.HoldEnded}, got)
+	require.Equal(t, []fairlock.EventKind{fairlock.EventWaitStarted, fairlock.EventGranted, fairlock.EventWaitStarted, fairlock.EventGranted, fairlock.EventHoldEnded}, got)
 	re := events[3]
 	require.Equal(t, fairlock.GrantReentry, re.Grant)
 	require.Equal(t, events[1].Owner, re.Owner)

@@ -168,7 +168,7 @@ func quorumHolderMain() int {
 		return fail(err)
 	}
 	opts := []fairlock.Option{fairlock.WithPrefix(os.Getenv("FAIRLOCK_PREFIX"))}
-	var mopts []fairlock.MutexOption
+	var mopts []fairlock.HandleOption
 	if os.Getenv("FAIRLOCK_FIXED") == "true" {
 		mopts = append(mopts, fairlock.WithFixedLease(lease))
 	} else {

@@ -40,7 +40,7 @@ type RWMutex struct {
 
 // RWMutex returns the handle of the readers-writer lock name.
 // WithFixedLease is the one option it takes, as for a Mutex.
-func (c *Client) RWMutex(name string, opts ...MutexOption) *RWMutex {
+func (c *Client) RWMutex(name string, opts ...HandleOption) *RWMutex {
 	return &RWMutex{newWeighted(c, name, queue.KindRWMutex, 0, opts, errNilRWMutex)}
 }
 

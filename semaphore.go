@@ -43,7 +43,7 @@ const MaxPermits = 1 << 53
 // capacity. WithFixedLease is the one option it takes, as for a Mutex.
 // A capacity below 1 or above MaxPermits makes every method fail with
 // ErrInvalidOption.
-func (c *Client) Semaphore(name string, permits int64, opts ...MutexOption) *Semaphore {
+func (c *Client) Semaphore(name string, permits int64, opts ...HandleOption) *Semaphore {
 	s := &Semaphore{newWeighted(c, name, queue.KindSemaphore, permits, opts, errNilSemaphore)}
 	if s.err == nil {
 		s.err = checkPermits(name, permits)

@@ -26,7 +26,7 @@ type weighted struct {
 // newWeighted returns the handle of the weighted lock of kind named name
 // with capacity (a Semaphore's permits; 0 for a RWMutex), or one whose
 // every call fails with the error of a bad name or option.
-func newWeighted(c *Client, name, kind string, capacity int64, opts []MutexOption, isNil error) weighted {
+func newWeighted(c *Client, name, kind string, capacity int64, opts []HandleOption, isNil error) weighted {
 	h := weighted{c: c, name: name, isNil: isNil}
 	if c == nil {
 		h.err = errNilClient

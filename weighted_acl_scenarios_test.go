@@ -68,7 +68,7 @@ func (a *aclCalls) is(err, target error, what string) {
 // Observe records the error of every failed renewal: a refused renewal
 // is an error no call returns.
 func (a *aclCalls) Observe(_ context.Context, ev fairlock.Event) {
-	if ev.Kind == fairlock.RenewalFailed {
+	if ev.Kind == fairlock.EventRenewalFailed {
 		a.record(ev.Err)
 	}
 }

@@ -95,7 +95,7 @@ func TestRingWeightedCoreCases(t *testing.T) {
 // weight does not fit waits, and those behind it wait too, even one whose
 // weight would fit; a release grants every caller from the head that now
 // fits, at once, by push, each under a fresh token.
-func semaphoreHeadBlocksTheLineAndAReleaseGrantsSeveral(t *testing.T, e *env, name string, opts ...fairlock.MutexOption) {
+func semaphoreHeadBlocksTheLineAndAReleaseGrantsSeveral(t *testing.T, e *env, name string, opts ...fairlock.HandleOption) {
 	ctx := context.Background()
 	const permits = 4
 	kind := queue.KindSemaphore
@@ -160,7 +160,7 @@ func semaphoreHeadBlocksTheLineAndAReleaseGrantsSeveral(t *testing.T, e *env, na
 // rwMutexBatchesReadersAndStarvesNoWriter: readers hold together; a
 // writer waits for them, and readers who ask after it wait behind it; the
 // writer's release grants every reader up to the next writer at once.
-func rwMutexBatchesReadersAndStarvesNoWriter(t *testing.T, e *env, name string, opts ...fairlock.MutexOption) {
+func rwMutexBatchesReadersAndStarvesNoWriter(t *testing.T, e *env, name string, opts ...fairlock.HandleOption) {
 	ctx := context.Background()
 	kind := queue.KindRWMutex
 	newRW := func() *fairlock.RWMutex {

@@ -100,10 +100,6 @@ func NewQuorum(masters []Redis, cfg Config, qc QuorumConfig) (*Quorum, error) {
 // Tag returns the Client's tag, which ends the waiter id of its entries.
 func (qm *Quorum) Tag() string { return qm.tag }
 
-// Size returns the number of masters, and Majority how many make one.
-func (qm *Quorum) Size() int     { return len(qm.masters) }
-func (qm *Quorum) Majority() int { return qm.q }
-
 // SetSkew makes the scripts on master i read the clock skew later than
 // the server's: for tests that step one master's clock.
 func (qm *Quorum) SetSkew(i int, skew time.Duration) { qm.skews[i].Store(skew.Microseconds()) }

@@ -40,7 +40,7 @@ func (o *Observer) ageGauges(meter metric.Meter) error {
 	return err
 }
 
-// held records the grant of the holds of e, a Granted event of a fresh
+// held records the grant of the holds of e, an EventGranted event of a fresh
 // grant or a hand-over, when the age gauges are on.
 func (o *Observer) held(e fairlock.Event) {
 	if e.Call == "" {
@@ -62,7 +62,7 @@ func (o *Observer) held(e fairlock.Event) {
 	}
 }
 
-// unheld records the end of the hold of e, a HoldEnded event, when the
+// unheld records the end of the hold of e, an EventHoldEnded event, when the
 // age gauges are on. A hold that ends before its grant was reported is
 // remembered until it is.
 func (o *Observer) unheld(e fairlock.Event) {

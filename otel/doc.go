@@ -57,7 +57,7 @@
 // Spans: each Lock call that waits in line (not a TryLock, which makes
 // one attempt, nor a re-entry) is a span named "fairlock.Lock", a child
 // of the span in the Lock call's context, from the call to its grant or
-// its end without one. It has an event "queued" for each fairlock.Queued
+// its end without one. It has an event "queued" for each fairlock.EventQueued
 // (the call joined the line), an event "granted" with the hold's fencing
 // token, and the OutcomeKey attribute. Its status is Error, with the
 // error recorded, when the call ended with an error other than the end

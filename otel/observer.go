@@ -81,15 +81,15 @@ type Observer struct {
 
 	mu sync.Mutex
 	// calls holds each Lock call that is waiting, by Event.Call: added
-	// at its WaitStarted, removed at its Granted or WaitEnded (fairlock
-	// sends exactly one of them per WaitStarted). The waiting counter
+	// at its EventWaitStarted, removed at its EventGranted or EventWaitEnded (fairlock
+	// sends exactly one of them per EventWaitStarted). The waiting counter
 	// counts its entries. Guarded by mu.
 	calls map[string]waiter
 	// holds holds the time of the grant of each hold, by its call and
 	// lock, while it lasts; nil without WithAgeGauges. Guarded by mu.
 	holds map[holdKey]time.Time
 	// ended holds the holds that ended before their grant was reported
-	// (a Close or a lost lease racing with the Granted event), until it
+	// (a Close or a lost lease racing with the EventGranted event), until it
 	// is; nil without WithAgeGauges. Guarded by mu.
 	ended map[holdKey]struct{}
 }
@@ -165,21 +165,21 @@ func NewObserver(opts ...Option) (*Observer, error) {
 }
 
 // Observe records e. Kinds other than those of a wait or a hold
-// (Polled, PrimaryMoved, and kinds added later) are ignored.
+// (EventPolled, EventPrimaryMoved, and kinds added later) are ignored.
 func (o *Observer) Observe(ctx context.Context, e fairlock.Event) {
 	switch e.Kind {
-	case fairlock.WaitStarted:
+	case fairlock.EventWaitStarted:
 		o.zero(ctx, e.Lock, e.Locks...)
 		o.waitStarted(ctx, e)
-	case fairlock.Queued:
+	case fairlock.EventQueued:
 		if span := o.span(e.Call); span != nil {
 			span.AddEvent("queued", trace.WithTimestamp(e.Answered))
 		}
-	case fairlock.Granted, fairlock.WaitEnded:
+	case fairlock.EventGranted, fairlock.EventWaitEnded:
 		o.waitDone(ctx, e)
-	case fairlock.HoldEnded:
+	case fairlock.EventHoldEnded:
 		o.holdEnded(ctx, e)
-	case fairlock.RenewalFailed:
+	case fairlock.EventRenewalFailed:
 		o.renewalFailures.Add(ctx, 1, o.attrs(e.Lock))
 	}
 }
@@ -253,13 +253,13 @@ func (o *Observer) waitDone(ctx context.Context, e fairlock.Event) {
 	outcome := waitOutcome(ctx, e)
 	attrs, lockOnly := o.attrs(e.Lock, OutcomeKey.String(outcome)), o.attrs(e.Lock)
 	o.waitDuration.Record(ctx, e.Waited.Seconds(), attrs)
-	if e.Kind == fairlock.Granted {
+	if e.Kind == fairlock.EventGranted {
 		o.grants.Add(ctx, 1, attrs)
 		if e.HandOver > 0 {
 			o.handOver.Record(ctx, e.HandOver.Seconds(), lockOnly)
 		}
 		if e.Grant != fairlock.GrantReentry {
-			// One hold of each lock; each ends with a HoldEnded of its own.
+			// One hold of each lock; each ends with an EventHoldEnded of its own.
 			for _, name := range names(e) {
 				o.holding.Add(ctx, 1, o.attrs(name))
 			}
@@ -274,7 +274,7 @@ func (o *Observer) waitDone(ctx context.Context, e fairlock.Event) {
 	}
 	o.waiting.Add(ctx, -1, lockOnly)
 	span.SetAttributes(OutcomeKey.String(outcome))
-	if e.Kind == fairlock.Granted {
+	if e.Kind == fairlock.EventGranted {
 		granted := []attribute.KeyValue{attribute.Int64("fairlock.lock.token", e.Token)}
 		if e.HandOver > 0 {
 			granted = append(granted, attribute.Float64("fairlock.lock.handover.duration", e.HandOver.Seconds()))
@@ -287,11 +287,11 @@ func (o *Observer) waitDone(ctx context.Context, e fairlock.Event) {
 	span.End(trace.WithTimestamp(e.At))
 }
 
-// waitOutcome returns the outcome of a Granted or WaitEnded event of a
+// waitOutcome returns the outcome of an EventGranted or EventWaitEnded event of a
 // call made with ctx. A context error counts as giving up only when ctx
 // itself ended: fairlock's ctx says whether it had when the call ended.
 func waitOutcome(ctx context.Context, e fairlock.Event) string {
-	if e.Kind == fairlock.Granted {
+	if e.Kind == fairlock.EventGranted {
 		switch e.Grant {
 		case fairlock.GrantFresh:
 			return OutcomeFresh

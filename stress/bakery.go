@@ -56,14 +56,14 @@ var forever = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 // ahead of them. The lock promises bakery order: a Lock call whose join
 // has reached a majority of the masters is served before every call that
 // began after that. So for two attempts W and X of one lock: when W's
-// last join was answered by a majority (the Queued event's Answered)
-// before X began (X's WaitStarted, which comes before X sends anything),
+// last join was answered by a majority (the EventQueued event's Answered)
+// before X began (X's EventWaitStarted, which comes before X sends anything),
 // and W was still waiting when X began, W must be granted before X,
 // unless
 //   - W gave up before X's grant: it gave up at its deadline, so this is
 //     only sure when X was granted before that deadline;
 //   - W lost its place: a waiter that started over with a fresh entry
-//     (another Queued) had lost its majority at some moment the record
+//     (another EventQueued) had lost its majority at some moment the record
 //     does not show, so only its last join counts;
 //   - a master lost its keys (an outage) between the send of W's join and
 //     X's grant: W's majority may have counted it.
@@ -72,8 +72,8 @@ var forever = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
 // order, which the token check proves). W passed when its token is
 // higher, when it was never granted, or when it gave up at a deadline
 // after X's grant. Each time brackets its event from the caller's side
-// (WaitStarted is observed before the doorway is sent, Answered after the
-// majority answered, Granted after the grant), so only what the record
+// (EventWaitStarted is observed before the doorway is sent, Answered after the
+// majority answered, EventGranted after the grant), so only what the record
 // proves is reported.
 //
 // holds are the lock's granted attempts, as and holds of one lock.
@@ -148,7 +148,7 @@ func (c *checker) bakery(as, holds []*attempt, q *quorumCheck) {
 }
 
 // began returns when attempt a certainly had not sent anything yet: its
-// WaitStarted, or, in a history without it, the time before the call.
+// EventWaitStarted, or, in a history without it, the time before the call.
 func began(a *attempt) time.Time { return firstSet(a.Began, a.Start) }
 
 // lostKeys reports whether an outage overlaps the stretch from from to

@@ -16,7 +16,7 @@ func checkQuorum(h []attempt, outages ...outage) ([]violation, bakeryTally) {
 	return vs, q.Tally
 }
 
-// beganAt is a with its WaitStarted at ms.
+// beganAt is a with its EventWaitStarted at ms.
 func beganAt(a attempt, ms float64) attempt {
 	a.Began = at(ms)
 	return a
@@ -85,7 +85,7 @@ func TestBakeryCheckAllowsOvertakingByACallThatBeganBeforeTheJoinWasAnswered(t *
 	assert.Equal(t, bakeryTally{}, tally)
 }
 
-// Without a WaitStarted (a history from before it was recorded), the
+// Without an EventWaitStarted (a history from before it was recorded), the
 // start of the call stands for it: earlier, so no more pairs.
 func TestBakeryCheckFallsBackToTheStartOfTheCall(t *testing.T) {
 	h := bakeryHistory(true)

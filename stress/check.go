@@ -247,9 +247,9 @@ func unlockText(c *checker, a *attempt) string {
 
 // tokens reports tokens that repeat or go back in grant order. A hold
 // certainly granted before another must have the lower token: one whose
-// Granted came before the other's notBefore (the other was still waiting
+// EventGranted came before the other's notBefore (the other was still waiting
 // then), or one that conflicts with the other and began to end before the
-// other's Granted (see prior). For a Mutex, whose holds all conflict,
+// other's EventGranted (see prior). For a Mutex, whose holds all conflict,
 // that is every hold granted before that did not overlap it; holds of a
 // Semaphore or readers of a RWMutex may hold at once and be seen granted
 // in either order.

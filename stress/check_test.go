@@ -118,7 +118,7 @@ func TestCheckerReportsGrantWhileEarlierWaiterStillInLine(t *testing.T) {
 	require.Equal(t, map[violationKind]int{outOfOrder: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "still in line")
 
-	// Granted after a's deadline: a may have left first.
+	// EventGranted after a's deadline: a may have left first.
 	h[2] = queued("b", 3, 3, 10.1, 11, 2)
 	assert.Empty(t, check(h, 0, oneTicket))
 }
@@ -180,7 +180,7 @@ func TestCheckerReportsBargingTryLock(t *testing.T) {
 	h[2] = try("t", 1.2, 2.7, 3, 2)
 	assert.Equal(t, map[violationKind]int{barged: 1}, kinds(check(h, 0, oneTicket)))
 
-	// Granted after the deadline of a waiter that gave up: it may have
+	// EventGranted after the deadline of a waiter that gave up: it may have
 	// left the line first.
 	h[1] = gaveUp("w", 1, 1, 2.65)
 	assert.Empty(t, check(h, 0, oneTicket))

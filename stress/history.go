@@ -48,7 +48,7 @@ type join struct {
 // attempt is the history of one outer Lock or TryLock call, from the call
 // to the end of its hold. Every time is the wall clock of the process that
 // made the call, read on the caller's side, so each one brackets the real
-// event: a grant happened before Granted, a release after UnlockStart.
+// event: a grant happened before EventGranted, a release after UnlockStart.
 type attempt struct {
 	Worker string      `json:"worker"` // "p<process>/c<client>/g<goroutine>"
 	Lock   string      `json:"lock"`   // a MultiLock's: its names joined by "+"

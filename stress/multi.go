@@ -109,8 +109,8 @@ func (w *worker) multiAttempt(cfg *config, rec recorder) {
 }
 
 // partSteps returns the record of a MultiLock attempt's steps: each event
-// of a call goes to the parts of that call (a HoldEnded to the part of its
-// own name), and a ticket's Granted token to the part of its first name,
+// of a call goes to the parts of that call (an EventHoldEnded to the part of its
+// own name), and a ticket's EventGranted token to the part of its first name,
 // the one whose token the event carries. Re-entries (no call id) and the
 // events of calls that are not the attempt's are left out.
 func (w *worker) partSteps(ttl time.Duration) func(fairlock.Event) {
@@ -120,7 +120,7 @@ func (w *worker) partSteps(ttl time.Duration) func(fairlock.Event) {
 			return
 		}
 		w.update(func(a *attempt) {
-			if e.Kind == fairlock.WaitStarted {
+			if e.Kind == fairlock.EventWaitStarted {
 				if len(e.Locks) == 0 {
 					a.Parts = append(a.Parts, part{Name: e.Lock, Call: e.Call, Start: now})
 				}
@@ -139,11 +139,11 @@ func (w *worker) partSteps(ttl time.Duration) func(fairlock.Event) {
 					continue
 				}
 				switch e.Kind {
-				case fairlock.Queued:
+				case fairlock.EventQueued:
 					p.Joins = append(p.Joins, join{Sent: wall(e.Sent), Answered: wall(e.Answered)})
-				case fairlock.Polled:
+				case fairlock.EventPolled:
 					keep(&p.Kept, wall(e.Sent), wall(e.Answered), ttl, &p.broken)
-				case fairlock.Granted:
+				case fairlock.EventGranted:
 					p.Granted = now
 					if p.Name == tokenOf {
 						p.Token = e.Token
@@ -151,9 +151,9 @@ func (w *worker) partSteps(ttl time.Duration) func(fairlock.Event) {
 							p.Push = ms(e.HandOver)
 						}
 					}
-				case fairlock.WaitEnded:
+				case fairlock.EventWaitEnded:
 					p.Ended = now
-				case fairlock.HoldEnded:
+				case fairlock.EventHoldEnded:
 					if p.Name == e.Lock {
 						p.Released = now
 					}

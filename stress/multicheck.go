@@ -104,7 +104,7 @@ func (a *attempt) givenBackAfter(p *part) time.Time {
 }
 
 // allOrNone checks that MultiLock attempt a held all of its names or none
-// of them. Granted, it must have been granted each name, carry a token
+// of them. EventGranted, it must have been granted each name, carry a token
 // of each in its context (the grant's own, where the Observer gave it),
 // have been granted every name of a ticket at the ticket's one grant,
 // and keep each hold until its Unlock (unless a lease was lost, reported
@@ -154,7 +154,7 @@ func (c *checker) allOrNone(a *attempt) {
 				a.Worker, a.Lock, c.t(ended), a.Outcome, p.Name, p.Token, c.t(p.Granted))
 		case !p.Released.IsZero():
 			// A grant the call could not keep (its context ended as it
-			// came): the hold ended unseen by Granted, and must have
+			// came): the hold ended unseen by EventGranted, and must have
 			// ended before Lock returned all the same.
 			c.add(partial, p.Name, ended, "%s's MultiLock of %s failed at %s (%s), yet its hold of %s ended only at %s",
 				a.Worker, a.Lock, c.t(ended), a.Outcome, p.Name, c.t(p.Released))

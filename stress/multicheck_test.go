@@ -110,7 +110,7 @@ func TestCheckerReportsOverlapWithANameGivenBackLater(t *testing.T) {
 	require.Equal(t, map[violationKind]int{overlapped: 1}, kinds(vs), "%v", vs)
 	assert.Equal(t, "a", vs[0].Lock)
 
-	// Granted after the wait for b had ended: a may have been given back.
+	// EventGranted after the wait for b had ended: a may have been given back.
 	h[1] = on("a", hold("w2", 3, 10.1, 11, 2))
 	assert.Empty(t, check(h, 0, oneByOne))
 }

@@ -61,7 +61,7 @@ func (s scale) strict(w, g *attempt) bool {
 	return s.kind != runRWMutex || w.Write || g.Write
 }
 
-// piece is a stretch of a hold: from its grant (before Granted) until
+// piece is a stretch of a hold: from its grant (before EventGranted) until
 // end, it certainly held at least weight.
 type piece struct {
 	weight int64
@@ -153,9 +153,9 @@ func sign(x int64) int { return cmp.Compare(x, 0) }
 // prior answers, while the holds of a line are visited in grant order,
 // which holds visited before were certainly granted before the one
 // visited now, h, because they conflict with it: a piece of hold x that
-// conflicts with h and ended (its end) by h's Granted. Such a piece and
-// h could not be held at once, and x held it at its Granted, not after
-// h's; so h, which held at its own Granted and until after it, was
+// conflicts with h and ended (its end) by h's EventGranted. Such a piece and
+// h could not be held at once, and x held it at its EventGranted, not after
+// h's; so h, which held at its own EventGranted and until after it, was
 // granted after that piece was released, after its end. (A hold that
 // overlapped x is reported by the sweep already and proves nothing of
 // order.)
@@ -174,7 +174,7 @@ type latest struct {
 
 func newPrior(s scale) *prior { return &prior{s: s, done: map[int64]latest{}} }
 
-// visit moves to hold h: the pieces that ended by its Granted count.
+// visit moves to hold h: the pieces that ended by its EventGranted count.
 func (p *prior) visit(h *attempt) {
 	for len(p.pending) > 0 && !p.pending[0].end.After(h.Granted) {
 		x := heap.Pop(&p.pending).(heldPiece)

@@ -83,7 +83,7 @@ func TestCheckerReportsMorePermitsThanTheSemaphoreHas(t *testing.T) {
 	require.Equal(t, map[violationKind]int{overHeld: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "B was granted 2 permit(s) at +0.003000s (token 2), 4 of the 3 permits then held, by it and A 2 (granted +0.001000s, token 1, release called +0.005000s)")
 
-	// Granted as A called Release: A may have released first.
+	// EventGranted as A called Release: A may have released first.
 	h[1] = sem(2, hold("B", 0, 5, 6, 2))
 	assert.Empty(t, check(h, 0, oneTicket))
 
@@ -120,7 +120,7 @@ func TestCheckerTrustsAGivenUpWaiterOnlyAgainstAGrantThatCouldNotFitBesideIt(t *
 	h := []attempt{
 		sem(3, hold("H", 0, 1, 5, 1)),
 		sem(1, gaveUp("W", 2, 2, 5.4)),
-		// Granted as H released, with W still waiting until 5.4: W may
+		// EventGranted as H released, with W still waiting until 5.4: W may
 		// have been granted in the same release, seen it too late and
 		// given it back as it gave up.
 		sem(1, queued("G", 3, 3, 5.2, 7, 3)),
@@ -154,7 +154,7 @@ func TestCheckerOrdersTokensOfASemaphoreOnlyWhereTheGrantsAreOrdered(t *testing.
 	require.Equal(t, map[violationKind]int{tokenOrder: 1}, kinds(vs), "%v", vs)
 	assert.Contains(t, vs[0].Detail, "token went back from 2 (A, granted +0.001000s) to 1 (B, granted +0.002000s)")
 
-	// Polled in line after A's grant was seen: granted after it.
+	// EventPolled in line after A's grant was seen: granted after it.
 	h[1] = polled(1.5, sem(1, queued("B", 0.5, 0.5, 2, 6, 1)))
 	assert.Equal(t, map[violationKind]int{tokenOrder: 1}, kinds(check(h, 0, oneTicket)))
 

@@ -173,7 +173,7 @@ func (w *worker) lockOne(l single, a attempt, p plan, cfg *config, rec recorder,
 			})
 		}
 		switch e.Kind {
-		case fairlock.WaitStarted:
+		case fairlock.EventWaitStarted:
 			// The call has sent nothing yet; a re-entry's call comes
 			// later, under the hold.
 			now := wall(e.At)
@@ -182,14 +182,14 @@ func (w *worker) lockOne(l single, a attempt, p plan, cfg *config, rec recorder,
 					a.Began = now
 				}
 			})
-		case fairlock.Queued:
+		case fairlock.EventQueued:
 			w.update(func(a *attempt) { a.Joins = append(a.Joins, join{Sent: wall(e.Sent), Answered: wall(e.Answered)}) })
-		case fairlock.Polled:
+		case fairlock.EventPolled:
 			w.update(func(a *attempt) {
 				a.keep(wall(e.Sent), wall(e.Answered), cfg.WaiterTTL, &broken)
 				a.Polled = wall(e.Sent)
 			})
-		case fairlock.Granted:
+		case fairlock.EventGranted:
 			if e.HandOver > 0 {
 				w.update(func(a *attempt) { a.Push = ms(e.HandOver) })
 			}

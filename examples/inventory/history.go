@@ -21,9 +21,9 @@ import (
 //   - start is read just before Lock is called: the ticket joined the
 //     lines after it;
 //   - a join's sent and answered are those of the call that appended the
-//     ticket to the lines (the Observer's Queued event): it joined in
+//     ticket to the lines (the Observer's EventQueued event): it joined in
 //     between;
-//   - granted is the At of the Observer's Granted event, read when the
+//   - granted is the At of the Observer's EventGranted event, read when the
 //     Client reported the grant: it was granted before.
 //
 // The fields are written by the goroutine that places the order and by
@@ -103,11 +103,11 @@ func recorder(ttl time.Duration) fairlock.Observer {
 			return
 		}
 		switch e.Kind {
-		case fairlock.Queued:
+		case fairlock.EventQueued:
 			o.joins++
 			o.joined = bracket{e.Sent, e.Answered}
 			o.kept, o.lapsed = e.Sent.Add(ttl), false
-		case fairlock.Polled: // the join's call too, and each poll after it
+		case fairlock.EventPolled: // the join's call too, and each poll after it
 			switch {
 			case o.joins == 0 || o.lapsed:
 			case e.Answered.Before(o.kept):
@@ -115,7 +115,7 @@ func recorder(ttl time.Duration) fairlock.Observer {
 			default:
 				o.lapsed = true
 			}
-		case fairlock.Granted:
+		case fairlock.EventGranted:
 			if o.granted.IsZero() {
 				o.granted = e.At
 			}

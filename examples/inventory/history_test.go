@@ -118,21 +118,21 @@ func TestRecorderTakesTheJoinAndHowLongThePlaceWasKept(t *testing.T) {
 	obs := recorder(ttl)
 	o := &order{}
 	ctx := withOrder(context.Background(), o)
-	obs.Observe(ctx, fairlock.Event{Kind: fairlock.Queued, Sent: at(10), Answered: at(11)})
-	obs.Observe(ctx, fairlock.Event{Kind: fairlock.Polled, Sent: at(10), Answered: at(11)})
-	obs.Observe(ctx, fairlock.Event{Kind: fairlock.Polled, Sent: at(500), Answered: at(501)})
-	obs.Observe(context.Background(), fairlock.Event{Kind: fairlock.Polled, Sent: at(900), Answered: at(901)}) // another call's
+	obs.Observe(ctx, fairlock.Event{Kind: fairlock.EventQueued, Sent: at(10), Answered: at(11)})
+	obs.Observe(ctx, fairlock.Event{Kind: fairlock.EventPolled, Sent: at(10), Answered: at(11)})
+	obs.Observe(ctx, fairlock.Event{Kind: fairlock.EventPolled, Sent: at(500), Answered: at(501)})
+	obs.Observe(context.Background(), fairlock.Event{Kind: fairlock.EventPolled, Sent: at(900), Answered: at(901)}) // another call's
 	assert.Equal(t, 1, o.joins)
 	assert.Equal(t, bracket{at(10), at(11)}, o.joined)
 	assert.Equal(t, at(500).Add(ttl), o.inLineUntil())
 
 	// A poll answered after the deadline the one before it set: the
 	// ticket may have been dropped, so the certain window stops growing.
-	obs.Observe(ctx, fairlock.Event{Kind: fairlock.Polled, Sent: at(1400), Answered: at(1600)})
-	obs.Observe(ctx, fairlock.Event{Kind: fairlock.Polled, Sent: at(1700), Answered: at(1701)})
+	obs.Observe(ctx, fairlock.Event{Kind: fairlock.EventPolled, Sent: at(1400), Answered: at(1600)})
+	obs.Observe(ctx, fairlock.Event{Kind: fairlock.EventPolled, Sent: at(1700), Answered: at(1701)})
 	assert.Equal(t, at(500).Add(ttl), o.inLineUntil())
 
-	obs.Observe(ctx, fairlock.Event{Kind: fairlock.Granted, At: at(1800)})
+	obs.Observe(ctx, fairlock.Event{Kind: fairlock.EventGranted, At: at(1800)})
 	assert.Equal(t, at(1800), o.granted, "granted when the Client reported it")
 	arrived, ok := o.arrival()
 	assert.True(t, ok)

@@ -36,6 +36,9 @@ type holdState struct {
 	// until then, as it was while it lived (see Close in closing.go).
 	// Guarded by mu.
 	closing bool
+	// atEnd run when the hold ends, after its context is cancelled (see
+	// onEnd); guarded by mu.
+	atEnd []func()
 }
 
 // init sets up the state of a fresh hold of one level, granted to req
@@ -150,7 +153,26 @@ func (s *holdState) finish(cause error, closing bool, also func()) (int, bool) {
 	if also != nil {
 		also()
 	}
+	atEnd := s.atEnd
+	s.atEnd = nil
 	s.mu.Unlock()
 	s.cancel(cause)
+	for _, f := range atEnd {
+		f()
+	}
 	return levels, true
+}
+
+// onEnd has f run when the hold ends, on the goroutine that ends it, or
+// now when it has ended. f must not block. Unlike context.AfterFunc on the
+// hold's context, it starts no goroutine: an Unlock pays for none.
+func (s *holdState) onEnd(f func()) {
+	s.mu.Lock()
+	if !s.ended {
+		s.atEnd = append(s.atEnd, f)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	f()
 }

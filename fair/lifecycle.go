@@ -164,10 +164,8 @@ func (lc *lifecycle[H]) bounded(ctx context.Context) (context.Context, context.C
 	if by := lc.closeBy.Load(); by != 0 && by < deadline.UnixNano() {
 		deadline = time.Unix(0, by)
 	}
-	cctx, cancel := context.WithDeadline(ctx, deadline)
-	unhook := context.AfterFunc(lc.stopped, cancel)
-	return cctx, func() {
-		unhook()
-		cancel()
-	}
+	// No hook on stopped is needed: a call that read closeBy before Close
+	// stored it began before, so its deadline comes no later than the
+	// bound of Close, which is armed after the store.
+	return context.WithDeadline(ctx, deadline)
 }

@@ -61,7 +61,7 @@ func (l *QMutex) newHold(ctx context.Context, req Request, entry string, views [
 	l.qm.dog.watch()
 	if entry != "" {
 		for _, e := range l.qm.masters {
-			heedRevocation(l.qm, h.ctx, e.hub, l.wake, entry, h.look)
+			heedRevocation(l.qm, &h.holdState, e.hub, l.wake, entry, h.look)
 		}
 	}
 	return h

@@ -81,9 +81,11 @@ func (e *Engine) called(sent time.Time, err error) {
 // caller's context and a closed client are not.
 func unavailable(err error) bool {
 	switch {
+	case err == nil:
+		return false
 	case errors.As(err, new(noAnswer)):
 		return true
-	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, redis.ErrClosed), errors.Is(err, errs.ErrClosed), errors.Is(err, errs.ErrLayout),
 		errors.Is(err, errs.ErrNotReplicated), errors.Is(err, errs.ErrUnexpectedReply):
 		return false

@@ -1,7 +1,6 @@
 package fair
 
 import (
-	"context"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
@@ -57,7 +56,7 @@ func (h *Hold) heed() {
 			})
 		}
 	}
-	heedRevocation(h.l.e, h.ctx, h.l.e.hub, h.l.wakeChannel, h.entry, look)
+	heedRevocation(h.l.e, &h.holdState, h.l.e.hub, h.l.wakeChannel, h.entry, look)
 }
 
 // revoked ends the hold, which Redis no longer has, with errs.ErrLeaseLost,
@@ -96,20 +95,21 @@ func (h *QHold) revoked() {
 // goer runs work on goroutines its owner waits for (a lifecycle).
 type goer interface{ goUnlessClosed(func()) bool }
 
-// heedRevocation has the hold given to entry, whose context is ctx,
-// listen for its revocation on channel of hub until ctx ends, with no
-// goroutine of its own while nothing happens: at each signal it calls
-// look, which must not block, to ask Redis whether the hold is still
-// there. When channel is not subscribed now, the hold listens only once
-// it has lasted heedAfter, and then looks once (a revocation before that
-// found no listener). An error of Listen leaves the hold to its renewals.
-func heedRevocation(g goer, ctx context.Context, hub *notify.Hub, channel, entry string, look func()) {
+// heedRevocation has the hold s, given to entry, listen for its
+// revocation on channel of hub until it ends, with no goroutine of its own
+// while nothing happens: at each signal it calls look, which must not
+// block, to ask Redis whether the hold is still there. When channel is
+// not subscribed now, the hold listens only once it has lasted heedAfter,
+// and then looks once (a revocation before that found no listener). An
+// error of Listen leaves the hold to its renewals. What it set up is
+// undone when the hold ends, on the goroutine that ends it (see onEnd).
+func heedRevocation(g goer, s *holdState, hub *notify.Hub, channel, entry string, look func()) {
 	listen := func(lookNow bool) {
-		w, confirmed, err := hub.Listen(ctx, channel, queue.Revoked(entry), look)
+		w, confirmed, err := hub.Listen(s.ctx, channel, queue.Revoked(entry), look)
 		if err != nil {
 			return
 		}
-		context.AfterFunc(ctx, w.Stop)
+		s.onEnd(w.Stop)
 		if lookNow && confirmed {
 			look() // else at the confirmation
 		}
@@ -119,5 +119,5 @@ func heedRevocation(g goer, ctx context.Context, hub *notify.Hub, channel, entry
 		return
 	}
 	later := time.AfterFunc(heedAfter, func() { g.goUnlessClosed(func() { listen(true) }) })
-	context.AfterFunc(ctx, func() { later.Stop() })
+	s.onEnd(func() { later.Stop() })
 }

@@ -39,8 +39,11 @@ var ErrUnexpectedReply = errors.New("fairlock: unexpected reply from redis")
 // marks those with a RedisError method), and false when err is none: a
 // network error, a context's, or nil.
 func Reply(err error) (string, bool) {
+	if err == nil {
+		return "", false // before the errors.As below, whose target escapes
+	}
 	var re interface{ RedisError() }
-	if err == nil || !errors.As(err, &re) {
+	if !errors.As(err, &re) {
 		return "", false
 	}
 	e, _ := re.(error)

@@ -245,7 +245,9 @@ func TestUnansweredUnlockIsSentAgainUntilRedisAnswers(t *testing.T) {
 	t.Parallel()
 	e := newPrivateEnv(t)
 	ctx := context.Background()
-	c, proxy := e.proxied(&redis.Options{MaxRetries: 1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	// A call timeout of a second: the Unlock gives up on its answer then.
+	c, proxy := e.proxied(&redis.Options{MaxRetries: 1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond},
+		fairlock.WithCallTimeout(time.Second))
 	holder := c.Mutex("resent-unlock") // a 30s lease
 	hctx, err := holder.Lock(ctx)
 	require.NoError(t, err)
@@ -396,7 +398,8 @@ func TestLockWaitsThroughAnOutageThatStartsBeforeIt(t *testing.T) {
 	t.Parallel()
 	e := newPrivateEnv(t)
 	ctx := context.Background()
-	c, proxy := e.proxied(&redis.Options{MaxRetries: 1, DialTimeout: 100 * time.Millisecond})
+	// A call timeout of a second: the TryLock gives up on an answer then.
+	c, proxy := e.proxied(&redis.Options{MaxRetries: 1, DialTimeout: 100 * time.Millisecond}, fairlock.WithCallTimeout(time.Second))
 	m := c.Mutex("outage")
 	hctx, err := m.Lock(ctx) // the server check and the scripts are done
 	require.NoError(t, err)

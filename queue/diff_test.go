@@ -21,10 +21,14 @@ var (
 
 // steps returns how many calls each seed makes.
 func steps() int {
+	n := *stepsFlag
 	if raceEnabled {
-		return *stepsFlag / 3
+		n /= 3
 	}
-	return *stepsFlag
+	if testing.Short() {
+		n /= 4 // the quick loop; the full run explores the rest
+	}
+	return max(n, 1)
 }
 
 const seedEnv = "FAIRLOCK_DIFF_SEED"

@@ -16,7 +16,7 @@ import (
 
 var (
 	seedFlag  = flag.Uint64("diff.seed", 0, "run the differential tests with this seed only (or set "+seedEnv+")")
-	stepsFlag = flag.Int("diff.steps", 2000, "calls per seed in the differential tests (a third of it with -race)")
+	stepsFlag = flag.Int("diff.steps", 2000, "calls per seed in the differential tests (a third of it with -race, a quarter with -short)")
 )
 
 // steps returns how many calls each seed makes.

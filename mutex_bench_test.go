@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
@@ -36,13 +37,31 @@ func BenchmarkUncontendedLockUnlockDeadline(b *testing.B) {
 	benchUncontendedWith(b, ctx)
 }
 
+// BenchmarkUncontendedLockUnlockDeadlineInline is the same on a go-redis
+// client with ContextTimeoutEnabled, which bounds each call by its
+// context's deadline: Lock then runs its call on the caller's goroutine
+// (see docs/algorithm.md, "What honouring the context costs").
+func BenchmarkUncontendedLockUnlockDeadlineInline(b *testing.B) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	e := newEnv(b)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = rdb.Close() })
+	c, err := fairlock.New(rdb, fairlock.WithPrefix(e.prefix))
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = c.Close() })
+	benchUncontendedOn(b, ctx, c.Mutex("uncontended"))
+}
+
 func benchUncontended(b *testing.B, opts ...fairlock.Option) {
 	benchUncontendedWith(b, context.Background(), opts...)
 }
 
 func benchUncontendedWith(b *testing.B, ctx context.Context, opts ...fairlock.Option) {
-	e := newEnv(b)
-	m := e.client(opts...).Mutex("uncontended")
+	benchUncontendedOn(b, ctx, newEnv(b).client(opts...).Mutex("uncontended"))
+}
+
+func benchUncontendedOn(b *testing.B, ctx context.Context, m *fairlock.Mutex) {
 	b.ReportAllocs()
 	var locking, unlocking time.Duration
 	for b.Loop() {

@@ -121,6 +121,25 @@ type Engine struct {
 	wake     atomic.Pointer[wake] // how wake messages travel, once decided (see wakeMode); never changes after
 	deciding shared[*wake]        // wakeMode's question to the server, while it runs
 	layout   layout               // the layout of the prefix's keys (see layout.go)
+	// inline says that rdb bounds each call by its context's deadline
+	// (go-redis's ContextTimeoutEnabled), so that a Lock whose context
+	// has one runs its calls on the caller's goroutine (see callInline).
+	inline bool
+}
+
+// honoursDeadlines reports whether rdb bounds each call's reads and
+// writes by its context's deadline: go-redis's ContextTimeoutEnabled, for
+// every kind of client. A client of another kind is taken not to.
+func honoursDeadlines(rdb Redis) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // subscriptionLinger is how long a lock's channel stays subscribed after
@@ -145,11 +164,12 @@ func NewEngine(rdb Redis, cfg Config) (*Engine, error) {
 		cfg.Tag = queue.NewTag()
 	}
 	e := &Engine{
-		rdb:  rdb,
-		cfg:  cfg,
-		log:  cfg.Logger,
-		topo: newTopology(rdb),
-		tag:  cfg.Tag,
+		rdb:    rdb,
+		cfg:    cfg,
+		log:    cfg.Logger,
+		topo:   newTopology(rdb),
+		tag:    cfg.Tag,
+		inline: honoursDeadlines(rdb),
 	}
 	e.init(cfg.CallTimeout)
 	e.runner.Detach = e.detached

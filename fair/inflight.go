@@ -175,6 +175,9 @@ func callWithin[G any](ln line[G], ctx context.Context, req Request, entry, mode
 	if ctx.Done() == nil {
 		return within(e, ctx, call, orphan)
 	}
+	if deadline, ok := ctx.Deadline(); ok && e.inline && entry != "" && mode != queue.ModeReenter {
+		return callInline(ln, ctx, deadline, req, entry, mode, orphan)
+	}
 	undone := make(chan error, 1)
 	rep, early, err := waitWithin(e, ctx, call, func(rep queue.Reply, err error) {
 		if orphan != nil {
@@ -186,6 +189,57 @@ func callWithin[G any](ln line[G], ctx context.Context, req Request, entry, mode
 		graced(undone)
 	}
 	return rep, err
+}
+
+// callInline is callWithin on the caller's goroutine, for a ctx with a
+// deadline on a client that bounds each call by its context's deadline
+// (see Engine.inline): every call is bounded by that deadline too (see
+// withBound), so the caller still has its answer by then when Redis does
+// not answer, without the goroutine and the two wake-ups that running the
+// call on one of its own costs. A cancellation before the deadline is
+// heard once Redis answers: an answer that comes is the caller's, as one
+// that came before the cancellation would be. A call that failed once ctx
+// had ended is undone: whatever a call under entry did is taken back
+// (giveUp: out of the line, a grant to the entry given back), and orphan
+// has its outcome, in the background; the caller waits cleanupGrace for
+// that at most, and whatever the call did should Redis run it late, within
+// a call timeout, is taken back then. A re-entry, whose entry is not its
+// own, is not run here.
+func callInline[G any](ln line[G], ctx context.Context, deadline time.Time, req Request, entry, mode string, orphan func(queue.Reply, error)) (queue.Reply, error) {
+	e := ln.engine()
+	select {
+	case <-e.closing:
+		return queue.Reply{}, errs.ErrClosed
+	default:
+	}
+	rep, err := ln.poll(withBound(ctx, deadline), req, entry, mode)
+	if err == nil || (ctx.Err() == nil && time.Now().Before(deadline)) {
+		return rep, err
+	}
+	undone := make(chan error, 1)
+	if e.goUnlessClosed(func() {
+		_ = giveUp(ln, ctx, req.Owner, entry)
+		if orphan != nil {
+			orphan(rep, err)
+		}
+		undone <- nil
+		// A call that Redis runs late (held up on its way past the
+		// deadline) would leave a grant or a place: look once more, a call
+		// timeout later, unless the engine closes first.
+		t := time.NewTimer(e.cfg.CallTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			_ = giveUp(ln, ctx, req.Owner, entry)
+		case <-e.closing:
+		}
+	}) {
+		graced(undone)
+	}
+	if ctx.Err() != nil {
+		return queue.Reply{}, ctx.Err()
+	}
+	return queue.Reply{}, context.DeadlineExceeded // ctx's timer fires a moment after its deadline
 }
 
 // giveBackIfGranted is the orphan of a call that was not queued: a grant

@@ -141,7 +141,7 @@ func (lc *lifecycle[H]) shut(abandon func([]H), also ...func()) {
 // releases of the holds it ends): it ends at the bound of Close, with a
 // deadline there (see detached). It must be called once Close started.
 func (lc *lifecycle[H]) closeContext() (context.Context, context.CancelFunc) {
-	return lc.bounded(context.Background())
+	return lc.bound(context.Background(), time.Time{})
 }
 
 // detached returns a context for a state-changing call made on behalf of
@@ -153,16 +153,43 @@ func (lc *lifecycle[H]) closeContext() (context.Context, context.CancelFunc) {
 // Close (the clean-up of a call answered late) must not be given a later
 // one.
 func (lc *lifecycle[H]) detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return lc.bounded(context.WithoutCancel(ctx))
+	return lc.bound(context.WithoutCancel(ctx), callBound(ctx))
+}
+
+// boundKey carries, in a caller's context, a time by which every call
+// made for it must end (see withBound).
+type boundKey struct{}
+
+// withBound returns ctx, whose calls detached and bounded bound by by as
+// well: by the caller's deadline, for a call run on its goroutine.
+func withBound(ctx context.Context, by time.Time) context.Context {
+	return context.WithValue(ctx, boundKey{}, by)
+}
+
+// callBound returns the time withBound gave ctx, or the zero time. It is
+// read from the caller's context itself: a context.WithoutCancel of it
+// would allocate at every lookup.
+func callBound(ctx context.Context) time.Time {
+	by, _ := ctx.Value(boundKey{}).(time.Time)
+	return by
 }
 
 // bounded returns ctx bounded as detached bounds a call: by the call
 // timeout and by the bound of Close. It is the context of a read made on
 // behalf of ctx, which stops when ctx ends.
 func (lc *lifecycle[H]) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return lc.bound(ctx, callBound(ctx))
+}
+
+// bound returns ctx with a deadline at the call timeout from now, or
+// earlier at the bound of Close or at by (unless zero).
+func (lc *lifecycle[H]) bound(ctx context.Context, by time.Time) (context.Context, context.CancelFunc) {
 	deadline := time.Now().Add(lc.callTimeout)
-	if by := lc.closeBy.Load(); by != 0 && by < deadline.UnixNano() {
-		deadline = time.Unix(0, by)
+	if at := lc.closeBy.Load(); at != 0 && at < deadline.UnixNano() {
+		deadline = time.Unix(0, at)
+	}
+	if !by.IsZero() && by.Before(deadline) {
+		deadline = by // a call made on the caller's goroutine (see callInline)
 	}
 	// No hook on stopped is needed: a call that read closeBy before Close
 	// stored it began before, so its deadline comes no later than the

@@ -45,6 +45,7 @@
 //	                (first when hold0 does not run); see its section
 //	uncontended     1 goroutine and 1 client on one lock name
 //	uncontended-bg  the same, with context.Background() for Lock and Unlock
+//	uncontended-ctt uncontended, every go-redis client with ContextTimeoutEnabled
 //	hold0           16 goroutines over 4 clients (4 × 4), one name, holding nothing
 //	hold0-1x16      16 goroutines in 1 client (1 × 16), one name, holding nothing
 //	hold5ms         16 goroutines over 4 clients, sleeping 5 ms while holding
@@ -63,7 +64,11 @@
 // difference matters to fairlock: with a context that can end, its Lock
 // runs the call to Redis on a goroutine of its own, so that Lock returns
 // the moment the context ends; with one that cannot, on the caller's
-// goroutine. The two uncontended workloads print the same columns.
+// goroutine. uncontended-ctt is uncontended on go-redis clients built
+// with ContextTimeoutEnabled (for every library), which bound each call by
+// the context's deadline: fairlock's Lock then runs its call on the
+// caller's goroutine too. The uncontended workloads print the same
+// columns.
 //
 // In hold0-1x16 every goroutine shares one go-redis client and one locker
 // of the library, as the goroutines of one process would; in hold0 each
@@ -71,7 +76,8 @@
 // workers would.
 //
 // Each (workload, library) pair gets fresh go-redis clients, each a
-// *redis.Client with default options (a pool of 10 connections per CPU)
+// *redis.Client with default options (a pool of 10 connections per CPU;
+// ContextTimeoutEnabled in uncontended-ctt)
 // and one locker of the library over it; then a warm-up on lock names of
 // its own (-warmup, at most a sixth of the run, with at most 64
 // goroutines), then the measured part: -duration (3s), or

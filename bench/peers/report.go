@@ -125,6 +125,7 @@ func (r *report) summaryColumns() []summaryColumn {
 	return []summaryColumn{
 		{head: "uncontended Lock+Unlock ops/s, context with a deadline", workloads: []string{"uncontended"}, cell: rate},
 		{head: "uncontended Lock+Unlock ops/s, context.Background()", workloads: []string{"uncontended-bg"}, cell: rate},
+		{head: "uncontended Lock+Unlock ops/s, context with a deadline, ContextTimeoutEnabled", workloads: []string{"uncontended-ctt"}, cell: rate},
 		{head: "commands per uncontended Lock+Unlock", workloads: []string{"uncontended", "uncontended-bg"},
 			cell: func(x result) string { return ifGranted(x, "%.2f", x.CommandsPerGrant) }},
 		{head: "hold 0, 4×4: grants/s", workloads: hold0, cell: func(x result) string {

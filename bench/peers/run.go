@@ -72,7 +72,15 @@ type reading struct {
 // (and leaving their queue) are not counted. runID keeps the lock names
 // of one invocation apart from any other's.
 func measure(ctx context.Context, on servers, w workload, lib library, d, warm time.Duration, runID string) (res result, err error) {
-	set, err := openClients(lib, on.options(), w.clients)
+	opts := on.options()
+	if w.contextTimeouts {
+		for i, o := range opts {
+			withTimeouts := *o
+			withTimeouts.ContextTimeoutEnabled = true
+			opts[i] = &withTimeouts
+		}
+	}
+	set, err := openClients(lib, opts, w.clients)
 	if err != nil {
 		return result{}, fmt.Errorf("%s: open clients: %w", lib.name, err)
 	}

@@ -28,6 +28,10 @@ type workload struct {
 	// which has a deadline. Only for a workload whose Lock never waits:
 	// nothing but the lock's grant ends such a Lock.
 	background bool
+	// contextTimeouts builds every go-redis client of the workload with
+	// ContextTimeoutEnabled, which bounds each of its calls by the
+	// context's deadline.
+	contextTimeouts bool
 	// multi, when set, makes each grant take several distinct names at
 	// once, from multi[0] to multi[1] of them, picked at random and in a
 	// random order (lockAll), instead of one.
@@ -56,6 +60,7 @@ type workload struct {
 var workloads = []workload{
 	{key: "uncontended", title: "uncontended Lock+Unlock, a context with a deadline", goroutines: 1, clients: 1, names: 1},
 	{key: "uncontended-bg", title: "uncontended Lock+Unlock, context.Background()", goroutines: 1, clients: 1, names: 1, background: true},
+	{key: "uncontended-ctt", title: "uncontended Lock+Unlock, a context with a deadline, go-redis clients with ContextTimeoutEnabled", goroutines: 1, clients: 1, names: 1, contextTimeouts: true},
 	{key: hold0Key, title: "contended, hold 0, 4 clients × 4 goroutines", goroutines: 16, clients: 4, names: 1},
 	{key: "hold0-1x16", title: "contended, hold 0, 1 client × 16 goroutines", goroutines: 16, clients: 1, names: 1},
 	{key: "hold5ms", title: "contended, hold 5 ms", goroutines: 16, clients: 4, names: 1, hold: 5 * time.Millisecond},

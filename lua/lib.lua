@@ -613,6 +613,14 @@ end
 -- fits).
 local RW_CAPACITY = 1073741824
 
+-- weighted_keys returns sk, the keys of a weighted lock (lk's, and its
+-- holders set), which also carries what the run knows of the lock, read
+-- once (weighted_load) and kept up to date by the helpers below:
+--   sk.cap    the stored capacity, or nil
+--   sk.held   the weights held; written back to the hash field 'used' by
+--             flush_used (sk.dirty: it changed since it was read)
+--   sk.first  the earliest lease end in the holders set after prune_holders
+--             (nil: no holder), lowered by each grant
 local function weighted_keys(lk, holders)
   return {hold = lk.hold, queue = lk.queue, deadline = lk.deadline, token = lk.token, joined = lk.joined,
     holders = holders}
@@ -628,9 +636,9 @@ local function parse_weighted(entry)
   return owner, tonumber(lease), tonumber(weight), kind == 'x'
 end
 
--- holder returns the record of owner's hold of sk as a table, or nil.
-local function holder(sk, owner)
-  local rec = redis.call('HGET', sk.hold, 'o:' .. owner)
+-- parse_holder returns a holder's record rec (a string, or false when the
+-- field is absent) as a table, or nil.
+local function parse_holder(rec)
   if not rec then
     return nil
   end
@@ -642,21 +650,47 @@ local function holder(sk, owner)
     since = since, entry = entry}
 end
 
+-- holder returns the record of owner's hold of sk as a table, or nil.
+local function holder(sk, owner)
+  return parse_holder(redis.call('HGET', sk.hold, 'o:' .. owner))
+end
+
+-- weighted_load reads, with one HMGET, the stored capacity and the
+-- weights held of sk into sk.cap and sk.held, and returns owner's record
+-- (see holder; nil when owner is nil).
+local function weighted_load(sk, owner)
+  local r
+  if owner then
+    r = redis.call('HMGET', sk.hold, 'permits', 'used', 'o:' .. owner)
+  else
+    r = redis.call('HMGET', sk.hold, 'permits', 'used')
+  end
+  sk.cap = r[1] and tonumber(r[1]) or nil
+  sk.held = tonumber(r[2] or '0')
+  sk.dirty = false
+  return parse_holder(r[3])
+end
+
 -- put_holder writes owner's record h.
 local function put_holder(sk, owner, h)
   redis.call('HSET', sk.hold, 'o:' .. owner,
     string.format('%d %d %d ', h.weight, h.shared, h.excl) .. h.token .. ' ' .. h.since .. ' ' .. h.entry)
 end
 
--- used returns the weights held, and capacity the stored capacity (nil
--- when none is stored).
-local function used(sk)
-  return tonumber(redis.call('HGET', sk.hold, 'used') or '0')
+-- add_held counts n more weight held (n < 0: given back); flush_used
+-- writes the count to the hash, once however many changes a run made.
+-- A count that may reach 2^53 is written with '%d', never as a Lua number
+-- (which Redis 6 would print with 14 digits).
+local function add_held(sk, n)
+  sk.held = sk.held + n
+  sk.dirty = true
 end
 
-local function capacity(sk)
-  local c = redis.call('HGET', sk.hold, 'permits')
-  return c and tonumber(c)
+local function flush_used(sk)
+  if sk.dirty then
+    redis.call('HSET', sk.hold, 'used', string.format('%d', sk.held))
+    sk.dirty = false
+  end
 end
 
 -- fits reports whether weight fits beside the weights held, held, in the
@@ -673,25 +707,37 @@ end
 local function drop_holder(sk, owner, h)
   redis.call('HDEL', sk.hold, 'o:' .. owner)
   redis.call('ZREM', sk.holders, owner)
-  redis.call('HINCRBY', sk.hold, 'used', -h.weight)
+  add_held(sk, -h.weight)
 end
 
--- prune_holders drops the holders whose lease ended at or before now.
--- Each is dropped once, so the cost is amortised O(log n) per hold.
-local function prune_holders(sk, now)
-  for _, owner in ipairs(redis.call('ZRANGEBYSCORE', sk.holders, '-inf', now)) do
-    local h = holder(sk, owner)
-    if h then
-      drop_holder(sk, owner, h)
-    else
-      redis.call('ZREM', sk.holders, owner)
+-- prune_holders drops the holders whose lease ended at or before now, and
+-- sets sk.first. Each is dropped once, so the cost is amortised O(log n)
+-- per hold; a call that finds no lease ended reads the earliest one only.
+-- It returns true when it dropped owner.
+local function prune_holders(sk, now, owner)
+  local first = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
+  local dropped = false
+  if first[2] and tonumber(first[2]) <= now then
+    for _, o in ipairs(redis.call('ZRANGEBYSCORE', sk.holders, '-inf', now)) do
+      local h = holder(sk, o)
+      if h then
+        drop_holder(sk, o, h)
+      else
+        redis.call('ZREM', sk.holders, o)
+      end
+      dropped = dropped or o == owner
     end
+    first = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
   end
+  sk.first = first[2] and tonumber(first[2]) or nil
+  return dropped
 end
 
--- keep_alive sets the hash and the holders set to expire when the last
--- lease or waiter deadline is over: then nothing is left to keep.
+-- keep_alive writes the weights held (flush_used), and sets the hash and
+-- the holders set to expire when the last lease or waiter deadline is
+-- over: then nothing is left to keep.
 local function keep_alive(sk, now)
+  flush_used(sk)
   local at = now
   local last = redis.call('ZRANGE', sk.holders, -1, -1, 'WITHSCORES')
   if last[2] then
@@ -710,21 +756,23 @@ local function keep_alive(sk, now)
 end
 
 -- in_use reports whether anything holds sk or waits for it: a lease or a
--- waiter deadline after now (keep_alive's rule). The hash can outlive
--- both: a renewal never moves the keys' expiry earlier (see wrenew.lua),
--- so after one that shortened the last lease the hash stays until the
--- lease's old end; and a real server keeps a key through the millisecond
--- of its expiry. The capacity it holds then is left over, and not in
--- force: the next grant stores its caller's.
+-- waiter deadline after now (keep_alive's rule); sk.first must be set
+-- (prune_holders). The hash can outlive both: a renewal never moves the
+-- keys' expiry earlier (see wrenew.lua), so after one that shortened the
+-- last lease the hash stays until the lease's old end; and a real server
+-- keeps a key through the millisecond of its expiry. The capacity it
+-- holds then is left over, and not in force: the next grant stores its
+-- caller's.
 local function in_use(sk, now)
-  local after = string.format('(%d', now)
-  return redis.call('ZCOUNT', sk.holders, after, '+inf') > 0 or
-    redis.call('ZCOUNT', sk.deadline, after, '+inf') > 0
+  return sk.first ~= nil or redis.call('ZCOUNT', sk.deadline, string.format('(%d', now), '+inf') > 0
 end
 
--- set_lease makes owner's hold last ttl ms from now.
+-- set_lease makes owner's hold last ttl ms from now, and returns when it
+-- ends.
 local function set_lease(sk, owner, ttl, now)
-  redis.call('ZADD', sk.holders, now + math.max(ttl, 1), owner)
+  local ends = now + math.max(ttl, 1)
+  redis.call('ZADD', sk.holders, ends, owner)
+  return ends
 end
 
 -- grant_weighted makes owner a holder of sk with weight, as a writer when
@@ -732,37 +780,45 @@ end
 -- entry it was given to. Returns the token.
 local function grant_weighted(sk, owner, entry, weight, excl, ttl, now)
   local token = next_token(sk, ttl, now)
-  local h = {weight = weight, shared = 1, excl = 0, token = token, since = string.format('%d', now), entry = entry}
+  local shared, x = 1, 0
   if excl then
-    h.shared, h.excl = 0, 1
+    shared, x = 0, 1
   end
-  put_holder(sk, owner, h)
-  redis.call('HINCRBY', sk.hold, 'used', weight)
-  set_lease(sk, owner, ttl, now)
+  redis.call('HSET', sk.hold, 'o:' .. owner,
+    string.format('%d %d %d ', weight, shared, x) .. token .. string.format(' %d ', now) .. entry)
+  add_held(sk, weight)
+  local ends = set_lease(sk, owner, ttl, now)
+  if not sk.first or ends < sk.first then
+    sk.first = ends
+  end
   return token
 end
 
 -- grant_heads grants waiters from the head of sk's line, oldest first,
--- as long as each one's weight fits beside the weights held: the first
--- that does not fit stops it, so that nobody passes a waiter (strict FIFO,
--- with the head of the line blocking). Each granted waiter holds for its
--- lease, but no longer than its waiter deadline (as a Mutex's hand-over),
--- and is told by wake on channel. A head whose weight is above the
--- capacity (lowered since it joined) is taken out of the line, and told
--- (tell), so that it polls at once and its poll refuses it. So is a head
--- whose owner holds already (under another entry): an owner's one record
--- cannot keep two holds, whose weights would both be counted in 'used'
--- and only one given back. A malformed head is taken out untold. now is
--- the server's time in ms. Returns how many waiters it granted.
-local function grant_heads(sk, now, channel)
-  local cap = capacity(sk)
+-- as long as each one's weight fits beside the weights held (sk.held) in
+-- the stored capacity (sk.cap): the first that does not fit stops it, so
+-- that nobody passes a waiter (strict FIFO, with the head of the line
+-- blocking). Each granted waiter holds for its lease, but no longer than
+-- its waiter deadline (as a Mutex's hand-over), and is told by wake on
+-- channel. A head whose weight is above the capacity (lowered since it
+-- joined) is taken out of the line, and told (tell), so that it polls at
+-- once and its poll refuses it. So is a head whose owner holds already
+-- (under another entry): an owner's one record cannot keep two holds,
+-- whose weights would both be counted in 'used' and only one given back.
+-- A malformed head is taken out untold. now is the server's time in ms.
+--
+-- Returns the live head the walk stopped at (nil when the line is left
+-- empty), and, when a waiter of owner mine was granted, its entry and
+-- token.
+local function grant_heads(sk, now, channel, mine)
+  local cap = sk.cap
   if not cap then
-    return 0
+    return nil
   end
-  local held = used(sk)
-  local granted = 0
+  local stopped, mine_entry, mine_token
+  local owner, lease, weight, excl
   grant_from_head(sk, now, function(head)
-    local owner, _, weight = parse_weighted(head)
+    owner, lease, weight, excl = parse_weighted(head)
     if not owner then
       return 'drop'
     end
@@ -770,28 +826,28 @@ local function grant_heads(sk, now, channel)
       tell(channel, head)
       return 'drop'
     end
-    if not fits(weight, held, cap) then
+    if not fits(weight, sk.held, cap) then
+      stopped = head
       return 'stop'
     end
     return 'grant'
   end, function(head, deadline, at)
-    local owner, lease, weight, excl = parse_weighted(head)
     local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease, deadline - at), at)
     wake(channel, head, token, at)
-    held = held + weight
-    granted = granted + 1
+    if owner == mine then
+      mine_entry, mine_token = head, token
+    end
   end)
-  return granted
+  return stopped, mine_entry, mine_token
 end
 
 -- weighted_hint returns how many ms a waiter of sk should wait before it
--- polls again: when the first lease ends (which publishes nothing), and
--- at least every third of the waiter TTL.
+-- polls again: when the first lease ends (sk.first, which publishes
+-- nothing), and at least every third of the waiter TTL.
 local function weighted_hint(sk, waiter_ttl, now)
   local hint = math.floor(waiter_ttl / 3)
-  local first = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
-  if first[2] then
-    hint = math.min(hint, tonumber(first[2]) - now + 1)
+  if sk.first then
+    hint = math.min(hint, sk.first - now + 1)
   end
   return math.max(hint, 1)
 end

@@ -17,8 +17,9 @@
 -- call still does every write, and replies with an error that starts
 -- with "NOPERM " (see lib.lua) in place of its count.
 --
--- On a full server its first write is the receipt's DEL (allow_full), so
--- that every write after it goes through.
+-- On a full server its first write is one that cannot grow memory, so
+-- that every write after it goes through: the holder's HDEL when the hold
+-- is over, else the receipt's DEL (allow_full).
 
 local kept = receipt(KEYS[6])
 if kept then
@@ -29,13 +30,12 @@ local owner = ARGV[1]
 local excl = ARGV[5] == 'x'
 local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()
-local h = holder(SK, owner)
+local h = weighted_load(SK, owner)
 local expiry = redis.call('ZSCORE', SK.holders, owner)
 if not h or not expiry or tonumber(expiry) <= now or (excl and h.excl == 0) or (not excl and h.shared == 0) then
   return -1
 end
 
-allow_full(KEYS[6])
 local count
 if excl then
   h.excl = h.excl - 1
@@ -47,9 +47,10 @@ end
 if h.excl == 0 and h.shared == 0 then
   drop_holder(SK, owner, h)
 else
+  allow_full(KEYS[6])
   if excl and h.excl == 0 then
     -- A downgrade: the write hold is over, its read levels remain.
-    redis.call('HINCRBY', SK.hold, 'used', 1 - h.weight)
+    add_held(SK, 1 - h.weight)
     h.weight = 1
   end
   put_holder(SK, owner, h)

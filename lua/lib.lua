@@ -583,7 +583,9 @@ end
 -- of it. The keys of one, given to the scripts as KEYS[1..5]:
 --
 --   KEYS[1]  P:{N}:<kind>           hash: 'permits' (the capacity), 'used'
---                                   (the weights held), and per holder
+--                                   (the weights held), 'expires' (when
+--                                   it and the holders set expire, see
+--                                   keep_alive), and per holder
 --                                   'o:<owner id>' -> its record (below)
 --   KEYS[2]  P:{N}:<kind>:queue     the line, as a Mutex's
 --   KEYS[3]  P:{N}:<kind>:deadline  the waiters' deadlines, as a Mutex's
@@ -606,24 +608,30 @@ end
 --
 -- A weighted waiter entry is "<waiter id>:<lease ms>:<weight><s|x>:<owner
 -- id>", x for a writer (exclusive), s otherwise. The hash and the holders
--- set expire when the last lease or waiter deadline is over (keep_alive),
--- so that a name nobody uses keeps no key; the capacity is stored with
--- them, from the first grant that finds none until then. A capacity, and
--- so a weight, is at most 2^53, which the scripts count exactly (see
--- fits).
+-- set go when nothing holds and nobody waits, and otherwise expire no
+-- sooner than the last lease or waiter deadline ends, and within twice
+-- the longest lease or waiter TTL of the last call (keep_alive), so that
+-- a name nobody uses keeps no key; the capacity is
+-- stored with them, from the first grant that finds none in force. A
+-- capacity, and so a weight, is at most 2^53, which the scripts count
+-- exactly (see fits).
 local RW_CAPACITY = 1073741824
 
 -- weighted_keys returns sk, the keys of a weighted lock (lk's, and its
 -- holders set), which also carries what the run knows of the lock, read
 -- once (weighted_load) and kept up to date by the helpers below:
---   sk.cap    the stored capacity, or nil
---   sk.held   the weights held; written back to the hash field 'used' by
---             flush_used (sk.dirty: it changed since it was read)
---   sk.first  the earliest lease end in the holders set after prune_holders
---             (nil: no holder), lowered by each grant
+--   sk.cap      the stored capacity, or nil
+--   sk.held     the weights held; written back to the hash field 'used' by
+--               flush_used (sk.dirty: it changed since it was read)
+--   sk.expires  when the hash and the holders set expire (the hash field
+--               'expires'; 0 when absent)
+--   sk.first    the earliest lease end in the holders set after
+--               prune_holders (nil: no holder), lowered by each grant
+--   sk.need     the latest lease end or waiter deadline the run has set
+--   sk.fresh    the run added a lease to a holders set it knew empty
 local function weighted_keys(lk, holders)
   return {hold = lk.hold, queue = lk.queue, deadline = lk.deadline, token = lk.token, joined = lk.joined,
-    holders = holders}
+    holders = holders, need = 0, fresh = false}
 end
 
 -- parse_weighted returns the owner id, lease, weight and exclusiveness of
@@ -651,24 +659,27 @@ local function parse_holder(rec)
 end
 
 -- holder returns the record of owner's hold of sk as a table, or nil.
+-- (The weighted scripts read the hash with HMGET only, so that their
+-- users need no HGET.)
 local function holder(sk, owner)
-  return parse_holder(redis.call('HGET', sk.hold, 'o:' .. owner))
+  return parse_holder(redis.call('HMGET', sk.hold, 'o:' .. owner)[1])
 end
 
--- weighted_load reads, with one HMGET, the stored capacity and the
--- weights held of sk into sk.cap and sk.held, and returns owner's record
--- (see holder; nil when owner is nil).
+-- weighted_load reads, with one HMGET, the stored capacity, the weights
+-- held and the keys' expiry of sk into sk.cap, sk.held and sk.expires,
+-- and returns owner's record (see holder; nil when owner is nil).
 local function weighted_load(sk, owner)
   local r
   if owner then
-    r = redis.call('HMGET', sk.hold, 'permits', 'used', 'o:' .. owner)
+    r = redis.call('HMGET', sk.hold, 'permits', 'used', 'expires', 'o:' .. owner)
   else
-    r = redis.call('HMGET', sk.hold, 'permits', 'used')
+    r = redis.call('HMGET', sk.hold, 'permits', 'used', 'expires')
   end
   sk.cap = r[1] and tonumber(r[1]) or nil
   sk.held = tonumber(r[2] or '0')
+  sk.expires = tonumber(r[3] or '0')
   sk.dirty = false
-  return parse_holder(r[3])
+  return parse_holder(r[4])
 end
 
 -- put_holder writes owner's record h.
@@ -710,14 +721,20 @@ local function drop_holder(sk, owner, h)
   add_held(sk, -h.weight)
 end
 
+-- first_lease returns the earliest lease end of sk's holders set, or nil.
+local function first_lease(sk)
+  local first = redis.call('ZRANGEBYSCORE', sk.holders, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  return first[2] and tonumber(first[2]) or nil
+end
+
 -- prune_holders drops the holders whose lease ended at or before now, and
 -- sets sk.first. Each is dropped once, so the cost is amortised O(log n)
 -- per hold; a call that finds no lease ended reads the earliest one only.
 -- It returns true when it dropped owner.
 local function prune_holders(sk, now, owner)
-  local first = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
+  local first = first_lease(sk)
   local dropped = false
-  if first[2] and tonumber(first[2]) <= now then
+  if first and first <= now then
     for _, o in ipairs(redis.call('ZRANGEBYSCORE', sk.holders, '-inf', now)) do
       local h = holder(sk, o)
       if h then
@@ -727,51 +744,82 @@ local function prune_holders(sk, now, owner)
       end
       dropped = dropped or o == owner
     end
-    first = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
+    first = first_lease(sk)
   end
-  sk.first = first[2] and tonumber(first[2]) or nil
+  sk.first = first
   return dropped
 end
 
--- keep_alive writes the weights held (flush_used), and sets the hash and
--- the holders set to expire when the last lease or waiter deadline is
--- over: then nothing is left to keep.
-local function keep_alive(sk, now)
-  flush_used(sk)
-  local at = now
-  local last = redis.call('ZRANGE', sk.holders, -1, -1, 'WITHSCORES')
-  if last[2] then
-    at = math.max(at, tonumber(last[2]))
-  end
-  last = redis.call('ZRANGE', sk.deadline, -1, -1, 'WITHSCORES')
-  if last[2] then
-    at = math.max(at, tonumber(last[2]))
-  end
-  if at > now then
-    redis.call('PEXPIREAT', sk.hold, at)
-    redis.call('PEXPIREAT', sk.holders, at)
+-- The hash and the holders set expire together, at the time the hash
+-- keeps in its field 'expires', which is never before the end of any
+-- lease or waiter deadline. A run that sets a later one, need, moves the
+-- expiry to need + (need - now): as far past it again as it is from now,
+-- so that the keys' expiry moves about once per lease or waiter TTL
+-- instead of at every call (where moving it costs three commands), and a
+-- name nobody uses any more keeps its keys for at most twice the longest
+-- lease or waiter TTL after its last call.
+
+-- expire_at sets the hash and the holders set to expire at at, and keeps
+-- at in the hash, with the weights held when they changed (flush_used).
+-- Its first write, a PEXPIREAT, cannot grow memory (see allow_full).
+local function expire_at(sk, at)
+  at = string.format('%d', at)
+  redis.call('PEXPIREAT', sk.holders, at)
+  if sk.dirty then
+    redis.call('HSET', sk.hold, 'used', string.format('%d', sk.held), 'expires', at)
+    sk.dirty = false
   else
+    redis.call('HSET', sk.hold, 'expires', at)
+  end
+  redis.call('PEXPIREAT', sk.hold, at)
+end
+
+-- keep_alive ends a run that changed sk: it deletes the hash and the
+-- holders set when nothing is held and nobody is in line (no weight held,
+-- no lease, no waiter deadline), and otherwise writes the weights held
+-- (flush_used) and moves the keys' expiry past the latest lease end or
+-- deadline the run set (sk.need), or, when it added the first lease to a
+-- holders set, sets that set to expire with the hash.
+local function keep_alive(sk, now)
+  if sk.held == 0 and redis.call('ZCOUNT', sk.holders, '-inf', '+inf') == 0 and
+      redis.call('ZCOUNT', sk.deadline, '-inf', '+inf') == 0 then
     redis.call('DEL', sk.hold, sk.holders)
+    return
+  end
+  if sk.need > sk.expires then
+    expire_at(sk, 2 * sk.need - now)
+    return
+  end
+  flush_used(sk)
+  if sk.fresh then
+    redis.call('PEXPIREAT', sk.holders, string.format('%d', sk.expires))
   end
 end
 
 -- in_use reports whether anything holds sk or waits for it: a lease or a
--- waiter deadline after now (keep_alive's rule); sk.first must be set
--- (prune_holders). The hash can outlive both: a renewal never moves the
--- keys' expiry earlier (see wrenew.lua), so after one that shortened the
--- last lease the hash stays until the lease's old end; and a real server
--- keeps a key through the millisecond of its expiry. The capacity it
--- holds then is left over, and not in force: the next grant stores its
--- caller's.
+-- waiter deadline after now; sk.first must be set (prune_holders). The
+-- hash outlives both (see keep_alive): its expiry never moves earlier,
+-- and lies past the last lease end or deadline by up to as long again;
+-- and a real server keeps a key through the millisecond of its expiry.
+-- The capacity it holds then is left over, and not in force: the next
+-- grant stores its caller's.
 local function in_use(sk, now)
   return sk.first ~= nil or redis.call('ZCOUNT', sk.deadline, string.format('(%d', now), '+inf') > 0
 end
 
 -- set_lease makes owner's hold last ttl ms from now, and returns when it
--- ends.
+-- ends. A lease added to a holders set that prune_holders found empty (or
+-- that the run did not read) marks the run's set fresh: it may have made
+-- the key, which then has no expiry yet (see keep_alive).
 local function set_lease(sk, owner, ttl, now)
   local ends = now + math.max(ttl, 1)
   redis.call('ZADD', sk.holders, ends, owner)
+  if not sk.first then
+    sk.fresh = true
+  end
+  if ends > sk.need then
+    sk.need = ends
+  end
   return ends
 end
 

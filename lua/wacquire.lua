@@ -178,5 +178,6 @@ if mode ~= 'wait' then
   return finish({0, 0, 0})
 end
 local joined = join(SK, entry, now, waiter_ttl)
+SK.need = math.max(SK.need, now + waiter_ttl)
 keep_alive(SK, now)
 return finish({0, weighted_hint(SK, waiter_ttl, now), joined, clock_us or now * 1000})

@@ -832,9 +832,12 @@ local function grant_weighted(sk, owner, entry, weight, excl, ttl, now)
   if excl then
     shared, x = 0, 1
   end
-  redis.call('HSET', sk.hold, 'o:' .. owner,
-    string.format('%d %d %d ', weight, shared, x) .. token .. string.format(' %d ', now) .. entry)
+  -- The weights held go with the record: one HSET (see flush_used).
   add_held(sk, weight)
+  redis.call('HSET', sk.hold, 'o:' .. owner,
+    string.format('%d %d %d ', weight, shared, x) .. token .. string.format(' %d ', now) .. entry,
+    'used', string.format('%d', sk.held))
+  sk.dirty = false
   local ends = set_lease(sk, owner, ttl, now)
   if not sk.first or ends < sk.first then
     sk.first = ends

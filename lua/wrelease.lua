@@ -31,9 +31,20 @@ local excl = ARGV[5] == 'x'
 local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()
 local h = weighted_load(SK, owner)
-local expiry = redis.call('ZSCORE', SK.holders, owner)
-if not h or not expiry or tonumber(expiry) <= now or (excl and h.excl == 0) or (not excl and h.shared == 0) then
+-- The two earliest leases. While none has ended, a holder's lease has not
+-- (each holder has a lease, and each lease a holder), so the owner's need
+-- not be read, nor anyone pruned after the release; and whether a lease
+-- is left once the owner's is gone is known (see set_lease).
+local two = redis.call('ZRANGEBYSCORE', SK.holders, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
+local ended = not two[2] or tonumber(two[2]) <= now
+if not h or (excl and h.excl == 0) or (not excl and h.shared == 0) then
   return -1
+end
+if ended then
+  local expiry = redis.call('ZSCORE', SK.holders, owner)
+  if not expiry or tonumber(expiry) <= now then
+    return -1
+  end
 end
 
 local count
@@ -43,6 +54,12 @@ if excl then
 else
   h.shared = h.shared - 1
   count = h.shared
+end
+if not ended then
+  SK.first = tonumber(two[2])
+  if two[1] == owner and h.excl == 0 and h.shared == 0 then
+    SK.first = two[4] and tonumber(two[4])
+  end
 end
 if h.excl == 0 and h.shared == 0 then
   drop_holder(SK, owner, h)
@@ -59,7 +76,9 @@ else
     set_lease(SK, owner, lease, now)
   end
 end
-prune_holders(SK, now)
+if ended then
+  prune_holders(SK, now)
+end
 grant_heads(SK, now, ARGV[3])
 keep_alive(SK, now)
 keep_receipt(KEYS[6], count, ARGV[4])

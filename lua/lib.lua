@@ -627,6 +627,8 @@ local RW_CAPACITY = 1073741824
 --               'expires'; 0 when absent)
 --   sk.first    the earliest lease end in the holders set after
 --               prune_holders (nil: no holder), lowered by each grant
+--   sk.owners   when read_leases read every lease: owner id -> lease end,
+--               kept up to date; else nil
 --   sk.need     the latest lease end or waiter deadline the run has set
 --   sk.fresh    the run added a lease to a holders set it knew empty
 local function weighted_keys(lk, holders)
@@ -718,23 +720,52 @@ end
 local function drop_holder(sk, owner, h)
   redis.call('HDEL', sk.hold, 'o:' .. owner)
   redis.call('ZREM', sk.holders, owner)
+  if sk.owners then
+    sk.owners[owner] = nil
+  end
   add_held(sk, -h.weight)
 end
 
--- first_lease returns the earliest lease end of sk's holders set, or nil.
-local function first_lease(sk)
-  local first = redis.call('ZRANGEBYSCORE', sk.holders, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  return first[2] and tonumber(first[2]) or nil
+-- LEASES_READ is how many of the earliest leases read_leases reads: a
+-- lock with fewer holders (a Semaphore of a few permits, a writer) has
+-- them all read at once, and whether an owner holds is then known
+-- without a command.
+local LEASES_READ = 8
+
+-- read_leases reads the earliest leases of sk, at most LEASES_READ, into
+-- sk.first and, when that was every lease, sk.owners; it returns the
+-- reply (owner ids and lease ends, earliest first).
+local function read_leases(sk)
+  local r = redis.call('ZRANGEBYSCORE', sk.holders, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, LEASES_READ)
+  sk.first = r[2] and tonumber(r[2]) or nil
+  sk.owners = nil
+  if #r < 2 * LEASES_READ then
+    sk.owners = {}
+    for i = 1, #r, 2 do
+      sk.owners[r[i]] = tonumber(r[i + 1])
+    end
+  end
+  return r
+end
+
+-- holds reports whether owner holds sk: whether it has a lease (each
+-- holder has a lease, and each lease a holder), from sk.owners when it is
+-- known.
+local function holds(sk, owner)
+  if sk.owners then
+    return sk.owners[owner] ~= nil
+  end
+  return redis.call('ZSCORE', sk.holders, owner) ~= false
 end
 
 -- prune_holders drops the holders whose lease ended at or before now, and
--- sets sk.first. Each is dropped once, so the cost is amortised O(log n)
--- per hold; a call that finds no lease ended reads the earliest one only.
--- It returns true when it dropped owner.
+-- sets sk.first and sk.owners (read_leases). Each is dropped once, so the
+-- cost is amortised O(log n) per hold; a call that finds no lease ended
+-- reads the earliest ones only. It returns true when it dropped owner.
 local function prune_holders(sk, now, owner)
-  local first = first_lease(sk)
+  read_leases(sk)
   local dropped = false
-  if first and first <= now then
+  if sk.first and sk.first <= now then
     for _, o in ipairs(redis.call('ZRANGEBYSCORE', sk.holders, '-inf', now)) do
       local h = holder(sk, o)
       if h then
@@ -744,9 +775,8 @@ local function prune_holders(sk, now, owner)
       end
       dropped = dropped or o == owner
     end
-    first = first_lease(sk)
+    read_leases(sk)
   end
-  sk.first = first
   return dropped
 end
 
@@ -814,6 +844,9 @@ end
 local function set_lease(sk, owner, ttl, now)
   local ends = now + math.max(ttl, 1)
   redis.call('ZADD', sk.holders, ends, owner)
+  if sk.owners then
+    sk.owners[owner] = ends
+  end
   if not sk.first then
     sk.fresh = true
   end
@@ -873,7 +906,7 @@ local function grant_heads(sk, now, channel, mine)
     if not owner then
       return 'drop'
     end
-    if weight > cap or redis.call('HEXISTS', sk.hold, 'o:' .. owner) == 1 then
+    if weight > cap or holds(sk, owner) then
       tell(channel, head)
       return 'drop'
     end

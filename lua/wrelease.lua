@@ -31,18 +31,22 @@ local excl = ARGV[5] == 'x'
 local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()
 local h = weighted_load(SK, owner)
--- The two earliest leases. While none has ended, a holder's lease has not
--- (each holder has a lease, and each lease a holder), so the owner's need
--- not be read, nor anyone pruned after the release; and whether a lease
--- is left once the owner's is gone is known (see set_lease).
-local two = redis.call('ZRANGEBYSCORE', SK.holders, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 2)
-local ended = not two[2] or tonumber(two[2]) <= now
+-- The earliest leases (read_leases). While none has ended, a holder's
+-- lease has not (each holder has a lease, and each lease a holder), so
+-- the owner's need not be read, nor anyone pruned after the release.
+local leases = read_leases(SK)
+local ended = not SK.first or SK.first <= now
 if not h or (excl and h.excl == 0) or (not excl and h.shared == 0) then
   return -1
 end
 if ended then
-  local expiry = redis.call('ZSCORE', SK.holders, owner)
-  if not expiry or tonumber(expiry) <= now then
+  local expiry
+  if SK.owners then
+    expiry = SK.owners[owner]
+  else
+    expiry = tonumber(redis.call('ZSCORE', SK.holders, owner))
+  end
+  if not expiry or expiry <= now then
     return -1
   end
 end
@@ -55,11 +59,9 @@ else
   h.shared = h.shared - 1
   count = h.shared
 end
-if not ended then
-  SK.first = tonumber(two[2])
-  if two[1] == owner and h.excl == 0 and h.shared == 0 then
-    SK.first = two[4] and tonumber(two[4])
-  end
+if not ended and leases[1] == owner and h.excl == 0 and h.shared == 0 then
+  -- The earliest lease goes: the next one is the earliest left.
+  SK.first = leases[4] and tonumber(leases[4]) or nil
 end
 if h.excl == 0 and h.shared == 0 then
   drop_holder(SK, owner, h)

@@ -627,10 +627,10 @@ local RW_CAPACITY = 1073741824
 --               'expires'; 0 when absent)
 --   sk.first    the earliest lease end in the holders set after
 --               prune_holders (nil: no holder), lowered by each grant
---   sk.owners   when read_leases read every lease: owner id -> lease end,
---               kept up to date; else nil
+--   sk.nonempty the holders set is known to hold a lease
 --   sk.need     the latest lease end or waiter deadline the run has set
---   sk.fresh    the run added a lease to a holders set it knew empty
+--   sk.fresh    the run added a lease to a holders set not known to hold
+--               one, which then may have no expiry
 local function weighted_keys(lk, holders)
   return {hold = lk.hold, queue = lk.queue, deadline = lk.deadline, token = lk.token, joined = lk.joined,
     holders = holders, need = 0, fresh = false}
@@ -720,53 +720,37 @@ end
 local function drop_holder(sk, owner, h)
   redis.call('HDEL', sk.hold, 'o:' .. owner)
   redis.call('ZREM', sk.holders, owner)
-  if sk.owners then
-    sk.owners[owner] = nil
-  end
   add_held(sk, -h.weight)
 end
 
--- LEASES_READ is how many of the earliest leases read_leases reads: a
--- lock with fewer holders (a Semaphore of a few permits, a writer) has
--- them all read at once, and whether an owner holds is then known
--- without a command.
-local LEASES_READ = 8
-
--- read_leases reads the earliest leases of sk, at most LEASES_READ, into
--- sk.first and, when that was every lease, sk.owners; it returns the
--- reply (owner ids and lease ends, earliest first).
-local function read_leases(sk)
-  local r = redis.call('ZRANGEBYSCORE', sk.holders, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, LEASES_READ)
-  sk.first = r[2] and tonumber(r[2]) or nil
-  sk.owners = nil
-  if #r < 2 * LEASES_READ then
-    sk.owners = {}
-    for i = 1, #r, 2 do
-      sk.owners[r[i]] = tonumber(r[i + 1])
-    end
-  end
-  return r
+-- holds reports whether owner holds sk.
+local function holds(sk, owner)
+  return redis.call('HEXISTS', sk.hold, 'o:' .. owner) == 1
 end
 
--- holds reports whether owner holds sk: whether it has a lease (each
--- holder has a lease, and each lease a holder), from sk.owners when it is
--- known.
-local function holds(sk, owner)
-  if sk.owners then
-    return sk.owners[owner] ~= nil
-  end
-  return redis.call('ZSCORE', sk.holders, owner) ~= false
+-- read_first reads the earliest lease end of sk into sk.first (nil: no
+-- holder). A zset's scores come back as text that Redis formats and Lua
+-- parses, so the scripts read as few as they can: one here, and none
+-- where a count will do (see wrelease.lua).
+local function read_first(sk)
+  local r = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
+  sk.first = r[2] and tonumber(r[2]) or nil
 end
 
 -- prune_holders drops the holders whose lease ended at or before now, and
--- sets sk.first and sk.owners (read_leases). Each is dropped once, so the
--- cost is amortised O(log n) per hold; a call that finds no lease ended
--- reads the earliest ones only. It returns true when it dropped owner.
+-- sets sk.first and sk.nonempty. Each is dropped once, so the cost is
+-- amortised O(log n) per hold; a call that finds no lease ended reads the
+-- earliest one only. It returns true when it dropped owner.
 local function prune_holders(sk, now, owner)
-  read_leases(sk)
+  read_first(sk)
   local dropped = false
-  if sk.first and sk.first <= now then
-    for _, o in ipairs(redis.call('ZRANGEBYSCORE', sk.holders, '-inf', now)) do
+  while sk.first and sk.first <= now do
+    local r = redis.call('ZRANGE', sk.holders, 0, 15, 'WITHSCORES')
+    for i = 1, #r, 2 do
+      if tonumber(r[i + 1]) > now then
+        break
+      end
+      local o = r[i]
       local h = holder(sk, o)
       if h then
         drop_holder(sk, o, h)
@@ -775,8 +759,9 @@ local function prune_holders(sk, now, owner)
       end
       dropped = dropped or o == owner
     end
-    read_leases(sk)
+    read_first(sk)
   end
+  sk.nonempty = sk.first ~= nil
   return dropped
 end
 
@@ -838,18 +823,16 @@ local function in_use(sk, now)
 end
 
 -- set_lease makes owner's hold last ttl ms from now, and returns when it
--- ends. A lease added to a holders set that prune_holders found empty (or
--- that the run did not read) marks the run's set fresh: it may have made
--- the key, which then has no expiry yet (see keep_alive).
+-- ends. A lease added to a holders set the run does not know to hold one
+-- (sk.nonempty) marks the run's set fresh: it may have made the key,
+-- which then has no expiry yet (see keep_alive).
 local function set_lease(sk, owner, ttl, now)
   local ends = now + math.max(ttl, 1)
   redis.call('ZADD', sk.holders, ends, owner)
-  if sk.owners then
-    sk.owners[owner] = ends
-  end
-  if not sk.first then
+  if not sk.nonempty then
     sk.fresh = true
   end
+  sk.nonempty = true
   if ends > sk.need then
     sk.need = ends
   end

@@ -31,25 +31,21 @@ local excl = ARGV[5] == 'x'
 local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()
 local h = weighted_load(SK, owner)
--- The earliest leases (read_leases). While none has ended, a holder's
--- lease has not (each holder has a lease, and each lease a holder), so
--- the owner's need not be read, nor anyone pruned after the release.
-local leases = read_leases(SK)
-local ended = not SK.first or SK.first <= now
 if not h or (excl and h.excl == 0) or (not excl and h.shared == 0) then
   return -1
 end
+-- While no lease has ended, a holder's has not (each holder has a lease,
+-- and each lease a holder), so the owner's need not be read, nor anyone
+-- pruned after the release: a count answers that, where reading leases
+-- would have their scores formatted and parsed.
+local ended = redis.call('ZCOUNT', SK.holders, '-inf', string.format('%d', now)) > 0
 if ended then
-  local expiry
-  if SK.owners then
-    expiry = SK.owners[owner]
-  else
-    expiry = tonumber(redis.call('ZSCORE', SK.holders, owner))
-  end
-  if not expiry or expiry <= now then
+  local expiry = redis.call('ZSCORE', SK.holders, owner)
+  if not expiry or tonumber(expiry) <= now then
     return -1
   end
 end
+SK.nonempty = true
 
 local count
 if excl then
@@ -59,12 +55,10 @@ else
   h.shared = h.shared - 1
   count = h.shared
 end
-if not ended and leases[1] == owner and h.excl == 0 and h.shared == 0 then
-  -- The earliest lease goes: the next one is the earliest left.
-  SK.first = leases[4] and tonumber(leases[4]) or nil
-end
 if h.excl == 0 and h.shared == 0 then
   drop_holder(SK, owner, h)
+  -- A weight still held is a holder left, with its lease.
+  SK.nonempty = SK.held > 0
 else
   allow_full(KEYS[6])
   if excl and h.excl == 0 then

@@ -631,19 +631,24 @@ local RW_CAPACITY = 1073741824
 --   sk.need     the latest lease end or waiter deadline the run has set
 --   sk.fresh    the run added a lease to a holders set not known to hold
 --               one, which then may have no expiry
+--
+-- sk is lk itself, with the holders set and those fields added: a table
+-- less to build per run (the scripts pass LOCK, which begin makes anew
+-- for every run).
 local function weighted_keys(lk, holders)
-  return {hold = lk.hold, queue = lk.queue, deadline = lk.deadline, token = lk.token, joined = lk.joined,
-    holders = holders, need = 0, fresh = false}
+  lk.holders, lk.need, lk.fresh = holders, 0, false
+  return lk
 end
 
--- parse_weighted returns the owner id, lease, weight and exclusiveness of
--- a weighted waiter entry, or nil when it is malformed.
+-- parse_weighted returns the owner id, lease (as text: only a grant needs
+-- its number), weight and exclusiveness of a weighted waiter entry, or
+-- nil when it is malformed.
 local function parse_weighted(entry)
   local lease, weight, kind, owner = string.match(entry, '^%x+:(%d+):(%d+)([sx]):(.+)$')
   if not owner then
     return nil
   end
-  return owner, tonumber(lease), tonumber(weight), kind == 'x'
+  return owner, lease, tonumber(weight), kind == 'x'
 end
 
 -- parse_holder returns a holder's record rec (a string, or false when the
@@ -899,7 +904,7 @@ local function grant_heads(sk, now, channel, mine)
     end
     return 'grant'
   end, function(head, deadline, at)
-    local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease, deadline - at), at)
+    local token = grant_weighted(sk, owner, head, weight, excl, math.min(tonumber(lease), deadline - at), at)
     wake(channel, head, token, at)
     if owner == mine then
       mine_entry, mine_token = head, token

@@ -26,14 +26,14 @@ import (
 const weightedACLRules = "ACL SETUSER locker on >secret" +
 	" resetkeys ~fairlock:* resetchannels &fairlock:* -@all" +
 	" +evalsha +eval +fcall +function|load" +
-	" +get +set +hget +hset +hincrby +hdel +hexists +del +pttl +pexpireat" +
-	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zrangebyscore +zcount +time +publish" +
+	" +get +set +hmget +hset +hdel +hexists +del +pexpireat" +
+	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zcount +time +publish" +
 	" +subscribe +unsubscribe +ping"
 
 // everyPrimitiveACLRules creates a user of every primitive: the Mutex's
 // line and what the weighted locks' scripts call on top of it.
 // docs/operations.md shows this very line.
-const everyPrimitiveACLRules = aclRules + " +zrange +zrangebyscore +zcount +hexists +pexpireat"
+const everyPrimitiveACLRules = aclRules + " +zrange +zcount +hexists +pexpireat"
 
 func TestWeightedACLLeastPrivilegeUser(t *testing.T) {
 	redistest.Slow(t)
@@ -97,8 +97,8 @@ func TestWeightedACLEveryRuleOfTheLineIsNeeded(t *testing.T) {
 // sharded pub/sub in place of the classic one, and the slot map.
 // docs/operations.md shows this very line.
 const weightedClusterACLRules = "ACL SETUSER locker on >secret resetkeys ~fairlock:* resetchannels &fairlock:* -@all" +
-	" +evalsha +eval +fcall +function|load +get +set +hget +hset +hincrby +hdel +hexists +del +pttl +pexpireat" +
-	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zrangebyscore +zcount +time +spublish" +
+	" +evalsha +eval +fcall +function|load +get +set +hget +hmget +hset +hdel +hexists +del +pexpireat" +
+	" +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zrange +zcount +time +spublish" +
 	" +ssubscribe +sunsubscribe +ping +cluster|slots"
 
 // weightedACLUserWithTheShardedRules runs both weighted scenarios as the

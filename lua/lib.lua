@@ -583,7 +583,9 @@ end
 -- of it. The keys of one, given to the scripts as KEYS[1..5]:
 --
 --   KEYS[1]  P:{N}:<kind>           hash: 'permits' (the capacity), 'used'
---                                   (the weights held), and per holder
+--                                   (the weights held), 'expires' (when
+--                                   it and the holders set expire, see
+--                                   keep_alive), and per holder
 --                                   'o:<owner id>' -> its record (below)
 --   KEYS[2]  P:{N}:<kind>:queue     the line, as a Mutex's
 --   KEYS[3]  P:{N}:<kind>:deadline  the waiters' deadlines, as a Mutex's
@@ -606,31 +608,52 @@ end
 --
 -- A weighted waiter entry is "<waiter id>:<lease ms>:<weight><s|x>:<owner
 -- id>", x for a writer (exclusive), s otherwise. The hash and the holders
--- set expire when the last lease or waiter deadline is over (keep_alive),
--- so that a name nobody uses keeps no key; the capacity is stored with
--- them, from the first grant that finds none until then. A capacity, and
--- so a weight, is at most 2^53, which the scripts count exactly (see
--- fits).
+-- set go when nothing holds and nobody waits, and otherwise expire no
+-- sooner than the last lease or waiter deadline ends, and within twice
+-- the longest lease or waiter TTL of the last call (keep_alive), so that
+-- a name nobody uses keeps no key; the capacity is
+-- stored with them, from the first grant that finds none in force. A
+-- capacity, and so a weight, is at most 2^53, which the scripts count
+-- exactly (see fits).
 local RW_CAPACITY = 1073741824
 
+-- weighted_keys returns sk, the keys of a weighted lock (lk's, and its
+-- holders set), which also carries what the run knows of the lock, read
+-- once (weighted_load) and kept up to date by the helpers below:
+--   sk.cap      the stored capacity, or nil
+--   sk.held     the weights held; written back to the hash field 'used' by
+--               flush_used (sk.dirty: it changed since it was read)
+--   sk.expires  when the hash and the holders set expire (the hash field
+--               'expires'; 0 when absent)
+--   sk.first    the earliest lease end in the holders set after
+--               prune_holders (nil: no holder), lowered by each grant
+--   sk.nonempty the holders set is known to hold a lease
+--   sk.need     the latest lease end or waiter deadline the run has set
+--   sk.fresh    the run added a lease to a holders set not known to hold
+--               one, which then may have no expiry
+--
+-- sk is lk itself, with the holders set and those fields added: a table
+-- less to build per run (the scripts pass LOCK, which begin makes anew
+-- for every run).
 local function weighted_keys(lk, holders)
-  return {hold = lk.hold, queue = lk.queue, deadline = lk.deadline, token = lk.token, joined = lk.joined,
-    holders = holders}
+  lk.holders, lk.need, lk.fresh = holders, 0, false
+  return lk
 end
 
--- parse_weighted returns the owner id, lease, weight and exclusiveness of
--- a weighted waiter entry, or nil when it is malformed.
+-- parse_weighted returns the owner id, lease (as text: only a grant needs
+-- its number), weight and exclusiveness of a weighted waiter entry, or
+-- nil when it is malformed.
 local function parse_weighted(entry)
   local lease, weight, kind, owner = string.match(entry, '^%x+:(%d+):(%d+)([sx]):(.+)$')
   if not owner then
     return nil
   end
-  return owner, tonumber(lease), tonumber(weight), kind == 'x'
+  return owner, lease, tonumber(weight), kind == 'x'
 end
 
--- holder returns the record of owner's hold of sk as a table, or nil.
-local function holder(sk, owner)
-  local rec = redis.call('HGET', sk.hold, 'o:' .. owner)
+-- parse_holder returns a holder's record rec (a string, or false when the
+-- field is absent) as a table, or nil.
+local function parse_holder(rec)
   if not rec then
     return nil
   end
@@ -642,21 +665,50 @@ local function holder(sk, owner)
     since = since, entry = entry}
 end
 
+-- holder returns the record of owner's hold of sk as a table, or nil.
+-- (The weighted scripts read the hash with HMGET only, so that their
+-- users need no HGET.)
+local function holder(sk, owner)
+  return parse_holder(redis.call('HMGET', sk.hold, 'o:' .. owner)[1])
+end
+
+-- weighted_load reads, with one HMGET, the stored capacity, the weights
+-- held and the keys' expiry of sk into sk.cap, sk.held and sk.expires,
+-- and returns owner's record (see holder; nil when owner is nil).
+local function weighted_load(sk, owner)
+  local r
+  if owner then
+    r = redis.call('HMGET', sk.hold, 'permits', 'used', 'expires', 'o:' .. owner)
+  else
+    r = redis.call('HMGET', sk.hold, 'permits', 'used', 'expires')
+  end
+  sk.cap = r[1] and tonumber(r[1]) or nil
+  sk.held = tonumber(r[2] or '0')
+  sk.expires = tonumber(r[3] or '0')
+  sk.dirty = false
+  return parse_holder(r[4])
+end
+
 -- put_holder writes owner's record h.
 local function put_holder(sk, owner, h)
   redis.call('HSET', sk.hold, 'o:' .. owner,
     string.format('%d %d %d ', h.weight, h.shared, h.excl) .. h.token .. ' ' .. h.since .. ' ' .. h.entry)
 end
 
--- used returns the weights held, and capacity the stored capacity (nil
--- when none is stored).
-local function used(sk)
-  return tonumber(redis.call('HGET', sk.hold, 'used') or '0')
+-- add_held counts n more weight held (n < 0: given back); flush_used
+-- writes the count to the hash, once however many changes a run made.
+-- A count that may reach 2^53 is written with '%d', never as a Lua number
+-- (which Redis 6 would print with 14 digits).
+local function add_held(sk, n)
+  sk.held = sk.held + n
+  sk.dirty = true
 end
 
-local function capacity(sk)
-  local c = redis.call('HGET', sk.hold, 'permits')
-  return c and tonumber(c)
+local function flush_used(sk)
+  if sk.dirty then
+    redis.call('HSET', sk.hold, 'used', string.format('%d', sk.held))
+    sk.dirty = false
+  end
 end
 
 -- fits reports whether weight fits beside the weights held, held, in the
@@ -673,58 +725,123 @@ end
 local function drop_holder(sk, owner, h)
   redis.call('HDEL', sk.hold, 'o:' .. owner)
   redis.call('ZREM', sk.holders, owner)
-  redis.call('HINCRBY', sk.hold, 'used', -h.weight)
+  add_held(sk, -h.weight)
 end
 
--- prune_holders drops the holders whose lease ended at or before now.
--- Each is dropped once, so the cost is amortised O(log n) per hold.
-local function prune_holders(sk, now)
-  for _, owner in ipairs(redis.call('ZRANGEBYSCORE', sk.holders, '-inf', now)) do
-    local h = holder(sk, owner)
-    if h then
-      drop_holder(sk, owner, h)
-    else
-      redis.call('ZREM', sk.holders, owner)
+-- holds reports whether owner holds sk.
+local function holds(sk, owner)
+  return redis.call('HEXISTS', sk.hold, 'o:' .. owner) == 1
+end
+
+-- read_first reads the earliest lease end of sk into sk.first (nil: no
+-- holder). A zset's scores come back as text that Redis formats and Lua
+-- parses, so the scripts read as few as they can: one here, and none
+-- where a count will do (see wrelease.lua).
+local function read_first(sk)
+  local r = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
+  sk.first = r[2] and tonumber(r[2]) or nil
+end
+
+-- prune_holders drops the holders whose lease ended at or before now, and
+-- sets sk.first and sk.nonempty. Each is dropped once, so the cost is
+-- amortised O(log n) per hold; a call that finds no lease ended reads the
+-- earliest one only. It returns true when it dropped owner.
+local function prune_holders(sk, now, owner)
+  read_first(sk)
+  local dropped = false
+  while sk.first and sk.first <= now do
+    local r = redis.call('ZRANGE', sk.holders, 0, 15, 'WITHSCORES')
+    for i = 1, #r, 2 do
+      if tonumber(r[i + 1]) > now then
+        break
+      end
+      local o = r[i]
+      local h = holder(sk, o)
+      if h then
+        drop_holder(sk, o, h)
+      else
+        redis.call('ZREM', sk.holders, o)
+      end
+      dropped = dropped or o == owner
     end
+    read_first(sk)
   end
+  sk.nonempty = sk.first ~= nil
+  return dropped
 end
 
--- keep_alive sets the hash and the holders set to expire when the last
--- lease or waiter deadline is over: then nothing is left to keep.
-local function keep_alive(sk, now)
-  local at = now
-  local last = redis.call('ZRANGE', sk.holders, -1, -1, 'WITHSCORES')
-  if last[2] then
-    at = math.max(at, tonumber(last[2]))
-  end
-  last = redis.call('ZRANGE', sk.deadline, -1, -1, 'WITHSCORES')
-  if last[2] then
-    at = math.max(at, tonumber(last[2]))
-  end
-  if at > now then
-    redis.call('PEXPIREAT', sk.hold, at)
-    redis.call('PEXPIREAT', sk.holders, at)
+-- The hash and the holders set expire together, at the time the hash
+-- keeps in its field 'expires', which is never before the end of any
+-- lease or waiter deadline. A run that sets a later one, need, moves the
+-- expiry to need + (need - now): as far past it again as it is from now,
+-- so that the keys' expiry moves about once per lease or waiter TTL
+-- instead of at every call (where moving it costs three commands), and a
+-- name nobody uses any more keeps its keys for at most twice the longest
+-- lease or waiter TTL after its last call.
+
+-- expire_at sets the hash and the holders set to expire at at, and keeps
+-- at in the hash, with the weights held when they changed (flush_used).
+-- Its first write, a PEXPIREAT, cannot grow memory (see allow_full).
+local function expire_at(sk, at)
+  at = string.format('%d', at)
+  redis.call('PEXPIREAT', sk.holders, at)
+  if sk.dirty then
+    redis.call('HSET', sk.hold, 'used', string.format('%d', sk.held), 'expires', at)
+    sk.dirty = false
   else
+    redis.call('HSET', sk.hold, 'expires', at)
+  end
+  redis.call('PEXPIREAT', sk.hold, at)
+end
+
+-- keep_alive ends a run that changed sk: it deletes the hash and the
+-- holders set when nothing is held and nobody is in line (no weight held,
+-- no lease, no waiter deadline), and otherwise writes the weights held
+-- (flush_used) and moves the keys' expiry past the latest lease end or
+-- deadline the run set (sk.need), or, when it added the first lease to a
+-- holders set, sets that set to expire with the hash.
+local function keep_alive(sk, now)
+  if sk.held == 0 and redis.call('ZCOUNT', sk.holders, '-inf', '+inf') == 0 and
+      redis.call('ZCOUNT', sk.deadline, '-inf', '+inf') == 0 then
     redis.call('DEL', sk.hold, sk.holders)
+    return
+  end
+  if sk.need > sk.expires then
+    expire_at(sk, 2 * sk.need - now)
+    return
+  end
+  flush_used(sk)
+  if sk.fresh then
+    redis.call('PEXPIREAT', sk.holders, string.format('%d', sk.expires))
   end
 end
 
 -- in_use reports whether anything holds sk or waits for it: a lease or a
--- waiter deadline after now (keep_alive's rule). The hash can outlive
--- both: a renewal never moves the keys' expiry earlier (see wrenew.lua),
--- so after one that shortened the last lease the hash stays until the
--- lease's old end; and a real server keeps a key through the millisecond
--- of its expiry. The capacity it holds then is left over, and not in
--- force: the next grant stores its caller's.
+-- waiter deadline after now; sk.first must be set (prune_holders). The
+-- hash outlives both (see keep_alive): its expiry never moves earlier,
+-- and lies past the last lease end or deadline by up to as long again;
+-- and a real server keeps a key through the millisecond of its expiry.
+-- The capacity it holds then is left over, and not in force: the next
+-- grant stores its caller's.
 local function in_use(sk, now)
-  local after = string.format('(%d', now)
-  return redis.call('ZCOUNT', sk.holders, after, '+inf') > 0 or
-    redis.call('ZCOUNT', sk.deadline, after, '+inf') > 0
+  return sk.first ~= nil or redis.call('ZCOUNT', sk.deadline, string.format('(%d', now), '+inf') > 0
 end
 
--- set_lease makes owner's hold last ttl ms from now.
+-- set_lease makes owner's hold last ttl ms from now, and returns when it
+-- ends. A lease added to a holders set the run does not know to hold one
+-- (sk.nonempty) marks the run's set fresh: it may have made the key,
+-- which then has no expiry yet (see keep_alive).
 local function set_lease(sk, owner, ttl, now)
-  redis.call('ZADD', sk.holders, now + math.max(ttl, 1), owner)
+  local ends = now + math.max(ttl, 1)
+  redis.call('ZADD', sk.holders, ends, owner)
+  if not sk.nonempty then
+    sk.fresh = true
+  end
+  sk.nonempty = true
+  if ends > sk.need then
+    sk.need = ends
+  end
+  return ends
 end
 
 -- grant_weighted makes owner a holder of sk with weight, as a writer when
@@ -732,66 +849,77 @@ end
 -- entry it was given to. Returns the token.
 local function grant_weighted(sk, owner, entry, weight, excl, ttl, now)
   local token = next_token(sk, ttl, now)
-  local h = {weight = weight, shared = 1, excl = 0, token = token, since = string.format('%d', now), entry = entry}
+  local shared, x = 1, 0
   if excl then
-    h.shared, h.excl = 0, 1
+    shared, x = 0, 1
   end
-  put_holder(sk, owner, h)
-  redis.call('HINCRBY', sk.hold, 'used', weight)
-  set_lease(sk, owner, ttl, now)
+  -- The weights held go with the record: one HSET (see flush_used).
+  add_held(sk, weight)
+  redis.call('HSET', sk.hold, 'o:' .. owner,
+    string.format('%d %d %d ', weight, shared, x) .. token .. string.format(' %d ', now) .. entry,
+    'used', string.format('%d', sk.held))
+  sk.dirty = false
+  local ends = set_lease(sk, owner, ttl, now)
+  if not sk.first or ends < sk.first then
+    sk.first = ends
+  end
   return token
 end
 
 -- grant_heads grants waiters from the head of sk's line, oldest first,
--- as long as each one's weight fits beside the weights held: the first
--- that does not fit stops it, so that nobody passes a waiter (strict FIFO,
--- with the head of the line blocking). Each granted waiter holds for its
--- lease, but no longer than its waiter deadline (as a Mutex's hand-over),
--- and is told by wake on channel. A head whose weight is above the
--- capacity (lowered since it joined) is taken out of the line, and told
--- (tell), so that it polls at once and its poll refuses it. So is a head
--- whose owner holds already (under another entry): an owner's one record
--- cannot keep two holds, whose weights would both be counted in 'used'
--- and only one given back. A malformed head is taken out untold. now is
--- the server's time in ms. Returns how many waiters it granted.
-local function grant_heads(sk, now, channel)
-  local cap = capacity(sk)
+-- as long as each one's weight fits beside the weights held (sk.held) in
+-- the stored capacity (sk.cap): the first that does not fit stops it, so
+-- that nobody passes a waiter (strict FIFO, with the head of the line
+-- blocking). Each granted waiter holds for its lease, but no longer than
+-- its waiter deadline (as a Mutex's hand-over), and is told by wake on
+-- channel. A head whose weight is above the capacity (lowered since it
+-- joined) is taken out of the line, and told (tell), so that it polls at
+-- once and its poll refuses it. So is a head whose owner holds already
+-- (under another entry): an owner's one record cannot keep two holds,
+-- whose weights would both be counted in 'used' and only one given back.
+-- A malformed head is taken out untold. now is the server's time in ms.
+--
+-- Returns the live head the walk stopped at (nil when the line is left
+-- empty), and, when a waiter of owner mine was granted, its entry and
+-- token.
+local function grant_heads(sk, now, channel, mine)
+  local cap = sk.cap
   if not cap then
-    return 0
+    return nil
   end
-  local held = used(sk)
-  local granted = 0
+  local stopped, mine_entry, mine_token
+  local owner, lease, weight, excl
   grant_from_head(sk, now, function(head)
-    local owner, _, weight = parse_weighted(head)
+    owner, lease, weight, excl = parse_weighted(head)
     if not owner then
       return 'drop'
     end
-    if weight > cap or redis.call('HEXISTS', sk.hold, 'o:' .. owner) == 1 then
+    if weight > cap or holds(sk, owner) then
       tell(channel, head)
       return 'drop'
     end
-    if not fits(weight, held, cap) then
+    if not fits(weight, sk.held, cap) then
+      stopped = head
       return 'stop'
     end
     return 'grant'
   end, function(head, deadline, at)
-    local owner, lease, weight, excl = parse_weighted(head)
-    local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease, deadline - at), at)
+    local token = grant_weighted(sk, owner, head, weight, excl, math.min(tonumber(lease), deadline - at), at)
     wake(channel, head, token, at)
-    held = held + weight
-    granted = granted + 1
+    if owner == mine then
+      mine_entry, mine_token = head, token
+    end
   end)
-  return granted
+  return stopped, mine_entry, mine_token
 end
 
 -- weighted_hint returns how many ms a waiter of sk should wait before it
--- polls again: when the first lease ends (which publishes nothing), and
--- at least every third of the waiter TTL.
+-- polls again: when the first lease ends (sk.first, which publishes
+-- nothing), and at least every third of the waiter TTL.
 local function weighted_hint(sk, waiter_ttl, now)
   local hint = math.floor(waiter_ttl / 3)
-  local first = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
-  if first[2] then
-    hint = math.min(hint, tonumber(first[2]) - now + 1)
+  if sk.first then
+    hint = math.min(hint, sk.first - now + 1)
   end
   return math.max(hint, 1)
 end

@@ -59,7 +59,11 @@ end
 local SK = weighted_keys(LOCK, KEYS[5])
 
 local now = now_ms()
-prune_holders(SK, now)
+local h = weighted_load(SK, owner)
+if prune_holders(SK, now, owner) then
+  h = nil
+end
+flush_used(SK)
 
 -- claim answers the grant h made to this very entry (a hand-over, or a
 -- reply that was lost): the entry leaves the line, and the hold gets the
@@ -78,7 +82,6 @@ end
 
 -- 1. The owner holds: a claim of the grant made to this very entry, or a
 --    re-entry.
-local h = holder(SK, owner)
 if h and h.entry == entry then
   return claim(h)
 end
@@ -123,42 +126,46 @@ if mode == 'reenter' then
 end
 
 -- 2. The capacity: stored by the first grant that finds none in force.
-local cap = capacity(SK)
+--    Whether the caller waits in line is read only when its capacity is
+--    not the stored one.
+local cap = SK.cap
 if cap and not in_use(SK, now) then
   cap = nil
 end
-local waiting = redis.call('ZSCORE', SK.deadline, entry)
 if cap and weight > cap then
   leave(SK, entry)
   keep_alive(SK, now)
   return redis.error_reply(string.format('FAIRLOCK TOOBIG %d', cap))
 end
-if cap and cap ~= mine and not waiting then
+if cap and cap ~= mine and not redis.call('ZSCORE', SK.deadline, entry) then
   return redis.error_reply(string.format('FAIRLOCK PERMITS %d', cap))
 end
 if not cap then
   cap = mine
-  redis.call('HSET', SK.hold, 'permits', cap)
+  redis.call('HSET', SK.hold, 'permits', string.format('%d', cap))
 end
+SK.cap = cap
 
 -- 3. Grant the waiters ahead that now fit (expired holders gave their
 --    weight back), which may be this very entry: then claim it. An owner
---    granted under another of its entries holds already.
-if grant_heads(SK, now, channel) > 0 then
-  h = holder(SK, owner)
-  if h and h.entry == entry then
-    return claim(h)
+--    granted under another of its entries holds already. The walk stops
+--    at the first live head that does not fit, if any.
+local head, mine_entry, mine_token = grant_heads(SK, now, channel, owner)
+if mine_entry == entry then
+  local _, _, _, granted_excl = parse_weighted(entry)
+  if granted_excl then
+    return claim({token = mine_token, shared = 0, excl = 1})
   end
-  if h then
-    leave(SK, entry)
-    keep_alive(SK, now)
-    return finish(redis.error_reply('FAIRLOCK HELD the owner holds this lock already'))
-  end
+  return claim({token = mine_token, shared = 1, excl = 0})
+end
+if mine_entry then
+  leave(SK, entry)
+  keep_alive(SK, now)
+  return finish(redis.error_reply('FAIRLOCK HELD the owner holds this lock already'))
 end
 
 -- 4. A caller nobody live is ahead of is granted when its weight fits.
-local head = prune(SK, now)
-if (not head or head == entry) and fits(weight, used(SK), cap) then
+if (not head or head == entry) and fits(weight, SK.held, cap) then
   leave(SK, entry)
   local token = grant_weighted(SK, owner, entry, weight, excl, lease, now)
   keep_alive(SK, now)
@@ -171,5 +178,6 @@ if mode ~= 'wait' then
   return finish({0, 0, 0})
 end
 local joined = join(SK, entry, now, waiter_ttl)
+SK.need = math.max(SK.need, now + waiter_ttl)
 keep_alive(SK, now)
 return finish({0, weighted_hint(SK, waiter_ttl, now), joined, clock_us or now * 1000})

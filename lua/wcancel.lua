@@ -20,7 +20,7 @@ local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()
 leave(SK, entry)
 local released = 0
-local h = holder(SK, owner)
+local h = weighted_load(SK, owner)
 if h and h.entry == entry then
   drop_holder(SK, owner, h)
   released = 1

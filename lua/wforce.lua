@@ -19,7 +19,7 @@
 local SK = weighted_keys(LOCK, KEYS[5])
 local owner = ARGV[2]
 local now = now_ms()
-local h = holder(SK, owner)
+local h = weighted_load(SK, owner)
 local expiry = redis.call('ZSCORE', SK.holders, owner)
 local removed = 0
 if h and expiry and tonumber(expiry) > now then

@@ -17,8 +17,9 @@
 -- call still does every write, and replies with an error that starts
 -- with "NOPERM " (see lib.lua) in place of its count.
 --
--- On a full server its first write is the receipt's DEL (allow_full), so
--- that every write after it goes through.
+-- On a full server its first write is one that cannot grow memory, so
+-- that every write after it goes through: the holder's HDEL when the hold
+-- is over, else the receipt's DEL (allow_full).
 
 local kept = receipt(KEYS[6])
 if kept then
@@ -29,13 +30,23 @@ local owner = ARGV[1]
 local excl = ARGV[5] == 'x'
 local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()
-local h = holder(SK, owner)
-local expiry = redis.call('ZSCORE', SK.holders, owner)
-if not h or not expiry or tonumber(expiry) <= now or (excl and h.excl == 0) or (not excl and h.shared == 0) then
+local h = weighted_load(SK, owner)
+if not h or (excl and h.excl == 0) or (not excl and h.shared == 0) then
   return -1
 end
+-- While no lease has ended, a holder's has not (each holder has a lease,
+-- and each lease a holder), so the owner's need not be read, nor anyone
+-- pruned after the release: a count answers that, where reading leases
+-- would have their scores formatted and parsed.
+local ended = redis.call('ZCOUNT', SK.holders, '-inf', string.format('%d', now)) > 0
+if ended then
+  local expiry = redis.call('ZSCORE', SK.holders, owner)
+  if not expiry or tonumber(expiry) <= now then
+    return -1
+  end
+end
+SK.nonempty = true
 
-allow_full(KEYS[6])
 local count
 if excl then
   h.excl = h.excl - 1
@@ -46,10 +57,13 @@ else
 end
 if h.excl == 0 and h.shared == 0 then
   drop_holder(SK, owner, h)
+  -- A weight still held is a holder left, with its lease.
+  SK.nonempty = SK.held > 0
 else
+  allow_full(KEYS[6])
   if excl and h.excl == 0 then
     -- A downgrade: the write hold is over, its read levels remain.
-    redis.call('HINCRBY', SK.hold, 'used', 1 - h.weight)
+    add_held(SK, 1 - h.weight)
     h.weight = 1
   end
   put_holder(SK, owner, h)
@@ -58,7 +72,9 @@ else
     set_lease(SK, owner, lease, now)
   end
 end
-prune_holders(SK, now)
+if ended then
+  prune_holders(SK, now)
+end
 grant_heads(SK, now, ARGV[3])
 keep_alive(SK, now)
 keep_receipt(KEYS[6], count, ARGV[4])

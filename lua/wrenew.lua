@@ -6,24 +6,31 @@
 --
 -- Returns 1 when the owner holds and its lease now ends lease ms from the
 -- server's now, 0 when its hold is gone (the lease was lost). Renewing
--- twice is harmless, so a re-sent call needs no receipt. On a full server
--- its first write is a PEXPIREAT, which cannot grow memory (see lib.lua).
+-- twice is harmless, so a re-sent call needs no receipt. The keys'
+-- expiry moves only when the new lease ends after it (see keep_alive in
+-- lib.lua). On a full server its first write is a PEXPIREAT, which cannot
+-- grow memory (see lib.lua).
 
 local owner = ARGV[1]
 local lease = tonumber(ARGV[2])
 local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()
 local expiry = redis.call('ZSCORE', SK.holders, owner)
-if not expiry or tonumber(expiry) <= now or not holder(SK, owner) then
+if not expiry or tonumber(expiry) <= now then
   return 0
 end
--- The keys' expiry first (it cannot grow memory), never moved earlier.
-local at = now + math.max(lease, 1)
-local pttl = redis.call('PTTL', SK.hold)
-if pttl > 0 then
-  at = math.max(at, now + pttl)
+local r = redis.call('HMGET', SK.hold, 'o:' .. owner, 'expires')
+if not parse_holder(r[1]) then
+  return 0
 end
-redis.call('PEXPIREAT', SK.hold, at)
-redis.call('PEXPIREAT', SK.holders, at)
-set_lease(SK, owner, lease, now)
+local ends = now + math.max(lease, 1)
+local expires = tonumber(r[2] or '0')
+if ends > expires then
+  expire_at(SK, 2 * ends - now)
+else
+  -- Changes nothing (the set expires then already), but is a write that
+  -- cannot grow memory, before the ZADD, which could.
+  redis.call('PEXPIREAT', SK.holders, string.format('%d', expires))
+end
+redis.call('ZADD', SK.holders, ends, owner)
 return 1

@@ -19,13 +19,16 @@
 
 local SK = weighted_keys(LOCK, KEYS[5])
 local now = now_ms()
+weighted_load(SK)
 prune_holders(SK, now)
-local before = capacity(SK)
+local before = SK.cap
 if not before or not in_use(SK, now) then
+  flush_used(SK)
   return 0
 end
 local cap = tonumber(ARGV[1])
 redis.call('HSET', SK.hold, 'permits', ARGV[1])
+SK.cap = cap
 grant_heads(SK, now, ARGV[2])
 if cap < before then
   for _, entry in ipairs(redis.call('LRANGE', SK.queue, 0, -1)) do

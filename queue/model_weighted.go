@@ -18,9 +18,10 @@ import (
 // set, as long as their weights fit in the capacity stored in the hash.
 //
 // The hash and the holders set expire as keys do in Model: gone once the
-// clock reaches their expiry. A holder whose lease ends stays in both
-// until the next script that prunes holders drops it and gives its weight
-// back; a lease that ends tells nobody.
+// clock reaches their expiry, which the hash keeps in its field 'expires'
+// (see keepAlive). A holder whose lease ends stays in both until the next
+// script that prunes holders drops it and gives its weight back; a lease
+// that ends tells nobody.
 //
 // A WeightedModel is not safe for concurrent use.
 type WeightedModel struct {
@@ -33,12 +34,17 @@ type WeightedModel struct {
 	line                       // P:{N}:<kind>:queue and :deadline, as a Mutex's
 	counter                    // P:{N}:<kind>:token, as a Mutex's
 	receipts  receipts         // P:{N}:<kind>:call:<id>, by call id
+
+	// What the script that runs has done, for keepAlive (reset by begin).
+	need  int64 // the latest lease end or waiter deadline it set; 0: none
+	fresh bool  // it added a lease to an empty holders set
 }
 
 // weightedHash is the hash of a weighted lock.
 type weightedHash struct {
 	capacity  int64             // the field 'permits'; 0 when absent
 	used      int64             // the field 'used'; 0 when absent (the scripts read it so)
+	expires   int64             // the field 'expires': when the hash and the holders set expire; 0 when absent
 	holders   map[string]Holder // the fields 'o:<owner id>', by owner id
 	expiresAt int64             // server time (ms) at which the key expires; 0: never
 }
@@ -80,6 +86,7 @@ type WeightedState struct {
 	Now       int64
 	Capacity  int64             // the stored capacity; 0 when none is
 	Used      int64             // the weights held, as the hash counts them
+	Expires   int64             // the hash's field 'expires'; 0 when absent
 	Holders   map[string]Holder // the records of the hash, by owner id
 	HashEnd   int64             // server time (ms) at which the hash expires; 0: never, or no hash
 	Leases    map[string]int64  // the holders set: owner id -> server time (ms) its lease ends
@@ -131,7 +138,7 @@ func (w *WeightedModel) State() WeightedState {
 		Receipts:  maps.Clone(w.receipts),
 	}
 	if h := w.hash; h != nil {
-		s.Capacity, s.Used, s.HashEnd = h.capacity, h.used, h.expiresAt
+		s.Capacity, s.Used, s.Expires, s.HashEnd = h.capacity, h.used, h.expires, h.expiresAt
 		maps.Copy(s.Holders, h.holders)
 	}
 	return s
@@ -243,9 +250,17 @@ func (w *WeightedModel) inUse() bool {
 	return false
 }
 
+// begin starts a script's run: it has set no lease or deadline yet.
+func (w *WeightedModel) begin() { w.need, w.fresh = 0, false }
+
 // setLease is set_lease: owner's hold lasts ttl ms from now (at least 1).
 func (w *WeightedModel) setLease(owner string, ttl int64) {
-	w.leases[owner] = w.srv.now + max(ttl, 1)
+	if len(w.leases) == 0 {
+		w.fresh = true
+	}
+	end := w.srv.now + max(ttl, 1)
+	w.leases[owner] = end
+	w.need = max(w.need, end)
 }
 
 // dropHolder is drop_holder: owner's hold h ends, and its weight is given
@@ -271,31 +286,40 @@ func (w *WeightedModel) pruneHolders() {
 	}
 }
 
-// keepAlive is keep_alive: the hash and the holders set expire when the
-// last lease or waiter deadline is over, or go at once when none is.
+// keepAlive is keep_alive: the hash and the holders set go at once when
+// no weight is held, no lease and no waiter deadline is left; otherwise
+// they expire together at the hash's field 'expires', which moves to
+// need + (need - now) when the script set a lease end or deadline, need,
+// after it (expires).
 func (w *WeightedModel) keepAlive() {
-	now := w.srv.now
-	at := now
-	for _, end := range w.leases {
-		at = max(at, end)
-	}
-	for _, d := range w.deadlines {
-		at = max(at, d)
-	}
-	if at <= now {
+	if w.used() == 0 && len(w.leases) == 0 && len(w.deadlines) == 0 {
 		w.hash = nil
 		w.leases, w.leasesEnd = map[string]int64{}, 0
 		return
 	}
-	w.expireAt(at)
+	expires := w.expires()
+	if w.need > expires {
+		w.expireAt(2*w.need - w.srv.now)
+		return
+	}
+	if w.fresh && len(w.leases) > 0 {
+		w.leasesEnd = expires
+	}
 }
 
-// expireAt is PEXPIREAT at on the hash and the holders set, each if it
-// exists (at is after now).
-func (w *WeightedModel) expireAt(at int64) {
-	if w.hash != nil {
-		w.hash.expiresAt = at
+// expires returns the hash's field 'expires' (0 when absent).
+func (w *WeightedModel) expires() int64 {
+	if w.hash == nil {
+		return 0
 	}
+	return w.hash.expires
+}
+
+// expireAt is expire_at: the hash and the holders set (if it exists)
+// expire at at, which the hash keeps (at is after now).
+func (w *WeightedModel) expireAt(at int64) {
+	h := w.writeHash()
+	h.expires, h.expiresAt = at, at
 	if len(w.leases) > 0 {
 		w.leasesEnd = at
 	}

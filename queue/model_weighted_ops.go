@@ -51,6 +51,7 @@ func (w *WeightedModel) Acquire(call, owner, entry string, lease, waiterTTL int6
 		mine = RWCapacity
 	}
 	now := w.srv.now
+	w.begin()
 	w.pruneHolders()
 
 	// 1. The owner holds: a claim of the grant made to this very entry, or
@@ -143,6 +144,7 @@ func (w *WeightedModel) Acquire(call, owner, entry string, lease, waiterTTL int6
 		return Reply{}, nil
 	}
 	place := w.join(entry, now, waiterTTL)
+	w.need = max(w.need, now+waiterTTL)
 	w.keepAlive()
 	return Reply{Hint: w.hint(waiterTTL), Joined: place > 0, Position: place, ServerTime: now * 1000}, nil
 }
@@ -173,6 +175,7 @@ func (w *WeightedModel) Release(call, owner string, lease int64, excl bool) int 
 		return n
 	}
 	now := w.srv.now
+	w.begin()
 	h, holds := w.holder(owner)
 	end, leased := w.leases[owner]
 	if !holds || !leased || end <= now || excl && h.Excl == 0 || !excl && h.Shared == 0 {
@@ -204,20 +207,21 @@ func (w *WeightedModel) Release(call, owner string, lease int64, excl bool) int 
 }
 
 // Renew is wrenew.lua: owner's hold lasts lease ms from now, if its lease
-// has not ended. The hash and the holders set then last at least as long,
-// and never less long than they did. It returns false when the owner's
-// hold is gone.
+// has not ended. When the new lease ends after the keys' expiry, that
+// moves as keepAlive moves it; it never moves earlier. It returns false
+// when the owner's hold is gone.
 func (w *WeightedModel) Renew(owner string, lease int64) bool {
 	now := w.srv.now
+	w.begin()
 	end, leased := w.leases[owner]
 	if _, holds := w.holder(owner); !leased || end <= now || !holds {
 		return false
 	}
-	at := now + max(lease, 1)
-	if w.hash.expiresAt != 0 {
-		at = max(at, w.hash.expiresAt) // PTTL is positive: the hash has not expired
+	if ends := now + max(lease, 1); ends > w.expires() {
+		w.expireAt(2*ends - now)
+	} else {
+		w.leasesEnd = w.expires()
 	}
-	w.expireAt(at)
 	w.setLease(owner, lease)
 	return true
 }
@@ -227,6 +231,7 @@ func (w *WeightedModel) Renew(owner string, lease int64) bool {
 // its levels. The waiters from the head that now fit are granted. It
 // returns true when a grant to the entry was given back.
 func (w *WeightedModel) Cancel(owner, entry string) bool {
+	w.begin()
 	w.leave(entry)
 	released := false
 	if h, ok := w.holder(owner); ok && h.Entry == entry {
@@ -246,6 +251,7 @@ func (w *WeightedModel) Cancel(owner, entry string) bool {
 // returns true when a hold was removed.
 func (w *WeightedModel) Force(owner string) bool {
 	now := w.srv.now
+	w.begin()
 	removed := false
 	if h, ok := w.holder(owner); ok {
 		if end, leased := w.leases[owner]; leased && end > now {
@@ -269,6 +275,7 @@ func (w *WeightedModel) Force(owner string) bool {
 // its poll is refused). It returns the capacity stored before, or 0 when
 // none was in force (see inUse): then nothing is stored.
 func (w *WeightedModel) Resize(permits int64) int64 {
+	w.begin()
 	w.pruneHolders()
 	before, ok := w.capacity()
 	if !ok || !w.inUse() {

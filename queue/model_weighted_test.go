@@ -261,19 +261,35 @@ func TestWeightedModelCancelUnblocksTheLineAndGivesBackARacingGrant(t *testing.T
 	assert.Equal(t, int64(1), l.m.State().Used)
 }
 
-func TestWeightedModelKeysExpireWithTheLastLeaseOrDeadline(t *testing.T) {
+// The hash and the holders set outlive every lease and waiter deadline:
+// their expiry moves only when a lease or a deadline would end after it,
+// and then as far past that end again, so that it moves about once per
+// lease instead of at every call, and a name nobody uses keeps its keys
+// for at most one lease more. A lock nothing holds and nobody waits for
+// keeps no key.
+func TestWeightedModelKeysOutliveTheLastLeaseOrDeadline(t *testing.T) {
 	l := newWLock(t, semCap)
 	require.True(t, l.take(1, "a", ModeTry, permitsOf(3)).Granted)
 	require.False(t, l.take(2, "b", ModeWait, permitsOf(1)).Granted)
 	s := l.m.State()
-	assert.Equal(t, int64(t0+mLease), s.HashEnd, "the lease outlasts the waiter")
-	assert.Equal(t, int64(t0+mLease), s.LeasesEnd)
+	assert.Equal(t, int64(t0+2*mLease), s.HashEnd, "a's lease end and as long again, past b's deadline")
+	assert.Equal(t, s.HashEnd, s.LeasesEnd)
+	assert.Equal(t, s.HashEnd, s.Expires, "kept in the hash")
 	require.Equal(t, 0, l.release("a", permitsOf(3)))
 	require.True(t, l.take(2, "b", ModeWait, permitsOf(1)).Granted)
+	assert.Equal(t, int64(t0+2*mLease), l.m.State().HashEnd, "b's lease ends before: the expiry stays")
+	l.m.Advance(mLease)
+	assert.Equal(t, int64(semCap), l.m.State().Capacity, "left over once b's lease is over, not in force")
 	l.m.Advance(mLease)
 	s = l.m.State()
-	assert.Zero(t, s.Capacity, "gone with b's lease")
+	assert.Zero(t, s.Capacity, "gone with the keys")
 	assert.Empty(t, s.Leases)
+
+	require.True(t, l.take(3, "c", ModeTry, permitsOf(1)).Granted)
+	require.Equal(t, 0, l.release("c", permitsOf(1)))
+	s = l.m.State()
+	assert.Zero(t, s.Capacity, "released, nobody in line: no key")
+	assert.Zero(t, s.HashEnd)
 }
 
 // A renewal that shortens the last lease leaves the hash (and the
@@ -288,7 +304,7 @@ func TestWeightedModelCapacityLeftOverByARenewalIsNotInForce(t *testing.T) {
 	l.m.Advance(10)
 	s := l.m.State()
 	require.Equal(t, int64(semCap), s.Capacity, "left over")
-	assert.Equal(t, int64(t0+mLease), s.HashEnd)
+	assert.Equal(t, int64(t0+2*mLease), s.HashEnd)
 	assert.Zero(t, l.m.Resize(5), "nothing in force")
 	other := *l
 	other.capacity = 2

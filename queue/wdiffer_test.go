@@ -324,6 +324,9 @@ func diffWeighted(want, got queue.WeightedState, tol int64) string {
 	}) {
 		fmt.Fprintf(&b, "holders: %+v vs %+v\n", want.Holders, got.Holders)
 	}
+	if !expiry(want.Expires, got.Expires) {
+		fmt.Fprintf(&b, "field expires: %d vs %d (0: absent)\n", want.Expires, got.Expires)
+	}
 	if !expiry(want.HashEnd, got.HashEnd) {
 		fmt.Fprintf(&b, "hash expires at: %d vs %d (0: never or no hash)\n", want.HashEnd, got.HashEnd)
 	}

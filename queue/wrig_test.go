@@ -136,6 +136,8 @@ func weightedState(k queue.Keys, now int64, rd weightedReads) (queue.WeightedSta
 			s.Capacity, err = strconv.ParseInt(v, 10, 64)
 		case f == "used":
 			s.Used, err = strconv.ParseInt(v, 10, 64)
+		case f == "expires":
+			s.Expires, err = strconv.ParseInt(v, 10, 64)
 		default:
 			err = fmt.Errorf("unknown field %q", f)
 		}

@@ -217,6 +217,13 @@ end
 -- now is the server's time in ms, or nil: the clock is then read only if
 -- the queue has a head, so a call that finds nobody waiting never pays
 -- for TIME.
+--
+-- A ticket is dead once its lists are gone, and they expire at its
+-- deadline to the ms (see multiacquire.lua): Redis drops a key only once its
+-- clock, frozen for a script at the script's start, has passed the
+-- expiry, and the script's TIME reads no earlier. So a ticket whose
+-- deadline is after now still has its lists, and the deadline alone
+-- tells whether it lives.
 local function prune(lk, now)
   while true do
     local head = line_head(lk)
@@ -225,8 +232,7 @@ local function prune(lk, now)
     end
     now = now or now_ms()
     local deadline = redis.call('ZSCORE', lk.deadline, head)
-    if deadline and tonumber(deadline) > now and parse_entry(head) and
-        (not is_ticket(head) or redis.call('EXISTS', ticket_key(lk, head)) == 1) then
+    if deadline and tonumber(deadline) > now and parse_entry(head) then
       return head, tonumber(deadline), now
     end
     line_pop(lk, head)
@@ -389,22 +395,39 @@ end
 -- handed to it on the way (it was free only because nobody had handed it
 -- over yet: a holder's lease ran out), and the ticket waits for it. now is
 -- the server's time in ms.
-local function ticket_ready(locks, entry, now)
-  local ready = true
+--
+-- known is a lock of the ticket that the caller found free with the live
+-- ticket at its head, or nil: it is not looked at again. A line that the
+-- live ticket heads is not pruned either: the ticket's deadline is one in
+-- all its lines (one call writes them all), so it lives in each.
+--
+-- It also returns the least PTTL of the holds it found (nil when none has
+-- an expiry), and whether it handed a lock over on the way, so that a
+-- waiting ticket's poll hint needs no second look at the holds (see
+-- poll_hint).
+local function ticket_ready(locks, entry, now, known)
+  local ready, least, handed = true, nil, false
   for _, l in ipairs(locks) do
-    if redis.call('EXISTS', l.hold) == 1 then
-      ready = false
-    else
-      local head = prune(l, now)
-      if head ~= entry then
+    if not known or l.hold ~= known.hold then
+      local pttl = redis.call('PTTL', l.hold)
+      if pttl ~= -2 then
         ready = false
-        if head and not is_ticket(head) then
-          hand_over(l, now, l.hold .. ':wake')
+        if pttl >= 0 and (not least or pttl < least) then
+          least = pttl
+        end
+      elseif redis.call('LINDEX', l.queue, 0) ~= entry then
+        local head = prune(l, now)
+        if head ~= entry then
+          ready = false
+          if head and not is_ticket(head) then
+            hand_over(l, now, l.hold .. ':wake')
+            handed = true
+          end
         end
       end
     end
   end
-  return ready
+  return ready, least, handed
 end
 
 -- grant_ticket gives every lock of the ticket entry, which heads each of
@@ -415,15 +438,13 @@ end
 -- its waiter is there to hold them, as a Mutex's poll that finds the lock
 -- free is given its full lease. For a hand-over, which may reach a waiter
 -- that is gone, lease is nil: each hold lasts the entry's lease, but no
--- longer than the ticket's waiter deadline (see hand_over).
-local function grant_ticket(locks, entry, now, lease)
+-- longer than the ticket's waiter deadline, deadline (one in all its
+-- lines; see hand_over).
+local function grant_ticket(locks, entry, now, lease, deadline)
   local owner, entry_lease = parse_entry(entry)
+  local ttl = lease or math.min(entry_lease, deadline - now)
   local tokens = {}
   for i, l in ipairs(locks) do
-    local ttl = lease
-    if not ttl then
-      ttl = math.min(entry_lease, tonumber(redis.call('ZSCORE', l.deadline, entry)) - now)
-    end
     line_pop(l, entry)
     tokens[i] = take(l, owner, entry, ttl, now)
     redis.call('DEL', ticket_key(l, entry))
@@ -432,16 +453,17 @@ local function grant_ticket(locks, entry, now, lease)
 end
 
 -- hand_over_ticket grants the ticket entry, the live head of the free
--- lock lk, every one of its locks if it is ready (see ticket_ready), and
--- publishes its wake message on the wake channel of its first lock, with
--- the token of that lock: its Client then claims the rest with one poll.
--- Returns the entry when it was granted, else nil.
-local function hand_over_ticket(lk, entry, now)
+-- lock lk with the waiter deadline deadline, every one of its locks if it
+-- is ready (see ticket_ready), and publishes its wake message on the wake
+-- channel of its first lock, with the token of that lock: its Client then
+-- claims the rest with one poll. Returns the entry when it was granted,
+-- else nil.
+local function hand_over_ticket(lk, entry, deadline, now)
   local locks = ticket_locks(lk, entry)
-  if not locks or not ticket_ready(locks, entry, now) then
+  if not locks or not ticket_ready(locks, entry, now, lk) then
     return nil
   end
-  local tokens = grant_ticket(locks, entry, now)
+  local tokens = grant_ticket(locks, entry, now, nil, deadline)
   wake(locks[1].hold .. ':wake', entry, tokens[1], now)
   return entry
 end
@@ -499,9 +521,9 @@ end
 -- the lock stays free, and nil is returned.
 hand_over = function(lk, now, channel, own)
   local granted, message
-  grant_from_head(lk, now, function(head, _, at)
+  grant_from_head(lk, now, function(head, deadline, at)
     if is_ticket(head) then
-      granted = hand_over_ticket(lk, head, at)
+      granted = hand_over_ticket(lk, head, deadline, at)
       return 'stop'
     end
     return 'last'

@@ -117,30 +117,48 @@ local lists = {}
 for i, l in ipairs(locks) do
   lists[i] = ticket_key(l, entry)
 end
-if redis.call('EXISTS', unpack(lists)) < #locks then
-  for _, l in ipairs(locks) do
+local present = redis.call('EXISTS', unpack(lists))
+local joined = 0
+for _, l in ipairs(locks) do
+  local place
+  if present == #locks then
+    place = join(l, entry, now, waiter_ttl)
+  else
+    -- Leave the line if the ticket is still in it, and join it at its
+    -- end, with one look at the deadlines (as join makes).
     if redis.call('ZSCORE', l.deadline, entry) then
       leave(l, entry)
     end
+    place = redis.call('RPUSH', l.queue, entry)
+    redis.call('ZADD', l.joined, now, entry)
+    redis.call('ZADD', l.deadline, now + waiter_ttl, entry)
   end
+  joined = math.max(joined, place)
 end
-local joined = 0
-for _, l in ipairs(locks) do
-  joined = math.max(joined, join(l, entry, now, waiter_ttl))
-end
+-- The lists expire at the ticket's deadline, to the ms, so that a ticket
+-- whose deadline is after now has them (see prune in lib.lua).
+local expiry = now + waiter_ttl
 local bases = {}
 for i, l in ipairs(locks) do
   bases[i] = l.hold
 end
-for i, l in ipairs(locks) do
-  local list = lists[i]
+for i, list in ipairs(lists) do
   if joined > 0 then
-    redis.call('DEL', list)
+    if present > 0 then
+      redis.call('DEL', list)
+    end
     redis.call('RPUSH', list, unpack(bases))
   end
-  redis.call('PEXPIRE', list, waiter_ttl)
+  redis.call('PEXPIREAT', list, expiry)
 end
-if ticket_ready(locks, entry, now) then
+local ready, least, handed = ticket_ready(locks, entry, now)
+if ready then
   return finish(granted(grant_ticket(locks, entry, now, lease)))
 end
-return finish({0, poll_hint(locks, waiter_ttl), joined, clock_us or now * 1000})
+local hint
+if handed then
+  hint = poll_hint(locks, waiter_ttl)
+else
+  hint = math.max(math.min(math.floor(waiter_ttl / 3), (least or waiter_ttl) + 1), 1)
+end
+return finish({0, hint, joined, clock_us or now * 1000})

@@ -188,12 +188,10 @@ func TestACancelledTicketLeavesEveryLine(t *testing.T) {
 // passes, and stops no one.
 func TestADeadTicketIsPruned(t *testing.T) {
 	r := newTicketRig(t, "a", "b")
-	ctx := context.Background()
 	require.True(t, r.lock("b", "h").Granted)
 	tk := ticket(1, "m")
 	require.False(t, r.multi("m", tk, queue.ModeWait, "a", "b").Granted)
-	// Its lists expire with it: gone from a, it is dead.
-	require.NoError(t, r.rdb.Del(ctx, r.ks["a"].Lock+":ticket:"+queue.WaiterIDOf(tk)).Err())
+	r.dies(tk, "a", "b")
 	rep := r.lock("a", "s")
 	require.True(t, rep.Granted, "a dead ticket stops no one")
 	r.release("b", "h")

@@ -218,9 +218,9 @@ func parseEntry(entry string) (owner string, lease int64, ok bool) {
 // prune is lib.lua's prune on the lock's line (see line.prune): it drops
 // the dead waiters at the head, and returns the live head and its
 // deadline; ok is false when the line is empty. A ticket lives as long as
-// this lock keeps its list, which expires with its waiter.
+// any waiter, until its deadline: its lists expire then, to the ms.
 func (m *Model) prune() (head string, deadline int64, ok bool) {
-	return m.line.prune(m.srv.now, func(head string) bool { return !isTicket(head) || m.hasTicket(head) })
+	return m.line.prune(m.srv.now, func(string) bool { return true })
 }
 
 // take makes owner the holder of the free lock under a fresh fencing

@@ -143,8 +143,8 @@ var luaTicket = regexp.MustCompile(`^[0-9A-Fa-f]{24}` + TicketVersion + `:`)
 // isTicket reports whether entry is a MultiLock's ticket.
 func isTicket(entry string) bool { return luaTicket.MatchString(entry) }
 
-// hasTicket reports whether the lock keeps the list of the ticket entry:
-// whether the ticket is alive (a ticket whose lists expired is dead).
+// hasTicket reports whether the lock keeps the list of the ticket entry
+// (they expire at the ticket's deadline).
 func (m *Model) hasTicket(entry string) bool {
 	_, ok := m.tickets[WaiterIDOf(entry)]
 	return ok

@@ -455,8 +455,9 @@ end
 -- hand_over_ticket grants the ticket entry, the live head of the free
 -- lock lk with the waiter deadline deadline, every one of its locks if it
 -- is ready (see ticket_ready), and publishes its wake message on the wake
--- channel of its first lock, with the token of that lock: its Client then
--- claims the rest with one poll. Returns the entry when it was granted,
+-- channel of its first lock, with every lock's token, joined with commas
+-- in key order ("<entry> <token>,<token>... <us>"), so that its Client
+-- holds them all without a poll. Returns the entry when it was granted,
 -- else nil.
 local function hand_over_ticket(lk, entry, deadline, now)
   local locks = ticket_locks(lk, entry)
@@ -464,7 +465,7 @@ local function hand_over_ticket(lk, entry, deadline, now)
     return nil
   end
   local tokens = grant_ticket(locks, entry, now, nil, deadline)
-  wake(locks[1].hold .. ':wake', entry, tokens[1], now)
+  wake(locks[1].hold .. ':wake', entry, table.concat(tokens, ','), now)
   return entry
 end
 

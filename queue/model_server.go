@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Server is the model of the locks of one Redis server: one Model per
@@ -209,16 +210,20 @@ func (s *Server) grantTicket(locks []*Model, entry string, lease int64, own bool
 
 // handOverTicket grants the ticket entry, the live head of the free lock
 // m, every one of its locks if it is ready (see ticketReady), and
-// publishes its wake message on its first lock: "<entry> <token of the
-// first lock> <time in µs>". Its Client then claims the rest with one
-// poll. It reports whether the ticket was granted.
+// publishes its wake message on its first lock: "<entry> <token of each
+// lock, joined with commas> <time in µs>", from which its Client holds
+// them all. It reports whether the ticket was granted.
 func (s *Server) handOverTicket(m *Model, entry string) bool {
 	locks := m.ticketLocks(entry)
 	if locks == nil || !s.ticketReady(locks, entry) {
 		return false
 	}
 	tokens := s.grantTicket(locks, entry, 0, false)
-	msg := entry + " " + strconv.FormatInt(tokens[0], 10) + " " + strconv.FormatInt(s.now*1000, 10) // the model's clock has ms only
+	each := make([]string, len(tokens))
+	for i, t := range tokens {
+		each[i] = strconv.FormatInt(t, 10)
+	}
+	msg := entry + " " + strings.Join(each, ",") + " " + strconv.FormatInt(s.now*1000, 10) // the model's clock has ms only
 	s.publish(locks[0].key, msg)
 	return true
 }

@@ -45,7 +45,7 @@ func TestModelTicketWaitsHoldingNothingAndIsGrantedEveryLockAtOnce(t *testing.T)
 	assert.Equal(t, 2, w.Position)
 
 	// The release of b grants the ticket both, each bounded by its waiter
-	// deadline, and wakes it on the first lock's channel.
+	// deadline, and wakes it on the first lock's channel with both tokens.
 	s.Advance(5)
 	require.Equal(t, 0, s.Lock(kB).Release(call(), "h", mLease))
 	for _, k := range []string{kA, kB} {
@@ -53,7 +53,7 @@ func TestModelTicketWaitsHoldingNothingAndIsGrantedEveryLockAtOnce(t *testing.T)
 		assert.Equal(t, &HoldState{Owner: "m", Count: 1, Token: tokenAt(t0 + 5), Entry: tk, Since: t0 + 5, ExpiresAt: t0 + mTTL}, st.Hold, k)
 		assert.Empty(t, st.Tickets, "the lists are dropped")
 	}
-	assert.Equal(t, []Wake{{Lock: kA, Message: tk + " " + itoa(tokenAt(t0+5)) + " " + itoa((t0+5)*1000)}}, s.Drain())
+	assert.Equal(t, []Wake{{Lock: kA, Message: tk + " " + itoa(tokenAt(t0+5)) + "," + itoa(tokenAt(t0+5)) + " " + itoa((t0+5)*1000)}}, s.Drain())
 
 	// Its poll claims them, for the full lease.
 	rep = s.MultiAcquire([]string{kA, kB}, "m", tk, mLease, mTTL, ModeWait)

@@ -415,8 +415,14 @@ local function ticket_ready(locks, entry, now, known)
         if pttl >= 0 and (not least or pttl < least) then
           least = pttl
         end
-      elseif redis.call('LINDEX', l.queue, 0) ~= entry then
-        local head = prune(l, now)
+      else
+        local head = redis.call('LINDEX', l.queue, 0)
+        if head ~= entry and head then
+          local deadline = redis.call('ZSCORE', l.deadline, head)
+          if not (deadline and tonumber(deadline) > now and parse_entry(head)) then
+            head = prune(l, now)
+          end
+        end
         if head ~= entry then
           ready = false
           if head and not is_ticket(head) then

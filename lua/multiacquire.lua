@@ -124,14 +124,16 @@ for _, l in ipairs(locks) do
   if present == #locks then
     place = join(l, entry, now, waiter_ttl)
   else
-    -- Leave the line if the ticket is still in it, and join it at its
-    -- end, with one look at the deadlines (as join makes).
-    if redis.call('ZSCORE', l.deadline, entry) then
+    -- Join the line at its end: the deadline first, added only if the
+    -- ticket has none there; one it has is a place it must leave first.
+    -- (A ticket new to the line then writes first what may grow memory,
+    -- so that a full server refuses it, as join does.)
+    if redis.call('ZADD', l.deadline, 'NX', now + waiter_ttl, entry) == 0 then
       leave(l, entry)
+      redis.call('ZADD', l.deadline, now + waiter_ttl, entry)
     end
     place = redis.call('RPUSH', l.queue, entry)
     redis.call('ZADD', l.joined, now, entry)
-    redis.call('ZADD', l.deadline, now + waiter_ttl, entry)
   end
   joined = math.max(joined, place)
 end

@@ -397,7 +397,10 @@ end
 -- the server's time in ms.
 --
 -- known is a lock of the ticket that the caller found free with the live
--- ticket at its head, or nil: it is not looked at again. A line that the
+-- ticket at its head, or nil: it is not looked at again. free, when not
+-- nil, says which locks (by their index in locks) the caller found free
+-- in this run, nothing having changed them since: their holds are not
+-- read again. A line that the
 -- live ticket heads is not pruned either: the ticket's deadline is one in
 -- all its lines (one call writes them all), so it lives in each.
 --
@@ -405,11 +408,14 @@ end
 -- an expiry), and whether it handed a lock over on the way, so that a
 -- waiting ticket's poll hint needs no second look at the holds (see
 -- poll_hint).
-local function ticket_ready(locks, entry, now, known)
+local function ticket_ready(locks, entry, now, known, free)
   local ready, least, handed = true, nil, false
-  for _, l in ipairs(locks) do
+  for i, l in ipairs(locks) do
     if not known or l.hold ~= known.hold then
-      local pttl = redis.call('PTTL', l.hold)
+      local pttl = -2
+      if not (free and free[i]) then
+        pttl = redis.call('PTTL', l.hold)
+      end
       if pttl ~= -2 then
         ready = false
         if pttl >= 0 and (not least or pttl < least) then

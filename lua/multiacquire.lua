@@ -55,9 +55,10 @@ end
 --    them still are (the others' holds ran out before the claim), give
 --    those back: the ticket's grant is lost, and the call goes on as a
 --    fresh one.
-local tokens, mine = {}, 0
+local tokens, mine, free = {}, 0, {}
 for i, l in ipairs(locks) do
   local hold = redis.call('HMGET', l.hold, 'owner', 'entry', 'token')
+  free[i] = not hold[1]
   if hold[1] == owner and hold[2] == entry then
     mine = mine + 1
     tokens[i] = hold[3]
@@ -70,6 +71,7 @@ if mine == #locks then
   return granted(tokens)
 end
 if mine > 0 then
+  free = nil -- the give-backs may hand the locks to others
   for i, l in ipairs(locks) do
     if tokens[i] then
       if redis.call('HINCRBY', l.hold, 'count', -1) > 0 then
@@ -153,7 +155,7 @@ for i, list in ipairs(lists) do
   end
   redis.call('PEXPIREAT', list, expiry)
 end
-local ready, least, handed = ticket_ready(locks, entry, now)
+local ready, least, handed = ticket_ready(locks, entry, now, nil, free)
 if ready then
   return finish(granted(grant_ticket(locks, entry, now, lease)))
 end

@@ -390,56 +390,54 @@ local function ticket_locks(lk, entry)
 end
 
 -- ticket_ready reports whether the ticket entry can be granted now: it
--- heads the line of each of its locks, and none of them is held. A free
--- lock of the ticket whose live head is a waiter of that lock alone is
--- handed to it on the way (it was free only because nobody had handed it
--- over yet: a holder's lease ran out), and the ticket waits for it. now is
--- the server's time in ms.
+-- heads the line of each of its locks, and none of them is held. It looks
+-- at the locks in key order and stops at the first that is held or that
+-- the ticket does not head: the ticket is not ready, whatever the others
+-- are. A free lock is pruned on the way, and the one it stops at, when its
+-- live head is a waiter of that lock alone, is handed to it (it was free
+-- only because nobody had handed it over yet: a holder's lease ran out).
+-- now is the server's time in ms.
 --
 -- known is a lock of the ticket that the caller found free with the live
 -- ticket at its head, or nil: it is not looked at again. free, when not
 -- nil, says which locks (by their index in locks) the caller found free
 -- in this run, nothing having changed them since: their holds are not
--- read again. A line that the
--- live ticket heads is not pruned either: the ticket's deadline is one in
--- all its lines (one call writes them all), so it lives in each.
+-- read again. A line that the live ticket heads is not pruned either: the
+-- ticket's deadline is one in all its lines (one call writes them all),
+-- so it lives in each.
 --
--- It also returns the least PTTL of the holds it found (nil when none has
--- an expiry), and whether it handed a lock over on the way, so that a
--- waiting ticket's poll hint needs no second look at the holds (see
--- poll_hint).
+-- It also returns the PTTL of the hold it stopped at (nil when it stopped
+-- at none, or at one without an expiry), and whether it handed a lock
+-- over, for a waiting ticket's poll hint.
 local function ticket_ready(locks, entry, now, known, free)
-  local ready, least, handed = true, nil, false
   for i, l in ipairs(locks) do
     if not known or l.hold ~= known.hold then
-      local pttl = -2
       if not (free and free[i]) then
-        pttl = redis.call('PTTL', l.hold)
+        local pttl = redis.call('PTTL', l.hold)
+        if pttl ~= -2 then
+          if pttl < 0 then
+            pttl = nil
+          end
+          return false, pttl, false
+        end
       end
-      if pttl ~= -2 then
-        ready = false
-        if pttl >= 0 and (not least or pttl < least) then
-          least = pttl
+      local head = redis.call('LINDEX', l.queue, 0)
+      if head ~= entry and head then
+        local deadline = redis.call('ZSCORE', l.deadline, head)
+        if not (deadline and tonumber(deadline) > now and parse_entry(head)) then
+          head = prune(l, now)
         end
-      else
-        local head = redis.call('LINDEX', l.queue, 0)
-        if head ~= entry and head then
-          local deadline = redis.call('ZSCORE', l.deadline, head)
-          if not (deadline and tonumber(deadline) > now and parse_entry(head)) then
-            head = prune(l, now)
-          end
+      end
+      if head ~= entry then
+        if head and not is_ticket(head) then
+          hand_over(l, now, l.hold .. ':wake')
+          return false, nil, true
         end
-        if head ~= entry then
-          ready = false
-          if head and not is_ticket(head) then
-            hand_over(l, now, l.hold .. ':wake')
-            handed = true
-          end
-        end
+        return false, nil, false
       end
     end
   end
-  return ready, least, handed
+  return true, nil, false
 end
 
 -- grant_ticket gives every lock of the ticket entry, which heads each of

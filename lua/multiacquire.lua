@@ -155,14 +155,17 @@ for i, list in ipairs(lists) do
   end
   redis.call('PEXPIREAT', list, expiry)
 end
-local ready, least, handed = ticket_ready(locks, entry, now, nil, free)
+local ready, pttl, handed = ticket_ready(locks, entry, now, nil, free)
 if ready then
   return finish(granted(grant_ticket(locks, entry, now, lease)))
 end
+-- Poll again right after the hold the ticket waits for expires (expiry
+-- publishes nothing), or after every hold's, when a lock was handed over
+-- on the way.
 local hint
 if handed then
   hint = poll_hint(locks, waiter_ttl)
 else
-  hint = math.max(math.min(math.floor(waiter_ttl / 3), (least or waiter_ttl) + 1), 1)
+  hint = math.max(math.min(math.floor(waiter_ttl / 3), (pttl or waiter_ttl) + 1), 1)
 end
 return finish({0, hint, joined, clock_us or now * 1000})

@@ -90,10 +90,11 @@ func waitsAlone(s queue.State) (string, bool) {
 // ticket stays free (the ticket waits for its other locks, and nobody
 // passes it). So after a step, every lock the step's script handed over
 // (res.handed) is held or free with no live waiter of it alone at its
-// head; and so is every lock of a ticket found at the head of one of
-// them (hand_over looked at each for that ticket). Every lock a waiting
-// ticket looked at (res.readied) is held or free with no live waiter of
-// it alone at its head.
+// head. A ticket's readiness check (ticket_ready) looks at the ticket's
+// locks in key order and stops at the first it finds held or headed by
+// another: that lock too is held or free with no live waiter of it alone
+// at its head, for a ticket found at the head of a lock handed over, and
+// for a waiting ticket's own call (res.readied, res.ticket).
 func checkSettled(ss []queue.State, keys []string, res result) error {
 	settled := func(i int) error {
 		if head, ok := waitsAlone(ss[i]); ok {
@@ -101,9 +102,20 @@ func checkSettled(ss []queue.State, keys []string, res result) error {
 		}
 		return nil
 	}
-	for _, i := range res.readied {
-		if err := settled(i); err != nil {
-			return err
+	// firstStop returns the first of locks that the ticket does not head
+	// while it is free (-1 when there is none), where its readiness
+	// check stopped.
+	firstStop := func(ticket string, locks []int) int {
+		for _, j := range locks {
+			if s := ss[j]; s.Hold != nil || len(s.Queue) == 0 || s.Queue[0] != ticket {
+				return j
+			}
+		}
+		return -1
+	}
+	if j := firstStop(res.ticket, res.readied); j >= 0 {
+		if err := settled(j); err != nil {
+			return fmt.Errorf("%w, where the ticket %q stopped", err, res.ticket)
 		}
 	}
 	for _, i := range res.handed {
@@ -114,11 +126,15 @@ func checkSettled(ss []queue.State, keys []string, res result) error {
 		if s.Hold != nil || len(s.Queue) == 0 || !live(s, s.Queue[0]) {
 			continue
 		}
+		var locks []int
 		for _, key := range s.Tickets[queue.WaiterIDOf(s.Queue[0])].Locks {
 			j := slices.Index(keys, key)
 			if j < 0 {
 				return fmt.Errorf("the ticket %q heading %s names the lock %s, which is none of the run's", s.Queue[0], keys[i], key)
 			}
+			locks = append(locks, j)
+		}
+		if j := firstStop(s.Queue[0], locks); j >= 0 {
 			if err := settled(j); err != nil {
 				return fmt.Errorf("%w, a lock of the ticket %q that heads %s", err, s.Queue[0], keys[i])
 			}

@@ -162,27 +162,36 @@ func (m *Model) ticketLocks(entry string) []*Model {
 }
 
 // ticketReady reports whether the ticket entry can be granted now: it
-// heads the line of each of its locks, and none of them is held. Every
-// lock of it that is free is pruned on the way, and one whose live head
-// is a waiter of that lock alone is handed to it (it was free only
-// because nobody had handed it over yet: a holder's lease ran out); the
-// ticket then waits for it.
-func (s *Server) ticketReady(locks []*Model, entry string) bool {
-	ready := true
+// heads the line of each of its locks, and none of them is held. It looks
+// at the locks in key order and stops at the first that is held or that
+// the ticket does not head: the ticket is not ready, whatever the others
+// are. A free lock is pruned on the way, and the one it stops at, when
+// its live head is a waiter of that lock alone, is handed to it (it was
+// free only because nobody had handed it over yet: a holder's lease ran
+// out).
+//
+// skip is a lock of the ticket that the caller found free with the ticket
+// at its head, or nil: it is not looked at again. ticketReady also
+// returns the PTTL of the hold it stopped at (-2 when it stopped at none),
+// and whether it handed a lock over.
+func (s *Server) ticketReady(locks []*Model, entry string, skip *Model) (ready bool, pttl int64, handed bool) {
 	for _, l := range locks {
-		if l.hold != nil {
-			ready = false
+		if l == skip {
 			continue
+		}
+		if l.hold != nil {
+			return false, l.pttl(), false
 		}
 		head, _, ok := l.prune()
 		if !ok || head != entry {
-			ready = false
 			if ok && !isTicket(head) {
 				l.handOver("")
+				return false, -2, true
 			}
+			return false, -2, false
 		}
 	}
-	return ready
+	return true, -2, false
 }
 
 // grantTicket gives every lock of the ticket entry, which heads each of
@@ -215,7 +224,10 @@ func (s *Server) grantTicket(locks []*Model, entry string, lease int64, own bool
 // them all. It reports whether the ticket was granted.
 func (s *Server) handOverTicket(m *Model, entry string) bool {
 	locks := m.ticketLocks(entry)
-	if locks == nil || !s.ticketReady(locks, entry) {
+	if locks == nil {
+		return false
+	}
+	if ready, _, _ := s.ticketReady(locks, entry, m); !ready {
 		return false
 	}
 	tokens := s.grantTicket(locks, entry, 0, false)

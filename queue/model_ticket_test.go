@@ -176,3 +176,26 @@ func TestModelCancelledTicketLeavesEveryLineAndGivesBackItsLocks(t *testing.T) {
 	assert.Nil(t, s.Lock(kB).State().Hold)
 	assert.False(t, s.CancelTicket([]string{kA, kB}, "m", tk2), "a re-sent cancel does nothing more")
 }
+
+// A ticket's readiness check stops at the first of its locks, in key
+// order, that it waits for: it reads no lock after it, so a dead waiter
+// of a later lock stays in line until a call on that lock prunes it, and
+// the ticket's poll hint follows the hold it stopped at.
+func TestModelReadinessStopsAtTheFirstLockTheTicketWaitsFor(t *testing.T) {
+	s, call := busy(t, kA)
+	require.True(t, s.Lock(kC).Acquire(call(), "x", waiterEntry(1, "x"), 5, mTTL, ModeTry).Granted)
+	dead := waiterEntry(2, "w")
+	require.False(t, s.Lock(kC).Acquire(call(), "w", dead, mLease, 5, ModeWait).Granted)
+	s.Advance(10) // c's hold ran out, and its waiter died, with no call on c
+
+	tk := ticketEntry(1, "m")
+	rep := s.MultiAcquire([]string{kA, kB, kC}, "m", tk, mLease, mTTL, ModeWait)
+	assert.Equal(t, Reply{Hint: hintOf(mTTL, mLease-10), Joined: true, Position: 2, ServerTime: (t0 + 10) * 1000}, rep,
+		"the hint follows a's hold")
+	assert.Equal(t, []string{dead, tk}, s.Lock(kC).State().Queue, "c was not looked at")
+
+	// A call on c prunes it; the ticket, at its head now, keeps it free.
+	assert.Equal(t, Reply{}, s.Lock(kC).Acquire(call(), "y", waiterEntry(3, "y"), mLease, mTTL, ModeTry))
+	assert.Equal(t, []string{tk}, s.Lock(kC).State().Queue)
+	assert.Nil(t, s.Lock(kC).State().Hold)
+}

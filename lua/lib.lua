@@ -218,12 +218,10 @@ end
 -- the queue has a head, so a call that finds nobody waiting never pays
 -- for TIME.
 --
--- A ticket is dead once its lists are gone, and they expire at its
--- deadline to the ms (see multiacquire.lua): Redis drops a key only once its
--- clock, frozen for a script at the script's start, has passed the
--- expiry, and the script's TIME reads no earlier. So a ticket whose
--- deadline is after now still has its lists, and the deadline alone
--- tells whether it lives.
+-- A ticket's deadline is read as any waiter's. Its lists expire with it,
+-- and one whose lists have expired first (PEXPIRE counts from the start
+-- of the script on Redis 7.2 and later, a ms or so before its TIME) is
+-- dropped by the hand-over that finds it (see hand_over).
 local function prune(lk, now)
   while true do
     local head = line_head(lk)
@@ -463,15 +461,15 @@ local function grant_ticket(locks, entry, now, lease, deadline)
 end
 
 -- hand_over_ticket grants the ticket entry, the live head of the free
--- lock lk with the waiter deadline deadline, every one of its locks if it
+-- lock lk with the waiter deadline deadline, every one of its locks (as
+-- ticket_locks read them) if it
 -- is ready (see ticket_ready), and publishes its wake message on the wake
 -- channel of its first lock, with every lock's token, joined with commas
 -- in key order ("<entry> <token>,<token>... <us>"), so that its Client
 -- holds them all without a poll. Returns the entry when it was granted,
 -- else nil.
-local function hand_over_ticket(lk, entry, deadline, now)
-  local locks = ticket_locks(lk, entry)
-  if not locks or not ticket_ready(locks, entry, now, lk) then
+local function hand_over_ticket(locks, lk, entry, deadline, now)
+  if not ticket_ready(locks, entry, now, lk) then
     return nil
   end
   local tokens = grant_ticket(locks, entry, now, nil, deadline)
@@ -529,12 +527,17 @@ end
 --
 -- A head that is a ticket gets the lock only together with every other
 -- lock of the ticket, once it is ready (see hand_over_ticket); until then
--- the lock stays free, and nil is returned.
+-- the lock stays free, and nil is returned. A ticket whose lists have
+-- expired is dead: it leaves the line, and the next head is served.
 hand_over = function(lk, now, channel, own)
   local granted, message
   grant_from_head(lk, now, function(head, deadline, at)
     if is_ticket(head) then
-      granted = hand_over_ticket(lk, head, deadline, at)
+      local locks = ticket_locks(lk, head)
+      if not locks then
+        return 'drop' -- dead: its lists expired
+      end
+      granted = hand_over_ticket(locks, lk, head, deadline, at)
       return 'stop'
     end
     return 'last'

@@ -139,9 +139,6 @@ for _, l in ipairs(locks) do
   end
   joined = math.max(joined, place)
 end
--- The lists expire at the ticket's deadline, to the ms, so that a ticket
--- whose deadline is after now has them (see prune in lib.lua).
-local expiry = now + waiter_ttl
 local bases = {}
 for i, l in ipairs(locks) do
   bases[i] = l.hold
@@ -153,7 +150,7 @@ for i, list in ipairs(lists) do
     end
     redis.call('RPUSH', list, unpack(bases))
   end
-  redis.call('PEXPIREAT', list, expiry)
+  redis.call('PEXPIRE', list, waiter_ttl)
 end
 local ready, pttl, handed = ticket_ready(locks, entry, now, nil, free)
 if ready then

@@ -144,8 +144,8 @@ var luaTicket = regexp.MustCompile(`^[0-9A-Fa-f]{24}` + TicketVersion + `:`)
 // isTicket reports whether entry is a MultiLock's ticket.
 func isTicket(entry string) bool { return luaTicket.MatchString(entry) }
 
-// hasTicket reports whether the lock keeps the list of the ticket entry
-// (they expire at the ticket's deadline).
+// hasTicket reports whether the lock keeps the list of the ticket entry:
+// a ticket whose lists have expired is dead.
 func (m *Model) hasTicket(entry string) bool {
 	_, ok := m.tickets[WaiterIDOf(entry)]
 	return ok

@@ -388,54 +388,59 @@ local function ticket_locks(lk, entry)
 end
 
 -- ticket_ready reports whether the ticket entry can be granted now: it
--- heads the line of each of its locks, and none of them is held. It looks
--- at the locks in key order and stops at the first that is held or that
--- the ticket does not head: the ticket is not ready, whatever the others
--- are. A free lock is pruned on the way, and the one it stops at, when its
--- live head is a waiter of that lock alone, is handed to it (it was free
--- only because nobody had handed it over yet: a holder's lease ran out).
--- now is the server's time in ms.
+-- heads the line of each of its locks, and none of them is held. When one
+-- is held it looks no further: the ticket is not ready, whatever the
+-- others are. Else it looks at the lines in key order and stops at the
+-- first that the ticket does not head, pruning those it passes; when the
+-- live head of the line it stops at is a waiter of that lock alone, the
+-- lock is handed to it (it was free only because nobody had handed it
+-- over yet: a holder's lease ran out). now is the server's time in ms.
 --
 -- known is a lock of the ticket that the caller found free with the live
 -- ticket at its head, or nil: it is not looked at again. free, when not
--- nil, says which locks (by their index in locks) the caller found free
--- in this run, nothing having changed them since: their holds are not
--- read again. A line that the live ticket heads is not pruned either: the
+-- nil, says for each lock (by its index in locks) whether the caller
+-- found it free in this run, nothing having changed it since: no hold is
+-- read then. A line that the live ticket heads is not pruned either: the
 -- ticket's deadline is one in all its lines (one call writes them all),
 -- so it lives in each.
 --
--- It also returns the PTTL of the hold it stopped at (nil when it stopped
--- at none, or at one without an expiry), and whether it handed a lock
--- over, for a waiting ticket's poll hint.
+-- It also returns whether it handed a lock over.
 local function ticket_ready(locks, entry, now, known, free)
+  local others = {}
   for i, l in ipairs(locks) do
     if not known or l.hold ~= known.hold then
-      if not (free and free[i]) then
-        local pttl = redis.call('PTTL', l.hold)
-        if pttl ~= -2 then
-          if pttl < 0 then
-            pttl = nil
-          end
-          return false, pttl, false
-        end
+      if free and not free[i] then
+        return false, false
       end
-      local head = redis.call('LINDEX', l.queue, 0)
-      if head ~= entry and head then
-        local deadline = redis.call('ZSCORE', l.deadline, head)
-        if not (deadline and tonumber(deadline) > now and parse_entry(head)) then
-          head = prune(l, now)
-        end
-      end
-      if head ~= entry then
-        if head and not is_ticket(head) then
-          hand_over(l, now, l.hold .. ':wake')
-          return false, nil, true
-        end
-        return false, nil, false
-      end
+      others[#others + 1] = l
     end
   end
-  return true, nil, false
+  if not free and #others > 0 then
+    local holds = {}
+    for i, l in ipairs(others) do
+      holds[i] = l.hold
+    end
+    if redis.call('EXISTS', unpack(holds)) > 0 then
+      return false, false
+    end
+  end
+  for _, l in ipairs(others) do
+    local head = redis.call('LINDEX', l.queue, 0)
+    if head ~= entry and head then
+      local deadline = redis.call('ZSCORE', l.deadline, head)
+      if not (deadline and tonumber(deadline) > now and parse_entry(head)) then
+        head = prune(l, now)
+      end
+    end
+    if head ~= entry then
+      if head and not is_ticket(head) then
+        hand_over(l, now, l.hold .. ':wake')
+        return false, true
+      end
+      return false, false
+    end
+  end
+  return true, false
 end
 
 -- grant_ticket gives every lock of the ticket entry, which heads each of
@@ -452,11 +457,13 @@ local function grant_ticket(locks, entry, now, lease, deadline)
   local owner, entry_lease = parse_entry(entry)
   local ttl = lease or math.min(entry_lease, deadline - now)
   local tokens = {}
+  local lists = {}
   for i, l in ipairs(locks) do
     line_pop(l, entry)
     tokens[i] = take(l, owner, entry, ttl, now)
-    redis.call('DEL', ticket_key(l, entry))
+    lists[i] = ticket_key(l, entry)
   end
+  redis.call('DEL', unpack(lists))
   return tokens
 end
 

@@ -152,17 +152,22 @@ for i, list in ipairs(lists) do
   end
   redis.call('PEXPIRE', list, waiter_ttl)
 end
-local ready, pttl, handed = ticket_ready(locks, entry, now, nil, free)
+local ready, handed = ticket_ready(locks, entry, now, nil, free)
 if ready then
   return finish(granted(grant_ticket(locks, entry, now, lease)))
 end
--- Poll again right after the hold the ticket waits for expires (expiry
--- publishes nothing), or after every hold's, when a lock was handed over
--- on the way.
+-- The hint reads the holds only (the locks found held, when nothing was
+-- handed over on the way and nothing given back).
 local hint
-if handed then
+if handed or not free then
   hint = poll_hint(locks, waiter_ttl)
 else
-  hint = math.max(math.min(math.floor(waiter_ttl / 3), (pttl or waiter_ttl) + 1), 1)
+  local held = {}
+  for i, l in ipairs(locks) do
+    if not free[i] then
+      held[#held + 1] = l
+    end
+  end
+  hint = poll_hint(held, waiter_ttl)
 end
 return finish({0, hint, joined, clock_us or now * 1000})

@@ -91,11 +91,12 @@ func waitsAlone(s queue.State) (string, bool) {
 // ticket stays free (the ticket waits for its other locks, and nobody
 // passes it). So after a step, every lock the step's script handed over
 // (res.handed) is held or free with no live waiter of it alone at its
-// head. A ticket's readiness check (ticket_ready) looks at the ticket's
-// locks in key order and stops at the first it finds held or headed by
-// another: that lock too is held or free with no live waiter of it alone
-// at its head, for a ticket found at the head of a lock handed over, and
-// for a waiting ticket's own call (res.readied, res.ticket).
+// head. A ticket's readiness check (ticket_ready) looks no further when
+// one of the ticket's locks is held, and else looks at their lines in key
+// order and stops at the first that another heads: that lock too is held
+// or free with no live waiter of it alone at its head, for a ticket found
+// at the head of a lock handed over, and for a waiting ticket's own call
+// (res.readied, res.ticket).
 func checkSettled(ss []queue.State, keys []string, res result) error {
 	settled := func(i int) error {
 		if head, ok := waitsAlone(ss[i]); ok {
@@ -103,12 +104,17 @@ func checkSettled(ss []queue.State, keys []string, res result) error {
 		}
 		return nil
 	}
-	// firstStop returns the first of locks that the ticket does not head
-	// while it is free (-1 when there is none), where its readiness
-	// check stopped.
+	// firstStop returns the first of locks, all free, that the ticket
+	// does not head, where its readiness check stopped; -1 when there is
+	// none, or when one of them is held.
 	firstStop := func(ticket string, locks []int) int {
 		for _, j := range locks {
-			if s := ss[j]; s.Hold != nil || len(s.Queue) == 0 || s.Queue[0] != ticket {
+			if ss[j].Hold != nil {
+				return -1
+			}
+		}
+		for _, j := range locks {
+			if s := ss[j]; len(s.Queue) == 0 || s.Queue[0] != ticket {
 				return j
 			}
 		}

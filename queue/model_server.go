@@ -162,36 +162,35 @@ func (m *Model) ticketLocks(entry string) []*Model {
 }
 
 // ticketReady reports whether the ticket entry can be granted now: it
-// heads the line of each of its locks, and none of them is held. It looks
-// at the locks in key order and stops at the first that is held or that
-// the ticket does not head: the ticket is not ready, whatever the others
-// are. A free lock is pruned on the way, and the one it stops at, when
-// its live head is a waiter of that lock alone, is handed to it (it was
-// free only because nobody had handed it over yet: a holder's lease ran
-// out).
+// heads the line of each of its locks, and none of them is held. When one
+// is held it looks no further: the ticket is not ready, whatever the
+// others are. Else it looks at the lines in key order and stops at the
+// first that the ticket does not head, pruning those it passes; when the
+// live head of the line it stops at is a waiter of that lock alone, the
+// lock is handed to it (it was free only because nobody had handed it
+// over yet: a holder's lease ran out).
 //
 // skip is a lock of the ticket that the caller found free with the ticket
-// at its head, or nil: it is not looked at again. ticketReady also
-// returns the PTTL of the hold it stopped at (-2 when it stopped at none),
-// and whether it handed a lock over.
-func (s *Server) ticketReady(locks []*Model, entry string, skip *Model) (ready bool, pttl int64, handed bool) {
+// at its head, or nil: it is not looked at again.
+func (s *Server) ticketReady(locks []*Model, entry string, skip *Model) bool {
+	for _, l := range locks {
+		if l != skip && l.hold != nil {
+			return false
+		}
+	}
 	for _, l := range locks {
 		if l == skip {
 			continue
-		}
-		if l.hold != nil {
-			return false, l.pttl(), false
 		}
 		head, _, ok := l.prune()
 		if !ok || head != entry {
 			if ok && !isTicket(head) {
 				l.handOver("")
-				return false, -2, true
 			}
-			return false, -2, false
+			return false
 		}
 	}
-	return true, -2, false
+	return true
 }
 
 // grantTicket gives every lock of the ticket entry, which heads each of
@@ -227,7 +226,7 @@ func (s *Server) handOverTicket(m *Model, entry string) bool {
 	if locks == nil {
 		return false
 	}
-	if ready, _, _ := s.ticketReady(locks, entry, m); !ready {
+	if !s.ticketReady(locks, entry, m) {
 		return false
 	}
 	tokens := s.grantTicket(locks, entry, 0, false)

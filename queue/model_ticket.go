@@ -98,17 +98,10 @@ func (s *Server) MultiAcquire(keys []string, owner, entry string, lease, waiterT
 		}
 		l.expireTicket(id, waiterTTL)
 	}
-	ready, pttl, handed := s.ticketReady(locks, entry, nil)
-	if ready {
+	if s.ticketReady(locks, entry, nil) {
 		return granted(s.grantTicket(locks, entry, lease, true))
 	}
-	// The hint: right after the hold the ticket waits for expires, or
-	// after every hold's, when a lock was handed over on the way.
-	hint := hintOf(waiterTTL, pttl)
-	if handed {
-		hint = pollHint(locks, waiterTTL)
-	}
-	return Reply{Hint: hint, Joined: joined > 0, Position: joined, ServerTime: s.now * 1000}
+	return Reply{Hint: pollHint(locks, waiterTTL), Joined: joined > 0, Position: joined, ServerTime: s.now * 1000}
 }
 
 // granted is the answer of a grant of every lock of a MultiLock call.

@@ -177,11 +177,11 @@ func TestModelCancelledTicketLeavesEveryLineAndGivesBackItsLocks(t *testing.T) {
 	assert.False(t, s.CancelTicket([]string{kA, kB}, "m", tk2), "a re-sent cancel does nothing more")
 }
 
-// A ticket's readiness check stops at the first of its locks, in key
-// order, that it waits for: it reads no lock after it, so a dead waiter
-// of a later lock stays in line until a call on that lock prunes it, and
-// the ticket's poll hint follows the hold it stopped at.
-func TestModelReadinessStopsAtTheFirstLockTheTicketWaitsFor(t *testing.T) {
+// A ticket's readiness check looks at no line while one of its locks is
+// held: a dead waiter of a free lock of the ticket stays in line until a
+// call on that lock prunes it, and the ticket's poll hint follows the
+// hold.
+func TestModelReadinessLooksAtNoLineWhileALockIsHeld(t *testing.T) {
 	s, call := busy(t, kA)
 	require.True(t, s.Lock(kC).Acquire(call(), "x", waiterEntry(1, "x"), 5, mTTL, ModeTry).Granted)
 	dead := waiterEntry(2, "w")

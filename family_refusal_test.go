@@ -379,6 +379,41 @@ func TestWhatAFullServerAllows(t *testing.T) {
 	require.NoError(t, c3.Mutex("joins").Unlock(r.ctx))
 }
 
+// TestAFullServerKeepsAWaitingTicketAndRefusesANewOne fills the server's
+// memory while a MultiLock waits with a ticket: its heartbeats keep its
+// places, a second MultiLock cannot join any line and leaves nothing,
+// and the release of the lock the ticket waits for grants it every name.
+func TestAFullServerKeepsAWaitingTicketAndRefusesANewOne(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	f := newFullServer(t)
+	ctx := context.Background()
+	short := fairlock.WithWaiterTTL(300 * time.Millisecond) // a heartbeat every 100 ms
+	holder := f.client().Mutex("tb")
+	hctx, err := holder.Lock(ctx)
+	require.NoError(t, err)
+	ml := f.client(short).MultiLock([]string{"ta", "tb"})
+	waiting := lockAsync(ctx, ml)
+	f.waitQueued("tb", 1)
+
+	f.fill(t)
+	time.Sleep(600 * time.Millisecond) // two waiter TTLs: only heartbeats keep the ticket
+	require.Len(t, f.queued("ta"), 1, "the ticket kept its place")
+	require.Len(t, f.queued("tb"), 1, "the ticket kept its place")
+	wctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+	_, err = f.client(short).MultiLock([]string{"tb", "tc"}).Lock(wctx)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Len(t, f.queued("tb"), 1, "the new ticket joined no line")
+	f.requireClean("tc")
+
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, waiting, refusalWithin)
+	require.NoError(t, r.err)
+	require.NoError(t, ml.Unlock(r.ctx))
+	f.free(t)
+}
+
 // TestTheLastUnlockReleasesLevelsWhoseReleaseIsStillOnItsWay lets an
 // inner Unlock return at its deadline while its release is held up on
 // the way to Redis, then unlocks the outer level. Redis still counts the

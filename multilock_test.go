@@ -495,6 +495,32 @@ func TestMultiLockOnOneServerIsWokenByPush(t *testing.T) {
 	}
 }
 
+// A pushed grant of a waiting MultiLock carries every name's token, so
+// its Client holds them all at once: from its place in line to its grant
+// it runs no script (a claim would be one), and each name's token is the
+// one Redis gave it.
+func TestAPushedMultiLockGrantIsHeldWithoutAPoll(t *testing.T) {
+	t.Parallel()
+	e, holder, hctx, c, scripts := countedBehindAHolder(t, "b")
+	ml := c.MultiLock([]string{"a", "b", "c"})
+	multi := lockAsync(context.Background(), ml)
+	e.waitQueued("b", 1)
+	queued := scripts.all()
+	require.NoError(t, holder.Unlock(hctx))
+	r := await(t, multi, 2*time.Second) // polls are 20s apart: pushed
+	require.NoError(t, r.err)
+	require.Equal(t, queued, scripts.all(), "no claim between the push and the grant")
+	for _, name := range []string{"a", "b", "c"} {
+		tok, err := ml.Token(r.ctx, name)
+		require.NoError(t, err)
+		held, err := e.rdb.HGet(context.Background(), e.keys(name).Lock, "token").Int64()
+		require.NoError(t, err)
+		require.Equal(t, held, tok, "the token of %q", name)
+	}
+	require.NoError(t, ml.Unlock(r.ctx))
+	e.requireLocked(false, "a", "b", "c")
+}
+
 // An owner shared by several Clients (ContextWithOwner) that holds some
 // of the names already re-enters them, as Lock would, and never waits for
 // itself.

@@ -29,10 +29,11 @@ type line[G any] interface {
 	// them too ("" for none).
 	wake() string
 	sharedWake() string
-	// pushGrants reports whether a pushed hand-over's token is the whole
-	// grant, so that the waiter may take it without a round trip (see
-	// pushedSpan); false when the grant must be claimed by a poll.
-	pushGrants() bool
+	// pushed returns the grant a pushed hand-over carried, its token and,
+	// for a grant of several locks, every lock's tokens; ok is false when
+	// the message does not carry the whole grant, which must then be
+	// claimed by a poll (see pushedSpan).
+	pushed(token int64, tokens []int64) (rep queue.Reply, ok bool)
 	// poll runs one acquire call in mode (queue.ModeTry, queue.ModeWait)
 	// under entry, detached from ctx.
 	poll(ctx context.Context, req Request, entry, mode string) (queue.Reply, error)
@@ -77,7 +78,9 @@ func (l *Mutex) sharedWake() string {
 	return l.keys.Wake
 }
 
-func (l *Mutex) pushGrants() bool { return true }
+func (l *Mutex) pushed(token int64, _ []int64) (queue.Reply, bool) {
+	return queue.Reply{Granted: true, Token: token, Count: 1}, true
+}
 
 func (l *Mutex) grant(ctx context.Context, req Request, entry string, rep queue.Reply, from time.Time, span time.Duration, how handing) (*Hold, error) {
 	return l.hold(ctx, req, entry, rep.Token, from, span, how)

@@ -488,8 +488,9 @@ func wait[G any](ln line[G], ctx context.Context, req Request, entry string, sta
 				if e.observing() { // only the Observer is told the latency
 					pushed = clock.latency(signalled.GrantTime())
 				}
-				if span, trusted := pushedSpan(ln, req, polled); trusted {
-					return ln.grant(ctx, req, entry, queue.Reply{Granted: true, Token: token, Count: 1}, polled, span, handing{waited: queued, handOver: pushed})
+				rep, whole := ln.pushed(token, signalled.Tokens())
+				if span, trusted := pushedSpan(ln, req, polled); trusted && whole {
+					return ln.grant(ctx, req, entry, rep, polled, span, handing{waited: queued, handOver: pushed})
 				}
 				// Claim the hold with one more poll, which answers
 				// granted and sets the full lease from now.
@@ -573,7 +574,7 @@ func pushedTo(w *notify.Waiter) bool {
 // counts only once a poll of its own has been acknowledged.
 func pushedSpan[G any](ln line[G], req Request, polled time.Time) (time.Duration, bool) {
 	e := ln.engine()
-	if req.Fixed || e.repl != nil || !ln.pushGrants() {
+	if req.Fixed || e.repl != nil {
 		return 0, false
 	}
 	span := min(req.Lease, e.cfg.WaiterTTL)

@@ -71,10 +71,15 @@ func (t *Ticket) entry(req Request) string {
 func (t *Ticket) wake() string       { return t.locks[0].wakeChannel }
 func (t *Ticket) sharedWake() string { return "" }
 
-// pushGrants is false: a ticket's wake message carries the first lock's
-// token only, so a pushed grant is claimed by a poll, which answers every
-// token.
-func (t *Ticket) pushGrants() bool { return false }
+// pushed is the grant a ticket's wake message carries: every lock's token
+// (see hand_over_ticket in lua/lib.lua). A message with fewer is not the
+// whole grant, which a poll then claims.
+func (t *Ticket) pushed(_ int64, tokens []int64) (queue.Reply, bool) {
+	if len(tokens) != len(t.locks) {
+		return queue.Reply{}, false
+	}
+	return queue.Reply{Granted: true, Token: tokens[0], Count: 1, Tokens: tokens}, true
+}
 
 func (t *Ticket) poll(ctx context.Context, req Request, entry, mode string) (queue.Reply, error) {
 	cctx, cancel := t.e.detached(ctx)

@@ -217,6 +217,11 @@ end
 -- now is the server's time in ms, or nil: the clock is then read only if
 -- the queue has a head, so a call that finds nobody waiting never pays
 -- for TIME.
+--
+-- A ticket's deadline is read as any waiter's. Its lists expire with it,
+-- and one whose lists have expired first (PEXPIRE counts from the start
+-- of the script on Redis 7.2 and later, a ms or so before its TIME) is
+-- dropped by the hand-over that finds it (see hand_over).
 local function prune(lk, now)
   while true do
     local head = line_head(lk)
@@ -225,8 +230,7 @@ local function prune(lk, now)
     end
     now = now or now_ms()
     local deadline = redis.call('ZSCORE', lk.deadline, head)
-    if deadline and tonumber(deadline) > now and parse_entry(head) and
-        (not is_ticket(head) or redis.call('EXISTS', ticket_key(lk, head)) == 1) then
+    if deadline and tonumber(deadline) > now and parse_entry(head) then
       return head, tonumber(deadline), now
     end
     line_pop(lk, head)
@@ -384,27 +388,59 @@ local function ticket_locks(lk, entry)
 end
 
 -- ticket_ready reports whether the ticket entry can be granted now: it
--- heads the line of each of its locks, and none of them is held. A free
--- lock of the ticket whose live head is a waiter of that lock alone is
--- handed to it on the way (it was free only because nobody had handed it
--- over yet: a holder's lease ran out), and the ticket waits for it. now is
--- the server's time in ms.
-local function ticket_ready(locks, entry, now)
-  local ready = true
-  for _, l in ipairs(locks) do
-    if redis.call('EXISTS', l.hold) == 1 then
-      ready = false
-    else
-      local head = prune(l, now)
-      if head ~= entry then
-        ready = false
-        if head and not is_ticket(head) then
-          hand_over(l, now, l.hold .. ':wake')
-        end
+-- heads the line of each of its locks, and none of them is held. When one
+-- is held it looks no further: the ticket is not ready, whatever the
+-- others are. Else it looks at the lines in key order and stops at the
+-- first that the ticket does not head, pruning those it passes; when the
+-- live head of the line it stops at is a waiter of that lock alone, the
+-- lock is handed to it (it was free only because nobody had handed it
+-- over yet: a holder's lease ran out). now is the server's time in ms.
+--
+-- known is a lock of the ticket that the caller found free with the live
+-- ticket at its head, or nil: it is not looked at again. free, when not
+-- nil, says for each lock (by its index in locks) whether the caller
+-- found it free in this run, nothing having changed it since: no hold is
+-- read then. A line that the live ticket heads is not pruned either: the
+-- ticket's deadline is one in all its lines (one call writes them all),
+-- so it lives in each.
+--
+-- It also returns whether it handed a lock over.
+local function ticket_ready(locks, entry, now, known, free)
+  local others = {}
+  for i, l in ipairs(locks) do
+    if not known or l.hold ~= known.hold then
+      if free and not free[i] then
+        return false, false
       end
+      others[#others + 1] = l
     end
   end
-  return ready
+  if not free and #others > 0 then
+    local holds = {}
+    for i, l in ipairs(others) do
+      holds[i] = l.hold
+    end
+    if redis.call('EXISTS', unpack(holds)) > 0 then
+      return false, false
+    end
+  end
+  for _, l in ipairs(others) do
+    local head = redis.call('LINDEX', l.queue, 0)
+    if head ~= entry and head then
+      local deadline = redis.call('ZSCORE', l.deadline, head)
+      if not (deadline and tonumber(deadline) > now and parse_entry(head)) then
+        head = prune(l, now)
+      end
+    end
+    if head ~= entry then
+      if head and not is_ticket(head) then
+        hand_over(l, now, l.hold .. ':wake')
+        return false, true
+      end
+      return false, false
+    end
+  end
+  return true, false
 end
 
 -- grant_ticket gives every lock of the ticket entry, which heads each of
@@ -415,34 +451,36 @@ end
 -- its waiter is there to hold them, as a Mutex's poll that finds the lock
 -- free is given its full lease. For a hand-over, which may reach a waiter
 -- that is gone, lease is nil: each hold lasts the entry's lease, but no
--- longer than the ticket's waiter deadline (see hand_over).
-local function grant_ticket(locks, entry, now, lease)
+-- longer than the ticket's waiter deadline, deadline (one in all its
+-- lines; see hand_over).
+local function grant_ticket(locks, entry, now, lease, deadline)
   local owner, entry_lease = parse_entry(entry)
+  local ttl = lease or math.min(entry_lease, deadline - now)
   local tokens = {}
+  local lists = {}
   for i, l in ipairs(locks) do
-    local ttl = lease
-    if not ttl then
-      ttl = math.min(entry_lease, tonumber(redis.call('ZSCORE', l.deadline, entry)) - now)
-    end
     line_pop(l, entry)
     tokens[i] = take(l, owner, entry, ttl, now)
-    redis.call('DEL', ticket_key(l, entry))
+    lists[i] = ticket_key(l, entry)
   end
+  redis.call('DEL', unpack(lists))
   return tokens
 end
 
 -- hand_over_ticket grants the ticket entry, the live head of the free
--- lock lk, every one of its locks if it is ready (see ticket_ready), and
--- publishes its wake message on the wake channel of its first lock, with
--- the token of that lock: its Client then claims the rest with one poll.
--- Returns the entry when it was granted, else nil.
-local function hand_over_ticket(lk, entry, now)
-  local locks = ticket_locks(lk, entry)
-  if not locks or not ticket_ready(locks, entry, now) then
+-- lock lk with the waiter deadline deadline, every one of its locks (as
+-- ticket_locks read them) if it
+-- is ready (see ticket_ready), and publishes its wake message on the wake
+-- channel of its first lock, with every lock's token, joined with commas
+-- in key order ("<entry> <token>,<token>... <us>"), so that its Client
+-- holds them all without a poll. Returns the entry when it was granted,
+-- else nil.
+local function hand_over_ticket(locks, lk, entry, deadline, now)
+  if not ticket_ready(locks, entry, now, lk) then
     return nil
   end
-  local tokens = grant_ticket(locks, entry, now)
-  wake(locks[1].hold .. ':wake', entry, tokens[1], now)
+  local tokens = grant_ticket(locks, entry, now, nil, deadline)
+  wake(locks[1].hold .. ':wake', entry, table.concat(tokens, ','), now)
   return entry
 end
 
@@ -496,12 +534,17 @@ end
 --
 -- A head that is a ticket gets the lock only together with every other
 -- lock of the ticket, once it is ready (see hand_over_ticket); until then
--- the lock stays free, and nil is returned.
+-- the lock stays free, and nil is returned. A ticket whose lists have
+-- expired is dead: it leaves the line, and the next head is served.
 hand_over = function(lk, now, channel, own)
   local granted, message
-  grant_from_head(lk, now, function(head, _, at)
+  grant_from_head(lk, now, function(head, deadline, at)
     if is_ticket(head) then
-      granted = hand_over_ticket(lk, head, at)
+      local locks = ticket_locks(lk, head)
+      if not locks then
+        return 'drop' -- dead: its lists expired
+      end
+      granted = hand_over_ticket(locks, lk, head, deadline, at)
       return 'stop'
     end
     return 'last'

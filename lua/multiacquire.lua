@@ -55,9 +55,10 @@ end
 --    them still are (the others' holds ran out before the claim), give
 --    those back: the ticket's grant is lost, and the call goes on as a
 --    fresh one.
-local tokens, mine = {}, 0
+local tokens, mine, free = {}, 0, {}
 for i, l in ipairs(locks) do
   local hold = redis.call('HMGET', l.hold, 'owner', 'entry', 'token')
+  free[i] = not hold[1]
   if hold[1] == owner and hold[2] == entry then
     mine = mine + 1
     tokens[i] = hold[3]
@@ -70,6 +71,7 @@ if mine == #locks then
   return granted(tokens)
 end
 if mine > 0 then
+  free = nil -- the give-backs may hand the locks to others
   for i, l in ipairs(locks) do
     if tokens[i] then
       if redis.call('HINCRBY', l.hold, 'count', -1) > 0 then
@@ -117,30 +119,55 @@ local lists = {}
 for i, l in ipairs(locks) do
   lists[i] = ticket_key(l, entry)
 end
-if redis.call('EXISTS', unpack(lists)) < #locks then
-  for _, l in ipairs(locks) do
-    if redis.call('ZSCORE', l.deadline, entry) then
-      leave(l, entry)
-    end
-  end
-end
+local present = redis.call('EXISTS', unpack(lists))
 local joined = 0
 for _, l in ipairs(locks) do
-  joined = math.max(joined, join(l, entry, now, waiter_ttl))
+  local place
+  if present == #locks then
+    place = join(l, entry, now, waiter_ttl)
+  else
+    -- Join the line at its end: the deadline first, added only if the
+    -- ticket has none there; one it has is a place it must leave first.
+    -- (A ticket new to the line then writes first what may grow memory,
+    -- so that a full server refuses it, as join does.)
+    if redis.call('ZADD', l.deadline, 'NX', now + waiter_ttl, entry) == 0 then
+      leave(l, entry)
+      redis.call('ZADD', l.deadline, now + waiter_ttl, entry)
+    end
+    place = redis.call('RPUSH', l.queue, entry)
+    redis.call('ZADD', l.joined, now, entry)
+  end
+  joined = math.max(joined, place)
 end
 local bases = {}
 for i, l in ipairs(locks) do
   bases[i] = l.hold
 end
-for i, l in ipairs(locks) do
-  local list = lists[i]
+for i, list in ipairs(lists) do
   if joined > 0 then
-    redis.call('DEL', list)
+    if present > 0 then
+      redis.call('DEL', list)
+    end
     redis.call('RPUSH', list, unpack(bases))
   end
   redis.call('PEXPIRE', list, waiter_ttl)
 end
-if ticket_ready(locks, entry, now) then
+local ready, handed = ticket_ready(locks, entry, now, nil, free)
+if ready then
   return finish(granted(grant_ticket(locks, entry, now, lease)))
 end
-return finish({0, poll_hint(locks, waiter_ttl), joined, clock_us or now * 1000})
+-- The hint reads the holds only (the locks found held, when nothing was
+-- handed over on the way and nothing given back).
+local hint
+if handed or not free then
+  hint = poll_hint(locks, waiter_ttl)
+else
+  local held = {}
+  for i, l in ipairs(locks) do
+    if not free[i] then
+      held[#held + 1] = l
+    end
+  end
+  hint = poll_hint(held, waiter_ttl)
+end
+return finish({0, hint, joined, clock_us or now * 1000})

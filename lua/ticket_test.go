@@ -188,16 +188,31 @@ func TestACancelledTicketLeavesEveryLine(t *testing.T) {
 // passes, and stops no one.
 func TestADeadTicketIsPruned(t *testing.T) {
 	r := newTicketRig(t, "a", "b")
-	ctx := context.Background()
 	require.True(t, r.lock("b", "h").Granted)
 	tk := ticket(1, "m")
 	require.False(t, r.multi("m", tk, queue.ModeWait, "a", "b").Granted)
-	// Its lists expire with it: gone from a, it is dead.
-	require.NoError(t, r.rdb.Del(ctx, r.ks["a"].Lock+":ticket:"+queue.WaiterIDOf(tk)).Err())
+	r.dies(tk, "a", "b")
 	rep := r.lock("a", "s")
 	require.True(t, rep.Granted, "a dead ticket stops no one")
 	r.release("b", "h")
 	require.Empty(t, r.holder("b"))
+}
+
+// A ticket whose list a lock no longer keeps (it expired a moment before
+// the ticket's deadline) is dead there: the hand-over that finds it at
+// the head drops it and serves the waiter behind it.
+func TestATicketWhoseListExpiredIsDroppedByAHandOver(t *testing.T) {
+	r := newTicketRig(t, "a", "b")
+	ctx := context.Background()
+	require.True(t, r.lock("a", "h").Granted)
+	require.True(t, r.lock("b", "h").Granted)
+	tk := ticket(1, "m")
+	require.False(t, r.multi("m", tk, queue.ModeWait, "a", "b").Granted)
+	require.False(t, r.lock("a", "s").Granted, "behind the ticket")
+	require.NoError(t, r.rdb.Del(ctx, r.ks["a"].Lock+":ticket:"+queue.WaiterIDOf(tk)).Err())
+	r.release("a", "h")
+	require.Equal(t, "s", r.holder("a"), "the dead ticket was dropped")
+	require.Empty(t, r.line("a"), "and left the line")
 }
 
 // dies makes the ticket entry dead in the lines of names, as if its

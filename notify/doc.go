@@ -33,7 +33,10 @@
 // The scripts publish one of two payloads on a lock's channel:
 //
 //	"<id> <token>"  a grant: the lock was handed to waiter id, with fencing
-//	                token <token>, a decimal int64
+//	                token <token>, a decimal int64, followed by " <µs>",
+//	                the server's time of the hand-over, for a waiter that
+//	                reads it; a MultiLock ticket's grant carries every
+//	                lock's token, joined with commas (Waiter.Tokens)
 //	"<id>"          a plain wake for waiter id
 //
 // Messages naming an id that is not watching the channel are ignored, and so

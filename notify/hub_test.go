@@ -231,6 +231,8 @@ func TestParsePayload(t *testing.T) {
 		{payload: "w1 9223372036854775807", want: message{id: "w1", token: 9223372036854775807, grant: true}},
 		{payload: "w1 42 1764083400123456", want: message{id: "w1", token: 42, grant: true, at: 1764083400123456}},
 		{payload: "w1", want: message{id: "w1"}},
+		{payload: "w1 42,7,1800000000000123 1764083400123456", want: message{id: "w1", token: 42, tokens: []int64{42, 7, 1800000000000123}, grant: true, at: 1764083400123456}},
+		{payload: "w1 42,7", want: message{id: "w1", token: 42, tokens: []int64{42, 7}, grant: true}},
 		{payload: "", bad: true},
 		{payload: " 42", bad: true},
 		{payload: "w1 ", bad: true},
@@ -239,6 +241,10 @@ func TestParsePayload(t *testing.T) {
 		{payload: "w1 1 x", bad: true},
 		{payload: "w1 1 0", bad: true},
 		{payload: "w1 1 2 3", bad: true},
+		{payload: "w1 1, 2", bad: true},
+		{payload: "w1 1,,2 3", bad: true},
+		{payload: "w1 ,1 3", bad: true},
+		{payload: "w1 1,x 3", bad: true},
 		{payload: "w1 9223372036854775808", bad: true},
 	}
 	for _, tt := range tests {

@@ -26,6 +26,7 @@ type Waiter struct {
 	stopped bool      // guarded by hub.mu; set by the first Stop
 	granted bool      // guarded by hub.mu; sticky, set by the first grant
 	token   int64     // guarded by hub.mu; fencing token of the latest grant
+	tokens  []int64   // guarded by hub.mu; every token of the latest grant when it carried several (a ticket's), else nil
 	at      int64     // guarded by hub.mu; server time (µs) the latest grant's message carried, 0 if none
 	heard   time.Time // guarded by hub.mu; when the latest grant's message arrived
 	missed  bool      // guarded by hub.mu; set by the first Missed
@@ -53,6 +54,15 @@ func (w *Waiter) Grant() (token int64, ok bool) {
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
 	return w.token, w.granted
+}
+
+// Tokens returns every fencing token the latest grant message carried
+// when it carried several, one per lock of a MultiLock's ticket in key
+// order; nil for a grant of one lock, and before any grant.
+func (w *Waiter) Tokens() []int64 {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	return w.tokens
 }
 
 // GrantTime reports, for the latest grant message of this waiter's id,
@@ -112,15 +122,17 @@ var errMalformed = errors.New("malformed notification payload")
 
 // message is one parsed message payload.
 type message struct {
-	id    string // the waiter id it is for
-	grant bool   // a grant, not a wake
-	token int64  // a grant's fencing token
-	at    int64  // a grant's server time in µs, 0 when it carries none
+	id     string  // the waiter id it is for
+	grant  bool    // a grant, not a wake
+	token  int64   // a grant's fencing token: the first of tokens, when it has several
+	tokens []int64 // every token of a grant of several locks (a ticket's), else nil
+	at     int64   // a grant's server time in µs, 0 when it carries none
 }
 
 // parsePayload parses a message payload: "<id> <token> <µs>" and
 // "<id> <token>" are grants, with and without the server's time of the
-// hand-over; "<id>" is a wake.
+// hand-over; "<id>" is a wake. The token of a grant of several locks (a
+// MultiLock's ticket) is every lock's, joined with commas.
 func parsePayload(payload string) (message, error) {
 	id, rest, grant := strings.Cut(payload, " ")
 	if id == "" {
@@ -132,7 +144,16 @@ func parsePayload(payload string) (message, error) {
 	tok, at, timed := strings.Cut(rest, " ")
 	m := message{id: id, grant: true}
 	var err error
-	if m.token, err = strconv.ParseInt(tok, 10, 64); err != nil {
+	if strings.Contains(tok, ",") {
+		for t := range strings.SplitSeq(tok, ",") {
+			n, err := strconv.ParseInt(t, 10, 64)
+			if err != nil {
+				return message{}, errMalformed
+			}
+			m.tokens = append(m.tokens, n)
+		}
+		m.token = m.tokens[0]
+	} else if m.token, err = strconv.ParseInt(tok, 10, 64); err != nil {
 		return message{}, errMalformed
 	}
 	if timed {
@@ -175,7 +196,7 @@ func (h *Hub) route(channel, payload string) {
 		return
 	}
 	if m.grant {
-		w.token, w.granted, w.at, w.heard = m.token, true, m.at, time.Now()
+		w.token, w.tokens, w.granted, w.at, w.heard = m.token, m.tokens, true, m.at, time.Now()
 	}
 	w.signal()
 	h.mu.Unlock()

@@ -20,6 +20,7 @@ func TestTicketCheckersCatchEachViolation(t *testing.T) {
 		return queue.Entry(fmt.Sprintf("%016x0000abcd%s", n, queue.TicketVersion), time.Second, "m")
 	}
 	single := queue.Entry("0000000000000009", time.Second, "w")
+	holder := queue.Entry("0000000000000008", time.Second, "h")
 	t1, t2 := tk(1), tk(2)
 	sets := map[string][]int{t1: {0, 1}, t2: {0, 1}}
 	held := func(entry string, token int64) *queue.HoldState {
@@ -85,10 +86,22 @@ func TestTicketCheckersCatchEachViolation(t *testing.T) {
 			res:       result{handed: []int{0}},
 			violation: "a lock of the ticket",
 		},
-		{name: "the same, looked at by a waiting ticket, which hands over only its own locks",
+		{name: "the same, looked at by the waiting ticket, whose check stopped there",
+			prev:      []queue.State{free, free, free},
+			now:       []queue.State{waiting(t1), waiting(single, t1), free},
+			res:       result{readied: []int{0, 1}, ticket: t1},
+			violation: "where the ticket",
+		},
+		{name: "a free lock left to a live waiter after a held lock of the ticket, where its check stopped",
+			prev:      []queue.State{free, free, free},
+			now:       []queue.State{with(waiting(t1), held(holder, 7)), waiting(single, t1), free},
+			res:       result{handed: []int{1}, readied: []int{0, 1}, ticket: t1},
+			violation: "b is free while",
+		},
+		{name: "the same, where no script handed b over",
 			prev: []queue.State{free, free, free},
-			now:  []queue.State{waiting(t1), waiting(single, t1), free},
-			res:  result{readied: []int{0}},
+			now:  []queue.State{with(waiting(t1), held(holder, 7)), waiting(single, t1), free},
+			res:  result{readied: []int{0, 1}, ticket: t1},
 		},
 		{name: "a free lock left to a live waiter, which no script of the step looked at",
 			prev: []queue.State{free, free, free},

@@ -117,6 +117,7 @@ type result struct {
 	// that waits), which hands a free one to a live head that waits for
 	// it alone, and leaves one headed by another ticket as it is.
 	readied []int
+	ticket  string // the entry of the ticket that looked at readied
 }
 
 // apply applies c to the model, and to the scripts through r, and returns
@@ -155,7 +156,7 @@ func (d *differ) apply(r *rig, c call) (res result, err error) {
 		d.sameHints(w, &g)
 		res.want, res.got = w, g
 		if c.mode == queue.ModeWait {
-			res.readied = c.locks
+			res.readied, res.ticket = c.locks, c.entry
 		}
 		d.world.done(c, w.Granted)
 	case opRelease:

@@ -60,8 +60,9 @@ func checkLine(queue []string, deadlines map[string]int64) error {
 }
 
 // live reports whether entry is a live waiter in the line of the lock
-// whose state is s, as prune reads it: it has a deadline after now, is
-// well formed, and, for a ticket, the lock keeps its list.
+// whose state is s, as prune reads it: it has a deadline after now, and is
+// well formed. (A ticket whose lists expired first is dropped by the next
+// hand-over that finds it at the head.)
 func live(s queue.State, entry string) bool {
 	deadline, ok := s.Deadlines[entry]
 	if !ok || deadline <= s.Now {
@@ -69,10 +70,6 @@ func live(s queue.State, entry string) bool {
 	}
 	if _, _, ok := queue.ParseEntry(entry); !ok {
 		return false
-	}
-	if queue.IsTicket(entry) {
-		_, ok := s.Tickets[queue.WaiterIDOf(entry)]
-		return ok
 	}
 	return true
 }
@@ -94,10 +91,12 @@ func waitsAlone(s queue.State) (string, bool) {
 // ticket stays free (the ticket waits for its other locks, and nobody
 // passes it). So after a step, every lock the step's script handed over
 // (res.handed) is held or free with no live waiter of it alone at its
-// head; and so is every lock of a ticket found at the head of one of
-// them (hand_over looked at each for that ticket). Every lock a waiting
-// ticket looked at (res.readied) is held or free with no live waiter of
-// it alone at its head.
+// head. A ticket's readiness check (ticket_ready) looks no further when
+// one of the ticket's locks is held, and else looks at their lines in key
+// order and stops at the first that another heads: that lock too is held
+// or free with no live waiter of it alone at its head, for a ticket found
+// at the head of a lock handed over, and for a waiting ticket's own call
+// (res.readied, res.ticket).
 func checkSettled(ss []queue.State, keys []string, res result) error {
 	settled := func(i int) error {
 		if head, ok := waitsAlone(ss[i]); ok {
@@ -105,9 +104,25 @@ func checkSettled(ss []queue.State, keys []string, res result) error {
 		}
 		return nil
 	}
-	for _, i := range res.readied {
-		if err := settled(i); err != nil {
-			return err
+	// firstStop returns the first of locks, all free, that the ticket
+	// does not head, where its readiness check stopped; -1 when there is
+	// none, or when one of them is held.
+	firstStop := func(ticket string, locks []int) int {
+		for _, j := range locks {
+			if ss[j].Hold != nil {
+				return -1
+			}
+		}
+		for _, j := range locks {
+			if s := ss[j]; len(s.Queue) == 0 || s.Queue[0] != ticket {
+				return j
+			}
+		}
+		return -1
+	}
+	if j := firstStop(res.ticket, res.readied); j >= 0 {
+		if err := settled(j); err != nil {
+			return fmt.Errorf("%w, where the ticket %q stopped", err, res.ticket)
 		}
 	}
 	for _, i := range res.handed {
@@ -118,11 +133,15 @@ func checkSettled(ss []queue.State, keys []string, res result) error {
 		if s.Hold != nil || len(s.Queue) == 0 || !live(s, s.Queue[0]) {
 			continue
 		}
+		var locks []int
 		for _, key := range s.Tickets[queue.WaiterIDOf(s.Queue[0])].Locks {
 			j := slices.Index(keys, key)
 			if j < 0 {
 				return fmt.Errorf("the ticket %q heading %s names the lock %s, which is none of the run's", s.Queue[0], keys[i], key)
 			}
+			locks = append(locks, j)
+		}
+		if j := firstStop(s.Queue[0], locks); j >= 0 {
 			if err := settled(j); err != nil {
 				return fmt.Errorf("%w, a lock of the ticket %q that heads %s", err, s.Queue[0], keys[i])
 			}

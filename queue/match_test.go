@@ -123,12 +123,27 @@ func (d *differ) translate(c call, ss []queue.State, msgs []queue.Wake, reply an
 		}
 		return strconv.FormatInt(tok(i, n), 10)
 	}
+	// tokens translates the token field of a wake message to entry,
+	// published on the channel of lock i: a ticket's is the token of each
+	// of its locks, joined with commas.
+	tokens := func(i int, entry, field string) string {
+		if !strings.Contains(field, ",") {
+			return text(i, field)
+		}
+		each := strings.Split(field, ",")
+		for k, t := range each {
+			if set := d.sets[entry]; k < len(set) {
+				each[k] = text(set[k], t)
+			}
+		}
+		return strings.Join(each, ",")
+	}
 	wake := func(i int, msg string) string {
 		entry, rest, _ := strings.Cut(msg, " ") // "<entry> <token>", then maybe " <µs>"
 		if token, at, timed := strings.Cut(rest, " "); timed {
-			return entry + " " + text(i, token) + " " + at
+			return entry + " " + tokens(i, entry, token) + " " + at
 		} else if rest != "" {
-			return entry + " " + text(i, rest)
+			return entry + " " + tokens(i, entry, rest)
 		}
 		return msg
 	}

@@ -217,10 +217,11 @@ func parseEntry(entry string) (owner string, lease int64, ok bool) {
 
 // prune is lib.lua's prune on the lock's line (see line.prune): it drops
 // the dead waiters at the head, and returns the live head and its
-// deadline; ok is false when the line is empty. A ticket lives as long as
-// this lock keeps its list, which expires with its waiter.
+// deadline; ok is false when the line is empty. A ticket's deadline is
+// read as any waiter's; one whose lists have expired is dropped by a
+// hand-over (see handOver).
 func (m *Model) prune() (head string, deadline int64, ok bool) {
-	return m.line.prune(m.srv.now, func(head string) bool { return !isTicket(head) || m.hasTicket(head) })
+	return m.line.prune(m.srv.now, func(string) bool { return true })
 }
 
 // take makes owner the holder of the free lock under a fresh fencing
@@ -241,7 +242,9 @@ func (m *Model) take(owner, entry string, ttl int64) int64 {
 // expires like a dead waiter would.
 //
 // A head that is a ticket is granted every one of its locks if it is
-// ready, or none (see Server.handOverTicket); the lock then stays free.
+// ready, or none (see Server.handOverTicket); the lock then stays free. A
+// ticket whose list this lock no longer keeps is dead (the lists expire
+// with it): it leaves the line, and the next head is served.
 //
 // own is the tag of the Client that makes the call, or "": when the head
 // waits in that Client (its TagOf is own), nothing is published, and the
@@ -250,6 +253,10 @@ func (m *Model) take(owner, entry string, ttl int64) int64 {
 // published.
 func (m *Model) handOver(own string) string {
 	head, deadline, ok := m.prune()
+	for ok && isTicket(head) && !m.hasTicket(head) {
+		m.popHead()
+		head, deadline, ok = m.prune()
+	}
 	if !ok {
 		return ""
 	}

@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // Server is the model of the locks of one Redis server: one Model per
@@ -144,7 +145,7 @@ var luaTicket = regexp.MustCompile(`^[0-9A-Fa-f]{24}` + TicketVersion + `:`)
 func isTicket(entry string) bool { return luaTicket.MatchString(entry) }
 
 // hasTicket reports whether the lock keeps the list of the ticket entry:
-// whether the ticket is alive (a ticket whose lists expired is dead).
+// a ticket whose lists have expired is dead.
 func (m *Model) hasTicket(entry string) bool {
 	_, ok := m.tickets[WaiterIDOf(entry)]
 	return ok
@@ -161,27 +162,35 @@ func (m *Model) ticketLocks(entry string) []*Model {
 }
 
 // ticketReady reports whether the ticket entry can be granted now: it
-// heads the line of each of its locks, and none of them is held. Every
-// lock of it that is free is pruned on the way, and one whose live head
-// is a waiter of that lock alone is handed to it (it was free only
-// because nobody had handed it over yet: a holder's lease ran out); the
-// ticket then waits for it.
-func (s *Server) ticketReady(locks []*Model, entry string) bool {
-	ready := true
+// heads the line of each of its locks, and none of them is held. When one
+// is held it looks no further: the ticket is not ready, whatever the
+// others are. Else it looks at the lines in key order and stops at the
+// first that the ticket does not head, pruning those it passes; when the
+// live head of the line it stops at is a waiter of that lock alone, the
+// lock is handed to it (it was free only because nobody had handed it
+// over yet: a holder's lease ran out).
+//
+// skip is a lock of the ticket that the caller found free with the ticket
+// at its head, or nil: it is not looked at again.
+func (s *Server) ticketReady(locks []*Model, entry string, skip *Model) bool {
 	for _, l := range locks {
-		if l.hold != nil {
-			ready = false
+		if l != skip && l.hold != nil {
+			return false
+		}
+	}
+	for _, l := range locks {
+		if l == skip {
 			continue
 		}
 		head, _, ok := l.prune()
 		if !ok || head != entry {
-			ready = false
 			if ok && !isTicket(head) {
 				l.handOver("")
 			}
+			return false
 		}
 	}
-	return ready
+	return true
 }
 
 // grantTicket gives every lock of the ticket entry, which heads each of
@@ -209,16 +218,23 @@ func (s *Server) grantTicket(locks []*Model, entry string, lease int64, own bool
 
 // handOverTicket grants the ticket entry, the live head of the free lock
 // m, every one of its locks if it is ready (see ticketReady), and
-// publishes its wake message on its first lock: "<entry> <token of the
-// first lock> <time in µs>". Its Client then claims the rest with one
-// poll. It reports whether the ticket was granted.
+// publishes its wake message on its first lock: "<entry> <token of each
+// lock, joined with commas> <time in µs>", from which its Client holds
+// them all. It reports whether the ticket was granted.
 func (s *Server) handOverTicket(m *Model, entry string) bool {
 	locks := m.ticketLocks(entry)
-	if locks == nil || !s.ticketReady(locks, entry) {
+	if locks == nil {
+		return false
+	}
+	if !s.ticketReady(locks, entry, m) {
 		return false
 	}
 	tokens := s.grantTicket(locks, entry, 0, false)
-	msg := entry + " " + strconv.FormatInt(tokens[0], 10) + " " + strconv.FormatInt(s.now*1000, 10) // the model's clock has ms only
+	each := make([]string, len(tokens))
+	for i, t := range tokens {
+		each[i] = strconv.FormatInt(t, 10)
+	}
+	msg := entry + " " + strings.Join(each, ",") + " " + strconv.FormatInt(s.now*1000, 10) // the model's clock has ms only
 	s.publish(locks[0].key, msg)
 	return true
 }

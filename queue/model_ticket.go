@@ -98,7 +98,7 @@ func (s *Server) MultiAcquire(keys []string, owner, entry string, lease, waiterT
 		}
 		l.expireTicket(id, waiterTTL)
 	}
-	if s.ticketReady(locks, entry) {
+	if s.ticketReady(locks, entry, nil) {
 		return granted(s.grantTicket(locks, entry, lease, true))
 	}
 	return Reply{Hint: pollHint(locks, waiterTTL), Joined: joined > 0, Position: joined, ServerTime: s.now * 1000}

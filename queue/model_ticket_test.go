@@ -45,7 +45,7 @@ func TestModelTicketWaitsHoldingNothingAndIsGrantedEveryLockAtOnce(t *testing.T)
 	assert.Equal(t, 2, w.Position)
 
 	// The release of b grants the ticket both, each bounded by its waiter
-	// deadline, and wakes it on the first lock's channel.
+	// deadline, and wakes it on the first lock's channel with both tokens.
 	s.Advance(5)
 	require.Equal(t, 0, s.Lock(kB).Release(call(), "h", mLease))
 	for _, k := range []string{kA, kB} {
@@ -53,7 +53,7 @@ func TestModelTicketWaitsHoldingNothingAndIsGrantedEveryLockAtOnce(t *testing.T)
 		assert.Equal(t, &HoldState{Owner: "m", Count: 1, Token: tokenAt(t0 + 5), Entry: tk, Since: t0 + 5, ExpiresAt: t0 + mTTL}, st.Hold, k)
 		assert.Empty(t, st.Tickets, "the lists are dropped")
 	}
-	assert.Equal(t, []Wake{{Lock: kA, Message: tk + " " + itoa(tokenAt(t0+5)) + " " + itoa((t0+5)*1000)}}, s.Drain())
+	assert.Equal(t, []Wake{{Lock: kA, Message: tk + " " + itoa(tokenAt(t0+5)) + "," + itoa(tokenAt(t0+5)) + " " + itoa((t0+5)*1000)}}, s.Drain())
 
 	// Its poll claims them, for the full lease.
 	rep = s.MultiAcquire([]string{kA, kB}, "m", tk, mLease, mTTL, ModeWait)
@@ -175,4 +175,27 @@ func TestModelCancelledTicketLeavesEveryLineAndGivesBackItsLocks(t *testing.T) {
 	assert.Nil(t, s.Lock(kA).State().Hold)
 	assert.Nil(t, s.Lock(kB).State().Hold)
 	assert.False(t, s.CancelTicket([]string{kA, kB}, "m", tk2), "a re-sent cancel does nothing more")
+}
+
+// A ticket's readiness check looks at no line while one of its locks is
+// held: a dead waiter of a free lock of the ticket stays in line until a
+// call on that lock prunes it, and the ticket's poll hint follows the
+// hold.
+func TestModelReadinessLooksAtNoLineWhileALockIsHeld(t *testing.T) {
+	s, call := busy(t, kA)
+	require.True(t, s.Lock(kC).Acquire(call(), "x", waiterEntry(1, "x"), 5, mTTL, ModeTry).Granted)
+	dead := waiterEntry(2, "w")
+	require.False(t, s.Lock(kC).Acquire(call(), "w", dead, mLease, 5, ModeWait).Granted)
+	s.Advance(10) // c's hold ran out, and its waiter died, with no call on c
+
+	tk := ticketEntry(1, "m")
+	rep := s.MultiAcquire([]string{kA, kB, kC}, "m", tk, mLease, mTTL, ModeWait)
+	assert.Equal(t, Reply{Hint: hintOf(mTTL, mLease-10), Joined: true, Position: 2, ServerTime: (t0 + 10) * 1000}, rep,
+		"the hint follows a's hold")
+	assert.Equal(t, []string{dead, tk}, s.Lock(kC).State().Queue, "c was not looked at")
+
+	// A call on c prunes it; the ticket, at its head now, keeps it free.
+	assert.Equal(t, Reply{}, s.Lock(kC).Acquire(call(), "y", waiterEntry(3, "y"), mLease, mTTL, ModeTry))
+	assert.Equal(t, []string{tk}, s.Lock(kC).State().Queue)
+	assert.Nil(t, s.Lock(kC).State().Hold)
 }

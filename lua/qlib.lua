@@ -178,13 +178,13 @@ end
 -- queue_join puts entry in the line by its ticket with the waiter
 -- deadline now + ttl, and now as its time of joining, or, for an entry
 -- already in line, moves its deadline there (a heartbeat): lib.lua's
--- join on an ordered line, which no caller here asks for its place.
+-- join on an ordered line, which no caller here asks for its place. The
+-- line and the deadlines have the same members, so ZADD NX tells the two
+-- apart: it adds an entry that is not in line, and keeps the place of
+-- one that is, whatever ticket it names.
 local function queue_join(lk, entry, now, ttl, ticket)
-  if not redis.call('ZSCORE', lk.deadline, entry) then
-    redis.call('ZADD', lk.queue, ticket, entry)
+  if redis.call('ZADD', lk.queue, 'NX', ticket, entry) == 1 then
     redis.call('ZADD', lk.joined, now, entry)
-  else
-    redis.call('ZREM', lk.deadline, entry)
   end
   redis.call('ZADD', lk.deadline, now + ttl, entry)
 end

@@ -263,3 +263,55 @@ func TestQuorumHolderCutOffFromAMajorityLosesItsLeaseBeforeAnotherIsGranted(t *t
 		})
 	}
 }
+
+// TestQuorumWaiterJoinsAMajorityAndTheOtherLinesWhenAJoinFails: a
+// waiting Lock joins the lines of the first majority of masters that
+// answer its doorway, and no other while its joins succeed; once a join
+// fails (its master stopped), it joins the other masters too, and is
+// granted by the majority that answers.
+func TestQuorumWaiterJoinsAMajorityAndTheOtherLinesWhenAJoinFails(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	ctx := context.Background()
+	servers := redistest.Masters(t, 3)
+	opts := []fairlock.Option{fairlock.WithWaiterTTL(1500 * time.Millisecond), fairlock.WithCallTimeout(300 * time.Millisecond)}
+	a, b := quorumOf(t, servers, opts...), quorumOf(t, servers, opts...)
+	k := quorumKeys(t, "job")
+	rdbs := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		rdbs[i] = s.Client(t)
+	}
+	ma, mb := a.Mutex("job"), b.Mutex("job")
+	heldA, err := ma.Lock(ctx)
+	require.NoError(t, err)
+
+	// B's doorway finds master 0 stopped: its first majority is masters
+	// 1 and 2, and it joins their lines only.
+	resume := redistest.Pause(t, rdbs[0])
+	waitB := lockAsync(ctx, mb)
+	waitQuorumQueued(t, rdbs[1], k, 1)
+	waitQuorumQueued(t, rdbs[2], k, 1)
+	resume()
+	deadline := func() float64 {
+		z := rdbs[1].ZRangeWithScores(ctx, k.Deadline, 0, 0).Val()
+		require.Len(t, z, 1)
+		return z[0].Score
+	}
+	first := deadline()
+	require.Eventually(t, func() bool { return deadline() > first }, 10*time.Second, 5*time.Millisecond,
+		"B keeps its place on master 1 by its joins")
+	require.Zero(t, rdbs[0].ZCard(ctx, k.Queue).Val(), "B joined no line but those of its first majority")
+
+	// Master 2 stops: B's join there fails, and B joins master 0's line,
+	// so that masters 0 and 1 hand themselves to B once A unlocks.
+	resume = redistest.Pause(t, rdbs[2])
+	waitQuorumQueued(t, rdbs[0], k, 1)
+	require.NoError(t, ma.Unlock(heldA))
+	rb := await(t, waitB, 10*time.Second)
+	require.NoError(t, rb.err)
+	for _, i := range []int{0, 1} {
+		require.NotEmpty(t, rdbs[i].HGet(ctx, k.Lock, "owner").Val(), "master %d holds for B", i)
+	}
+	resume()
+	require.NoError(t, mb.Unlock(rb.ctx))
+}

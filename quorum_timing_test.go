@@ -474,10 +474,14 @@ func TestQuorumStepThatBreaksMutualExclusionKeepsCommittedTokensOrdered(t *testi
 			}
 			resume()
 			waitQuorumHeld(t, clocks.masters[2], k)
+			// B waits in the lines of masters 1 and 2: the first majority
+			// that answers its doorway (master 0 is stopped meanwhile).
+			resume = redistest.Pause(t, clocks.masters[0])
 			waitB := lockAsync(ctx, mb)
-			for _, rdb := range clocks.masters {
+			for _, rdb := range clocks.masters[1:] {
 				waitQuorumQueued(t, rdb, k, 1)
 			}
+			resume()
 
 			// Masters 2 and 1, of A's majority, step past A's lease: each
 			// drops A's hold and hands itself to B, which is granted with

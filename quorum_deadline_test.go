@@ -289,9 +289,11 @@ func TestQuorumCloseReturnsWithinOneCallTimeoutWhenMastersHang(t *testing.T) {
 	octx, err := other.Lock(ctx)
 	require.NoError(t, err)
 	waiting := lockAsync(ctx, c.Mutex("busy"))
+	var direct []*redis.Client
 	for _, s := range servers {
-		queuedOn(t, s.Client(t), quorumKeys(t, "busy"), 1)
+		direct = append(direct, s.Client(t))
 	}
+	queuedOnMajority(t, direct, quorumKeys(t, "busy"), 1)
 
 	for _, p := range proxies {
 		p.FreezeAll()

@@ -67,10 +67,13 @@ func TestQuorumMasterRestartedEmptyAfterTheLeaseGrantsNoSecondHolder(t *testing.
 	owner := direct[1].HGet(ctx, k.Lock, "owner").Val()
 	require.NotEmpty(t, owner)
 
+	// The waiter joins the lines of masters 0 and 1, the first majority
+	// that answers its doorway (master 2 is stopped meanwhile).
+	resume := redistest.Pause(t, direct[2])
 	next := lockAfter(ctx, second, held)
-	for _, rdb := range direct {
-		queuedOn(t, rdb, k, 1)
-	}
+	queuedOn(t, direct[0], k, 1)
+	queuedOn(t, direct[1], k, 1)
+	resume()
 	granted := func() bool { return len(next) > 0 }
 
 	// Master 0 crashes, and stays down longer than any hold or place in
@@ -217,9 +220,11 @@ func TestQuorumHolderCutOffFromAMajorityLosesItsLeaseBeforeAnotherIsGranted(t *t
 			defer stop()
 
 			next := lockAfter(ctx, other, held)
+			var direct []*redis.Client
 			for _, s := range servers {
-				queuedOn(t, s.Client(t), k, 1)
+				direct = append(direct, s.Client(t))
 			}
+			queuedOnMajority(t, direct, k, 1)
 			tc.cut(p0)
 			tc.cut(p1)
 

@@ -207,6 +207,8 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			t = above // a master's hold has a larger token: commit that one
 			allMasters(held)
 			continue
+		case ctx.Err() != nil:
+			return 0, ctx.Err()
 		case asked < len(held):
 			allMasters(held) // ask every master
 			continue

@@ -49,7 +49,11 @@ func TestQuorumCallsHonourTheirDeadlineWhileAMajorityIsStopped(t *testing.T) {
 		_, err := waiter.Lock(wctx)
 		waited <- err
 	}()
-	queuedOn(t, servers[0].Client(t), quorumKeys(t, "hung"), 1)
+	var direct []*redis.Client
+	for _, s := range servers {
+		direct = append(direct, s.Client(t))
+	}
+	queuedOnMajority(t, direct, quorumKeys(t, "hung"), 1)
 
 	// Every call is made through a Client of its own, made before the
 	// masters stop.

@@ -207,13 +207,19 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			t = above // a master's hold has a larger token: commit that one
 			allMasters(held)
 			continue
-		case ctx.Err() != nil:
-			return 0, ctx.Err()
+		case ctx.Err() != nil || asked == len(held) && n < qm.q:
+			// The hold's end (its context is often the one given) says
+			// more than the context's.
+			h.mu.Lock()
+			err := h.live()
+			h.mu.Unlock()
+			if err != nil {
+				return 0, err
+			}
+			return 0, qm.noQuorum(ctx, n, " the commit")
 		case asked < len(held):
 			allMasters(held) // ask every master
 			continue
-		case n < qm.q:
-			return 0, qm.noQuorum(ctx, n, " the commit")
 		}
 		h.lose(false, "fewer than a majority of the masters hold it (found by Token)", nil)
 		return 0, errs.ErrLeaseLost

@@ -30,9 +30,8 @@ end
 local now = now_ms()
 local keep = math.max(lease, waiter_ttl)
 if redis.REDIS_VERSION then
-  -- K is at most the hold's token, so at most t, but for a token raised
-  -- here since: SET ... GET writes t and answers what it replaced, which
-  -- goes back when it was larger.
+  -- One SET ... GET writes t and answers the K it replaced, which is
+  -- usually the hold's token, so at most t; a larger one goes back.
   local was = redis.call('SET', lk.token, t, 'PX', math.max(now + math.max(keep, 1), outlast(t)) - now, 'GET')
   if was and tonumber(was) > tonumber(t) then
     raise(lk.token, tonumber(was), t, now, keep)

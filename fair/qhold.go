@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -28,7 +27,6 @@ type QHold struct {
 	ord *order
 
 	views     []qview   // guarded by mu
-	touched   []bool    // guarded by mu: the masters the hold may have levels on (see qwaiter.touched)
 	validity  time.Time // guarded by mu
 	committed int64     // guarded by mu: the token committed to a majority, 0 before
 	next      time.Time // guarded by mu: the next renewal
@@ -37,8 +35,8 @@ type QHold struct {
 
 // newHold returns the hold of a grant whose views count a majority until
 // validity, and hands it to the watchdog.
-func (l *QMutex) newHold(ctx context.Context, req Request, entry string, views []qview, touched []bool, validity time.Time, waited bool, ord *order) *QHold {
-	h := &QHold{l: l, waited: waited, octx: context.WithoutCancel(ctx), views: views, touched: touched, validity: validity, ord: ord}
+func (l *QMutex) newHold(ctx context.Context, req Request, entry string, views []qview, validity time.Time, waited bool, ord *order) *QHold {
+	h := &QHold{l: l, waited: waited, octx: context.WithoutCancel(ctx), views: views, validity: validity, ord: ord}
 	h.init(req, entry)
 	// A fresh hold is renewed a third of its lease after its grant. One
 	// granted by joins and pushes is known for min(lease, waiter TTL)
@@ -282,7 +280,6 @@ func (h *QHold) enter(ctx context.Context) error {
 			return s.QTry(h.l.keys, call, h.owner, h.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeReenter, qm.receiptTTL(), qm.skew(i))
 		}, lua.ReadQTry)
 	}, func(a answer) bool {
-		h.touch(a)
 		mu.Lock()
 		defer mu.Unlock()
 		if a.err == nil {
@@ -293,7 +290,6 @@ func (h *QHold) enter(ctx context.Context) error {
 		}
 		return len(counted) >= qm.q
 	}, func(a answer) {
-		h.touch(a)
 		if a.err != nil || a.rep.State != lua.QHeld {
 			return
 		}
@@ -331,16 +327,6 @@ func (h *QHold) enter(ctx context.Context) error {
 	}
 	h.lose(false, "fewer than a majority of the masters hold it (found by a re-entry)", nil)
 	return errs.ErrLeaseLost
-}
-
-// touch marks master i as one the hold may have levels on when a
-// re-entry there counted a level, or may have (an error).
-func (h *QHold) touch(a answer) {
-	if a.err != nil || a.rep.State == lua.QHeld {
-		h.mu.Lock()
-		h.touched[a.i] = true
-		h.mu.Unlock()
-	}
 }
 
 // giveBackLevel releases one level above the last on master i, in the
@@ -401,10 +387,9 @@ func (h *QHold) Unlock(ctx context.Context) error {
 	return fmt.Errorf("%w: %d of %d masters answered the release, %d needed; it is sent again in the background", errs.ErrNoQuorum, n, len(qm.masters), qm.q)
 }
 
-// release sends one level's release to every master the hold may have
-// levels on (a master it never touched counts as answered) and returns
-// how many answered within the round; those that did not are sent it
-// again in the background.
+// release sends one level's release to every master and returns how many
+// answered within the round; those that did not are sent it again in the
+// background.
 func (h *QHold) release(ctx context.Context, last bool, committed int64) int {
 	qm := h.l.qm
 	call := queue.NewID()
@@ -414,13 +399,7 @@ func (h *QHold) release(ctx context.Context, last bool, committed int64) int {
 			qm.background(func() { h.sendRelease(a.i, call, last, committed) })
 		}
 	}
-	h.mu.Lock()
-	touched := slices.Clone(h.touched)
-	h.mu.Unlock()
 	qm.round(ctx, h.ord, func(cctx context.Context, i int) (lua.QReply, error) {
-		if !touched[i] {
-			return lua.QReply{}, nil // nothing of the hold there: released
-		}
 		rep, err := h.releaseOn(cctx, i, call, last, committed)
 		if err == nil && last && !h.shared {
 			// The master counts levels this process no longer does:

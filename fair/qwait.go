@@ -123,21 +123,12 @@ type qwaiter struct {
 	stop    chan struct{}   // closed when the attempt is over
 	kicks   []chan struct{} // per master, capacity 1: send a yield now
 
-	ctx context.Context // the Lock call's, for the pollers
-
 	mu       sync.Mutex
 	views    []qview // guarded by mu
 	ticket   int64
 	joinSent time.Time // when the first join was sent
 	over     bool      // guarded by mu
 	queued   bool      // guarded by mu: EventQueued was reported
-	// The lines joined (see spare): guarded by mu.
-	answered []bool // the doorway's answer (or its error) came from master i
-	clean    []bool // the doorway answered, without an error, that the entry neither holds there nor is buried
-	polling  []bool // a poller runs on master i
-	doorway  bool   // the doorway's round is over: pollers start as answers come
-	spread   bool   // a join failed: pollers run on every master
-	byAnswer []int  // the masters whose doorway answered without an error, in the order they did
 }
 
 func (l *QMutex) newWaiter(req Request) *qwaiter {
@@ -152,10 +143,6 @@ func (l *QMutex) newWaiter(req Request) *qwaiter {
 		kicks:   make([]chan struct{}, n),
 		views:   make([]qview, n),
 		ord:     newOrder(n),
-
-		answered: make([]bool, n),
-		clean:    make([]bool, n),
-		polling:  make([]bool, n),
 	}
 	for i := range w.kicks {
 		w.kicks[i] = make(chan struct{}, 1)
@@ -200,9 +187,6 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 	late := func(a answer) {
 		w.mu.Lock()
 		w.tried(a)
-		if w.doorway && (w.spread || !w.clean[a.i]) {
-			w.startPoll(a.i)
-		}
 		w.mu.Unlock()
 		signal(w.changed)
 	}
@@ -224,10 +208,10 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 	enough := answered >= qm.q
 	if n >= qm.q {
 		w.over = true
-		views, touched := append([]qview(nil), w.views...), w.touched()
+		views := append([]qview(nil), w.views...)
 		w.mu.Unlock()
 		close(w.stop)
-		return w.l.newHold(ctx, w.req, w.entry, views, touched, valid, false, w.ord), false, nil
+		return w.l.newHold(ctx, w.req, w.entry, views, valid, false, w.ord), false, nil
 	}
 	w.ticket = max(maxC+1, maxNow)
 	w.mu.Unlock()
@@ -239,80 +223,10 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		w.giveUp(ctx)
 		return nil, false, errs.ErrLocked
 	}
-	w.ctx = ctx
-	w.mu.Lock()
-	w.joinLines()
-	w.mu.Unlock()
+	for i := range qm.masters {
+		qm.wg.Go(func() { w.poll(ctx, i) })
+	}
 	return w.wait(ctx)
-}
-
-// The lines a waiting attempt joins. The doorway asks every master, but
-// a majority of lines is enough (the bakery's write-back and Claim F rest
-// on a majority, and the live waiter with the smallest key collects the
-// masters of the lines it joined): the attempt joins the first q masters
-// that answered its doorway, and every master where the doorway left it
-// something (a hold, or an answer that did not come: an error, or one
-// still out when the round ended, decided when it comes). Once a join
-// fails, it joins every master (spread). A master it never joined, whose
-// doorway said it holds nothing there, has nothing of it to release.
-
-// joinLines starts the pollers once the doorway round is over. Requires
-// mu.
-func (w *qwaiter) joinLines() {
-	w.doorway = true
-	healthy := 0
-	for i, v := range w.views {
-		if w.answered[i] && !w.clean[i] {
-			w.startPoll(i)
-			if v.held {
-				healthy++
-			}
-		}
-	}
-	for _, i := range w.byAnswer {
-		if healthy >= w.l.qm.q {
-			break
-		}
-		if w.clean[i] && !w.polling[i] {
-			w.startPoll(i)
-			healthy++
-		}
-	}
-}
-
-// startPoll starts the poller of master i, unless one runs or the
-// attempt is over. Requires mu.
-func (w *qwaiter) startPoll(i int) {
-	if w.polling[i] || w.over {
-		return
-	}
-	w.polling[i] = true
-	ctx := w.ctx
-	w.l.qm.wg.Go(func() { w.poll(ctx, i) })
-}
-
-// spreadOut makes the attempt join every master. Requires mu.
-func (w *qwaiter) spreadOut() {
-	if w.spread || !w.doorway {
-		return
-	}
-	w.spread = true
-	for i := range w.views {
-		if w.answered[i] {
-			w.startPoll(i)
-		}
-	}
-}
-
-// touched reports, for each master, whether the attempt may have left
-// something there: every master but those whose doorway said it holds
-// nothing there and that it never joined. Requires mu.
-func (w *qwaiter) touched() []bool {
-	t := make([]bool, len(w.views))
-	for i := range t {
-		t[i] = w.polling[i] || !w.clean[i]
-	}
-	return t
 }
 
 // tried takes a doorway answer into the views. Requires mu.
@@ -321,12 +235,9 @@ func (w *qwaiter) tried(a answer) {
 	if v.first.IsZero() {
 		v.first = a.sent
 	}
-	w.answered[a.i] = true
 	if a.err != nil {
 		return
 	}
-	w.byAnswer = append(w.byAnswer, a.i)
-	w.clean[a.i] = a.rep.State == lua.QWaiting
 	v.sent, v.ok = a.sent, time.Now()
 	switch a.rep.State {
 	case lua.QHeld:
@@ -365,10 +276,10 @@ func (w *qwaiter) wait(ctx context.Context) (*QHold, bool, error) {
 		n, valid := counted(w.views, now.Add(qm.minAccept(lease)), qm.q)
 		if n >= qm.q {
 			w.over = true
-			views, touched := append([]qview(nil), w.views...), w.touched()
+			views := append([]qview(nil), w.views...)
 			w.mu.Unlock()
 			close(w.stop)
-			return w.l.newHold(ctx, w.req, w.entry, views, touched, valid, true, w.ord), false, nil
+			return w.l.newHold(ctx, w.req, w.entry, views, valid, true, w.ord), false, nil
 		}
 		joined, live, gone := 0, 0, 0
 		for i := range w.views {
@@ -498,9 +409,6 @@ func (w *qwaiter) joined(i int, sent time.Time, yield int64, rep lua.QReply, err
 	if yield != 0 {
 		v.yielding = false
 		v.yielded = max(v.yielded, yield)
-	}
-	if err != nil && !errors.Is(err, errs.ErrClosed) {
-		w.spreadOut()
 	}
 	if err == nil {
 		v.sent, v.ok, v.joined = sent, time.Now(), true

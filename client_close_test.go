@@ -274,9 +274,16 @@ func TestQuorumCloseReleasesEveryHoldWithinItsBound(t *testing.T) {
 		waiters = append(waiters, grantOf(func() error { _, err := m.Lock(bg); return err }))
 		handed = append(handed, keys(m.Name()))
 	}
-	for _, k := range handed {
-		queuedOnMajority(t, direct, k, 1)
-	}
+	require.Eventually(t, func() bool {
+		for _, k := range handed {
+			for _, rdb := range direct {
+				if n, err := rdb.ZCard(bg, k.Queue).Result(); err != nil || n == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "the waiters queued on every master")
 
 	for _, p := range proxies {
 		p.SetLatency(closeLatency)

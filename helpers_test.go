@@ -954,21 +954,6 @@ func awaitGrant(t *testing.T, ch <-chan qgrant, within time.Duration) qgrant {
 	}
 }
 
-// queuedOnMajority waits until n waiters are in the lock's line on a
-// majority of the masters: a quorum waiter joins the lines of a majority.
-func queuedOnMajority[C redis.Cmdable](t *testing.T, rdbs []C, k queue.Keys, n int64) {
-	t.Helper()
-	require.Eventually(t, func() bool {
-		in := 0
-		for _, rdb := range rdbs {
-			if rdb.ZCard(context.Background(), k.Queue).Val() == n {
-				in++
-			}
-		}
-		return in >= len(rdbs)/2+1
-	}, 10*time.Second, 5*time.Millisecond, "%d waiters in line on a majority of the masters", n)
-}
-
 // queuedOn waits until n waiters are in the lock's line on the server.
 func queuedOn(t *testing.T, rdb *redis.Client, k queue.Keys, n int64) {
 	t.Helper()

@@ -49,11 +49,7 @@ func TestQuorumCallsHonourTheirDeadlineWhileAMajorityIsStopped(t *testing.T) {
 		_, err := waiter.Lock(wctx)
 		waited <- err
 	}()
-	var direct []*redis.Client
-	for _, s := range servers {
-		direct = append(direct, s.Client(t))
-	}
-	queuedOnMajority(t, direct, quorumKeys(t, "hung"), 1)
+	queuedOn(t, servers[0].Client(t), quorumKeys(t, "hung"), 1)
 
 	// Every call is made through a Client of its own, made before the
 	// masters stop.
@@ -293,11 +289,9 @@ func TestQuorumCloseReturnsWithinOneCallTimeoutWhenMastersHang(t *testing.T) {
 	octx, err := other.Lock(ctx)
 	require.NoError(t, err)
 	waiting := lockAsync(ctx, c.Mutex("busy"))
-	var direct []*redis.Client
 	for _, s := range servers {
-		direct = append(direct, s.Client(t))
+		queuedOn(t, s.Client(t), quorumKeys(t, "busy"), 1)
 	}
-	queuedOnMajority(t, direct, quorumKeys(t, "busy"), 1)
 
 	for _, p := range proxies {
 		p.FreezeAll()

@@ -67,13 +67,10 @@ func TestQuorumMasterRestartedEmptyAfterTheLeaseGrantsNoSecondHolder(t *testing.
 	owner := direct[1].HGet(ctx, k.Lock, "owner").Val()
 	require.NotEmpty(t, owner)
 
-	// The waiter joins the lines of masters 0 and 1, the first majority
-	// that answers its doorway (master 2 is stopped meanwhile).
-	resume := redistest.Pause(t, direct[2])
 	next := lockAfter(ctx, second, held)
-	queuedOn(t, direct[0], k, 1)
-	queuedOn(t, direct[1], k, 1)
-	resume()
+	for _, rdb := range direct {
+		queuedOn(t, rdb, k, 1)
+	}
 	granted := func() bool { return len(next) > 0 }
 
 	// Master 0 crashes, and stays down longer than any hold or place in
@@ -220,11 +217,9 @@ func TestQuorumHolderCutOffFromAMajorityLosesItsLeaseBeforeAnotherIsGranted(t *t
 			defer stop()
 
 			next := lockAfter(ctx, other, held)
-			var direct []*redis.Client
 			for _, s := range servers {
-				direct = append(direct, s.Client(t))
+				queuedOn(t, s.Client(t), k, 1)
 			}
-			queuedOnMajority(t, direct, k, 1)
 			tc.cut(p0)
 			tc.cut(p1)
 
@@ -269,54 +264,57 @@ func TestQuorumHolderCutOffFromAMajorityLosesItsLeaseBeforeAnotherIsGranted(t *t
 	}
 }
 
-// TestQuorumWaiterJoinsAMajorityAndTheOtherLinesWhenAJoinFails: a
-// waiting Lock joins the lines of the first majority of masters that
-// answer its doorway, and no other while its joins succeed; once a join
-// fails (its master stopped), it joins the other masters too, and is
-// granted by the majority that answers.
-func TestQuorumWaiterJoinsAMajorityAndTheOtherLinesWhenAJoinFails(t *testing.T) {
+// TestQuorumWaiterGrantedByEveryMasterKeepsItsHoldWhenOneIsLost: a
+// waiting Lock joins the line on every master, so that every master
+// hands itself to it when the holder unlocks; once one of the three is
+// killed, the other two renew the hold for several leases, its context
+// does not end, and it commits its token and unlocks.
+func TestQuorumWaiterGrantedByEveryMasterKeepsItsHoldWhenOneIsLost(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()
+	const lease = 2 * time.Second
 	ctx := context.Background()
 	servers := redistest.Masters(t, 3)
-	opts := []fairlock.Option{fairlock.WithWaiterTTL(1500 * time.Millisecond), fairlock.WithCallTimeout(300 * time.Millisecond)}
-	a, b := quorumOf(t, servers, opts...), quorumOf(t, servers, opts...)
+	ma := quorumOf(t, servers).Mutex("job")
+	mb := quorumOf(t, servers, fairlock.WithLease(lease)).Mutex("job")
 	k := quorumKeys(t, "job")
 	rdbs := make([]*redis.Client, len(servers))
 	for i, s := range servers {
 		rdbs[i] = s.Client(t)
 	}
-	ma, mb := a.Mutex("job"), b.Mutex("job")
 	heldA, err := ma.Lock(ctx)
 	require.NoError(t, err)
+	ownerA := rdbs[0].HGet(ctx, k.Lock, "owner").Val()
+	require.NotEmpty(t, ownerA)
 
-	// B's doorway finds master 0 stopped: its first majority is masters
-	// 1 and 2, and it joins their lines only.
-	resume := redistest.Pause(t, rdbs[0])
 	waitB := lockAsync(ctx, mb)
-	waitQuorumQueued(t, rdbs[1], k, 1)
-	waitQuorumQueued(t, rdbs[2], k, 1)
-	resume()
-	deadline := func() float64 {
-		z := rdbs[1].ZRangeWithScores(ctx, k.Deadline, 0, 0).Val()
-		require.Len(t, z, 1)
-		return z[0].Score
+	for _, rdb := range rdbs {
+		waitQuorumQueued(t, rdb, k, 1)
 	}
-	first := deadline()
-	require.Eventually(t, func() bool { return deadline() > first }, 10*time.Second, 5*time.Millisecond,
-		"B keeps its place on master 1 by its joins")
-	require.Zero(t, rdbs[0].ZCard(ctx, k.Queue).Val(), "B joined no line but those of its first majority")
-
-	// Master 2 stops: B's join there fails, and B joins master 0's line,
-	// so that masters 0 and 1 hand themselves to B once A unlocks.
-	resume = redistest.Pause(t, rdbs[2])
-	waitQuorumQueued(t, rdbs[0], k, 1)
 	require.NoError(t, ma.Unlock(heldA))
 	rb := await(t, waitB, 10*time.Second)
 	require.NoError(t, rb.err)
-	for _, i := range []int{0, 1} {
-		require.NotEmpty(t, rdbs[i].HGet(ctx, k.Lock, "owner").Val(), "master %d holds for B", i)
+	require.Eventually(t, func() bool {
+		for _, rdb := range rdbs {
+			if owner := rdb.HGet(ctx, k.Lock, "owner").Val(); owner == "" || owner == ownerA {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "every master hands itself to B")
+
+	servers[0].Kill()
+	select {
+	case <-rb.ctx.Done():
+		t.Fatalf("the hold ended while two of its three masters held it: %v", context.Cause(rb.ctx))
+	case <-time.After(4 * lease):
 	}
-	resume()
+	ttl, err := mb.TTL(rb.ctx)
+	require.NoError(t, err)
+	require.Greater(t, ttl, lease/3, "the validity is renewed by the two masters left")
+	tctx, cancel := context.WithTimeout(rb.ctx, 3*time.Second)
+	defer cancel()
+	_, err = mb.Token(tctx)
+	require.NoError(t, err)
 	require.NoError(t, mb.Unlock(rb.ctx))
 }

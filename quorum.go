@@ -26,12 +26,9 @@ import (
 //     hold, measured on this process's monotonic clock, less the drift
 //     (WithDriftFactor); IsLocked and HoldCount are the majority's view;
 //     ForceUnlock acts on every master;
-//   - a waiter joins the lines of a majority of the masters (the first to
-//     answer its first round; every master once a join fails), is woken
-//     by a push from each (one pub/sub connection per master), and a
-//     hand-over completes when a majority has pushed; its hold then
-//     usually counts on exactly that majority, so the loss of one of
-//     those masters ends it with ErrLeaseLost.
+//   - a waiter is woken by a push from each master (one pub/sub
+//     connection per master), and a hand-over completes when a majority
+//     has pushed.
 //
 // Fewer than a majority of masters answering makes calls fail with
 // ErrNoQuorum. Mutual exclusion rests on timing, as every lease-based

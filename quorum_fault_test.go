@@ -263,3 +263,58 @@ func TestQuorumHolderCutOffFromAMajorityLosesItsLeaseBeforeAnotherIsGranted(t *t
 		})
 	}
 }
+
+// TestQuorumWaiterGrantedByEveryMasterKeepsItsHoldWhenOneIsLost: a
+// waiting Lock joins the line on every master, so that every master
+// hands itself to it when the holder unlocks; once one of the three is
+// killed, the other two renew the hold for several leases, its context
+// does not end, and it commits its token and unlocks.
+func TestQuorumWaiterGrantedByEveryMasterKeepsItsHoldWhenOneIsLost(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	const lease = 2 * time.Second
+	ctx := context.Background()
+	servers := redistest.Masters(t, 3)
+	ma := quorumOf(t, servers).Mutex("job")
+	mb := quorumOf(t, servers, fairlock.WithLease(lease)).Mutex("job")
+	k := quorumKeys(t, "job")
+	rdbs := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		rdbs[i] = s.Client(t)
+	}
+	heldA, err := ma.Lock(ctx)
+	require.NoError(t, err)
+	ownerA := rdbs[0].HGet(ctx, k.Lock, "owner").Val()
+	require.NotEmpty(t, ownerA)
+
+	waitB := lockAsync(ctx, mb)
+	for _, rdb := range rdbs {
+		waitQuorumQueued(t, rdb, k, 1)
+	}
+	require.NoError(t, ma.Unlock(heldA))
+	rb := await(t, waitB, 10*time.Second)
+	require.NoError(t, rb.err)
+	require.Eventually(t, func() bool {
+		for _, rdb := range rdbs {
+			if owner := rdb.HGet(ctx, k.Lock, "owner").Val(); owner == "" || owner == ownerA {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 5*time.Millisecond, "every master hands itself to B")
+
+	servers[0].Kill()
+	select {
+	case <-rb.ctx.Done():
+		t.Fatalf("the hold ended while two of its three masters held it: %v", context.Cause(rb.ctx))
+	case <-time.After(4 * lease):
+	}
+	ttl, err := mb.TTL(rb.ctx)
+	require.NoError(t, err)
+	require.Greater(t, ttl, lease/3, "the validity is renewed by the two masters left")
+	tctx, cancel := context.WithTimeout(rb.ctx, 3*time.Second)
+	defer cancel()
+	_, err = mb.Token(tctx)
+	require.NoError(t, err)
+	require.NoError(t, mb.Unlock(rb.ctx))
+}

@@ -2,6 +2,7 @@ package fair
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -120,9 +121,10 @@ func (h *QHold) live() error {
 
 // Token returns the hold's fencing token. The first call commits it to a
 // majority of the masters (one round): the largest token of the masters
-// that hold, written into the hold and the counter of each, so that every
-// later grant on a master of that majority has a larger one, whatever the
-// timing. Later calls return it at once.
+// known to hold, written into the hold and the counter of each, so that
+// every later grant on a master of that majority has a larger one,
+// whatever the timing. The round asks the masters known to hold, and
+// every master when those are not enough. Later calls return it at once.
 func (h *QHold) Token(ctx context.Context) (int64, error) {
 	qm := h.l.qm
 	if err := qm.begin(); err != nil {
@@ -144,19 +146,31 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 		return h.committed, nil
 	}
 	t := h.heldToken()
+	held := make([]bool, len(h.views))
+	for i, v := range h.views {
+		held[i] = v.held
+	}
 	h.mu.Unlock()
 	lease := h.callLease()
-	for range 3 {
+	for range 4 {
 		// took runs on this goroutine, one answer at a time (see round).
+		// The commit goes first to the masters known to hold, which
+		// are a majority; the others only when those did not all take it.
 		var (
-			ok, n int
-			above int64
+			ok, n, asked int
+			above        int64
 		)
 		qm.round(ctx, h.ord, func(cctx context.Context, i int) (lua.QReply, error) {
+			if !held[i] {
+				return lua.QReply{}, errNotAsked
+			}
 			return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
 				return s.QCommit(h.l.keys, h.owner, t, ms(lease), ms(qm.cfg.WaiterTTL), qm.skew(i))
 			}, lua.ReadQCommit)
 		}, func(a answer) bool {
+			if a.err == nil || !errors.Is(a.err, errNotAsked) {
+				asked++
+			}
 			if a.err != nil {
 				return false
 			}
@@ -173,12 +187,12 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			case lua.QAbove:
 				above = max(above, a.rep.Token)
 			}
-			return above == 0 && ok >= qm.q
+			// A master whose hold has a larger token does not take t;
+			// a majority that took it is enough (Claim T rests on the
+			// masters that did).
+			return ok >= qm.q
 		}, nil)
 		switch {
-		case above > t:
-			t = above // a master's hold has a larger token: commit that one
-			continue
 		case ok >= qm.q:
 			h.mu.Lock()
 			defer h.mu.Unlock()
@@ -187,13 +201,38 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			}
 			h.committed = t
 			return t, nil
-		case n < qm.q:
+		case above > t:
+			t = above // a master's hold has a larger token: commit that one
+			allMasters(held)
+			continue
+		case ctx.Err() != nil || asked == len(held) && n < qm.q:
+			// The hold's end (its context is often the one given) says
+			// more than the context's.
+			h.mu.Lock()
+			err := h.live()
+			h.mu.Unlock()
+			if err != nil {
+				return 0, err
+			}
 			return 0, qm.noQuorum(ctx, n, " the commit")
+		case asked < len(held):
+			allMasters(held) // ask every master
+			continue
 		}
 		h.lose(false, "fewer than a majority of the masters hold it (found by Token)", nil)
 		return 0, errs.ErrLeaseLost
 	}
 	return 0, fmt.Errorf("%w: the hold's token kept moving while it was committed", errs.ErrLeaseLost)
+}
+
+// errNotAsked is the answer of a master a round did not call.
+var errNotAsked = errors.New("fairlock: not asked")
+
+// allMasters marks every master to be asked.
+func allMasters(ask []bool) {
+	for i := range ask {
+		ask[i] = true
+	}
 }
 
 // Enter takes one more level (a re-entry) on every master that holds:

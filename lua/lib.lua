@@ -112,7 +112,8 @@ end
 -- lk.ordered: entry -> the ticket its caller drew, which is one order on
 -- every master, (ticket, entry) ascending, as a zset orders equal scores
 -- by their members' bytes. join, leave, line_head, line_pop and prune
--- are the only helpers that know which.
+-- are the only helpers here that know which (qlib.lua has its own for
+-- the zset, besides leave and line_pop).
 
 -- join puts entry at the end of lk's line with the waiter deadline now +
 -- ttl (ms on the server's clock), or, for an entry already in line,

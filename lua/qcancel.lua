@@ -22,7 +22,7 @@ local h = quorum_hold(lk)
 local dropped = 0
 if h and h.entry == entry then
   redis.call('DEL', lk.hold)
-  dropped = 1
+  h, dropped = nil, 1
 end
-settle(lk, now, channel)
+settle(lk, h, now, channel)
 return finish(dropped)

@@ -19,17 +19,29 @@ local t = ARGV[2]
 local lease = tonumber(ARGV[3])
 local waiter_ttl = tonumber(ARGV[4])
 local lk = quorum_lock(5, waiter_ttl)
-local now = now_ms()
 
 local h = quorum_hold(lk)
 if not h or h.owner ~= owner then
-  return {0, counter(lk.token)}
+  return {0, counter(lk)}
 end
 if tonumber(h.token) > tonumber(t) then
   return {2, h.token}
 end
-raise(lk.token, t, now, math.max(lease, waiter_ttl))
-redis.call('HSET', lk.hold, 'token', t)
+local now = now_ms()
+local keep = math.max(lease, waiter_ttl)
+if redis.REDIS_VERSION then
+  -- One SET ... GET writes t and answers the K it replaced, which is
+  -- usually the hold's token, so at most t; a larger one goes back.
+  local was = redis.call('SET', lk.token, t, 'PX', math.max(now + math.max(keep, 1), outlast(t)) - now, 'GET')
+  if was and tonumber(was) > tonumber(t) then
+    raise(lk.token, tonumber(was), t, now, keep)
+  end
+else
+  raise(lk.token, tonumber(redis.call('GET', lk.token) or '0'), t, now, keep)
+end
+if h.token ~= t then
+  redis.call('HSET', lk.hold, 'token', t)
+end
 if lease > 0 then
   redis.call('PEXPIRE', lk.hold, lease)
 end

@@ -25,7 +25,10 @@
 -- min(lease, waiter TTL) more; else the entry joins, or moves its
 -- deadline (its place is its ticket's, so one pruned while away comes
 -- back to the same place). Then the free lock goes to the head, and a
--- holder blocking a smaller key is asked to yield (settle).
+-- holder blocking a smaller key is asked to yield (settle): by the
+-- entry's own join only when its key is below the holder's (a join
+-- behind the holder changes nothing before it; each waiter before the
+-- holder asks at its own joins).
 
 local owner = ARGV[1]
 local entry = ARGV[2]
@@ -36,33 +39,43 @@ local ticket = ARGV[6]
 local yield_token = ARGV[7]
 local lk = quorum_lock(8, waiter_ttl)
 local now = now_ms()
+local got = redis.call('MGET', gone_key(lk, entry), lk.ticket, lk.token)
+load_counter(lk, got[3])
 
-if buried(lk, entry) then
-  return {-1, '0', 0, 1, counter(lk.token), string.format('%d', clock_us)}
+if got[1] then
+  return {-1, '0', 0, 1, counter(lk), string.format('%d', clock_us)}
 end
-raise(lk.ticket, ticket, now, waiter_ttl)
+raise(lk.ticket, tonumber(got[2] or '0'), ticket, now, waiter_ttl)
 local h = quorum_hold(lk)
 if h and h.entry == entry and yield_token ~= '0' and h.token == yield_token then
   redis.call('DEL', lk.hold)
   h = nil
 end
+local lower = false
 if h and h.entry == entry then
   redis.call('HSET', lk.hold, 'ticket', ticket)
+  h.ticket = tonumber(ticket)
   local keep = math.min(lease, waiter_ttl)
   if redis.call('PTTL', lk.hold) < keep then
     redis.call('PEXPIRE', lk.hold, keep)
   end
+  lower = inquire(lk, h, now, channel)
 else
-  join(lk, entry, now, waiter_ttl, ticket)
+  queue_join(lk, entry, now, waiter_ttl, ticket)
+  if not h then
+    h = settle(lk, nil, now, channel)
+  elseif key_less(tonumber(ticket), entry, h.ticket, h.entry) then
+    -- The entry's key is below the holder's: it may head the line now.
+    -- A larger key changes nothing before the holder.
+    inquire(lk, h, now, channel)
+  end
 end
-local lower
-h, lower = settle(lk, now, channel)
 local reply
 if h and h.entry == entry then
   reply = {1, h.token, lower and 1 or 0, math.max(math.floor(math.min(lease, waiter_ttl) / 3), 1)}
 else
   reply = {0, '0', 0, poll_hint({lk}, waiter_ttl)}
 end
-reply[5] = counter(lk.token)
+reply[5] = counter(lk)
 reply[6] = string.format('%d', clock_us)
 return finish(reply)

@@ -41,12 +41,18 @@
 -- quorum_lock returns the lock's keys, sets the clock's skew from
 -- ARGV[skew_at], and keeps counters at least keep ms (see next_token;
 -- a token committed from another master's clock is kept, besides, until
--- this master's clock has passed it: see raise).
+-- this master's clock has passed it: see raise). k is K, once a script
+-- has read it (see load_counter), as a number, 0 when there is none.
 local function quorum_lock(skew_at, keep)
   clock_skew_us = tonumber(ARGV[skew_at] or '0') or 0
   return {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], ticket = KEYS[5],
-    joined = KEYS[1] .. ':joined', ordered = true, keep = keep}
+    joined = KEYS[1] .. ':joined', ordered = true, keep = keep, k = nil}
 end
+
+-- Every redis.call costs a script far more than the command's own work,
+-- so the scripts read what they need of the lock's strings in one MGET
+-- (a receipt, a tombstone, C and K: keys of one hash slot), keep K once
+-- read (lk.k), and write each key once.
 
 -- gone_key returns the key of the tombstone of entry's Lock call.
 local function gone_key(lk, entry)
@@ -58,9 +64,9 @@ local function bury(lk, entry, ttl)
   redis.call('SET', gone_key(lk, entry), '1', 'PX', math.max(ttl, 1))
 end
 
--- buried reports whether entry's Lock call has gone.
-local function buried(lk, entry)
-  return redis.call('EXISTS', gone_key(lk, entry)) == 1
+-- load_counter keeps value, K as GET or MGET answered it, in lk.k.
+local function load_counter(lk, value)
+  lk.k = tonumber(value or '0') or 0
 end
 
 -- key_less reports whether the key (ticket t1, entry e1) comes before
@@ -79,17 +85,54 @@ local function key_less(t1, e1, t2, e2)
   return #e1 < #e2
 end
 
--- raise sets the counter at key to at least value (a decimal string), to
--- last keep ms from now (a waiter TTL at least), and until this master's
--- clock term has passed it (outlast: the value may come from another
--- master's clock, however far ahead): the write-backs of tickets into C
--- and of tokens into K.
-local function raise(key, value, now, keep)
-  local cur = redis.call('GET', key)
-  if not cur or tonumber(cur) < tonumber(value) then
-    cur = value
+-- raise sets the counter at key, whose value is cur (a number, 0 when
+-- there is none, as the script read it), to at least value (a decimal
+-- string), to last keep ms from now (a waiter TTL at least), and until
+-- this master's clock term has passed it (outlast: the value may come
+-- from another master's clock, however far ahead): the write-backs of
+-- tickets into C and of tokens into K. One SET, as PX counts from the
+-- SET itself, never an expiry already past. Returns the counter's value,
+-- a number.
+local function raise(key, cur, value, now, keep)
+  local v = value
+  if cur >= tonumber(value) then
+    v = string.format('%d', cur)
   end
-  redis.call('SET', key, cur, 'PX', math.max(now + math.max(keep, 1), outlast(cur)) - now)
+  redis.call('SET', key, v, 'PX', math.max(now + math.max(keep, 1), outlast(v)) - now)
+  return tonumber(v)
+end
+
+-- draw_token draws a fresh fencing token of lk for a hold that lasts ttl
+-- ms from now, as next_token does (lib.lua: max(K + 1, now * 1000),
+-- which becomes K, kept max(ttl, lk.keep) ms and until the clock term has
+-- passed it), from the K the script read (lk.k; read here when it has
+-- not), in one SET. The expiry is absolute (PXAT) on Redis 7 and later,
+-- which may be past already on a master whose clock the caller skewed:
+-- K is then gone, and lk.k is forgotten. Returns the token, a decimal
+-- string.
+local function draw_token(lk, ttl, now)
+  if not lk.k then
+    load_counter(lk, redis.call('GET', lk.token))
+  end
+  local keep = math.max(ttl, lk.keep or 1)
+  local token = string.format('%d', math.max(lk.k + 1, now * 1000))
+  local at = math.max(now + keep, outlast(token))
+  if redis.REDIS_VERSION then
+    redis.call('SET', lk.token, token, 'PXAT', string.format('%d', at))
+  else
+    redis.call('SET', lk.token, token, 'PX', string.format('%d', at - now))
+  end
+  lk.k = nil
+  return token
+end
+
+-- counter returns K as a decimal string: lk.k, or read when the script
+-- has not (or has drawn a token since: see draw_token).
+local function counter(lk)
+  if not lk.k then
+    load_counter(lk, redis.call('GET', lk.token))
+  end
+  return string.format('%d', lk.k)
 end
 
 -- quorum_hold returns the hold here as a table, or nil.
@@ -102,65 +145,106 @@ local function quorum_hold(lk)
     ticket = tonumber(h[5] or '') or math.huge, inquired = h[6]}
 end
 
+-- line_front returns the live head of the line, its ticket and its
+-- deadline, or nil when nobody lives in line: it drops dead heads on the
+-- way, as prune does (lib.lua; no MultiLock ticket is kept under a
+-- quorum lock's keys, so an entry that looks like one is dead), with the
+-- head's ticket read by the same ZRANGE.
+local function line_front(lk, now)
+  while true do
+    local r = redis.call('ZRANGE', lk.queue, 0, 0, 'WITHSCORES')
+    local head = r[1]
+    if not head then
+      return nil
+    end
+    local deadline = redis.call('ZSCORE', lk.deadline, head)
+    if deadline and tonumber(deadline) > now and parse_entry(head) and not is_ticket(head) then
+      return head, tonumber(r[2]), tonumber(deadline)
+    end
+    line_pop(lk, head)
+  end
+end
+
 -- blocked reports whether a live waiter with a smaller key than the hold
 -- h heads the line, and returns that head.
 local function blocked(lk, h, now)
-  local head = prune(lk, now)
+  local head, ticket = line_front(lk, now)
   if not head then
     return false, nil
   end
-  local t = tonumber(redis.call('ZSCORE', lk.queue, head))
-  return key_less(t, head, h.ticket, h.entry), head
+  return key_less(ticket, head, h.ticket, h.entry), head
+end
+
+-- queue_join puts entry in the line by its ticket with the waiter
+-- deadline now + ttl, and now as its time of joining, or, for an entry
+-- already in line, moves its deadline there (a heartbeat): lib.lua's
+-- join on an ordered line, which no caller here asks for its place. The
+-- line and the deadlines have the same members, so ZADD NX tells the two
+-- apart: it adds an entry that is not in line, and keeps the place of
+-- one that is, whatever ticket it names.
+local function queue_join(lk, entry, now, ttl, ticket)
+  if redis.call('ZADD', lk.queue, 'NX', ticket, entry) == 1 then
+    redis.call('ZADD', lk.joined, now, entry)
+  end
+  redis.call('ZADD', lk.deadline, now + ttl, entry)
 end
 
 -- quorum_hand_over gives the free lock to the live head of the line (the
 -- smallest key), which holds it for its lease, but no longer than its
--- waiter deadline, and records the head's ticket in the hold. Its wake
--- message goes on the head's channel of the wake channel.
+-- waiter deadline, with its ticket recorded in the hold; its wake message
+-- goes on the head's channel of the wake channel. The head leaves the
+-- line first (ZPOPMIN, which cannot grow memory: see allow_full), and a
+-- dead head leaves it untold. Returns the new hold as quorum_hold does,
+-- or nil.
 local function quorum_hand_over(lk, now, channel)
-  if redis.call('EXISTS', lk.hold) == 1 then
-    return
-  end
-  local ticket
-  grant_from_head(lk, now, function(head)
-    ticket = redis.call('ZSCORE', lk.queue, head)
-    return 'last'
-  end, function(head, deadline, at)
+  while true do
+    local r = redis.call('ZPOPMIN', lk.queue)
+    local head = r[1]
+    if not head then
+      return nil
+    end
+    local deadline = tonumber(redis.call('ZSCORE', lk.deadline, head) or '0')
+    redis.call('ZREM', lk.deadline, head)
+    redis.call('ZREM', lk.joined, head)
     local owner, lease = parse_entry(head)
-    local token = take(lk, owner, head, math.min(lease, deadline - at), at)
-    redis.call('HSET', lk.hold, 'ticket', ticket)
-    wake(channel, head, token, at)
-  end)
+    if deadline > now and owner and not is_ticket(head) then
+      local ttl = math.min(lease, deadline - now)
+      local token = draw_token(lk, ttl, now)
+      redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
+        'since', string.format('%d', now), 'ticket', r[2])
+      redis.call('PEXPIRE', lk.hold, ttl)
+      wake(channel, head, token, now)
+      if ttl <= 0 then
+        return nil
+      end
+      return {owner = owner, count = 1, token = token, entry = head, ticket = tonumber(r[2]), inquired = false}
+    end
+  end
 end
 
 -- inquire asks the holder h here to yield when a smaller key heads the
 -- line, once per head: it tells the holder (tell in lib.lua: its entry
 -- alone, no token, on its channel), which wakes it to join again and
--- learn that a smaller key waits. A holder with a majority ignores it. Returns
--- whether a smaller key waits.
+-- learn that a smaller key waits. A holder with a majority ignores it.
+-- Returns whether a smaller key waits.
 local function inquire(lk, h, now, channel)
   local lower, head = blocked(lk, h, now)
   if lower and h.inquired ~= head then
     redis.call('HSET', lk.hold, 'inquired', head)
+    h.inquired = head
     tell(channel, h.entry)
   end
   return lower
 end
 
--- settle runs after every change of a quorum lock: the free lock goes to
--- the head, and a holder that blocks a smaller key is asked to yield.
--- Returns the hold after that (nil: none), and whether a smaller key
--- waits behind it.
-local function settle(lk, now, channel)
-  quorum_hand_over(lk, now, channel)
-  local h = quorum_hold(lk)
+-- settle runs after every change of a quorum lock whose hold is then h
+-- (nil: none): the free lock goes to the head, and a holder that blocks
+-- a smaller key is asked to yield; a holder just handed the lock is the
+-- head, which nobody waits before. Returns the hold after that (nil:
+-- none), and whether a smaller key waits behind it.
+local function settle(lk, h, now, channel)
   if not h then
-    return nil, false
+    return quorum_hand_over(lk, now, channel), false
   end
   return h, inquire(lk, h, now, channel)
-end
-
--- counter returns the value at a counter's key, as a decimal string.
-local function counter(key)
-  return redis.call('GET', key) or '0'
 end

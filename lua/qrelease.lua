@@ -15,9 +15,10 @@
 --
 -- Returns {held, count}: held 1 when the owner held here, count the levels
 -- it keeps. At the last level the hold ends, the committed token is
--- written back into K (so that every later token here is above it), the
--- entry leaves the line and is buried, and the lock goes to the next
--- live waiter. A receipt makes a re-sent call count once.
+-- written back into K (so that every later token here is above it) when
+-- K is below it, the entry leaves the line (the holder's entry is never in
+-- it) and is buried, and the lock goes to the next live waiter. A
+-- receipt makes a re-sent call count once.
 
 local owner = ARGV[1]
 local entry = ARGV[2]
@@ -30,22 +31,23 @@ local tomb = tonumber(ARGV[8])
 local receipt_ttl = tonumber(ARGV[9])
 local lk = quorum_lock(10, waiter_ttl)
 
-local kept = receipt(KEYS[6])
-if kept then
-  return {1, tonumber(kept)}
+local got = redis.call('MGET', KEYS[6], lk.token)
+if got[1] then
+  return {1, tonumber(got[1])}
 end
+load_counter(lk, got[2])
 local now = now_ms()
 local h = quorum_hold(lk)
 if not h or h.owner ~= owner then
   if last then
     leave(lk, entry)
     bury(lk, entry, tomb)
-    settle(lk, now, channel)
+    settle(lk, h, now, channel)
   end
   return finish({0, 0})
 end
-local count = redis.call('HINCRBY', lk.hold, 'count', -1)
-if count > 0 then
+if h.count > 1 then
+  local count = redis.call('HINCRBY', lk.hold, 'count', -1)
   if lease > 0 then
     redis.call('PEXPIRE', lk.hold, lease)
   end
@@ -53,14 +55,16 @@ if count > 0 then
   return {1, count}
 end
 redis.call('DEL', lk.hold)
-if committed ~= '0' then
-  raise(lk.token, committed, now, waiter_ttl)
+if committed ~= '0' and lk.k < tonumber(committed) then
+  -- K at or above the committed token already (qcommit raised it here)
+  -- is kept until the clock term has passed it: nothing to write.
+  lk.k = raise(lk.token, lk.k, committed, now, waiter_ttl)
 end
-leave(lk, entry)
-bury(lk, entry, tomb)
 if h.entry ~= entry then
+  leave(lk, entry)
   bury(lk, h.entry, tomb)
 end
+bury(lk, entry, tomb)
 keep_receipt(KEYS[6], 0, receipt_ttl)
-settle(lk, now, channel)
+settle(lk, nil, now, channel)
 return finish({1, 0})

@@ -34,17 +34,18 @@ local mode = ARGV[6]
 local receipt_ttl = tonumber(ARGV[7])
 local lk = quorum_lock(8, waiter_ttl)
 local now = now_ms()
+local got = redis.call('MGET', KEYS[6], gone_key(lk, entry), lk.ticket, lk.token)
+load_counter(lk, got[4])
 
 local function answer(state, token, count)
-  return {state, token, count, counter(lk.ticket), string.format('%d', clock_us), counter(lk.token)}
+  return {state, token, count, got[3] or '0', string.format('%d', clock_us), counter(lk)}
 end
 
-local kept = receipt(KEYS[6])
-if kept then
-  local token, count = string.match(kept, '^(%d+) (%d+)$')
+if got[1] then
+  local token, count = string.match(got[1], '^(%d+) (%d+)$')
   return answer(1, token, tonumber(count))
 end
-if buried(lk, entry) then
+if got[2] then
   return answer(-1, '0', 0)
 end
 local h = quorum_hold(lk)
@@ -66,9 +67,12 @@ end
 if h or mode ~= 'try' then
   return answer(0, '0', 0)
 end
-if prune(lk, now) then
-  settle(lk, now, channel)
+if line_front(lk, now) then
+  settle(lk, nil, now, channel)
   return finish(answer(0, '0', 0))
 end
-local token = take(lk, owner, entry, lease, now)
+local token = draw_token(lk, lease, now)
+redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
+  'since', string.format('%d', now))
+redis.call('PEXPIRE', lk.hold, lease)
 return answer(1, token, 1)

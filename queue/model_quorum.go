@@ -291,13 +291,8 @@ func (m *QuorumModel) blocked(h *QuorumHold, now int64) (bool, string) {
 // (and " <time in µs>" for an entry that is Timed).
 //
 // A head whose entry names a lease of 0 is handed a hold that PEXPIRE
-// deletes at once; the HSET of its ticket that follows makes a hash with
-// no owner and no expiry, which no script counts as a hold and none but
-// qforce removes. Entry never makes such an entry.
+// deletes at once, with its ticket. Entry never makes such an entry.
 func (m *QuorumModel) handOver(c qclock) {
-	if m.hold != nil && m.flaws&flawHandOverWhileHeld == 0 {
-		return
-	}
 	head, deadline, ok := m.prune(c.now)
 	if !ok {
 		return
@@ -306,29 +301,31 @@ func (m *QuorumModel) handOver(c qclock) {
 	m.popHead()
 	owner, lease, _ := parseEntry(head)
 	token := m.take(owner, head, min(lease, deadline-c.now), c)
-	if m.hold == nil {
-		m.hold = &QuorumHold{}
+	if m.hold != nil {
+		m.hold.Ticket, m.hold.Ticketed = ticket, true
 	}
-	m.hold.Ticket, m.hold.Ticketed = ticket, true
 	m.srv.publish(m.key, wakeMessageUs(head, token, c.us))
 }
 
-// inquire asks the holder to yield when a smaller key heads the line,
-// once per head: it publishes the holder's entry alone.
-func (m *QuorumModel) inquire(c qclock) {
-	h := m.held()
-	if h == nil {
-		return
-	}
-	if lower, head := m.blocked(h, c.now); lower && h.Inquired != head {
+// inquire asks the holder h to yield when a smaller key heads the line,
+// once per head: it publishes the holder's entry alone. It reports
+// whether a smaller key waits.
+func (m *QuorumModel) inquire(h *QuorumHold, c qclock) bool {
+	lower, head := m.blocked(h, c.now)
+	if lower && h.Inquired != head {
 		h.Inquired = head
 		m.srv.publish(m.key, h.Entry)
 	}
+	return lower
 }
 
-// settle runs after every change: the free lock goes to the head, and a
-// holder that blocks a smaller key is asked to yield.
+// settle runs after every change: the free lock goes to the head, which
+// then heads the line (so nobody waits before it), or a holder that
+// blocks a smaller key is asked to yield.
 func (m *QuorumModel) settle(c qclock) {
+	if h := m.held(); h != nil && m.flaws&flawHandOverWhileHeld == 0 {
+		m.inquire(h, c)
+		return
+	}
 	m.handOver(c)
-	m.inquire(c)
 }

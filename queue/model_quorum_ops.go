@@ -82,18 +82,26 @@ func (m *QuorumModel) QJoin(owner, entry string, lease, waiterTTL, ticket, yield
 	if h != nil && h.Entry == entry && yield != 0 && h.Token == yield {
 		m.hold, h = nil, nil
 	}
+	lower := false
 	if h != nil && h.Entry == entry {
 		h.Ticket, h.Ticketed = ticket, true
 		if keep := min(lease, waiterTTL); m.pttl() < keep {
 			m.expireHold(keep)
 		}
+		lower = m.inquire(h, c)
 	} else {
 		m.joinByTicket(entry, c.now, waiterTTL, ticket)
+		switch {
+		case h == nil:
+			m.settle(c)
+		case !h.Ticketed || keyLess(ticket, entry, h.Ticket, h.Entry):
+			// The entry's key is below the holder's: it may head the
+			// line now. A larger key changes nothing before the holder.
+			m.inquire(h, c)
+		}
 	}
-	m.settle(c)
 	var r QuorumReply
 	if h := m.held(); h != nil && h.Entry == entry {
-		lower, _ := m.blocked(h, c.now)
 		r = QuorumReply{State: 1, Token: h.Token, Lower: lower, Hint: max(floorDiv(min(lease, waiterTTL), 3), 1)}
 	} else {
 		r = QuorumReply{Hint: hintOf(waiterTTL, m.pttl())}
@@ -120,7 +128,7 @@ func (m *QuorumModel) QCancel(entry string, waiterTTL, tomb, skew int64) bool {
 // QRelease is qrelease.lua: owner gives up one level. Levels left keep
 // the hold (lease ms more; 0 keeps its expiry), with a receipt of the
 // count under call. At the last one the hold ends, K is raised to
-// committed (when not 0), the entry leaves the line, entry and the hold's
+// committed (when not 0, and K is below it), the entry leaves the line, entry and the hold's
 // entry are buried for tomb ms, and the lock settles. An owner that does
 // not hold here only leaves the line and is buried, when last. The answer
 // has State (1 when the owner held here) and Count; a call that finds its
@@ -152,7 +160,9 @@ func (m *QuorumModel) QRelease(call, owner, entry string, committed, lease int64
 		return QuorumReply{State: 1, Count: h.Count}
 	}
 	m.hold = nil
-	if committed != 0 && m.flaws&flawNoReleaseRaise == 0 {
+	// K at or above the committed token already (a commit here raised
+	// it) is kept until the clock term has passed it: nothing to write.
+	if committed != 0 && m.token.lastToken < committed && m.flaws&flawNoReleaseRaise == 0 {
 		m.token.raise(committed, c.now, m.srv.now, waiterTTL)
 	}
 	m.leave(entry)

@@ -73,7 +73,12 @@ func (m *Mutex) usable(ctx context.Context) error {
 //
 // When ctx ends before the grant, Lock returns ctx's error (joined with
 // ErrUnavailable when Redis was not serving the call then) and leaves
-// nothing in Redis; a grant that raced with the end is given back.
+// nothing in Redis; a grant that raced with the end is given back. It
+// returns as soon as ctx ends, even while Redis does not answer, except
+// on a go-redis client built with ContextTimeoutEnabled: there a ctx with
+// a deadline bounds each call itself, which runs on the caller's
+// goroutine, and a cancellation before the deadline is heard once Redis
+// answers the call in flight.
 func (m *Mutex) Lock(ctx context.Context) (context.Context, error) {
 	return m.acquire(ctx, true)
 }

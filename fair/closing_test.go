@@ -321,24 +321,9 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// countWaits is a go-redis hook that counts the WAIT commands sent.
+// countWaits counts the WAIT commands sent (with eachCmd).
 type countWaits struct{ n atomic.Int64 }
 
-func (h *countWaits) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countWaits) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h *countWaits) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			h.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
 func (h *countWaits) count(cmd redis.Cmder) {
 	if cmd.Name() == "wait" {
 		h.n.Add(1)
@@ -371,7 +356,7 @@ func TestCloseAsksTheReplicasOnceForAllItsReleases(t *testing.T) {
 		var log syncBuffer
 		rdb := primary.Client(t)
 		waits := &countWaits{}
-		rdb.AddHook(waits)
+		rdb.AddHook(eachCmd(waits.count))
 		e := mustEngine(t, rdb, Config{WaiterTTL: 10 * time.Second, CallTimeout: 5 * time.Second,
 			Replicas: 1, ReplicaTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 		var keys []queue.Keys
@@ -403,28 +388,13 @@ func TestCloseAsksTheReplicasOnceForAllItsReleases(t *testing.T) {
 	require.Contains(t, log, "asked for 1 replica, the primary has 0 connected")
 }
 
-// sentAt is a go-redis hook that records when the first release script
-// naming each owner was sent.
+// sentAt records when the first release script naming each owner was
+// sent (with eachCmd).
 type sentAt struct {
 	mu sync.Mutex
 	at map[string]time.Time // owner -> time; guarded by mu
 }
 
-func (h *sentAt) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *sentAt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.record(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h *sentAt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			h.record(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
 func (h *sentAt) record(cmd redis.Cmder) {
 	if !isRelease(cmd) {
 		return
@@ -453,7 +423,7 @@ func TestQuorumCloseDoesNotHoldUpReleasesBehindAnotherHoldsCall(t *testing.T) {
 	for i, s := range servers {
 		rdb := s.Client(t)
 		if i == 0 {
-			rdb.AddHook(sent)
+			rdb.AddHook(eachCmd(sent.record))
 		}
 		masters = append(masters, rdb)
 	}

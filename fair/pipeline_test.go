@@ -15,25 +15,10 @@ import (
 	"github.com/fairlock/fairlock/queue"
 )
 
-// countEvals is a go-redis hook that counts the scripts sent with their
-// source (EVAL) and by SHA1 (EVALSHA), and the functions called (FCALL).
+// countEvals counts the scripts sent with their source (EVAL) and by SHA1
+// (EVALSHA), and the functions called (FCALL), with eachCmd.
 type countEvals struct{ eval, evalsha, fcall atomic.Int64 }
 
-func (h *countEvals) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countEvals) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.count(cmd)
-		return next(ctx, cmd)
-	}
-}
-func (h *countEvals) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			h.count(cmd)
-		}
-		return next(ctx, cmds)
-	}
-}
 func (h *countEvals) count(cmd redis.Cmder) {
 	switch cmd.Name() {
 	case "eval":
@@ -61,7 +46,7 @@ func TestPipelinedCallsLoadEachMissingScriptOnce(t *testing.T) {
 	require.NoError(t, rdb.ScriptFlush(ctx).Err())
 	require.NoError(t, rdb.FunctionFlush(ctx).Err())
 	evals := &countEvals{}
-	rdb.AddHook(evals)
+	rdb.AddHook(eachCmd(evals.count))
 
 	prefix := redistest.Prefix(t)
 	var calls []lua.Call

@@ -48,7 +48,10 @@ func TestALockWhoseContextEndsWhileRedisDoesNotServeItSaysSo(t *testing.T) {
 			t.Parallel()
 			e := newPrivateEnv(t)
 			ctx := context.Background()
-			c, proxy := e.proxied(ropts, tt.opts...)
+			// A call timeout of 2 s, above the Lock's 1 s: the frozen
+			// calls are given up by then, and the Client's Close at the
+			// end waits no longer for them.
+			c, proxy := e.proxied(ropts, append([]fairlock.Option{fairlock.WithCallTimeout(2 * time.Second)}, tt.opts...)...)
 			t.Cleanup(proxy.Heal) // new connections pass again, for the Client's Close
 			if tt.warm {
 				hctx, err := c.Mutex("warm").Lock(ctx)

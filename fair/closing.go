@@ -140,11 +140,7 @@ func unsettled(err error) bool {
 // over or ctx ends; each one's done is called either way.
 func (e *Engine) closeAll(ctx context.Context, rs []*closeRelease) {
 	var wg sync.WaitGroup
-	for _, g := range e.byServer(len(rs), func(i int) string { return rs[i].key }) {
-		group := make([]*closeRelease, len(g))
-		for j, i := range g {
-			group[j] = rs[i]
-		}
+	for _, group := range byServer(e, rs, func(r *closeRelease) string { return r.key }) {
 		wg.Go(func() { e.closeOn(ctx, group) })
 	}
 	wg.Wait()

@@ -11,29 +11,26 @@ import (
 	"github.com/fairlock/fairlock/lua"
 )
 
-// byServer splits n items, the lock of item i living at key(i), by the
+// byServer splits items, the lock of each living at key(item), by the
 // server each lives on: a Cluster's master, a Ring's shard; all of them
-// together on one server, or when the client cannot tell. It returns the
-// indices of each group, in their order. A Cluster's or a Ring's pipeline
-// is answered only once every server in it has answered: a pipeline per
-// group keeps a dead master from holding up the calls to live ones.
-func (e *Engine) byServer(n int, key func(i int) string) [][]int {
-	if n == 0 {
+// together on one server, or when the client cannot tell. Each group keeps
+// the items' order. A Cluster's or a Ring's pipeline is answered only once
+// every server in it has answered: a pipeline per group keeps a dead
+// master from holding up the calls to live ones (the watchdog's renewals
+// of the holds on live masters, Close's releases).
+func byServer[T any](e *Engine, items []T, key func(T) string) [][]T {
+	if len(items) == 0 {
 		return nil
 	}
-	if n < 2 || e.OneServer() {
-		all := make([]int, n)
-		for i := range all {
-			all[i] = i
-		}
-		return [][]int{all}
+	if len(items) < 2 || e.OneServer() {
+		return [][]T{items}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.CallTimeout)
 	defer cancel()
 	index := map[pipeliner]int{}
-	var groups [][]int
-	for i := range n {
-		server, err := e.primaryFor(ctx, key(i))
+	var groups [][]T
+	for _, item := range items {
+		server, err := e.primaryFor(ctx, key(item))
 		if err != nil {
 			server = nil // unknown: sent together with the other unknown
 		}
@@ -43,7 +40,7 @@ func (e *Engine) byServer(n int, key func(i int) string) [][]int {
 			index[server] = g
 			groups = append(groups, nil)
 		}
-		groups[g] = append(groups[g], i)
+		groups[g] = append(groups[g], item)
 	}
 	return groups
 }

@@ -221,7 +221,7 @@ func (h *Hold) early() time.Duration {
 // renew renews holds, the holds of each server they live on on their own
 // (see byServer), and settles each one's outcome.
 func (w *watchdog) renew(holds []*Hold) {
-	groups := w.byServer(holds)
+	groups := byServer(w.e, holds, func(h *Hold) string { return h.l.keys.Lock })
 	for _, g := range groups[min(1, len(groups)):] {
 		w.e.wg.Go(func() { w.renewServer(g) })
 	}
@@ -272,23 +272,6 @@ func (w *watchdog) renewServer(holds []*Hold) {
 		})
 	}
 	wg.Wait()
-}
-
-// byServer splits holds by the server their lock lives on (see
-// Engine.byServer): a Cluster's or a Ring's pipeline is answered only
-// once every server in it has answered, so one pipeline for all would let
-// a dead master hold up the renewals of the holds on live ones until
-// those too were declared lost.
-func (w *watchdog) byServer(holds []*Hold) [][]*Hold {
-	var groups [][]*Hold
-	for _, g := range w.e.byServer(len(holds), func(i int) string { return holds[i].l.keys.Lock }) {
-		group := make([]*Hold, len(g))
-		for j, i := range g {
-			group[j] = holds[i]
-		}
-		groups = append(groups, group)
-	}
-	return groups
 }
 
 // renewOn renews holds of one server in one pipeline, and settles each

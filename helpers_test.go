@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -36,25 +35,8 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
-	quickLoop()
+	redistest.QuickLoop(6)
 	goleak.VerifyTestMain(redistest.Runner(m))
-}
-
-// quickLoop runs 6 parallel tests at once under -short, unless -parallel
-// says otherwise: the tests mostly wait on Redis, on timers and on fault
-// proxies, so GOMAXPROCS of them at once (the default) leaves the quick
-// loop waiting. The full run keeps the default, for tests whose bounds
-// assume a machine not crowded by the tests themselves.
-func quickLoop() {
-	flag.Parse()
-	if !testing.Short() {
-		return
-	}
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", "6")
-	}
 }
 
 // env is one test's world: a redis-server shared by the package, a unique

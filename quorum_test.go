@@ -37,8 +37,10 @@ func quorumOf(t testing.TB, servers []*redistest.Server, opts ...fairlock.Option
 }
 
 func TestQuorumLockUnlockTokenAndViews(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{3, 5} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
 			servers := redistest.Masters(t, n)
 			c := quorumOf(t, servers)
 			m := c.Mutex("job")
@@ -109,6 +111,7 @@ func TestQuorumLockUnlockTokenAndViews(t *testing.T) {
 }
 
 func TestQuorumIsFIFOAndExclusiveUnderContention(t *testing.T) {
+	t.Parallel()
 	servers := redistest.Masters(t, 3)
 	clients := []*fairlock.Client{quorumOf(t, servers), quorumOf(t, servers), quorumOf(t, servers)}
 	ctx := context.Background()
@@ -159,6 +162,7 @@ func TestQuorumIsFIFOAndExclusiveUnderContention(t *testing.T) {
 }
 
 func TestNewQuorumRefusesBadConfigurations(t *testing.T) {
+	t.Parallel()
 	servers := redistest.Masters(t, 2)
 	a, b := servers[0].Client(t), servers[1].Client(t)
 	_, err := fairlock.NewQuorum(context.Background(), nil)
@@ -229,6 +233,7 @@ func TestQuorumWithoutAMajorityFailsWithErrNoQuorum(t *testing.T) {
 }
 
 func TestQuorumLostLeaseEndsTheHoldAndIsNotReentered(t *testing.T) {
+	t.Parallel()
 	servers := redistest.Masters(t, 3)
 	c := quorumOf(t, servers, fairlock.WithLease(time.Second))
 	other := quorumOf(t, servers)
@@ -258,6 +263,7 @@ func TestQuorumLostLeaseEndsTheHoldAndIsNotReentered(t *testing.T) {
 }
 
 func TestQuorumCloseEndsWaitsAndHolds(t *testing.T) {
+	t.Parallel()
 	servers := redistest.Masters(t, 3)
 	c := quorumOf(t, servers)
 	other := quorumOf(t, servers)
@@ -291,6 +297,7 @@ func TestQuorumCloseEndsWaitsAndHolds(t *testing.T) {
 // Bakery order: a caller whose join reached a majority before another's
 // Lock began is served first, whichever Client each waits in.
 func TestQuorumServesWaitersInBakeryOrder(t *testing.T) {
+	t.Parallel()
 	servers := redistest.Masters(t, 3)
 	ctx := context.Background()
 	holder := quorumOf(t, servers)
@@ -340,6 +347,7 @@ type quorumCtxKey struct{}
 // A quorum Lock call's events, and its hold's, reach the Observer with
 // the values of the call's context.
 func TestQuorumObserverSeesTheCallsEvents(t *testing.T) {
+	t.Parallel()
 	servers := redistest.Masters(t, 3)
 	var (
 		mu    sync.Mutex
@@ -374,6 +382,7 @@ func TestQuorumObserverSeesTheCallsEvents(t *testing.T) {
 // EventGranted with GrantReentry and the hold's token, before the hold's one
 // EventHoldEnded.
 func TestQuorumObserverSeesAReentryAsAMutexDoes(t *testing.T) {
+	t.Parallel()
 	servers := redistest.Masters(t, 3)
 	var (
 		mu     sync.Mutex

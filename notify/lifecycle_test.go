@@ -28,6 +28,7 @@ func TestCanceledWatchLeavesNoTrace(t *testing.T) {
 }
 
 func TestWatchThatOutlivesItsContextLeavesNoTrace(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -54,6 +55,7 @@ func TestWatchThatOutlivesItsContextLeavesNoTrace(t *testing.T) {
 }
 
 func TestWatchPendingAtCloseReturnsErrClosed(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -93,6 +95,7 @@ func TestWatchPendingAtCloseReturnsErrClosed(t *testing.T) {
 // read gives up: with ContextTimeoutEnabled and a long read timeout, only
 // a deadline of the hub's own call bounds it, and Close with it.
 func TestCloseIsPromptWhileADialHangsInItsHandshake(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute, MaxRetries: -1})

@@ -26,6 +26,7 @@ type withServer struct{ m *testing.M }
 func (s withServer) Run() int { return redistest.Main(s.m) }
 
 func TestMain(m *testing.M) {
+	redistest.QuickLoop(6)
 	goleak.VerifyTestMain(withServer{m})
 }
 

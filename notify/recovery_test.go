@@ -23,6 +23,7 @@ func watchSome(t *testing.T, h *Hub) []*Waiter {
 }
 
 func TestKilledConnectionSignalsEveryWaiterAndDeliveryResumes(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t)
 	h := newHub(t, srv.Client(t), Options{})
 	admin := srv.Client(t)
@@ -41,6 +42,7 @@ func TestKilledConnectionSignalsEveryWaiterAndDeliveryResumes(t *testing.T) {
 }
 
 func TestServerRestartSignalsEveryWaiterAndDeliveryResumes(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t)
 	h := newHub(t, srv.Client(t), Options{})
 	pub := srv.Client(t)
@@ -57,6 +59,7 @@ func TestServerRestartSignalsEveryWaiterAndDeliveryResumes(t *testing.T) {
 }
 
 func TestUnreachableServerIsRetriedAndWatchWaitsForIt(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
@@ -102,6 +105,7 @@ func TestUnreachableServerIsRetriedAndWatchWaitsForIt(t *testing.T) {
 }
 
 func TestHalfOpenConnectionIsDetectedAndRebuilt(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
@@ -123,6 +127,7 @@ func TestHalfOpenConnectionIsDetectedAndRebuilt(t *testing.T) {
 }
 
 func TestSubscriptionsSurviveRepeatedRebuilds(t *testing.T) {
+	t.Parallel()
 	srv := redistest.Shared(t)
 	p := faultproxy.New(t, srv.Addr)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})

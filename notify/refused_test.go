@@ -33,6 +33,7 @@ func checkRefused(t assert.TestingT, err error, channel string) bool {
 }
 
 func TestRefusedSubscriptionFailsWatchAtOnceAndTheHubCarriesOn(t *testing.T) {
+	t.Parallel()
 	for _, protocol := range []int{2, 3} {
 		t.Run(fmt.Sprintf("RESP%d", protocol), func(t *testing.T) {
 			srv := startServer(t)
@@ -137,6 +138,7 @@ func (f *failsAfterFirst) Subscribe(ctx context.Context, channels ...string) *re
 }
 
 func TestSubscribePanicDuringARebuildFailsItsChannelsAndCloseStillReturns(t *testing.T) {
+	t.Parallel()
 	srv := startServer(t)
 	admin := srv.Client(t)
 	h := newHub(t, &failsAfterFirst{rdb: srv.Client(t)}, Options{})

@@ -26,7 +26,7 @@ func newWeightedMiniRig(t testing.TB, receiptTTL int64) *rig {
 // On miniredis the clock is ours: leases, deadlines and receipts run out
 // during the run, exactly to the millisecond.
 func TestWeightedScriptsMatchModelOnMiniredis(t *testing.T) {
-	for _, seed := range seeds(t, 4) {
+	for _, seed := range seeds(t, halfIfShort(4)) {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			t.Parallel()
 			d := newWDiffer(t, newWeightedMiniRig(t, receiptTTL), newWWorld(1, false), rigStart, 0,

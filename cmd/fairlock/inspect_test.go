@@ -15,6 +15,7 @@ import (
 )
 
 func TestInspectShowsAMutexsHolderAndWaitersInOrder(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	l := r.lineUp("orders", 2)
 	tok := token(t, l.holder.Mutex("orders").Token, l.held)
@@ -62,6 +63,7 @@ func TestInspectShowsAMutexsHolderAndWaitersInOrder(t *testing.T) {
 }
 
 func TestInspectShowsASemaphoresPermitsHoldersAndLine(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	p := r.semaphoreLine("pool")
 	tok1 := token(t, p.clients[0].Semaphore("pool", 3).Token, p.holds[0])
@@ -96,6 +98,7 @@ func TestInspectShowsASemaphoresPermitsHoldersAndLine(t *testing.T) {
 }
 
 func TestInspectShowsARWMutexsReadersAndLine(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	p := r.rwLine("doc")
 
@@ -141,6 +144,7 @@ func TestInspectShowsARWMutexsReadersAndLine(t *testing.T) {
 // A MultiLock's ticket waits in the line of each of its locks, with the
 // other names it waits for.
 func TestInspectShowsATicketWithTheOtherLocksItWaitsFor(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	tk := r.ticketLine()
 
@@ -165,6 +169,7 @@ func TestInspectShowsATicketWithTheOtherLocksItWaitsFor(t *testing.T) {
 
 // A name used by several kinds shows each of them.
 func TestInspectShowsEveryKindOfAName(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	c := r.client()
 	ctx := fairlock.ContextWithOwner(context.Background(), "one")
@@ -191,6 +196,7 @@ func TestInspectShowsEveryKindOfAName(t *testing.T) {
 }
 
 func TestInspectOfAnUnknownLockExitsWithStatus1(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	code, out, errs := r.cmd("inspect", "nobody-uses-this")
 	assert.Equal(t, exitNotFound, code)
@@ -210,6 +216,7 @@ func TestInspectOfAnUnknownLockExitsWithStatus1(t *testing.T) {
 }
 
 func TestListNamesTheLocksInUseWithTheirKinds(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	r.lineUp("orders-1", 1) // held and waited on
 	c := r.client()
@@ -269,6 +276,7 @@ func TestListNamesTheLocksInUseWithTheirKinds(t *testing.T) {
 // A Redis user without the rights Inspect needs: exit 2, with the
 // library's ErrNoPermission message.
 func TestARefusedCommandExitsWithStatus2AndSaysWhy(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	user := strings.ToLower(strings.ReplaceAll(r.prefix, "-", ""))
 	require.NoError(t, r.rdb.Do(t.Context(), "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-multi", "-scan").Err())
@@ -300,6 +308,7 @@ func TestARefusedCommandExitsWithStatus2AndSaysWhy(t *testing.T) {
 
 // A Client's WithName is shown beside its id, in text and in JSON.
 func TestInspectShowsTheHoldersClientName(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	c := r.client(fairlock.WithName("billing-worker-3"))
 	_, err := c.Mutex("named").Lock(context.Background())

@@ -18,6 +18,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	redistest.QuickLoop(6)
 	goleak.VerifyTestMain(redistest.Runner(m))
 }
 
@@ -186,6 +187,7 @@ func unreachable(t *testing.T) string {
 }
 
 func TestBadUsageExitsWithStatus2(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		args []string
 		want string // in stderr

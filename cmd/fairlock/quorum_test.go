@@ -14,6 +14,7 @@ import (
 // majority's view and each master's, lists the quorum locks, and
 // removes a hold from every master.
 func TestInspectListAndUnlockOfAQuorumLock(t *testing.T) {
+	t.Parallel()
 	servers := redistest.Masters(t, 3)
 	r := quorumRig(t, servers)
 	l := r.lineUp("q", 2)

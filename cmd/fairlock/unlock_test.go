@@ -13,6 +13,7 @@ import (
 )
 
 func TestUnlockWithoutYesRemovesNothing(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	l := r.lineUp("orders", 1)
 	tok := token(t, l.holder.Mutex("orders").Token, l.held)
@@ -33,6 +34,7 @@ func TestUnlockWithoutYesRemovesNothing(t *testing.T) {
 }
 
 func TestUnlockWithYesRemovesTheHoldGrantsTheNextWaiterAndSaysTheOverlap(t *testing.T) {
+	t.Parallel()
 	for _, asJSON := range []bool{false, true} {
 		t.Run(fmt.Sprintf("json=%v", asJSON), func(t *testing.T) {
 			r := sharedRig(t)
@@ -83,6 +85,7 @@ func TestUnlockWithYesRemovesTheHoldGrantsTheNextWaiterAndSaysTheOverlap(t *test
 
 // -owner guards a Mutex's removal: another owner's hold is left alone.
 func TestUnlockOfAMutexHeldByAnotherOwnerRemovesNothing(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	l := r.lineUp("orders", 0)
 	code, out, errs := r.cmd("unlock", "--force", "--yes", "-owner", "someone", "orders")
@@ -95,6 +98,7 @@ func TestUnlockOfAMutexHeldByAnotherOwnerRemovesNothing(t *testing.T) {
 }
 
 func TestUnlockOfAFreeLockExitsWithStatus1(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	code, out, errs := r.cmd("unlock", "--force", "--yes", "free")
 	assert.Equal(t, exitNotFound, code)
@@ -112,6 +116,7 @@ func TestUnlockOfAFreeLockExitsWithStatus1(t *testing.T) {
 // -owner is required, and refused without --yes. This version of the
 // library cannot remove them, which the command says, removing nothing.
 func TestUnlockOfAWeightedLockNeedsAnOwner(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	p := r.semaphoreLine("pool")
 	rw := r.rwLine("doc")
@@ -161,6 +166,7 @@ func TestUnlockOfAWeightedLockNeedsAnOwner(t *testing.T) {
 
 // A name held as several kinds: -kind says which.
 func TestUnlockOfANameHeldAsSeveralKindsNeedsAKind(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	c := r.client()
 	ctx := fairlock.ContextWithOwner(context.Background(), "one")

@@ -152,6 +152,7 @@ func handedOver(t *testing.T, what string, release time.Time, v watchJSON, at ti
 
 // A Mutex's hand-over is drawn at once, without waiting for the timer.
 func TestWatchShowsAMutexHandOverAtOnce(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	l := r.lineUp("orders", 1)
 	w := r.watch("-every", "1m", "orders")
@@ -167,6 +168,7 @@ func TestWatchShowsAMutexHandOverAtOnce(t *testing.T) {
 // A Semaphore's grant is published under its own keys' base
 // (P:{N}:sem:wake), which watch follows too.
 func TestWatchShowsASemaphoreHandOverAtOnce(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	p := r.semaphoreLine("pool")
 	w := r.watch("-every", "1m", "pool")
@@ -184,6 +186,7 @@ func TestWatchShowsASemaphoreHandOverAtOnce(t *testing.T) {
 
 // A RWMutex's grant is published under P:{N}:rw:wake.
 func TestWatchShowsARWMutexHandOverAtOnce(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	p := r.rwLine("doc")
 	w := r.watch("-every", "1m", "doc")
@@ -206,6 +209,7 @@ func TestWatchShowsARWMutexHandOverAtOnce(t *testing.T) {
 // that channel while the ticket waits (a "follow" view once it does),
 // and draws the grant at once, as a watch of the first lock does.
 func TestWatchShowsATicketsGrantOnEachOfItsLocks(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	tk := r.ticketLine()
 	first := r.watch("-every", "1m", "a")
@@ -226,6 +230,7 @@ func TestWatchShowsATicketsGrantOnEachOfItsLocks(t *testing.T) {
 // A hand-over on a quorum is published by every master; the watch
 // follows each, and draws the majority's new holder at once.
 func TestWatchShowsAQuorumHandOverAtOnce(t *testing.T) {
+	t.Parallel()
 	r := quorumRig(t, redistest.Masters(t, 3))
 	l := r.lineUp("q", 1)
 	w := r.watch("-every", "1m", "q")
@@ -239,6 +244,7 @@ func TestWatchShowsAQuorumHandOverAtOnce(t *testing.T) {
 // A text watch: views appended one after the other, each with its
 // header and the reason it was drawn.
 func TestWatchInTextShowsTheNewHolderAfterAHandOver(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	l := r.lineUp("orders", 1)
 
@@ -307,6 +313,7 @@ func TestWatchSaysWhenRedisGoesAndComesBack(t *testing.T) {
 // A lock that nobody holds or waits for is not found, as inspect says,
 // unless -idle asks to watch it all the same.
 func TestWatchOfALockNobodyUsesIsNotFoundUnlessIdle(t *testing.T) {
+	t.Parallel()
 	r := sharedRig(t)
 	code, out, errs := r.cmd("watch", "-for", "1s", "nobody-uses-this")
 	assert.Equal(t, exitNotFound, code)

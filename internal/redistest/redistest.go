@@ -9,6 +9,7 @@ package redistest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -400,4 +401,22 @@ func Masters(t testing.TB, n int) []*Server {
 		servers[i] = s
 	}
 	return servers
+}
+
+// QuickLoop makes go test run n parallel tests at once under -short,
+// unless -parallel says otherwise. Call it first in TestMain. The tests
+// it is for mostly wait on Redis, on timers and on fault proxies, so
+// GOMAXPROCS of them at once (go test's default) leaves the quick loop
+// waiting. The full run keeps the default, for tests whose bounds assume
+// a machine not crowded by the tests themselves.
+func QuickLoop(n int) {
+	flag.Parse()
+	if !testing.Short() {
+		return
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(n))
+	}
 }

@@ -248,7 +248,13 @@ func (m *Mutex) HoldCount(ctx context.Context) (int, error) {
 	return m.lock.HoldCount(ctx, owner)
 }
 
-// IsLocked reports whether anyone holds the lock.
+// IsLocked reports whether anyone holds the lock, as Redis has it when it
+// answers: a reading that may be out of date as soon as it returns, for
+// monitoring and tests, never a way to decide whether to Lock (TryLock
+// does that in one step). A hold whose lease has run out is not held. On
+// a quorum Client it reports whether one owner holds on a majority of the
+// masters. When ctx ends first, IsLocked returns ctx's error at once
+// (joined with ErrUnavailable when Redis was not serving the call then).
 func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	if err := m.usable(ctx); err != nil {
 		return false, err
@@ -256,8 +262,15 @@ func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
 	return m.lock.IsLocked(ctx)
 }
 
-// TTL returns the remaining lease of the current hold, 0 when the lock is
-// free.
+// TTL returns the lease left of the current hold, whoever holds it, as
+// Redis has it when it answers, and 0 when the lock is free. A hold kept
+// by the watchdog shows a lease that is renewed every third of it, so TTL
+// says how long the lock would stay held should its holder's process die
+// now, not how long it will be held. On a quorum Client, when ctx carries
+// a live hold of this lock taken through this Client, TTL is that hold's
+// validity left, measured here without a call (see WithDriftFactor);
+// otherwise the validity of the hold of the owner that holds on a majority
+// of the masters. Errors as for IsLocked.
 func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 	if err := m.usable(ctx); err != nil {
 		return 0, err

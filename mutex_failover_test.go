@@ -167,9 +167,14 @@ func TestSentinelFailoverDuringContention(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		fail func(set *redistest.SentinelSet, ctx context.Context) (string, error)
+		// inline: the failover client honours deadlines itself
+		// (ContextTimeoutEnabled), so the waiters' Lock calls, which
+		// have one, run on their own goroutines.
+		inline bool
 	}{
-		{"primary killed", (*redistest.SentinelSet).KillPrimary},
-		{"graceful", (*redistest.SentinelSet).Failover},
+		{"primary killed", (*redistest.SentinelSet).KillPrimary, false},
+		{"graceful", (*redistest.SentinelSet).Failover, false},
+		{"primary killed, inline", (*redistest.SentinelSet).KillPrimary, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -178,8 +183,17 @@ func TestSentinelFailoverDuringContention(t *testing.T) {
 			prefix := redistest.Prefix(t)
 			name := "failover"
 			key := prefix + ":{" + name + "}"
+			dial := func() redis.UniversalClient {
+				if !tc.inline {
+					return set.Client(t)
+				}
+				rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: set.MasterName(),
+					SentinelAddrs: set.SentinelAddrs(), ContextTimeoutEnabled: true})
+				t.Cleanup(func() { _ = rdb.Close() })
+				return rdb
+			}
 			newClient := func() *fairlock.Client {
-				c, err := fairlock.New(set.Client(t), fairlock.WithPrefix(prefix),
+				c, err := fairlock.New(dial(), fairlock.WithPrefix(prefix),
 					fairlock.WithLease(3*time.Second), fairlock.WithWaiterTTL(3*time.Second))
 				require.NoError(t, err)
 				t.Cleanup(func() { _ = c.Close() })

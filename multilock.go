@@ -367,6 +367,10 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	}
 	var errs []error
 	held := 0
+	// The holds of this Client's engine go to Redis together (on one
+	// server, in one call: see fair.UnlockAll), the others one by one.
+	var together []*fair.Hold
+	var names []string // of together's holds
 	for i := len(ml.locks) - 1; i >= 0; i-- {
 		m := ml.locks[i]
 		h, err := m.holdFrom(ctx)
@@ -376,10 +380,19 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 			err = ErrNotHeld
 		default:
 			held++
+			if fh, ok := h.(*fair.Hold); ok && ml.c.engine.Took(fh) {
+				together, names = append(together, fh), append(names, m.name)
+				continue
+			}
 			err = h.Unlock(ctx)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("fairlock: lock %q: %w", m.name, err))
+		}
+	}
+	for j, err := range fair.UnlockAll(ctx, together) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fairlock: lock %q: %w", names[j], err))
 		}
 	}
 	if held == 0 {

@@ -42,10 +42,21 @@
 local answers = {}
 local over = {} -- the groups whose hold is over, in order
 
+-- A call of several groups reads their receipts only when one of them is
+-- there (one EXISTS of all): a call sent for the first time has none.
+local receipts = #KEYS == 5
+if not receipts then
+  local keys = {}
+  for k = 5, #KEYS, 5 do
+    keys[#keys + 1] = KEYS[k]
+  end
+  receipts = redis.call('EXISTS', unpack(keys)) > 0
+end
+
 for g = 1, #KEYS / 5 do
   local k = 5 * (g - 1)
   local hold_key, receipt_key = KEYS[k + 1], KEYS[k + 5]
-  local kept = receipt(receipt_key)
+  local kept = receipts and receipt(receipt_key)
   if kept then
     local count, message = string.match(kept, '^(%d+) (.+)$')
     if message then

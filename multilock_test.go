@@ -543,3 +543,49 @@ func TestMultiLockOfASharedOwnerReentersWhatItHoldsElsewhere(t *testing.T) {
 	require.NoError(t, a.Unlock(actx))
 	e.requireLocked(false, "a")
 }
+
+// On one server a MultiLock's Unlock releases every name with one script
+// call, which ends every hold before it hands any name over: a ticket
+// that waits for two of the names is granted both by that one call, and
+// a Mutex waiting for a third is handed it. With a deadline the Unlock
+// runs its call on the Client's goroutine, still one call.
+func TestMultiLockUnlockReleasesEveryNameInOneCall(t *testing.T) {
+	for _, bounded := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deadline=%v", bounded), func(t *testing.T) {
+			e, holder, hctx, c, scripts := countedBehindAHolder(t, "x")
+			require.NoError(t, holder.Unlock(hctx))
+			bg := context.Background()
+			ml := c.MultiLock([]string{"a", "b", "c"})
+			mctx, err := ml.Lock(bg)
+			require.NoError(t, err)
+
+			other := e.client(fairlock.WithWaiterTTL(time.Minute))
+			ticket := lockAsync(bg, other.MultiLock([]string{"a", "b"}))
+			single := lockAsync(bg, other.Mutex("c"))
+			e.waitQueued("a", 1)
+			e.waitQueued("b", 1)
+			e.waitQueued("c", 1)
+
+			before := scripts.all()
+			uctx := mctx
+			if bounded {
+				var cancel context.CancelFunc
+				uctx, cancel = context.WithTimeout(mctx, 10*time.Second)
+				defer cancel()
+			}
+			require.NoError(t, ml.Unlock(uctx))
+			require.Equal(t, before+1, scripts.all(), "one script call releases the three names")
+			requireDone(t, mctx, time.Second)
+
+			r := await(t, ticket, 2*time.Second)
+			require.NoError(t, r.err)
+			s := await(t, single, 2*time.Second)
+			require.NoError(t, s.err)
+			e.requireLocked(true, "a", "b", "c")
+			require.NoError(t, other.MultiLock([]string{"a", "b"}).Unlock(r.ctx))
+			require.NoError(t, other.Mutex("c").Unlock(s.ctx))
+			e.requireLocked(false, "a", "b", "c")
+			e.requireNoTickets()
+		})
+	}
+}

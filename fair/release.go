@@ -40,18 +40,42 @@ import (
 // acknowledged: it was made on the primary, and each re-send waits for
 // the replicas again, until they acknowledge it.
 func (h *Hold) Unlock(ctx context.Context) error {
+	u, err := h.unlocking()
+	if err != nil {
+		return err
+	}
+	return u.run(ctx)
+}
+
+// unlocking is the release of one level of a hold by an Unlock, once the
+// level is given up here (see Hold.unlocking).
+type unlocking struct {
+	h     *Hold
+	last  bool          // the hold's last level in this process
+	call  string        // the release's call id
+	lease time.Duration // of the levels that remain (see callLease)
+}
+
+// unlocking gives up one level here, and returns its release, or the
+// error of an Unlock of a hold that is over.
+func (h *Hold) unlocking() (unlocking, error) {
 	h.mu.Lock()
 	last, err := h.leave()
 	if err != nil {
 		h.mu.Unlock()
-		return err
+		return unlocking{}, err
 	}
 	call := queue.NewID()
 	if last {
 		h.call = call
 	}
 	h.mu.Unlock()
-	lease := h.callLease()
+	return unlocking{h: h, last: last, call: call, lease: h.callLease()}, nil
+}
+
+// run sends the release and settles its answer: the rest of Unlock.
+func (u unlocking) run(ctx context.Context) error {
+	h, last, call, lease := u.h, u.last, u.call, u.lease
 	// The release runs on a goroutine of the engine when ctx has a
 	// deadline, so that Unlock returns by then even while Redis does not
 	// answer; after Close has started, or without a deadline, it runs

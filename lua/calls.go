@@ -75,6 +75,35 @@ func (s *Scripts) Release(k queue.Keys, call, owner, own string, lease, receiptT
 	return s.release.call(withReceipt(k, call), []any{owner, lease, k.Wake, receiptTTL, own})
 }
 
+// Releasing is one hold's part of a ReleaseAll: owner gives up one level
+// of its hold of the lock of Keys under call id Call, whose receipt is
+// kept for ReceiptTTL ms; Lease is the lease of the levels that remain
+// (0 keeps the expiry).
+type Releasing struct {
+	Keys       queue.Keys
+	Call       string
+	Owner      string
+	Lease      int64
+	ReceiptTTL int64
+}
+
+// ReleaseAll is release.lua for several holds of one server at once (at
+// least two), the binding of Server.ReleaseAll: each releases one level
+// as Release does, every hold that ends is ended before any lock is
+// handed over, and each keeps its own receipt, so that one sent again
+// alone with Release under its call id answers what it answered here.
+// own is the tag of the releasing Client. Read its reply with
+// ReadReleaseAll.
+func (s *Scripts) ReleaseAll(rs []Releasing, own string) Call {
+	keys := make([]string, 0, 5*len(rs))
+	args := make([]any, 0, 5*len(rs))
+	for _, r := range rs {
+		keys = append(keys, withReceipt(r.Keys, r.Call)...)
+		args = append(args, r.Owner, r.Lease, r.Keys.Wake, r.ReceiptTTL, own)
+	}
+	return s.release.call(keys, args)
+}
+
 // Cancel is cancel.lua, the binding of Model.Cancel: owner's Lock call
 // with waiter entry entry gives up. Read its reply with ReadFlag: true
 // when a level handed to entry was given back.
@@ -192,6 +221,28 @@ func ReadRelease(cmd *redis.Cmd) (queue.Released, error) {
 		}
 	}
 	return queue.Released{}, fmt.Errorf("%w: release answered %v", errs.ErrUnexpectedReply, v)
+}
+
+// ReadReleaseAll reads the reply of a ReleaseAll call of n holds: each
+// hold's answer, as ReadRelease reads it, in the order of the call.
+func ReadReleaseAll(cmd *redis.Cmd, n int) ([]queue.Released, error) {
+	v, err := cmd.Result()
+	if err != nil {
+		return nil, err
+	}
+	vs, ok := v.([]any)
+	if !ok || len(vs) != n {
+		return nil, fmt.Errorf("%w: a release of %d holds answered %v", errs.ErrUnexpectedReply, n, v)
+	}
+	out := make([]queue.Released, n)
+	for i, v := range vs {
+		one := redis.NewCmd(context.Background())
+		one.SetVal(v)
+		if out[i], err = ReadRelease(one); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // ReadFlag reads the reply of a Cancel, ForceUnlock or Renew call: 1 is

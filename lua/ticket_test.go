@@ -302,3 +302,41 @@ func TestATicketGrantedByItsOwnPollHoldsForItsLease(t *testing.T) {
 		require.Greater(t, d, time.Duration(waiterTTL)*time.Millisecond, "the claim: the lease")
 	}
 }
+
+// One release call of several holds ends them all before it hands any
+// over: a ticket waiting for two of them is granted both, and a lock it
+// granted is not handed again to the next in its line. Each hold keeps
+// its own receipt: a hold's release sent again alone under its call id
+// answers what the call of several answered, and releases nothing more.
+func TestAReleaseOfSeveralHoldsGrantsAWaitingTicketWhole(t *testing.T) {
+	r := newTicketRig(t, "a", "b", "c")
+	require.True(t, r.multi("m", ticket(1, "m"), queue.ModeTry, "a", "b", "c").Granted)
+	require.True(t, r.lock("c", "m").Granted, "a second level of c")
+	require.False(t, r.multi("n", ticket(2, "n"), queue.ModeWait, "a", "b").Granted)
+	require.False(t, r.lock("b", "s").Granted, "waits behind the ticket")
+
+	ctx := context.Background()
+	call := queue.NewID()
+	var rs []lua.Releasing
+	for _, k := range r.keys("a", "b", "c") {
+		rs = append(rs, lua.Releasing{Keys: k, Call: call, Owner: "m", Lease: 60000, ReceiptTTL: 20000})
+	}
+	reps, err := lua.ReadReleaseAll(lua.Classic.ReleaseAll(rs, "").Run(ctx, r.rdb), 3)
+	require.NoError(t, err)
+	require.Equal(t, []queue.Released{{Count: 0}, {Count: 0}, {Count: 1}}, reps)
+	require.Equal(t, "n", r.holder("a"))
+	require.Equal(t, "n", r.holder("b"), "granted to the ticket, not handed on to s")
+	require.Equal(t, "m", r.holder("c"), "one level of c remains")
+	require.Len(t, r.line("b"), 1, "s still waits")
+
+	for i, name := range []string{"a", "b", "c"} {
+		again, err := lua.ReadRelease(lua.Classic.Release(r.ks[name], call, "m", "", 60000, 20000).Run(ctx, r.rdb))
+		require.NoError(t, err)
+		require.Equal(t, reps[i], again, "%s sent again alone", name)
+	}
+	require.Equal(t, "m", r.holder("c"), "the re-sent release of c took no level")
+	again, err := lua.ReadReleaseAll(lua.Classic.ReleaseAll(rs, "").Run(ctx, r.rdb), 3)
+	require.NoError(t, err)
+	require.Equal(t, reps, again, "the call of several sent again")
+	require.Equal(t, "m", r.holder("c"))
+}

@@ -168,6 +168,26 @@ func (d *differ) apply(r *rig, c call) (res result, err error) {
 			res.handed = one
 		}
 		d.world.done(c, false)
+	case opReleaseAll:
+		rs := make([]queue.ReleaseOf, len(c.locks))
+		for k, l := range c.locks {
+			rs[k] = queue.ReleaseOf{Lock: d.rig.locks[l].Lock, Call: c.id, Owner: c.owners[k], Lease: c.lease}
+			if _, had := d.model(l).State().Receipts[c.id]; !had && d.model(l).State().Hold != nil {
+				res.handed = append(res.handed, l) // a hold that may end here
+			}
+		}
+		w := d.server.ReleaseAll(rs, c.own)
+		var g []queue.Released
+		g, err = r.releaseAll(d.ctx, d.rigKeys(c.locks), c.id, c.owners, c.own, c.lease)
+		res.want, res.got = w, g
+		kept := res.handed[:0]
+		for _, l := range res.handed {
+			if k := slices.Index(c.locks, l); w[k].Count == 0 {
+				kept = append(kept, l)
+			}
+		}
+		res.handed = kept
+		d.world.done(c, false)
 	case opRenew:
 		res.want = m.Renew(c.owner, c.lease)
 		res.got, err = on.renew(d.ctx, c.owner, c.lease)
@@ -275,6 +295,17 @@ func (d *differ) compare(c call, res result, refused bool) {
 		if g, ok := got.(queue.Released); ok && w.Wake != "" && g.Wake != "" {
 			g.Wake = d.sameTimes([]string{w.Wake}, []string{g.Wake})[0]
 			got = g
+		}
+	}
+	if ws, ok := res.want.([]queue.Released); ok {
+		if gs, ok := got.([]queue.Released); ok && len(gs) == len(ws) {
+			gs = slices.Clone(gs)
+			for k := range gs {
+				if ws[k].Wake != "" && gs[k].Wake != "" {
+					gs[k].Wake = d.sameTimes([]string{ws[k].Wake}, []string{gs[k].Wake})[0]
+				}
+			}
+			got = gs
 		}
 	}
 	if !refused && !reflect.DeepEqual(res.want, got) {

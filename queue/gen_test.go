@@ -214,6 +214,16 @@ func (w *world) resolve(ms []*queue.Model, o op) (c call, ok bool) {
 			// carry (see id), or by none: a hand-over to a waiter of the
 			// releasing Client is answered, not published.
 			c.own = releasers[int(o.b/2)%len(releasers)]
+			// On several locks, one release in three is of a level of
+			// two or three holds at once, each by its lock's holder
+			// mostly (a MultiLock's Unlock).
+			if locks, ok := w.multi(o.lock); ok && o.a%3 == 1 {
+				c.kind, c.lock, c.names = opReleaseAll, 0, ""
+				w.onMulti(&c, locks)
+				for _, l := range locks {
+					c.owners = append(c.owners, w.owner(ms[l], o.a/3))
+				}
+			}
 		}
 	case opCancel:
 		wt := w.waiters[int(o.a)%slots]
@@ -293,7 +303,7 @@ func (w *world) done(c call, granted bool) {
 		}
 	}
 	switch c.kind {
-	case opPoll, opTry, opReenter, opRelease, opMulti:
+	case opPoll, opTry, opReenter, opRelease, opReleaseAll, opMulti:
 		w.history = append(w.history, c)
 		if len(w.history) > historyLen {
 			w.history = w.history[1:]

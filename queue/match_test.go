@@ -187,6 +187,15 @@ func (d *differ) translate(c call, ss []queue.State, msgs []queue.Wake, reply an
 		r.Wake = wake(c.lock, r.Wake)
 		reply = r
 	}
+	if rs, ok := reply.([]queue.Released); ok {
+		rs = slices.Clone(rs)
+		for k := range rs {
+			if rs[k].Wake != "" {
+				rs[k].Wake = wake(c.locks[k], rs[k].Wake)
+			}
+		}
+		reply = rs
+	}
 	return ss, out, reply
 }
 

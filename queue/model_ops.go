@@ -220,3 +220,63 @@ func floorDiv(a, b int64) int64 {
 	}
 	return q
 }
+
+// ReleaseOf is one hold's part of a ReleaseAll: owner gives up one level
+// of its hold of the lock whose hash key is Lock, under call id Call,
+// with Lease for the levels that remain (0 keeps the expiry).
+type ReleaseOf struct {
+	Lock  string
+	Call  string
+	Owner string
+	Lease int64
+}
+
+// ReleaseAll is release.lua for several holds of the server at once (a
+// MultiLock's Unlock), made by the Client with tag own: each releases one
+// level as ReleaseFrom does and keeps its own receipt, but every hold that
+// ends is ended before any lock is handed over, as if they were released
+// at one instant, and the hand-overs then run in the order of rs, each on
+// a lock that is still free (a ticket granted by an earlier one may hold
+// it). It returns each release's answer, in the order of rs.
+func (s *Server) ReleaseAll(rs []ReleaseOf, own string) []Released {
+	out := make([]Released, len(rs))
+	var over []int
+	for i, r := range rs {
+		m := s.Lock(r.Lock)
+		if rec, ok := m.receipts[r.Call]; ok {
+			count, wake, _ := strings.Cut(rec.Answer, " ")
+			n, _ := strconv.Atoi(count)
+			out[i] = Released{Count: n, Wake: wake}
+			continue
+		}
+		if m.hold == nil || m.hold.Owner != r.Owner {
+			out[i] = Released{Count: -1}
+			continue
+		}
+		m.hold.Count--
+		if m.hold.Count > 0 {
+			if r.Lease > 0 {
+				m.expireHold(r.Lease)
+			}
+			out[i] = Released{Count: m.hold.Count}
+			m.receipts.keep(r.Call, strconv.Itoa(m.hold.Count), s.now, s.receiptTTL)
+			continue
+		}
+		m.hold = nil
+		over = append(over, i)
+	}
+	for _, i := range over {
+		m := s.Lock(rs[i].Lock)
+		var wake string
+		if m.hold == nil {
+			wake = m.handOver(own)
+		}
+		answer := "0"
+		if wake != "" {
+			answer += " " + wake
+		}
+		out[i] = Released{Wake: wake}
+		m.receipts.keep(rs[i].Call, answer, s.now, s.receiptTTL)
+	}
+	return out
+}

@@ -54,6 +54,11 @@ const (
 
 	// A kind of the runs of weighted locks alone (see wgen_test.go).
 	opResize // a Semaphore's capacity changes
+
+	// A release that no byte decodes to: a release turns into one of a
+	// level of a hold of each of two or three locks at once (a
+	// MultiLock's Unlock).
+	opReleaseAll
 )
 
 var kinds = []byte{
@@ -90,8 +95,9 @@ type call struct {
 	owner, entry string
 	lease, ttl   int64
 	mode         string
-	own          string // opRelease: the releasing Client's tag, "" for none
-	d            int64  // opAdvance: ms
+	own          string   // opRelease, opReleaseAll: the releasing Client's tag, "" for none
+	owners       []string // opReleaseAll: the owner of each lock's release, in the order of locks
+	d            int64    // opAdvance: ms
 }
 
 func (c call) String() string {
@@ -108,6 +114,8 @@ func (c call) String() string {
 			on, c.owner, c.entry, c.lease, c.ttl, c.mode)
 	case opRelease:
 		return fmt.Sprintf("%srelease(call=%s owner=%s own=%q lease=%d)", on, c.id, c.owner, c.own, c.lease)
+	case opReleaseAll:
+		return fmt.Sprintf("%srelease(call=%s owners=%q own=%q lease=%d)", on, c.id, c.owners, c.own, c.lease)
 	case opRenew:
 		return fmt.Sprintf("%srenew(owner=%s lease=%d)", on, c.owner, c.lease)
 	case opCancel, opCancelTicket:

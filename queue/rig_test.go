@@ -142,6 +142,16 @@ func (r *rig) release(ctx context.Context, call, owner, own string, lease int64)
 	return lua.ReadRelease(r.runner.Run(ctx, r.rdb, lua.Classic.Release(r.keys, call, owner, own, lease, r.receiptTTL)))
 }
 
+// releaseAll releases a level of the hold of each of locks, by owners[i]
+// for locks[i], under call id call (one receipt per lock), in one call.
+func (r *rig) releaseAll(ctx context.Context, locks []queue.Keys, call string, owners []string, own string, lease int64) ([]queue.Released, error) {
+	rs := make([]lua.Releasing, len(locks))
+	for i, k := range locks {
+		rs[i] = lua.Releasing{Keys: k, Call: call, Owner: owners[i], Lease: lease, ReceiptTTL: r.receiptTTL}
+	}
+	return lua.ReadReleaseAll(r.runner.Run(ctx, r.rdb, lua.Classic.ReleaseAll(rs, own)), len(locks))
+}
+
 func (r *rig) renew(ctx context.Context, owner string, lease int64) (bool, error) {
 	return lua.ReadFlag(r.runner.Run(ctx, r.rdb, lua.Renew(r.keys, owner, lease)))
 }

@@ -70,9 +70,18 @@ local clock_skew_us = 0
 
 -- now_ms returns the server's time in milliseconds, and keeps it to the
 -- microsecond in clock_us.
+--
+-- A word on numbers, which the scripts run on every call. Turning text
+-- into a number and back costs more than most of what a script does: in
+-- Lua 5.1, tonumber(s) parses s twice (strtod), where arithmetic on s
+-- parses it once; a number given to redis.call is printed with "%.17g",
+-- about three times the work of string.format('%d'), and a number joined
+-- with '..' with "%.14g". So the helpers pass text to redis.call (a
+-- constant as '0', a time through string.format('%d')), and parse a
+-- reply once, by arithmetic where it is known to be a number's text.
 local function now_ms()
   local t = redis.call('TIME')
-  clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) + clock_skew_us
+  clock_us = t[1] * 1000000 + t[2] + clock_skew_us
   return math.floor(clock_us / 1000)
 end
 
@@ -107,6 +116,12 @@ local function parse_entry(entry)
   return owner, tonumber(lease)
 end
 
+-- well_formed reports whether entry is a waiter entry parse_entry reads,
+-- without making the strings it would return.
+local function well_formed(entry)
+  return string.find(entry, '^%x+:%d+:.') ~= nil
+end
+
 -- A line comes in two shapes. A lock of one server keeps a list, in the
 -- order its waiters joined. A quorum lock (see qlib.lua) keeps a zset,
 -- lk.ordered: entry -> the ticket its caller drew, which is one order on
@@ -135,11 +150,11 @@ local function join(lk, entry, now, ttl, ticket)
     else
       joined = redis.call('RPUSH', lk.queue, entry)
     end
-    redis.call('ZADD', lk.joined, now, entry)
+    redis.call('ZADD', lk.joined, string.format('%d', now), entry)
   else
     redis.call('ZREM', lk.deadline, entry)
   end
-  redis.call('ZADD', lk.deadline, now + ttl, entry)
+  redis.call('ZADD', lk.deadline, string.format('%d', now + ttl), entry)
   return joined
 end
 
@@ -161,9 +176,9 @@ end
 -- joining.
 local function line_head(lk)
   if lk.ordered then
-    return redis.call('ZRANGE', lk.queue, 0, 0)[1]
+    return redis.call('ZRANGE', lk.queue, '0', '0')[1]
   end
-  return redis.call('LINDEX', lk.queue, 0) or nil
+  return redis.call('LINDEX', lk.queue, '0') or nil
 end
 
 local function line_pop(lk, head)
@@ -200,10 +215,13 @@ end
 -- it holds none of them, and a lock it heads stays free: nobody passes
 -- it. A ticket whose lists are gone (expired with its waiter) is dead.
 local TICKET_VERSION = '2'
+-- (Written out: a function library's code runs at load without the
+-- string library.)
+local TICKET_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x2:'
 
 -- is_ticket reports whether entry is a MultiLock's ticket.
 local function is_ticket(entry)
-  return string.match(entry, '^' .. string.rep('%x', 24) .. TICKET_VERSION .. ':') ~= nil
+  return string.find(entry, TICKET_PATTERN) ~= nil
 end
 
 -- ticket_key returns the key of the list of a ticket's locks kept by lk.
@@ -231,8 +249,9 @@ local function prune(lk, now)
     end
     now = now or now_ms()
     local deadline = redis.call('ZSCORE', lk.deadline, head)
-    if deadline and tonumber(deadline) > now and parse_entry(head) then
-      return head, tonumber(deadline), now
+    deadline = deadline and deadline + 0
+    if deadline and deadline > now and well_formed(head) then
+      return head, deadline, now
     end
     line_pop(lk, head)
   end
@@ -287,7 +306,7 @@ local function next_token(lk, ttl, now)
   if redis.REDIS_VERSION then
     local at = string.format('%d', now + keep)
     local clock = string.format('%d', now * 1000)
-    local counter = tonumber(redis.call('SET', lk.token, clock, 'PXAT', at, 'GET') or '0')
+    local counter = (redis.call('SET', lk.token, clock, 'PXAT', at, 'GET') or 0) + 0
     token = clock
     if counter + 1 > now * 1000 then
       token = string.format('%d', counter + 1)
@@ -363,8 +382,12 @@ end
 -- before it read. Those clients' scripts find no tag in such an id, and
 -- publish its hand-overs on the lock's wake channel, which its Client
 -- watches too.
+-- (16 hex characters, then the tag's 8 and the version; written out, as
+-- TICKET_PATTERN.)
+local WAKE_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x(%x%x%x%x%x%x%x%x)(%x?):'
+
 local function wake_target(channel, entry)
-  local tag, version = string.match(entry, '^' .. string.rep('%x', 16) .. '(' .. string.rep('%x', 8) .. ')(%x?):')
+  local tag, version = string.match(entry, WAKE_PATTERN)
   if tag then
     return channel .. ':' .. tag, version ~= '', tag
   end
@@ -426,10 +449,10 @@ local function ticket_ready(locks, entry, now, known, free)
     end
   end
   for _, l in ipairs(others) do
-    local head = redis.call('LINDEX', l.queue, 0)
+    local head = redis.call('LINDEX', l.queue, '0')
     if head ~= entry and head then
       local deadline = redis.call('ZSCORE', l.deadline, head)
-      if not (deadline and tonumber(deadline) > now and parse_entry(head)) then
+      if not (deadline and deadline + 0 > now and well_formed(head)) then
         head = prune(l, now)
       end
     end
@@ -726,9 +749,9 @@ local function weighted_load(sk, owner)
   else
     r = redis.call('HMGET', sk.hold, 'permits', 'used', 'expires')
   end
-  sk.cap = r[1] and tonumber(r[1]) or nil
-  sk.held = tonumber(r[2] or '0')
-  sk.expires = tonumber(r[3] or '0')
+  sk.cap = r[1] and r[1] + 0 or nil
+  sk.held = (r[2] or 0) + 0
+  sk.expires = (r[3] or 0) + 0
   sk.dirty = false
   return parse_holder(r[4])
 end
@@ -782,8 +805,8 @@ end
 -- parses, so the scripts read as few as they can: one here, and none
 -- where a count will do (see wrelease.lua).
 local function read_first(sk)
-  local r = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
-  sk.first = r[2] and tonumber(r[2]) or nil
+  local r = redis.call('ZRANGE', sk.holders, '0', '0', 'WITHSCORES')
+  sk.first = r[2] and r[2] + 0
 end
 
 -- prune_holders drops the holders whose lease ended at or before now, and
@@ -794,9 +817,9 @@ local function prune_holders(sk, now, owner)
   read_first(sk)
   local dropped = false
   while sk.first and sk.first <= now do
-    local r = redis.call('ZRANGE', sk.holders, 0, 15, 'WITHSCORES')
+    local r = redis.call('ZRANGE', sk.holders, '0', '15', 'WITHSCORES')
     for i = 1, #r, 2 do
-      if tonumber(r[i + 1]) > now then
+      if r[i + 1] + 0 > now then
         break
       end
       local o = r[i]
@@ -877,7 +900,7 @@ end
 -- which then has no expiry yet (see keep_alive).
 local function set_lease(sk, owner, ttl, now)
   local ends = now + math.max(ttl, 1)
-  redis.call('ZADD', sk.holders, ends, owner)
+  redis.call('ZADD', sk.holders, string.format('%d', ends), owner)
   if not sk.nonempty then
     sk.fresh = true
   end

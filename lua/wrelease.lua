@@ -77,5 +77,5 @@ if ended then
 end
 grant_heads(SK, now, ARGV[3])
 keep_alive(SK, now)
-keep_receipt(KEYS[6], count, ARGV[4])
+keep_receipt(KEYS[6], string.format('%d', count), ARGV[4])
 return finish(count)

@@ -718,6 +718,13 @@ local function parse_weighted(entry)
   return owner, lease, tonumber(weight), kind == 'x'
 end
 
+-- head_weight returns the weight of a weighted waiter entry, or nil when
+-- it is malformed (as parse_weighted would find it).
+local function head_weight(entry)
+  local weight = string.match(entry, '^%x+:%d+:(%d+)[sx]:.')
+  return weight and weight + 0
+end
+
 -- parse_holder returns a holder's record rec (a string, or false when the
 -- field is absent) as a table, or nil.
 local function parse_holder(rec)
@@ -941,10 +948,16 @@ end
 -- its waiter deadline (as a Mutex's hand-over), and is told by wake on
 -- channel. A head whose weight is above the capacity (lowered since it
 -- joined) is taken out of the line, and told (tell), so that it polls at
--- once and its poll refuses it. So is a head whose owner holds already
--- (under another entry): an owner's one record cannot keep two holds,
--- whose weights would both be counted in 'used' and only one given back.
--- A malformed head is taken out untold. now is the server's time in ms.
+-- once and its poll refuses it. So is a head that fits but whose owner
+-- holds already (under another entry): an owner's one record cannot keep
+-- two holds, whose weights would both be counted in 'used' and only one
+-- given back. A malformed head is taken out untold. now is the server's
+-- time in ms.
+--
+-- The head the walk stops at is read for its weight alone (head_weight):
+-- a walk stops at one head per call, and most calls (a join, a release
+-- that grants one waiter) stop at one that does not fit; its owner is
+-- looked up only when it is to be granted.
 --
 -- Returns the live head the walk stopped at (nil when the line is left
 -- empty), and, when a waiter of owner mine was granted, its entry and
@@ -957,11 +970,11 @@ local function grant_heads(sk, now, channel, mine)
   local stopped, mine_entry, mine_token
   local owner, lease, weight, excl
   grant_from_head(sk, now, function(head)
-    owner, lease, weight, excl = parse_weighted(head)
-    if not owner then
+    weight = head_weight(head)
+    if not weight then
       return 'drop'
     end
-    if weight > cap or holds(sk, owner) then
+    if weight > cap then
       tell(channel, head)
       return 'drop'
     end
@@ -969,9 +982,14 @@ local function grant_heads(sk, now, channel, mine)
       stopped = head
       return 'stop'
     end
+    owner, lease, weight, excl = parse_weighted(head)
+    if holds(sk, owner) then
+      tell(channel, head)
+      return 'drop'
+    end
     return 'grant'
   end, function(head, deadline, at)
-    local token = grant_weighted(sk, owner, head, weight, excl, math.min(tonumber(lease), deadline - at), at)
+    local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease + 0, deadline - at), at)
     wake(channel, head, token, at)
     if owner == mine then
       mine_entry, mine_token = head, token

@@ -46,13 +46,14 @@
 
 local owner = ARGV[1]
 local entry = ARGV[2]
-local lease = tonumber(ARGV[3])
-local waiter_ttl = tonumber(ARGV[4])
+-- (Numbers by arithmetic, which parses once: see now_ms in lib.lua.)
+local lease = ARGV[3] + 0
+local waiter_ttl = ARGV[4] + 0
 local mode = ARGV[5]
 local channel = ARGV[6]
-local weight = tonumber(ARGV[8])
+local weight = ARGV[8] + 0
 local excl = ARGV[9] == 'x'
-local mine = tonumber(ARGV[10])
+local mine = ARGV[10] + 0
 if mine == 0 then
   mine = RW_CAPACITY
 end

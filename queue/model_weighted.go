@@ -345,9 +345,10 @@ func (w *WeightedModel) grant(owner, entry string, weight int64, excl bool, ttl 
 // weights held; the first that does not fit stops it (nobody passes it).
 // Each holds for its lease, but no longer than its waiter deadline, and is
 // told by a wake message. A head whose weight is above the capacity, or
-// whose owner holds already (under another entry: its one record cannot
-// keep two holds), leaves the line and is told by its entry alone (tell in
-// lib.lua); a head whose entry is not a weighted one leaves it untold.
+// that fits but whose owner holds already (under another entry: its one
+// record cannot keep two holds), leaves the line and is told by its entry
+// alone (tell in lib.lua); a head whose entry is not a weighted one
+// leaves it untold.
 func (w *WeightedModel) grantHeads() {
 	capacity, ok := w.capacity()
 	if !ok {
@@ -364,11 +365,14 @@ func (w *WeightedModel) grantHeads() {
 		switch {
 		case !ok:
 			w.leave(head)
-		case weight > capacity || holds:
+		case weight > capacity:
 			w.srv.publish(w.key, head)
 			w.leave(head)
 		case w.used()+weight > capacity:
 			return
+		case holds:
+			w.srv.publish(w.key, head)
+			w.leave(head)
 		default:
 			w.popHead()
 			token := w.grant(owner, head, weight, excl, min(lease, deadline-now))

@@ -959,13 +959,21 @@ end
 -- that grants one waiter) stop at one that does not fit; its owner is
 -- looked up only when it is to be granted.
 --
+-- Every weight is at least 1, so while the weights held fill the
+-- capacity no head fits: the walk then reads nothing of the line, and
+-- ends at once, or right after the grant that fills it.
+--
 -- Returns the live head the walk stopped at (nil when the line is left
--- empty), and, when a waiter of owner mine was granted, its entry and
--- token.
+-- empty; true when it stopped on a full lock without reading the line,
+-- where someone may wait), and, when a waiter of owner mine was granted,
+-- its entry and token.
 local function grant_heads(sk, now, channel, mine)
   local cap = sk.cap
   if not cap then
     return nil
+  end
+  if sk.held >= cap then
+    return true
   end
   local stopped, mine_entry, mine_token
   local owner, lease, weight, excl
@@ -986,6 +994,10 @@ local function grant_heads(sk, now, channel, mine)
     if holds(sk, owner) then
       tell(channel, head)
       return 'drop'
+    end
+    if weight >= cap - sk.held then
+      stopped = true
+      return 'last'
     end
     return 'grant'
   end, function(head, deadline, at)

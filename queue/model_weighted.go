@@ -344,7 +344,9 @@ func (w *WeightedModel) grant(owner, entry string, weight int64, excl bool, ttl 
 // line, oldest first, as long as each one's weight fits beside the
 // weights held; the first that does not fit stops it (nobody passes it).
 // Each holds for its lease, but no longer than its waiter deadline, and is
-// told by a wake message. A head whose weight is above the capacity, or
+// told by a wake message. While the weights held fill the capacity the
+// walk ends without reading the line (every weight is at least 1). A head
+// whose weight is above the capacity, or
 // that fits but whose owner holds already (under another entry: its one
 // record cannot keep two holds), leaves the line and is told by its entry
 // alone (tell in lib.lua); a head whose entry is not a weighted one
@@ -356,6 +358,11 @@ func (w *WeightedModel) grantHeads() {
 	}
 	now := w.srv.now
 	for {
+		// Every weight is at least 1: while the weights held fill the
+		// capacity, the line is not read.
+		if w.used() >= capacity {
+			return
+		}
 		head, deadline, ok := w.prune()
 		if !ok {
 			return

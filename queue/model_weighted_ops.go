@@ -131,11 +131,15 @@ func (w *WeightedModel) Acquire(call, owner, entry string, lease, waiterTTL int6
 	}
 
 	// 4. A caller nobody live is ahead of is granted when its weight fits.
-	if head, _, ok := w.prune(); (!ok || head == entry) && w.used()+weight <= stored {
-		w.leave(entry)
-		token := w.grant(owner, entry, weight, excl, lease)
-		w.keepAlive()
-		return Reply{Granted: true, Token: token, Count: 1}, nil
+	// (A lock whose capacity the weights held fill grants nobody, and its
+	// line is not read: see grantHeads.)
+	if w.used() < stored {
+		if head, _, ok := w.prune(); (!ok || head == entry) && w.used()+weight <= stored {
+			w.leave(entry)
+			token := w.grant(owner, entry, weight, excl, lease)
+			w.keepAlive()
+			return Reply{Granted: true, Token: token, Count: 1}, nil
+		}
 	}
 
 	// 5. Wait in line, or in try mode go.

@@ -963,11 +963,16 @@ end
 -- capacity no head fits: the walk then reads nothing of the line, and
 -- ends at once, or right after the grant that fills it.
 --
+-- own is the tag of the Client that runs the script, or nil: a grant to a
+-- waiter of that Client publishes nothing, and its wake message is
+-- returned instead (a local hand-off, as hand_over's).
+--
 -- Returns the live head the walk stopped at (nil when the line is left
 -- empty; true when it stopped on a full lock without reading the line,
--- where someone may wait), and, when a waiter of owner mine was granted,
--- its entry and token.
-local function grant_heads(sk, now, channel, mine)
+-- where someone may wait); when a waiter of owner mine was granted, its
+-- entry and token; and the wake messages of the grants to own's waiters,
+-- in order (nil for none).
+local function grant_heads(sk, now, channel, mine, own)
   local cap = sk.cap
   if not cap then
     return nil
@@ -975,7 +980,7 @@ local function grant_heads(sk, now, channel, mine)
   if sk.held >= cap then
     return true
   end
-  local stopped, mine_entry, mine_token
+  local stopped, mine_entry, mine_token, wakes
   local owner, lease, weight, excl
   grant_from_head(sk, now, function(head)
     weight = head_weight(head)
@@ -1002,12 +1007,16 @@ local function grant_heads(sk, now, channel, mine)
     return 'grant'
   end, function(head, deadline, at)
     local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease + 0, deadline - at), at)
-    wake(channel, head, token, at)
+    local message = wake(channel, head, token, at, own)
+    if message then
+      wakes = wakes or {}
+      wakes[#wakes + 1] = message
+    end
     if owner == mine then
       mine_entry, mine_token = head, token
     end
   end)
-  return stopped, mine_entry, mine_token
+  return stopped, mine_entry, mine_token, wakes
 end
 
 -- weighted_hint returns how many ms a waiter of sk should wait before it

@@ -272,8 +272,8 @@ func (d *differ) compare(c call, res result, refused bool) {
 		seen[i] = d.sameReceiptTimes(ms[i], seen[i])
 	}
 	if w, ok := res.want.(queue.Released); ok {
-		if g, ok := got.(queue.Released); ok && w.Wake != "" && g.Wake != "" {
-			g.Wake = d.sameTimes([]string{w.Wake}, []string{g.Wake})[0]
+		if g, ok := got.(queue.Released); ok && len(w.Wakes) == len(g.Wakes) && len(g.Wakes) > 0 {
+			g.Wakes = d.sameTimes(w.Wakes, g.Wakes)
 			got = g
 		}
 	}

@@ -183,8 +183,11 @@ func (d *differ) translate(c call, ss []queue.State, msgs []queue.Wake, reply an
 		}
 		reply = r
 	}
-	if r, ok := reply.(queue.Released); ok && r.Wake != "" {
-		r.Wake = wake(c.lock, r.Wake)
+	if r, ok := reply.(queue.Released); ok && len(r.Wakes) > 0 {
+		r.Wakes = slices.Clone(r.Wakes)
+		for k := range r.Wakes {
+			r.Wakes[k] = wake(c.lock, r.Wakes[k])
+		}
 		reply = r
 	}
 	return ss, out, reply

@@ -351,21 +351,26 @@ func (w *WeightedModel) grant(owner, entry string, weight int64, excl bool, ttl 
 // record cannot keep two holds), leaves the line and is told by its entry
 // alone (tell in lib.lua); a head whose entry is not a weighted one
 // leaves it untold.
-func (w *WeightedModel) grantHeads() {
+//
+// own is the tag of the Client that makes the call, or "": a grant to a
+// waiter of that Client publishes nothing, and its wake message is
+// returned instead, with those of any other such grants, in order (a
+// local hand-off, as handOver's).
+func (w *WeightedModel) grantHeads(own string) (wakes []string) {
 	capacity, ok := w.capacity()
 	if !ok {
-		return
+		return nil
 	}
 	now := w.srv.now
 	for {
 		// Every weight is at least 1: while the weights held fill the
 		// capacity, the line is not read.
 		if w.used() >= capacity {
-			return
+			return wakes
 		}
 		head, deadline, ok := w.prune()
 		if !ok {
-			return
+			return wakes
 		}
 		owner, lease, weight, excl, ok := parseWeighted(head)
 		_, holds := w.holder(owner)
@@ -376,14 +381,19 @@ func (w *WeightedModel) grantHeads() {
 			w.srv.publish(w.key, head)
 			w.leave(head)
 		case w.used()+weight > capacity:
-			return
+			return wakes
 		case holds:
 			w.srv.publish(w.key, head)
 			w.leave(head)
 		default:
 			w.popHead()
 			token := w.grant(owner, head, weight, excl, min(lease, deadline-now))
-			w.srv.publish(w.key, wakeMessage(head, token, now))
+			msg := wakeMessage(head, token, now)
+			if own != "" && TagOf(head) == own {
+				wakes = append(wakes, msg)
+			} else {
+				w.srv.publish(w.key, msg)
+			}
 		}
 	}
 }

@@ -150,7 +150,8 @@ SK.cap = cap
 -- 3. Grant the waiters ahead that now fit (expired holders gave their
 --    weight back), which may be this very entry: then claim it. An owner
 --    granted under another of its entries holds already. The walk stops
---    at the first live head that does not fit, if any.
+--    at the first live head that does not fit, if any (true: the lock is
+--    full, and the walk read nothing of the line; see grant_heads).
 local head, mine_entry, mine_token = grant_heads(SK, now, channel, owner)
 if mine_entry == entry then
   local _, _, _, granted_excl = parse_weighted(entry)

@@ -74,6 +74,48 @@ func requirePending(t *testing.T, ch <-chan acquired) {
 	}
 }
 
+// A release that grants waiters of its own Client hands each of them its
+// wake message itself, as a Mutex's hand-over within one Client does:
+// nothing is published, whether it grants one waiter or several.
+func TestAWeightedReleaseWithinOneClientPublishesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	// Waiters poll every 20 s: a grant sooner came by its wake message.
+	s := e.client(fairlock.WithWaiterTTL(time.Minute), fairlock.WithLease(time.Minute)).Semaphore("local", 3)
+	k := e.weightedKeys("local", queue.KindSemaphore)
+	wakes := e.rdb.PSubscribe(ctx, k.Wake+"*")
+	t.Cleanup(func() { _ = wakes.Close() })
+	_, err := wakes.Receive(ctx) // the subscription's confirmation
+	require.NoError(t, err)
+
+	held, err := s.Acquire(ctx, 3)
+	require.NoError(t, err)
+	one := acquireAsync(ctx, s, 1)
+	e.waitWeightedQueued("local", queue.KindSemaphore, 1)
+	two := acquireAsync(ctx, s, 2)
+	e.waitWeightedQueued("local", queue.KindSemaphore, 2)
+	require.NoError(t, s.Release(held)) // grants both
+	a, b := awaitAcquired(t, one), awaitAcquired(t, two)
+	require.NoError(t, a.err)
+	require.NoError(t, b.err)
+
+	three := acquireAsync(ctx, s, 3)
+	e.waitWeightedQueued("local", queue.KindSemaphore, 1)
+	require.NoError(t, s.Release(a.ctx))
+	require.NoError(t, s.Release(b.ctx)) // grants one
+	c := awaitAcquired(t, three)
+	require.NoError(t, c.err)
+	require.NoError(t, s.Release(c.ctx))
+
+	// A message on the wake channels would arrive before this one, which
+	// is published after every grant above.
+	require.NoError(t, e.rdb.Publish(ctx, k.Wake+":barrier", "barrier").Err())
+	msg, err := wakes.ReceiveMessage(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "barrier", msg.Payload, "a grant within one Client was published on %s", msg.Channel)
+}
+
 func TestSemaphoreWeightedFIFOAcrossClients(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

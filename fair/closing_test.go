@@ -43,7 +43,7 @@ var releases = func() map[string]bool {
 	known := map[string]bool{}
 	for _, c := range []lua.Call{
 		lua.Classic.Release(queue.Keys{}, "", "", "", 0, 0),
-		lua.Classic.WRelease(queue.Keys{}, "", "", 0, 0, lua.Level{}),
+		lua.Classic.WRelease(queue.Keys{}, "", "", "", 0, 0, lua.Level{}),
 		lua.Classic.QRelease(queue.Keys{}, "", "", "", 0, 0, false, 0, 0, 0, 0),
 	} {
 		known[c.Script.Hash()] = true

@@ -85,7 +85,7 @@ func (l *Mutex) releaseCall(ctx context.Context, call, owner string, lease time.
 // or a weighted lock's wrelease.lua) under call id call.
 func (l *Mutex) releaseScript(s *lua.Scripts, call, owner string, lease time.Duration, receiptTTL int64) lua.Call {
 	if l.w != nil {
-		return s.WRelease(l.keys, call, owner, ms(lease), receiptTTL, l.level)
+		return s.WRelease(l.keys, call, owner, l.e.tag, ms(lease), receiptTTL, l.level)
 	}
 	return s.Release(l.keys, call, owner, l.e.tag, ms(lease), receiptTTL)
 }
@@ -103,14 +103,15 @@ func (l *Mutex) renewCall(owner string, lease time.Duration) lua.Call {
 	return lua.Renew(l.keys, owner, ms(lease))
 }
 
-// handOff hands the wake message of a release to the engine's own waiter,
-// when the release handed the lock to one: the script published nothing
-// for it (a local hand-off), and the message reaches the waiter as if it
+// handOff hands the wake messages of a release to the engine's own
+// waiters, when the release granted the lock to some (a Mutex's to one, a
+// weighted lock's to as many as fit): the script published nothing for
+// them (a local hand-off), and each message reaches its waiter as if it
 // had come by pub/sub. A waiter that is gone by then (its Lock returned)
 // ignores it, as it would a push.
 func (l *Mutex) handOff(rep queue.Released) {
-	if rep.Wake != "" {
-		l.e.hub.Deliver(l.wakeChannel, rep.Wake)
+	for _, wake := range rep.Wakes {
+		l.e.hub.Deliver(l.wakeChannel, wake)
 	}
 }
 

@@ -200,9 +200,10 @@ func readTaking(cmd *redis.Cmd, script string, granted func([]int64) (queue.Repl
 	return queue.Reply{}, fmt.Errorf("%w: %s answered %v", errs.ErrUnexpectedReply, script, v)
 }
 
-// ReadRelease reads the reply of a Release call: the owner's remaining
-// levels, or -1 when it did not hold the lock (0 with an error); or
-// {0, wake message} for a hand-over to a waiter of the releasing Client.
+// ReadRelease reads the reply of a Release or WRelease call: the owner's
+// remaining levels, or -1 when it did not hold the lock (0 with an
+// error); or {count, wake message...} for grants to waiters of the
+// releasing Client (a Mutex's release: {0, wake message}).
 func ReadRelease(cmd *redis.Cmd) (queue.Released, error) {
 	v, err := cmd.Result()
 	if err != nil {
@@ -212,12 +213,8 @@ func ReadRelease(cmd *redis.Cmd) (queue.Released, error) {
 	case int64:
 		return queue.Released{Count: int(v)}, nil
 	case []any:
-		if len(v) == 2 {
-			n, ok := v[0].(int64)
-			wake, ok2 := v[1].(string)
-			if ok && ok2 && n == 0 && wake != "" {
-				return queue.Released{Wake: wake}, nil
-			}
+		if n, ok := wakesOf(v); ok {
+			return n, nil
 		}
 	}
 	return queue.Released{}, fmt.Errorf("%w: release answered %v", errs.ErrUnexpectedReply, v)
@@ -243,6 +240,26 @@ func ReadReleaseAll(cmd *redis.Cmd, n int) ([]queue.Released, error) {
 		}
 	}
 	return out, nil
+}
+
+// wakesOf reads {count, wake message...}, at least one message.
+func wakesOf(v []any) (queue.Released, bool) {
+	if len(v) < 2 {
+		return queue.Released{}, false
+	}
+	n, ok := v[0].(int64)
+	if !ok || n < 0 {
+		return queue.Released{}, false
+	}
+	wakes := make([]string, len(v)-1)
+	for i, x := range v[1:] {
+		wake, ok := x.(string)
+		if !ok || wake == "" {
+			return queue.Released{}, false
+		}
+		wakes[i] = wake
+	}
+	return queue.Released{Count: int(n), Wakes: wakes}, true
 }
 
 // ReadFlag reads the reply of a Cancel, ForceUnlock or Renew call: 1 is
@@ -306,10 +323,12 @@ func (s *Scripts) WAcquire(k queue.Keys, call, owner, entry string, lease, waite
 }
 
 // WRelease is wrelease.lua: owner gives up one level of kind v.Excl of its
-// hold, under call id call, whose receipt is kept for receiptTTL ms. Read
-// its reply with ReadRelease.
-func (s *Scripts) WRelease(k queue.Keys, call, owner string, lease, receiptTTL int64, v Level) Call {
-	return s.wRelease.call(append(weightedKeys(k), k.Call(call)), []any{owner, lease, k.Wake, receiptTTL, v.kind()})
+// hold, under call id call, whose receipt is kept for receiptTTL ms; own
+// is the tag of the releasing Client ("" for none), to whose own waiters
+// a grant is not published but answered. Read its reply with
+// ReadRelease.
+func (s *Scripts) WRelease(k queue.Keys, call, owner, own string, lease, receiptTTL int64, v Level) Call {
+	return s.wRelease.call(append(weightedKeys(k), k.Call(call)), []any{owner, lease, k.Wake, receiptTTL, v.kind(), own})
 }
 
 // WCancel is wcancel.lua: owner's call with waiter entry entry gives up.

@@ -37,8 +37,11 @@ func TestReadersTellEveryReplyTheScriptsGive(t *testing.T) {
 	require.Equal(t, queue.Released{Count: -1}, n)
 	n, err = lua.ReadRelease(reply([]any{int64(0), "0123456789abcdef0a1b2c3d1:1000:o 42 1764083400123456"}, nil))
 	require.NoError(t, err)
-	require.Equal(t, queue.Released{Wake: "0123456789abcdef0a1b2c3d1:1000:o 42 1764083400123456"}, n, "a local hand-off")
-	for _, bad := range []any{[]any{int64(1), "x 1"}, []any{int64(0), ""}, []any{int64(0)}, "0"} {
+	require.Equal(t, queue.Released{Wakes: []string{"0123456789abcdef0a1b2c3d1:1000:o 42 1764083400123456"}}, n, "a local hand-off")
+	n, err = lua.ReadRelease(reply([]any{int64(1), "a 42 1", "b 43 1"}, nil))
+	require.NoError(t, err)
+	require.Equal(t, queue.Released{Count: 1, Wakes: []string{"a 42 1", "b 43 1"}}, n, "a weighted release's local grants")
+	for _, bad := range []any{[]any{int64(-1), "x 1"}, []any{int64(0), ""}, []any{int64(0), "x 1", int64(2)}, []any{int64(0)}, []any{}, "0"} {
 		_, err = lua.ReadRelease(reply(bad, nil))
 		require.ErrorIs(t, err, errs.ErrUnexpectedReply, "%v", bad)
 	}

@@ -70,9 +70,18 @@ local clock_skew_us = 0
 
 -- now_ms returns the server's time in milliseconds, and keeps it to the
 -- microsecond in clock_us.
+--
+-- A word on numbers, which the scripts run on every call. Turning text
+-- into a number and back costs more than most of what a script does: in
+-- Lua 5.1, tonumber(s) parses s twice (strtod), where arithmetic on s
+-- parses it once; a number given to redis.call is printed with "%.17g",
+-- about three times the work of string.format('%d'), and a number joined
+-- with '..' with "%.14g". So the helpers pass text to redis.call (a
+-- constant as '0', a time through string.format('%d')), and parse a
+-- reply once, by arithmetic where it is known to be a number's text.
 local function now_ms()
   local t = redis.call('TIME')
-  clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) + clock_skew_us
+  clock_us = t[1] * 1000000 + t[2] + clock_skew_us
   return math.floor(clock_us / 1000)
 end
 
@@ -107,6 +116,12 @@ local function parse_entry(entry)
   return owner, tonumber(lease)
 end
 
+-- well_formed reports whether entry is a waiter entry parse_entry reads,
+-- without making the strings it would return.
+local function well_formed(entry)
+  return string.find(entry, '^%x+:%d+:.') ~= nil
+end
+
 -- A line comes in two shapes. A lock of one server keeps a list, in the
 -- order its waiters joined. A quorum lock (see qlib.lua) keeps a zset,
 -- lk.ordered: entry -> the ticket its caller drew, which is one order on
@@ -135,11 +150,11 @@ local function join(lk, entry, now, ttl, ticket)
     else
       joined = redis.call('RPUSH', lk.queue, entry)
     end
-    redis.call('ZADD', lk.joined, now, entry)
+    redis.call('ZADD', lk.joined, string.format('%d', now), entry)
   else
     redis.call('ZREM', lk.deadline, entry)
   end
-  redis.call('ZADD', lk.deadline, now + ttl, entry)
+  redis.call('ZADD', lk.deadline, string.format('%d', now + ttl), entry)
   return joined
 end
 
@@ -161,9 +176,9 @@ end
 -- joining.
 local function line_head(lk)
   if lk.ordered then
-    return redis.call('ZRANGE', lk.queue, 0, 0)[1]
+    return redis.call('ZRANGE', lk.queue, '0', '0')[1]
   end
-  return redis.call('LINDEX', lk.queue, 0) or nil
+  return redis.call('LINDEX', lk.queue, '0') or nil
 end
 
 local function line_pop(lk, head)
@@ -200,10 +215,13 @@ end
 -- it holds none of them, and a lock it heads stays free: nobody passes
 -- it. A ticket whose lists are gone (expired with its waiter) is dead.
 local TICKET_VERSION = '2'
+-- (Written out: a function library's code runs at load without the
+-- string library.)
+local TICKET_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x2:'
 
 -- is_ticket reports whether entry is a MultiLock's ticket.
 local function is_ticket(entry)
-  return string.match(entry, '^' .. string.rep('%x', 24) .. TICKET_VERSION .. ':') ~= nil
+  return string.find(entry, TICKET_PATTERN) ~= nil
 end
 
 -- ticket_key returns the key of the list of a ticket's locks kept by lk.
@@ -231,8 +249,9 @@ local function prune(lk, now)
     end
     now = now or now_ms()
     local deadline = redis.call('ZSCORE', lk.deadline, head)
-    if deadline and tonumber(deadline) > now and parse_entry(head) then
-      return head, tonumber(deadline), now
+    deadline = deadline and deadline + 0
+    if deadline and deadline > now and well_formed(head) then
+      return head, deadline, now
     end
     line_pop(lk, head)
   end
@@ -287,7 +306,7 @@ local function next_token(lk, ttl, now)
   if redis.REDIS_VERSION then
     local at = string.format('%d', now + keep)
     local clock = string.format('%d', now * 1000)
-    local counter = tonumber(redis.call('SET', lk.token, clock, 'PXAT', at, 'GET') or '0')
+    local counter = (redis.call('SET', lk.token, clock, 'PXAT', at, 'GET') or 0) + 0
     token = clock
     if counter + 1 > now * 1000 then
       token = string.format('%d', counter + 1)
@@ -369,8 +388,12 @@ end
 -- before it read. Those clients' scripts find no tag in such an id, and
 -- publish its hand-overs on the lock's wake channel, which its Client
 -- watches too.
+-- (16 hex characters, then the tag's 8 and the version; written out, as
+-- TICKET_PATTERN.)
+local WAKE_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x(%x%x%x%x%x%x%x%x)(%x?):'
+
 local function wake_target(channel, entry)
-  local tag, version = string.match(entry, '^' .. string.rep('%x', 16) .. '(' .. string.rep('%x', 8) .. ')(%x?):')
+  local tag, version = string.match(entry, WAKE_PATTERN)
   if tag then
     return channel .. ':' .. tag, version ~= '', tag
   end
@@ -432,10 +455,10 @@ local function ticket_ready(locks, entry, now, known, free)
     end
   end
   for _, l in ipairs(others) do
-    local head = redis.call('LINDEX', l.queue, 0)
+    local head = redis.call('LINDEX', l.queue, '0')
     if head ~= entry and head then
       local deadline = redis.call('ZSCORE', l.deadline, head)
-      if not (deadline and tonumber(deadline) > now and parse_entry(head)) then
+      if not (deadline and deadline + 0 > now and well_formed(head)) then
         head = prune(l, now)
       end
     end
@@ -701,6 +724,13 @@ local function parse_weighted(entry)
   return owner, lease, tonumber(weight), kind == 'x'
 end
 
+-- head_weight returns the weight of a weighted waiter entry, or nil when
+-- it is malformed (as parse_weighted would find it).
+local function head_weight(entry)
+  local weight = string.match(entry, '^%x+:%d+:(%d+)[sx]:.')
+  return weight and weight + 0
+end
+
 -- parse_holder returns a holder's record rec (a string, or false when the
 -- field is absent) as a table, or nil.
 local function parse_holder(rec)
@@ -732,9 +762,9 @@ local function weighted_load(sk, owner)
   else
     r = redis.call('HMGET', sk.hold, 'permits', 'used', 'expires')
   end
-  sk.cap = r[1] and tonumber(r[1]) or nil
-  sk.held = tonumber(r[2] or '0')
-  sk.expires = tonumber(r[3] or '0')
+  sk.cap = r[1] and r[1] + 0 or nil
+  sk.held = (r[2] or 0) + 0
+  sk.expires = (r[3] or 0) + 0
   sk.dirty = false
   return parse_holder(r[4])
 end
@@ -788,8 +818,8 @@ end
 -- parses, so the scripts read as few as they can: one here, and none
 -- where a count will do (see wrelease.lua).
 local function read_first(sk)
-  local r = redis.call('ZRANGE', sk.holders, 0, 0, 'WITHSCORES')
-  sk.first = r[2] and tonumber(r[2]) or nil
+  local r = redis.call('ZRANGE', sk.holders, '0', '0', 'WITHSCORES')
+  sk.first = r[2] and r[2] + 0
 end
 
 -- prune_holders drops the holders whose lease ended at or before now, and
@@ -800,9 +830,9 @@ local function prune_holders(sk, now, owner)
   read_first(sk)
   local dropped = false
   while sk.first and sk.first <= now do
-    local r = redis.call('ZRANGE', sk.holders, 0, 15, 'WITHSCORES')
+    local r = redis.call('ZRANGE', sk.holders, '0', '15', 'WITHSCORES')
     for i = 1, #r, 2 do
-      if tonumber(r[i + 1]) > now then
+      if r[i + 1] + 0 > now then
         break
       end
       local o = r[i]
@@ -883,7 +913,7 @@ end
 -- which then has no expiry yet (see keep_alive).
 local function set_lease(sk, owner, ttl, now)
   local ends = now + math.max(ttl, 1)
-  redis.call('ZADD', sk.holders, ends, owner)
+  redis.call('ZADD', sk.holders, string.format('%d', ends), owner)
   if not sk.nonempty then
     sk.fresh = true
   end
@@ -924,27 +954,46 @@ end
 -- its waiter deadline (as a Mutex's hand-over), and is told by wake on
 -- channel. A head whose weight is above the capacity (lowered since it
 -- joined) is taken out of the line, and told (tell), so that it polls at
--- once and its poll refuses it. So is a head whose owner holds already
--- (under another entry): an owner's one record cannot keep two holds,
--- whose weights would both be counted in 'used' and only one given back.
--- A malformed head is taken out untold. now is the server's time in ms.
+-- once and its poll refuses it. So is a head that fits but whose owner
+-- holds already (under another entry): an owner's one record cannot keep
+-- two holds, whose weights would both be counted in 'used' and only one
+-- given back. A malformed head is taken out untold. now is the server's
+-- time in ms.
+--
+-- The head the walk stops at is read for its weight alone (head_weight):
+-- a walk stops at one head per call, and most calls (a join, a release
+-- that grants one waiter) stop at one that does not fit; its owner is
+-- looked up only when it is to be granted.
+--
+-- Every weight is at least 1, so while the weights held fill the
+-- capacity no head fits: the walk then reads nothing of the line, and
+-- ends at once, or right after the grant that fills it.
+--
+-- own is the tag of the Client that runs the script, or nil: a grant to a
+-- waiter of that Client publishes nothing, and its wake message is
+-- returned instead (a local hand-off, as hand_over's).
 --
 -- Returns the live head the walk stopped at (nil when the line is left
--- empty), and, when a waiter of owner mine was granted, its entry and
--- token.
-local function grant_heads(sk, now, channel, mine)
+-- empty; true when it stopped on a full lock without reading the line,
+-- where someone may wait); when a waiter of owner mine was granted, its
+-- entry and token; and the wake messages of the grants to own's waiters,
+-- in order (nil for none).
+local function grant_heads(sk, now, channel, mine, own)
   local cap = sk.cap
   if not cap then
     return nil
   end
-  local stopped, mine_entry, mine_token
+  if sk.held >= cap then
+    return true
+  end
+  local stopped, mine_entry, mine_token, wakes
   local owner, lease, weight, excl
   grant_from_head(sk, now, function(head)
-    owner, lease, weight, excl = parse_weighted(head)
-    if not owner then
+    weight = head_weight(head)
+    if not weight then
       return 'drop'
     end
-    if weight > cap or holds(sk, owner) then
+    if weight > cap then
       tell(channel, head)
       return 'drop'
     end
@@ -952,15 +1001,28 @@ local function grant_heads(sk, now, channel, mine)
       stopped = head
       return 'stop'
     end
+    owner, lease, weight, excl = parse_weighted(head)
+    if holds(sk, owner) then
+      tell(channel, head)
+      return 'drop'
+    end
+    if weight >= cap - sk.held then
+      stopped = true
+      return 'last'
+    end
     return 'grant'
   end, function(head, deadline, at)
-    local token = grant_weighted(sk, owner, head, weight, excl, math.min(tonumber(lease), deadline - at), at)
-    wake(channel, head, token, at)
+    local token = grant_weighted(sk, owner, head, weight, excl, math.min(lease + 0, deadline - at), at)
+    local message = wake(channel, head, token, at, own)
+    if message then
+      wakes = wakes or {}
+      wakes[#wakes + 1] = message
+    end
     if owner == mine then
       mine_entry, mine_token = head, token
     end
   end)
-  return stopped, mine_entry, mine_token
+  return stopped, mine_entry, mine_token, wakes
 end
 
 -- weighted_hint returns how many ms a waiter of sk should wait before it

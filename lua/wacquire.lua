@@ -46,13 +46,14 @@
 
 local owner = ARGV[1]
 local entry = ARGV[2]
-local lease = tonumber(ARGV[3])
-local waiter_ttl = tonumber(ARGV[4])
+-- (Numbers by arithmetic, which parses once: see now_ms in lib.lua.)
+local lease = ARGV[3] + 0
+local waiter_ttl = ARGV[4] + 0
 local mode = ARGV[5]
 local channel = ARGV[6]
-local weight = tonumber(ARGV[8])
+local weight = ARGV[8] + 0
 local excl = ARGV[9] == 'x'
-local mine = tonumber(ARGV[10])
+local mine = ARGV[10] + 0
 if mine == 0 then
   mine = RW_CAPACITY
 end
@@ -149,7 +150,8 @@ SK.cap = cap
 -- 3. Grant the waiters ahead that now fit (expired holders gave their
 --    weight back), which may be this very entry: then claim it. An owner
 --    granted under another of its entries holds already. The walk stops
---    at the first live head that does not fit, if any.
+--    at the first live head that does not fit, if any (true: the lock is
+--    full, and the walk read nothing of the line; see grant_heads).
 local head, mine_entry, mine_token = grant_heads(SK, now, channel, owner)
 if mine_entry == entry then
   local _, _, _, granted_excl = parse_weighted(entry)

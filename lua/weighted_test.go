@@ -59,7 +59,7 @@ func (r *weightedRig) take(owner, mode string, v lua.Level) (string, queue.Reply
 
 func (r *weightedRig) release(owner string, v lua.Level) int {
 	r.t.Helper()
-	rep, err := lua.ReadRelease(lua.Classic.WRelease(r.k, queue.NewID(), owner, 60000, 20000, v).Run(context.Background(), r.rdb))
+	rep, err := lua.ReadRelease(lua.Classic.WRelease(r.k, queue.NewID(), owner, "", 60000, 20000, v).Run(context.Background(), r.rdb))
 	require.NoError(r.t, err)
 	return rep.Count
 }

@@ -10,12 +10,19 @@
 -- ARGV[4]     receipt TTL in ms
 -- ARGV[5]     "x" to give up a write level, "s" a read level (or a
 --             Semaphore's hold)
+-- ARGV[6]     tag of the Client that releases ('' for none)
 --
 -- Returns the owner's levels of that kind left (0: that hold is over), or
--- -1 when the owner holds no level of it. A re-sent call answers what the
--- first one answered (its receipt). When a grant's PUBLISH is refused the
--- call still does every write, and replies with an error that starts
--- with "NOPERM " (see lib.lua) in place of its count.
+-- -1 when the owner holds no level of it; or {count, wake message...}
+-- when waiters of the releasing Client (ARGV[6]) were granted, to which
+-- nothing was published: the Client hands each its message (a local
+-- hand-off; see grant_heads in lib.lua). A re-sent call answers what the
+-- first one answered (its receipt, which keeps the messages too, joined
+-- with newlines: an owner id has no control character). When a grant's
+-- PUBLISH is refused the call still does every write, and replies with
+-- an error that starts with "NOPERM " (see lib.lua) in place of its
+-- reply; the waiters of the releasing Client then learn of their grants
+-- at their next poll.
 --
 -- On a full server its first write is one that cannot grow memory, so
 -- that every write after it goes through: the holder's HDEL when the hold
@@ -23,7 +30,15 @@
 
 local kept = receipt(KEYS[6])
 if kept then
-  return tonumber(kept)
+  local count, messages = string.match(kept, '^(%d+) (.+)$')
+  if not messages then
+    return tonumber(kept)
+  end
+  local reply = {tonumber(count)}
+  for message in string.gmatch(messages, '[^\n]+') do
+    reply[#reply + 1] = message
+  end
+  return reply
 end
 
 local owner = ARGV[1]
@@ -75,7 +90,16 @@ end
 if ended then
   prune_holders(SK, now)
 end
-grant_heads(SK, now, ARGV[3])
+local own = ARGV[6]
+if own == '' then
+  own = nil
+end
+local _, _, _, wakes = grant_heads(SK, now, ARGV[3], nil, own)
 keep_alive(SK, now)
-keep_receipt(KEYS[6], count, ARGV[4])
+if wakes then
+  keep_receipt(KEYS[6], string.format('%d ', count) .. table.concat(wakes, '\n'), ARGV[4])
+  table.insert(wakes, 1, count)
+  return finish(wakes)
+end
+keep_receipt(KEYS[6], string.format('%d', count), ARGV[4])
 return finish(count)

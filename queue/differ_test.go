@@ -292,8 +292,8 @@ func (d *differ) compare(c call, res result, refused bool) {
 		seen[i] = d.sameReceiptTimes(ms[i], seen[i])
 	}
 	if w, ok := res.want.(queue.Released); ok {
-		if g, ok := got.(queue.Released); ok && w.Wake != "" && g.Wake != "" {
-			g.Wake = d.sameTimes([]string{w.Wake}, []string{g.Wake})[0]
+		if g, ok := got.(queue.Released); ok && len(w.Wakes) == len(g.Wakes) && len(g.Wakes) > 0 {
+			g.Wakes = d.sameTimes(w.Wakes, g.Wakes)
 			got = g
 		}
 	}
@@ -301,8 +301,8 @@ func (d *differ) compare(c call, res result, refused bool) {
 		if gs, ok := got.([]queue.Released); ok && len(gs) == len(ws) {
 			gs = slices.Clone(gs)
 			for k := range gs {
-				if ws[k].Wake != "" && gs[k].Wake != "" {
-					gs[k].Wake = d.sameTimes([]string{ws[k].Wake}, []string{gs[k].Wake})[0]
+				if len(ws[k].Wakes) == len(gs[k].Wakes) && len(gs[k].Wakes) > 0 {
+					gs[k].Wakes = d.sameTimes(ws[k].Wakes, gs[k].Wakes)
 				}
 			}
 			got = gs

@@ -183,15 +183,21 @@ func (d *differ) translate(c call, ss []queue.State, msgs []queue.Wake, reply an
 		}
 		reply = r
 	}
-	if r, ok := reply.(queue.Released); ok && r.Wake != "" {
-		r.Wake = wake(c.lock, r.Wake)
+	if r, ok := reply.(queue.Released); ok && len(r.Wakes) > 0 {
+		r.Wakes = slices.Clone(r.Wakes)
+		for k := range r.Wakes {
+			r.Wakes[k] = wake(c.lock, r.Wakes[k])
+		}
 		reply = r
 	}
 	if rs, ok := reply.([]queue.Released); ok {
 		rs = slices.Clone(rs)
 		for k := range rs {
-			if rs[k].Wake != "" {
-				rs[k].Wake = wake(c.locks[k], rs[k].Wake)
+			if len(rs[k].Wakes) > 0 {
+				rs[k].Wakes = slices.Clone(rs[k].Wakes)
+				for j := range rs[k].Wakes {
+					rs[k].Wakes[j] = wake(c.locks[k], rs[k].Wakes[j])
+				}
 			}
 		}
 		reply = rs

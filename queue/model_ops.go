@@ -130,12 +130,13 @@ func (m *Model) Release(call, owner string, lease int64) int {
 
 // Released is the answer of a release: the levels the owner still holds
 // (0: the hold is over), or -1 when it did not hold the lock; and, when
-// the lock was handed to a waiter of the releasing Client itself, the
-// wake message for that waiter, which was not published (a local
-// hand-off), else "".
+// the lock was handed to waiters of the releasing Client itself, the wake
+// message of each, in the order of their grants, which was not published
+// (a local hand-off), else none. A Mutex's release hands over to one
+// waiter at most; a weighted lock's may grant several.
 type Released struct {
 	Count int
-	Wake  string
+	Wakes []string
 }
 
 // ReleaseFrom is Release made by the Client with tag own (see handOver):
@@ -147,9 +148,7 @@ func (m *Model) ReleaseFrom(call, owner, own string, lease int64) Released {
 	// receipt would make the script answer nil; call ids are unique, so
 	// that never happens, and the model answers 0.)
 	if r, ok := m.receipts[call]; ok {
-		count, wake, _ := strings.Cut(r.Answer, " ")
-		n, _ := strconv.Atoi(count)
-		return Released{Count: n, Wake: wake}
+		return releasedOf(r.Answer)
 	}
 	// 1. Not the owner: not held, and no receipt.
 	if m.hold == nil || m.hold.Owner != owner {
@@ -174,7 +173,22 @@ func (m *Model) ReleaseFrom(call, owner, own string, lease int64) Released {
 		answer += " " + wake
 	}
 	m.receipts.keep(call, answer, m.srv.now, m.srv.receiptTTL)
-	return Released{Count: count, Wake: wake}
+	if wake == "" {
+		return Released{Count: count}
+	}
+	return Released{Count: count, Wakes: []string{wake}}
+}
+
+// releasedOf reads a release's receipt: "<count>", or "<count> <wake
+// message>", whose messages a weighted lock's release joins with "\n"
+// (an owner id has no control character).
+func releasedOf(answer string) Released {
+	count, wakes, ok := strings.Cut(answer, " ")
+	n, _ := strconv.Atoi(count)
+	if !ok {
+		return Released{Count: n}
+	}
+	return Released{Count: n, Wakes: strings.Split(wakes, "\n")}
 }
 
 // Renew is renew.lua: the hold lasts lease ms more if owner holds it. It
@@ -244,9 +258,7 @@ func (s *Server) ReleaseAll(rs []ReleaseOf, own string) []Released {
 	for i, r := range rs {
 		m := s.Lock(r.Lock)
 		if rec, ok := m.receipts[r.Call]; ok {
-			count, wake, _ := strings.Cut(rec.Answer, " ")
-			n, _ := strconv.Atoi(count)
-			out[i] = Released{Count: n, Wake: wake}
+			out[i] = releasedOf(rec.Answer)
 			continue
 		}
 		if m.hold == nil || m.hold.Owner != r.Owner {
@@ -272,10 +284,11 @@ func (s *Server) ReleaseAll(rs []ReleaseOf, own string) []Released {
 			wake = m.handOver(own)
 		}
 		answer := "0"
+		out[i] = Released{}
 		if wake != "" {
 			answer += " " + wake
+			out[i].Wakes = []string{wake}
 		}
-		out[i] = Released{Wake: wake}
 		m.receipts.keep(rs[i].Call, answer, s.now, s.receiptTTL)
 	}
 	return out

@@ -344,35 +344,56 @@ func (w *WeightedModel) grant(owner, entry string, weight int64, excl bool, ttl 
 // line, oldest first, as long as each one's weight fits beside the
 // weights held; the first that does not fit stops it (nobody passes it).
 // Each holds for its lease, but no longer than its waiter deadline, and is
-// told by a wake message. A head whose weight is above the capacity, or
-// whose owner holds already (under another entry: its one record cannot
-// keep two holds), leaves the line and is told by its entry alone (tell in
-// lib.lua); a head whose entry is not a weighted one leaves it untold.
-func (w *WeightedModel) grantHeads() {
+// told by a wake message. While the weights held fill the capacity the
+// walk ends without reading the line (every weight is at least 1). A head
+// whose weight is above the capacity, or
+// that fits but whose owner holds already (under another entry: its one
+// record cannot keep two holds), leaves the line and is told by its entry
+// alone (tell in lib.lua); a head whose entry is not a weighted one
+// leaves it untold.
+//
+// own is the tag of the Client that makes the call, or "": a grant to a
+// waiter of that Client publishes nothing, and its wake message is
+// returned instead, with those of any other such grants, in order (a
+// local hand-off, as handOver's).
+func (w *WeightedModel) grantHeads(own string) (wakes []string) {
 	capacity, ok := w.capacity()
 	if !ok {
-		return
+		return nil
 	}
 	now := w.srv.now
 	for {
+		// Every weight is at least 1: while the weights held fill the
+		// capacity, the line is not read.
+		if w.used() >= capacity {
+			return wakes
+		}
 		head, deadline, ok := w.prune()
 		if !ok {
-			return
+			return wakes
 		}
 		owner, lease, weight, excl, ok := parseWeighted(head)
 		_, holds := w.holder(owner)
 		switch {
 		case !ok:
 			w.leave(head)
-		case weight > capacity || holds:
+		case weight > capacity:
 			w.srv.publish(w.key, head)
 			w.leave(head)
 		case w.used()+weight > capacity:
-			return
+			return wakes
+		case holds:
+			w.srv.publish(w.key, head)
+			w.leave(head)
 		default:
 			w.popHead()
 			token := w.grant(owner, head, weight, excl, min(lease, deadline-now))
-			w.srv.publish(w.key, wakeMessage(head, token, now))
+			msg := wakeMessage(head, token, now)
+			if own != "" && TagOf(head) == own {
+				wakes = append(wakes, msg)
+			} else {
+				w.srv.publish(w.key, msg)
+			}
 		}
 	}
 }

@@ -95,7 +95,7 @@ func (w *WeightedModel) Acquire(call, owner, entry string, lease, waiterTTL int6
 	// A re-entry whose owner no longer holds must not turn into a fresh
 	// grant; the waiters that now fit are granted on the way.
 	if mode == ModeReenter {
-		w.grantHeads()
+		w.grantHeads("")
 		w.keepAlive()
 		return Reply{}, nil
 	}
@@ -120,7 +120,7 @@ func (w *WeightedModel) Acquire(call, owner, entry string, lease, waiterTTL int6
 	// 3. Grant the waiters ahead that now fit (expired holders gave their
 	// weight back), which may be this very entry: then claim it. An owner
 	// granted under another of its entries holds already.
-	w.grantHeads()
+	w.grantHeads("")
 	if h, ok := w.holder(owner); ok {
 		if h.Entry == entry {
 			return w.claim(owner, entry, lease, h.Token, 1), nil
@@ -131,11 +131,15 @@ func (w *WeightedModel) Acquire(call, owner, entry string, lease, waiterTTL int6
 	}
 
 	// 4. A caller nobody live is ahead of is granted when its weight fits.
-	if head, _, ok := w.prune(); (!ok || head == entry) && w.used()+weight <= stored {
-		w.leave(entry)
-		token := w.grant(owner, entry, weight, excl, lease)
-		w.keepAlive()
-		return Reply{Granted: true, Token: token, Count: 1}, nil
+	// (A lock whose capacity the weights held fill grants nobody, and its
+	// line is not read: see grantHeads.)
+	if w.used() < stored {
+		if head, _, ok := w.prune(); (!ok || head == entry) && w.used()+weight <= stored {
+			w.leave(entry)
+			token := w.grant(owner, entry, weight, excl, lease)
+			w.keepAlive()
+			return Reply{Granted: true, Token: token, Count: 1}, nil
+		}
 	}
 
 	// 5. Wait in line, or in try mode go.
@@ -161,7 +165,7 @@ func (w *WeightedModel) claim(owner, entry string, lease, token int64, count int
 	return Reply{Granted: true, Token: token, Count: count}
 }
 
-// Release is wrelease.lua: owner gives up one level of its hold, a write
+// Release is wrelease.lua made by no Client (see ReleaseFrom): owner gives up one level of its hold, a write
 // level when excl, else a read level (a Semaphore's hold). The levels that
 // remain get lease ms more (0 keeps the expiry). When the last write level
 // goes while read levels remain, the hold is downgraded to a reader's
@@ -170,16 +174,23 @@ func (w *WeightedModel) claim(owner, entry string, lease, token int64, count int
 // the owner holds no live level of that kind; a call whose receipt exists
 // answers from it.
 func (w *WeightedModel) Release(call, owner string, lease int64, excl bool) int {
+	return w.ReleaseFrom(call, owner, "", lease, excl).Count
+}
+
+// ReleaseFrom is Release made by the Client with tag own (see grantHeads):
+// a grant to a waiter of that Client publishes nothing, and the answer
+// carries its wake message. A re-sent call answers what the first one
+// answered, wake messages included.
+func (w *WeightedModel) ReleaseFrom(call, owner, own string, lease int64, excl bool) Released {
 	if r, ok := w.receipts[call]; ok {
-		n, _ := strconv.Atoi(r.Answer) // call ids are unique: a release's receipt
-		return n
+		return releasedOf(r.Answer) // call ids are unique: a release's receipt
 	}
 	now := w.srv.now
 	w.begin()
 	h, holds := w.holder(owner)
 	end, leased := w.leases[owner]
 	if !holds || !leased || end <= now || excl && h.Excl == 0 || !excl && h.Shared == 0 {
-		return -1
+		return Released{Count: -1}
 	}
 	count := &h.Shared
 	if excl {
@@ -200,10 +211,14 @@ func (w *WeightedModel) Release(call, owner string, lease int64, excl bool) int 
 		}
 	}
 	w.pruneHolders()
-	w.grantHeads()
+	wakes := w.grantHeads(own)
 	w.keepAlive()
-	w.receipts.keep(call, strconv.Itoa(*count), now, w.srv.receiptTTL)
-	return *count
+	answer := strconv.Itoa(*count)
+	if len(wakes) > 0 {
+		answer += " " + strings.Join(wakes, "\n")
+	}
+	w.receipts.keep(call, answer, now, w.srv.receiptTTL)
+	return Released{Count: *count, Wakes: wakes}
 }
 
 // Renew is wrenew.lua: owner's hold lasts lease ms from now, if its lease
@@ -239,7 +254,7 @@ func (w *WeightedModel) Cancel(owner, entry string) bool {
 		released = true
 	}
 	w.pruneHolders()
-	w.grantHeads()
+	w.grantHeads("")
 	w.keepAlive()
 	return released
 }
@@ -261,7 +276,7 @@ func (w *WeightedModel) Force(owner string) bool {
 		}
 	}
 	w.pruneHolders()
-	w.grantHeads()
+	w.grantHeads("")
 	w.keepAlive()
 	return removed
 }
@@ -282,7 +297,7 @@ func (w *WeightedModel) Resize(permits int64) int64 {
 		return 0
 	}
 	w.hash.capacity = permits
-	w.grantHeads()
+	w.grantHeads("")
 	if permits < before {
 		for _, entry := range w.queue {
 			if _, _, weight, _, ok := parseWeighted(entry); ok && weight > permits {

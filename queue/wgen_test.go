@@ -52,9 +52,10 @@ type wcall struct {
 	lease, ttl   int64
 	mode         string
 	level        lua.Level
-	capacity     int64 // the caller's: the Semaphore's permits, 0 for the RWMutex
-	permits      int64 // opResize
-	d            int64 // opAdvance: ms
+	capacity     int64  // the caller's: the Semaphore's permits, 0 for the RWMutex
+	own          string // opRelease: the releasing Client's tag, or ""
+	permits      int64  // opResize
+	d            int64  // opAdvance: ms
 }
 
 func (c wcall) String() string {
@@ -64,7 +65,7 @@ func (c wcall) String() string {
 		return fmt.Sprintf("%swacquire(call=%s owner=%s entry=%s lease=%d waiterTTL=%d mode=%s weight=%d excl=%t capacity=%d)",
 			on, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode, c.level.Weight, c.level.Excl, c.capacity)
 	case opRelease:
-		return fmt.Sprintf("%swrelease(call=%s owner=%s lease=%d excl=%t)", on, c.id, c.owner, c.lease, c.level.Excl)
+		return fmt.Sprintf("%swrelease(call=%s owner=%s own=%s lease=%d excl=%t)", on, c.id, c.owner, c.own, c.lease, c.level.Excl)
 	case opRenew:
 		return fmt.Sprintf("%swrenew(owner=%s lease=%d)", on, c.owner, c.lease)
 	case opCancel:
@@ -214,6 +215,12 @@ func (w *wworld) resolve(ss []queue.WeightedState, o op) (c wcall, ok bool) {
 		c.id, c.owner, c.lease = w.id(), w.holder(s, o.a), leases[int(o.b)%len(leases)]*w.scale
 		if o.kind == opRelease && o.b%2 == 0 {
 			c.lease = 0
+		}
+		if o.kind == opRelease {
+			// Released by one of the Clients whose tags the waiter ids
+			// carry (see id), or by none: a grant to a waiter of the
+			// releasing Client is answered, not published.
+			c.own = releasers[int(o.b/2)%len(releasers)]
 		}
 		// The level of the kind the owner holds, mostly.
 		h := s.Holders[c.owner]

@@ -30,9 +30,8 @@ func (r *rig) wacquire(ctx context.Context, call, owner, entry string, lease, wa
 	return lua.ReadAcquire(r.runner.Run(ctx, r.rdb, lua.Classic.WAcquire(r.keys, call, owner, entry, lease, waiterTTL, mode, r.receiptTTL, v, capacity)))
 }
 
-func (r *rig) wrelease(ctx context.Context, call, owner string, lease int64, v lua.Level) (int, error) {
-	rep, err := lua.ReadRelease(r.runner.Run(ctx, r.rdb, lua.Classic.WRelease(r.keys, call, owner, lease, r.receiptTTL, v)))
-	return rep.Count, err
+func (r *rig) wrelease(ctx context.Context, call, owner, own string, lease int64, v lua.Level) (queue.Released, error) {
+	return lua.ReadRelease(r.runner.Run(ctx, r.rdb, lua.Classic.WRelease(r.keys, call, owner, own, lease, r.receiptTTL, v)))
 }
 
 func (r *rig) wrenew(ctx context.Context, owner string, lease int64) (bool, error) {

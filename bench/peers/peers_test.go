@@ -89,15 +89,16 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 		// Several names at once, and a semaphore's permits: fairlock's
 		// MultiLock and Semaphore wait and never try again; the peers'
 		// loops and the atomic try-all try at least once.
-		switch res.Workload {
-		case multiKey, semaphoreKey:
+		w := workloadOf(t, res.Workload)
+		switch {
+		case w.countsAttempts():
 			if res.AttemptsPerGrant < 1 || (res.Library == "fairlock" && res.AttemptsPerGrant != 1) {
 				t.Errorf("%s, %s: %.2f attempts per grant", res.Workload, res.Library, res.AttemptsPerGrant)
 			}
 		default:
 			if res.AttemptsPerGrant != 0 {
-				t.Errorf("%s, %s: attempts per grant %.2f, counted only in %s and %s",
-					res.Workload, res.Library, res.AttemptsPerGrant, multiKey, semaphoreKey)
+				t.Errorf("%s, %s: attempts per grant %.2f, counted only for several locks and semaphores",
+					res.Workload, res.Library, res.AttemptsPerGrant)
 			}
 		}
 		// On several masters, every hold of a fencing lock reads a token
@@ -111,12 +112,12 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 			t.Errorf("%s, %s: %d tokens read in %d grants, %d not rising", res.Workload, res.Library, res.Tokens, res.Grants, res.TokensNotRising)
 		}
 		// A semaphore's grants take 1 or 2 permits each.
-		if res.Workload == semaphoreKey {
+		if w.permits > 0 {
 			if perGrant := res.PermitsPerSec / res.GrantsPerSec; perGrant < 1 || perGrant > 2 || res.HeaviestShare > 1 {
 				t.Errorf("%s, %s: %.2f permits per grant, %.3f of the grants of weight 2", res.Workload, res.Library, perGrant, res.HeaviestShare)
 			}
 		} else if res.PermitsPerSec != 0 || res.HeaviestShare != 0 {
-			t.Errorf("%s, %s: permits counted outside %s", res.Workload, res.Library, semaphoreKey)
+			t.Errorf("%s, %s: permits counted outside a semaphore", res.Workload, res.Library)
 		}
 	}
 	if !strings.Contains(out, "attempts/grant") || r.MultiWait == "" {
@@ -149,4 +150,16 @@ func TestEveryLibraryGrantsAndExcludesInEveryWorkload(t *testing.T) {
 	if r.Scale == nil {
 		t.Errorf("no scale part, which runs by default")
 	}
+}
+
+// workloadOf returns the workload of key.
+func workloadOf(t *testing.T, key string) workload {
+	t.Helper()
+	for _, w := range workloads {
+		if w.key == key {
+			return w
+		}
+	}
+	t.Fatalf("no workload %q", key)
+	return workload{}
 }

@@ -67,6 +67,10 @@ var workloads = []workload{
 	{key: "many", title: "many locks", goroutines: 64, clients: 4, names: 1000},
 	{key: multiKey, title: "several locks at once", goroutines: 16, clients: 4, names: 16, hold: time.Millisecond, multi: [2]int{2, 4}},
 	{key: semaphoreKey, title: "a weighted semaphore", goroutines: 16, clients: 4, names: 1, hold: time.Millisecond, permits: 3, weights: []int{1, 2}},
+	// The same at hold 0, to weigh a Semaphore grant against hold0's Mutex
+	// grant under the same load: a server that idles between calls pays
+	// more per call.
+	{key: "semaphore-hold0", title: "a weighted semaphore, hold 0", goroutines: 16, clients: 4, names: 1, permits: 3, weights: []int{1, 2}},
 	{key: redlockKey, title: "RedLock: one lock on 3 independent masters", goroutines: 16, clients: 4, names: 1, masters: redlockMasters},
 	{key: "waiters", title: "10,000 waiters on one lock", goroutines: 10000, clients: 4, names: 1, long: true},
 }

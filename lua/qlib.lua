@@ -19,10 +19,13 @@
 --   KEYS[4]  P:{N}:q:token     the token counter K (see next_token)
 --   KEYS[5]  P:{N}:q:ticket    the largest ticket written here, C
 --
--- and, computed from KEYS[1], the waiters' times of joining
--- P:{N}:q:joined, as a Mutex's, the tombstone P:{N}:q:gone:<waiter id> of
+-- and, computed from KEYS[1], the tombstone P:{N}:q:gone:<waiter id> of
 -- a Lock call that gave up or released (a join of it that arrives late is
--- refused), and receipts P:{N}:q:call:<call id> as a Mutex's.
+-- refused), and receipts P:{N}:q:call:<call id> as a Mutex's. A quorum
+-- lock keeps no times of joining (a Mutex's P:{N}:joined): a waiter's
+-- ticket, its score in the line, is drawn from the masters' clocks (in
+-- us) at its doorway, and tells those who look at the lock how long it
+-- has waited.
 --
 -- A Lock call draws a ticket once: above every C its first round (the
 -- doorway) read from a majority, and above every master clock it read
@@ -46,7 +49,7 @@
 local function quorum_lock(skew_at, keep)
   clock_skew_us = tonumber(ARGV[skew_at] or '0') or 0
   return {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], ticket = KEYS[5],
-    joined = KEYS[1] .. ':joined', ordered = true, keep = keep, k = nil}
+    joined = nil, ordered = true, keep = keep, k = nil}
 end
 
 -- Every redis.call costs a script far more than the command's own work,
@@ -176,16 +179,13 @@ local function blocked(lk, h, now)
 end
 
 -- queue_join puts entry in the line by its ticket with the waiter
--- deadline now + ttl, and now as its time of joining, or, for an entry
--- already in line, moves its deadline there (a heartbeat): lib.lua's
--- join on an ordered line, which no caller here asks for its place. The
--- line and the deadlines have the same members, so ZADD NX tells the two
--- apart: it adds an entry that is not in line, and keeps the place of
--- one that is, whatever ticket it names.
+-- deadline now + ttl, or, for an entry already in line, moves its
+-- deadline there (a heartbeat): lib.lua's join on an ordered line, which
+-- no caller here asks for its place, and with no time of joining (see
+-- the top of this file). ZADD NX adds an entry that is not in line, and
+-- keeps the place of one that is, whatever ticket it names.
 local function queue_join(lk, entry, now, ttl, ticket)
-  if redis.call('ZADD', lk.queue, 'NX', ticket, entry) == 1 then
-    redis.call('ZADD', lk.joined, now, entry)
-  end
+  redis.call('ZADD', lk.queue, 'NX', ticket, entry)
   redis.call('ZADD', lk.deadline, now + ttl, entry)
 end
 
@@ -205,7 +205,6 @@ local function quorum_hand_over(lk, now, channel)
     end
     local deadline = tonumber(redis.call('ZSCORE', lk.deadline, head) or '0')
     redis.call('ZREM', lk.deadline, head)
-    redis.call('ZREM', lk.joined, head)
     local owner, lease = parse_entry(head)
     if deadline > now and owner and not is_ticket(head) then
       local ttl = math.min(lease, deadline - now)

@@ -61,7 +61,6 @@ type QuorumState struct {
 	Queue     []string         // by (ticket, entry)
 	Tickets   map[string]int64 // entry -> its ticket in the line
 	Deadlines map[string]int64 // entry -> the scripts' time (ms) by which it must join again
-	Joined    map[string]int64 // entry -> the scripts' time (ms) it joined the line
 	Counter   int64            // K, the token counter; 0 when there is none
 	CounterAt int64            // when Counter > 0: server time (ms) at which it expires
 	Ticket    int64            // C, the largest ticket written; 0 when there is none
@@ -137,7 +136,7 @@ func (m *QuorumModel) Clone() *QuorumModel {
 		c.hold = &h
 	}
 	c.line = line{queue: slices.Clone(m.queue), deadlines: maps.Clone(m.deadlines), tickets: maps.Clone(m.tickets),
-		joined: maps.Clone(m.joined)}
+		joined: map[string]int64{}}
 	c.token, c.ticket = m.token, m.ticket
 	c.gone, c.receipts = maps.Clone(m.gone), maps.Clone(m.receipts)
 	c.flaws = m.flaws
@@ -168,7 +167,6 @@ func (m *QuorumModel) State() QuorumState {
 		Queue:     slices.Clone(m.queue),
 		Tickets:   maps.Clone(m.tickets),
 		Deadlines: maps.Clone(m.deadlines),
-		Joined:    maps.Clone(m.joined),
 		Counter:   m.token.lastToken,
 		CounterAt: m.token.tokenEnd,
 		Ticket:    m.ticket.lastToken,

@@ -194,13 +194,19 @@ end
 -- waiter deadline, with its ticket recorded in the hold; its wake message
 -- goes on the head's channel of the wake channel. The head leaves the
 -- line first (ZPOPMIN, which cannot grow memory: see allow_full), and a
--- dead head leaves it untold. Returns the new hold as quorum_hold does,
--- or nil.
-local function quorum_hand_over(lk, now, channel)
+-- dead head leaves it untold. ended says that the hash still holds a
+-- hold that has just ended (a release's): the new hold's HSET writes
+-- over it, every field of it (inquired emptied), and when nobody lives
+-- in line the hash is deleted; a DEL less per hand-over. Returns the new
+-- hold as quorum_hold does, or nil.
+local function quorum_hand_over(lk, now, channel, ended)
   while true do
     local r = redis.call('ZPOPMIN', lk.queue)
     local head = r[1]
     if not head then
+      if ended then
+        redis.call('DEL', lk.hold)
+      end
       return nil
     end
     local deadline = tonumber(redis.call('ZSCORE', lk.deadline, head) or '0')
@@ -209,8 +215,13 @@ local function quorum_hand_over(lk, now, channel)
     if deadline > now and owner and not is_ticket(head) then
       local ttl = math.min(lease, deadline - now)
       local token = draw_token(lk, ttl, now)
-      redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
-        'since', string.format('%d', now), 'ticket', r[2])
+      if ended then
+        redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
+          'since', string.format('%d', now), 'ticket', r[2], 'inquired', '')
+      else
+        redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
+          'since', string.format('%d', now), 'ticket', r[2])
+      end
       redis.call('PEXPIRE', lk.hold, ttl)
       wake(channel, head, token, now)
       if ttl <= 0 then

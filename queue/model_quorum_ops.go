@@ -128,11 +128,13 @@ func (m *QuorumModel) QCancel(entry string, waiterTTL, tomb, skew int64) bool {
 // QRelease is qrelease.lua: owner gives up one level. Levels left keep
 // the hold (lease ms more; 0 keeps its expiry), with a receipt of the
 // count under call. At the last one the hold ends, K is raised to
-// committed (when not 0, and K is below it), the entry leaves the line, entry and the hold's
-// entry are buried for tomb ms, and the lock settles. An owner that does
-// not hold here only leaves the line and is buried, when last. The answer
-// has State (1 when the owner held here) and Count; a call that finds its
-// receipt answers from it.
+// committed (when not 0, and K is below it), the entry leaves the line,
+// entry and the hold's entry are buried for tomb ms, and the lock
+// settles. An owner that does not hold here only leaves the line and is
+// buried, when last. The answer has State (1 when the owner held here)
+// and Count; a call that finds its receipt answers from it, and a last
+// one that finds entry buried (the tombstone is its receipt) answers
+// State 1, Count 0.
 func (m *QuorumModel) QRelease(call, owner, entry string, committed, lease int64, last bool, waiterTTL, tomb, receiptTTL, skew int64) QuorumReply {
 	if r, ok := m.receipts[call]; ok {
 		count, err := strconv.Atoi(r.Answer)
@@ -140,6 +142,9 @@ func (m *QuorumModel) QRelease(call, owner, entry string, committed, lease int64
 			panic("queue: a qrelease call id that another script used: " + r.Answer)
 		}
 		return QuorumReply{State: 1, Count: count}
+	}
+	if last && m.buried(entry) {
+		return QuorumReply{State: 1}
 	}
 	c := m.begin(waiterTTL, skew)
 	h := m.held()
@@ -170,7 +175,6 @@ func (m *QuorumModel) QRelease(call, owner, entry string, committed, lease int64
 	if h.Entry != entry {
 		m.bury(h.Entry, tomb)
 	}
-	m.receipts.keep(call, "0", m.srv.now, receiptTTL)
 	m.settle(c)
 	return QuorumReply{State: 1}
 }

@@ -193,9 +193,9 @@ func (m *QuorumModel) QRenew(owner string, lease int64) QuorumReply {
 }
 
 // QCommit is qcommit.lua: owner's hold, when its token is at most t,
-// takes t as its token, K is raised to t (kept max(lease, waiterTTL) ms,
-// and until the clock term has passed it),
-// and the hold lasts lease ms more (0 keeps its expiry). The answer is
+// takes t as its token, and K is raised to t (kept max(lease, waiterTTL)
+// ms, and until the clock term has passed it); the hold's expiry is left
+// as it is. The answer is
 // State 1 with Token t, 2 with the hold's larger Token, or 0 with Counter
 // (K) when owner does not hold here.
 func (m *QuorumModel) QCommit(owner string, t, lease, waiterTTL, skew int64) QuorumReply {
@@ -211,9 +211,6 @@ func (m *QuorumModel) QCommit(owner string, t, lease, waiterTTL, skew int64) Quo
 		m.token.raise(t, c.now, m.srv.now, max(lease, waiterTTL))
 	}
 	h.Token = t
-	if lease > 0 {
-		m.expireHold(lease)
-	}
 	return QuorumReply{State: 1, Token: t}
 }
 

@@ -3,6 +3,7 @@ package fair
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -168,7 +169,14 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		maxC, maxNow      int64
 		answered, replied int
 	)
+	// The doorway asks a majority first (see doorwayMasters), and the
+	// other masters only when those do not decide it.
+	ask := w.doorwayMasters()
+	unasked := len(qm.masters) - qm.q
 	took := func(a answer) bool {
+		if errors.Is(a.err, errNotAsked) {
+			return false
+		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.tried(a)
@@ -178,24 +186,46 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 			maxC, maxNow = max(maxC, a.rep.Ticket), max(maxNow, a.rep.Now)
 		}
 		n, _ := counted(w.views, time.Now().Add(qm.minAccept(lease)), qm.q)
-		pending := len(qm.masters) - replied
+		pending := len(qm.masters) - unasked - replied
 		// Decided: granted; or a majority answered (the doorway read),
 		// and a waiting call goes on to join (a try granted late counts
-		// there), or the masters still out cannot make a majority.
-		return n >= qm.q || answered >= qm.q && (w.req.Wait || n+pending < qm.q)
+		// there), or the masters still out, or not asked, cannot make a
+		// majority.
+		return n >= qm.q || answered >= qm.q && (w.req.Wait && n == 0 || n+pending+unasked < qm.q)
 	}
 	late := func(a answer) {
+		if errors.Is(a.err, errNotAsked) {
+			return
+		}
 		w.mu.Lock()
 		w.tried(a)
 		w.mu.Unlock()
 		signal(w.changed)
 	}
 	call := queue.NewID()
-	qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
+	try := func(cctx context.Context, i int) (lua.QReply, error) {
+		if !ask[i] {
+			return lua.QReply{}, errNotAsked
+		}
 		return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QTry(w.l.keys, call, w.req.Owner, w.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
 		}, lua.ReadQTry)
-	}, took, late)
+	}
+	qm.round(ctx, w.ord, try, took, late)
+	w.mu.Lock()
+	n, _ := counted(w.views, time.Now().Add(qm.minAccept(lease)), qm.q)
+	decided := n >= qm.q || answered >= qm.q && (w.req.Wait && n == 0 || n+unasked < qm.q)
+	w.mu.Unlock()
+	rest := make([]bool, len(ask)) // the masters the doorway did not ask
+	for i := range ask {
+		rest[i] = !ask[i]
+	}
+	if !decided && ctx.Err() == nil && unasked > 0 {
+		// A master asked failed, or some granted and the others may make
+		// a majority: the doorway asks the rest.
+		ask, rest, unasked = rest, make([]bool, len(ask)), 0
+		qm.round(ctx, w.ord, try, took, late)
+	}
 
 	if err := ctx.Err(); err != nil {
 		// The caller gave up during the doorway: a grant that raced with
@@ -211,7 +241,9 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		views := append([]qview(nil), w.views...)
 		w.mu.Unlock()
 		close(w.stop)
-		return w.l.newHold(ctx, w.req, w.entry, views, valid, false, w.ord), false, nil
+		h := w.l.newHold(ctx, w.req, w.entry, views, valid, false, w.ord)
+		w.tryRest(ctx, h, rest)
+		return h, false, nil
 	}
 	w.ticket = max(maxC+1, maxNow)
 	w.mu.Unlock()
@@ -227,6 +259,66 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		qm.wg.Go(func() { w.poll(ctx, i) })
 	}
 	return w.wait(ctx)
+}
+
+// doorwayMasters returns the masters the doorway asks first: a majority,
+// from a random master on, skipping those in an outage while there are
+// others. The ticket needs a majority's C (any two majorities share a
+// master), and a grant a majority's tries; the other masters are asked
+// only when those do not decide the doorway (a master failed, or the
+// tries were split), and after a grant (see tryRest). A waiting call
+// joins the line on every master all the same.
+func (w *qwaiter) doorwayMasters() []bool {
+	qm := w.l.qm
+	n := len(qm.masters)
+	ask := make([]bool, n)
+	start := rand.IntN(n)
+	picked := 0
+	for pass := 0; pass < 2 && picked < qm.q; pass++ {
+		for k := range n {
+			i := (start + k) % n
+			if picked == qm.q || ask[i] || pass == 0 && qm.masters[i].reach.isDown() {
+				continue
+			}
+			ask[i] = true
+			picked++
+		}
+	}
+	return ask
+}
+
+// tryRest sends the doorway's try to the masters it did not ask (rest),
+// once a majority granted h: so that every master holds it, and the hold
+// outlives the loss of one. Each try takes its turn on its master now,
+// before any later call of the hold; a grant is taken into the hold's
+// view of that master when it comes.
+func (w *qwaiter) tryRest(ctx context.Context, h *QHold, rest []bool) {
+	qm := w.l.qm
+	for i, r := range rest {
+		if !r {
+			continue
+		}
+		turn, next := w.ord.turn(i)
+		qm.wg.Go(func() {
+			<-turn
+			defer next()
+			cctx, cancel := qm.detached(ctx)
+			sent := time.Now()
+			rep, err := qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
+				return s.QTry(w.l.keys, queue.NewID(), w.req.Owner, w.entry, ms(w.req.Lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
+			}, lua.ReadQTry)
+			cancel()
+			if err != nil || rep.State != lua.QHeld {
+				return
+			}
+			h.mu.Lock()
+			if v := &h.views[i]; !h.ended && !v.held {
+				v.held, v.token, v.sent, v.ok = true, rep.Token, sent, time.Now()
+				v.until = sent.Add(qm.span(w.req.Lease))
+			}
+			h.mu.Unlock()
+		})
+	}
 }
 
 // tried takes a doorway answer into the views. Requires mu.

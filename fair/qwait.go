@@ -241,9 +241,8 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		views := append([]qview(nil), w.views...)
 		w.mu.Unlock()
 		close(w.stop)
-		h := w.l.newHold(ctx, w.req, w.entry, views, valid, false, w.ord)
-		w.tryRest(ctx, h, rest)
-		return h, false, nil
+		w.tryRest(ctx, rest)
+		return w.l.newHold(ctx, w.req, w.entry, views, valid, false, w.ord), false, nil
 	}
 	w.ticket = max(maxC+1, maxNow)
 	w.mu.Unlock()
@@ -288,11 +287,13 @@ func (w *qwaiter) doorwayMasters() []bool {
 }
 
 // tryRest sends the doorway's try to the masters it did not ask (rest),
-// once a majority granted h: so that every master holds it, and the hold
+// once a majority granted: so that every master holds the hold, and it
 // outlives the loss of one. Each try takes its turn on its master now,
-// before any later call of the hold; a grant is taken into the hold's
-// view of that master when it comes.
-func (w *qwaiter) tryRest(ctx context.Context, h *QHold, rest []bool) {
+// before any later call of the hold. As a try of the doorway answered
+// after the grant, a grant there is not taken into the hold's views,
+// whose token and validity stay those of the grant: the hold's first
+// renewal, which asks every master, counts it.
+func (w *qwaiter) tryRest(ctx context.Context, rest []bool) {
 	qm := w.l.qm
 	for i, r := range rest {
 		if !r {
@@ -303,20 +304,10 @@ func (w *qwaiter) tryRest(ctx context.Context, h *QHold, rest []bool) {
 			<-turn
 			defer next()
 			cctx, cancel := qm.detached(ctx)
-			sent := time.Now()
-			rep, err := qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
+			_, _ = qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
 				return s.QTry(w.l.keys, queue.NewID(), w.req.Owner, w.entry, ms(w.req.Lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
 			}, lua.ReadQTry)
 			cancel()
-			if err != nil || rep.State != lua.QHeld {
-				return
-			}
-			h.mu.Lock()
-			if v := &h.views[i]; !h.ended && !v.held {
-				v.held, v.token, v.sent, v.ok = true, rep.Token, sent, time.Now()
-				v.until = sent.Add(qm.span(w.req.Lease))
-			}
-			h.mu.Unlock()
 		})
 	}
 }

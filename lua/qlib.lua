@@ -11,8 +11,9 @@
 -- of the lock, under the base P:{N}:q, given to every script as:
 --
 --   KEYS[1]  P:{N}:q           hash: owner, count, token, entry of the
---                              hold, its ticket, and inquired (the head
---                              the holder was last asked to yield to)
+--                              hold, since, its ticket, expires (see
+--                              quorum_hold), and inquired (the head the
+--                              holder was last asked to yield to)
 --   KEYS[2]  P:{N}:q:queue     zset: waiter entry -> its ticket, an
 --                              ordered line (see join)
 --   KEYS[3]  P:{N}:q:deadline  zset: entry -> its waiter deadline (ms)
@@ -138,14 +139,37 @@ local function counter(lk)
   return string.format('%d', lk.k)
 end
 
--- quorum_hold returns the hold here as a table, or nil.
+-- quorum_hold returns the hold here as a table, or nil. Its expires is
+-- the time (ms, the scripts' clock) its grant set it to expire at, which
+-- later calls only move later (renewals, re-entries, joins): a lower
+-- bound of its expiry, 0 when none was written (see quorum_hint).
 local function quorum_hold(lk)
-  local h = redis.call('HMGET', lk.hold, 'owner', 'count', 'token', 'entry', 'ticket', 'inquired')
+  local h = redis.call('HMGET', lk.hold, 'owner', 'count', 'token', 'entry', 'ticket', 'inquired', 'expires')
   if not h[1] then
     return nil
   end
   return {owner = h[1], count = tonumber(h[2] or '0'), token = h[3] or '0', entry = h[4] or '',
-    ticket = tonumber(h[5] or '') or math.huge, inquired = h[6]}
+    ticket = tonumber(h[5] or '') or math.huge, inquired = h[6], expires = tonumber(h[7] or '0') or 0}
+end
+
+-- quorum_hint returns how many ms a waiter should wait before it joins
+-- again, as poll_hint does (when the hold h expires, which publishes
+-- nothing, and at least every third of the waiter TTL), from the expiry
+-- its grant recorded (h.expires) while that is still ahead: a PTTL less
+-- per join. Once it has passed while the hold is still there (renewed
+-- since), the key's own expiry is read.
+local function quorum_hint(lk, h, now, waiter_ttl)
+  local hint = math.floor(waiter_ttl / 3)
+  if h then
+    local left = h.expires - now
+    if left <= 0 then
+      left = redis.call('PTTL', lk.hold)
+    end
+    if left >= 0 and left + 1 < hint then
+      hint = left + 1
+    end
+  end
+  return math.max(hint, 1)
 end
 
 -- line_front returns the live head of the line, its ticket and its
@@ -215,19 +239,21 @@ local function quorum_hand_over(lk, now, channel, ended)
     if deadline > now and owner and not is_ticket(head) then
       local ttl = math.min(lease, deadline - now)
       local token = draw_token(lk, ttl, now)
+      local expires = string.format('%d', now + ttl)
       if ended then
         redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
-          'since', string.format('%d', now), 'ticket', r[2], 'inquired', '')
+          'since', string.format('%d', now), 'ticket', r[2], 'expires', expires, 'inquired', '')
       else
         redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
-          'since', string.format('%d', now), 'ticket', r[2])
+          'since', string.format('%d', now), 'ticket', r[2], 'expires', expires)
       end
       redis.call('PEXPIRE', lk.hold, ttl)
       wake(channel, head, token, now)
       if ttl <= 0 then
         return nil
       end
-      return {owner = owner, count = 1, token = token, entry = head, ticket = tonumber(r[2]), inquired = false}
+      return {owner = owner, count = 1, token = token, entry = head, ticket = tonumber(r[2]), inquired = false,
+        expires = now + ttl}
     end
   end
 end

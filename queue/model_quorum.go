@@ -52,6 +52,10 @@ type QuorumHold struct {
 	Ticket   int64  // the holder's ticket, when Ticketed
 	Ticketed bool   // false for a hold taken by a try, until its entry joins: its key is then above every waiter's
 	Inquired string // the head the holder was last asked to yield to; "" when never
+	// Expires is the field expires: the scripts' time (ms) its grant set
+	// it to expire at, which later calls only move later (a lower bound
+	// of ExpiresAt, on the scripts' clock); 0 when not written.
+	Expires int64
 }
 
 // QuorumState is everything a QuorumModel holds at one instant.
@@ -224,6 +228,21 @@ func (m *QuorumModel) expireHold(ttl int64) {
 	m.hold.ExpiresAt = m.srv.now + ttl
 }
 
+// hint is qlib.lua's quorum_hint: the poll hint of a waiter, from the
+// expiry the hold's grant recorded while that is ahead of the scripts'
+// time now, else from the key's (PTTL).
+func (m *QuorumModel) hint(waiterTTL, now int64) int64 {
+	h := m.held()
+	if h == nil {
+		return hintOf(waiterTTL)
+	}
+	left := h.Expires - now
+	if left <= 0 {
+		left = m.pttl()
+	}
+	return hintOf(waiterTTL, left)
+}
+
 // pttl is PTTL on the hold: ms left, -1 when it never expires, -2 when
 // there is no hold.
 func (m *QuorumModel) pttl() int64 {
@@ -265,6 +284,7 @@ func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
 		m.hold = &QuorumHold{}
 	}
 	m.hold.Owner, m.hold.Count, m.hold.Token, m.hold.Entry, m.hold.Since = owner, 1, token, entry, c.now
+	m.hold.Expires = c.now + ttl
 	m.expireHold(ttl)
 	return token
 }

@@ -104,7 +104,7 @@ func (m *QuorumModel) QJoin(owner, entry string, lease, waiterTTL, ticket, yield
 	if h := m.held(); h != nil && h.Entry == entry {
 		r = QuorumReply{State: 1, Token: h.Token, Lower: lower, Hint: max(floorDiv(min(lease, waiterTTL), 3), 1)}
 	} else {
-		r = QuorumReply{Hint: hintOf(waiterTTL, m.pttl())}
+		r = QuorumReply{Hint: m.hint(waiterTTL, c.now)}
 	}
 	r.Counter, r.Now = m.token.lastToken, c.us
 	return r

@@ -220,6 +220,8 @@ func quorumHold(h map[string]string) (queue.QuorumHold, error) {
 			hs.Ticket, hs.Ticketed = num(v), true
 		case "inquired":
 			hs.Inquired = v
+		case "expires":
+			hs.Expires = num(v)
 		default:
 			return hs, fmt.Errorf("hold has an unknown field %q", f)
 		}

@@ -170,9 +170,24 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		answered, replied int
 	)
 	// The doorway asks a majority first (see doorwayMasters), and the
-	// other masters only when those do not decide it.
-	ask := w.doorwayMasters()
-	unasked := len(qm.masters) - qm.q
+	// other masters only when those do not decide it: at once when the
+	// round ends undecided, and meanwhile when it takes longer than
+	// doorwayHedge (a master that hangs before it is known to be down
+	// delays the doorway by that much, not by a call timeout).
+	first := w.doorwayMasters()
+	var (
+		doorway = make(chan struct{}) // closed once the first round is decided or over
+		closed  bool                  // doorway is closed; guarded by mu
+		hedged  = make([]bool, len(qm.masters))
+	)
+	decide := func() { // requires mu
+		if !closed {
+			closed = true
+			close(doorway)
+		}
+	}
+	hedge := make(chan struct{})
+	hedger := time.AfterFunc(doorwayHedge, func() { close(hedge) })
 	took := func(a answer) bool {
 		if errors.Is(a.err, errNotAsked) {
 			return false
@@ -186,12 +201,15 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 			maxC, maxNow = max(maxC, a.rep.Ticket), max(maxNow, a.rep.Now)
 		}
 		n, _ := counted(w.views, time.Now().Add(qm.minAccept(lease)), qm.q)
-		pending := len(qm.masters) - unasked - replied
 		// Decided: granted; or a majority answered (the doorway read),
 		// and a waiting call goes on to join (a try granted late counts
-		// there), or the masters still out, or not asked, cannot make a
-		// majority.
-		return n >= qm.q || answered >= qm.q && (w.req.Wait && n == 0 || n+pending+unasked < qm.q)
+		// there), or the masters that have not answered, asked or not,
+		// cannot make a majority.
+		if n >= qm.q || answered >= qm.q && (w.req.Wait && n == 0 || n+len(qm.masters)-replied < qm.q) {
+			decide()
+			return true
+		}
+		return false
 	}
 	late := func(a answer) {
 		if errors.Is(a.err, errNotAsked) {
@@ -203,28 +221,55 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		signal(w.changed)
 	}
 	call := queue.NewID()
-	try := func(cctx context.Context, i int) (lua.QReply, error) {
-		if !ask[i] {
-			return lua.QReply{}, errNotAsked
-		}
+	send := func(cctx context.Context, i int) (lua.QReply, error) {
 		return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QTry(w.l.keys, call, w.req.Owner, w.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
 		}, lua.ReadQTry)
 	}
-	qm.round(ctx, w.ord, try, took, late)
+	qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
+		if !first[i] {
+			select {
+			case <-doorway:
+				return lua.QReply{}, errNotAsked
+			case <-cctx.Done():
+				return lua.QReply{}, errNotAsked
+			case <-hedge:
+			}
+			w.mu.Lock()
+			if closed {
+				w.mu.Unlock()
+				return lua.QReply{}, errNotAsked
+			}
+			hedged[i] = true
+			w.mu.Unlock()
+		}
+		return send(cctx, i)
+	}, took, late)
+	hedger.Stop()
 	w.mu.Lock()
+	decide()
 	n, _ := counted(w.views, time.Now().Add(qm.minAccept(lease)), qm.q)
+	rest := make([]bool, len(first)) // the masters the doorway has not asked
+	unasked := 0
+	for i := range first {
+		if !first[i] && !hedged[i] {
+			rest[i] = true
+			unasked++
+		}
+	}
 	decided := n >= qm.q || answered >= qm.q && (w.req.Wait && n == 0 || n+unasked < qm.q)
 	w.mu.Unlock()
-	rest := make([]bool, len(ask)) // the masters the doorway did not ask
-	for i := range ask {
-		rest[i] = !ask[i]
-	}
 	if !decided && ctx.Err() == nil && unasked > 0 {
 		// A master asked failed, or some granted and the others may make
 		// a majority: the doorway asks the rest.
-		ask, rest, unasked = rest, make([]bool, len(ask)), 0
-		qm.round(ctx, w.ord, try, took, late)
+		second := rest
+		rest = make([]bool, len(first))
+		qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
+			if !second[i] {
+				return lua.QReply{}, errNotAsked
+			}
+			return send(cctx, i)
+		}, took, late)
 	}
 
 	if err := ctx.Err(); err != nil {
@@ -259,6 +304,11 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 	}
 	return w.wait(ctx)
 }
+
+// doorwayHedge is how long the doorway's first round waits for the
+// majority it asked before it asks the other masters too: far above a
+// round trip to a master that answers, far below a call timeout.
+const doorwayHedge = 50 * time.Millisecond
 
 // doorwayMasters returns the masters the doorway asks first: a majority,
 // from a random master on, skipping those in an outage while there are

@@ -318,3 +318,33 @@ func TestQuorumWaiterGrantedByEveryMasterKeepsItsHoldWhenOneIsLost(t *testing.T)
 	require.NoError(t, err)
 	require.NoError(t, mb.Unlock(rb.ctx))
 }
+
+// A master that stops answering, before anything has noticed, delays a
+// Lock's doorway by its hedge, not by a call timeout: the doorway asks a
+// majority first, and the other masters as soon as that majority is slow.
+func TestQuorumDoorwayIsNotHeldUpByAMasterThatHangsUnnoticed(t *testing.T) {
+	redistest.Slow(t)
+	t.Parallel()
+	servers := redistest.Masters(t, 3)
+	p := faultproxy.New(t, servers[0].Addr)
+	const callTimeout = 30 * time.Second
+	c := quorumVia(t, []string{p.Addr(), servers[1].Addr, servers[2].Addr}, fairlock.WithCallTimeout(callTimeout))
+	ctx := context.Background()
+	held, err := c.Mutex("warm").Lock(ctx) // every master reached once
+	require.NoError(t, err)
+	require.NoError(t, c.Mutex("warm").Unlock(held))
+
+	p.FreezeAll()
+	defer p.Heal()
+	// Each Lock's doorway starts at a random master: in ten, the hung one
+	// is among the first asked about 7 times.
+	for i := range 10 {
+		start := time.Now()
+		m := c.Mutex(fmt.Sprint("n", i))
+		held, err := m.Lock(ctx)
+		require.NoError(t, err)
+		require.NoError(t, m.Unlock(held))
+		t.Logf("%d: %v", i, time.Since(start))
+		require.Less(t, time.Since(start), callTimeout/3, "Lock+Unlock %d waited for the hung master", i)
+	}
+}

@@ -177,13 +177,15 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			n++
 			switch a.rep.State {
 			case lua.QHeld:
+				// The commit leaves the hold's expiry there as it was:
+				// the view's until stays that of the grant or the latest
+				// renewal.
 				ok++
-				if lease > 0 {
-					h.mu.Lock()
-					h.views[a.i].held, h.views[a.i].token = true, t
-					h.views[a.i].until = a.sent.Add(qm.span(lease))
-					h.mu.Unlock()
+				h.mu.Lock()
+				if h.views[a.i].held {
+					h.views[a.i].token = t
 				}
+				h.mu.Unlock()
 			case lua.QAbove:
 				above = max(above, a.rep.Token)
 			}

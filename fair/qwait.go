@@ -3,6 +3,7 @@ package fair
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -168,7 +169,29 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		maxC, maxNow      int64
 		answered, replied int
 	)
+	// The doorway asks a majority first (see doorwayMasters), and the
+	// other masters only when those do not decide it: at once when the
+	// round ends undecided, and meanwhile when it takes longer than
+	// doorwayHedge (a master that hangs before it is known to be down
+	// delays the doorway by that much, not by a call timeout).
+	first := w.doorwayMasters()
+	var (
+		doorway = make(chan struct{}) // closed once the first round is decided or over
+		closed  bool                  // doorway is closed; guarded by mu
+		hedged  = make([]bool, len(qm.masters))
+	)
+	decide := func() { // requires mu
+		if !closed {
+			closed = true
+			close(doorway)
+		}
+	}
+	hedge := make(chan struct{})
+	hedger := time.AfterFunc(doorwayHedge, func() { close(hedge) })
 	took := func(a answer) bool {
+		if errors.Is(a.err, errNotAsked) {
+			return false
+		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.tried(a)
@@ -178,24 +201,76 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 			maxC, maxNow = max(maxC, a.rep.Ticket), max(maxNow, a.rep.Now)
 		}
 		n, _ := counted(w.views, time.Now().Add(qm.minAccept(lease)), qm.q)
-		pending := len(qm.masters) - replied
 		// Decided: granted; or a majority answered (the doorway read),
 		// and a waiting call goes on to join (a try granted late counts
-		// there), or the masters still out cannot make a majority.
-		return n >= qm.q || answered >= qm.q && (w.req.Wait || n+pending < qm.q)
+		// there), or the masters that have not answered, asked or not,
+		// cannot make a majority.
+		if n >= qm.q || answered >= qm.q && (w.req.Wait && n == 0 || n+len(qm.masters)-replied < qm.q) {
+			decide()
+			return true
+		}
+		return false
 	}
 	late := func(a answer) {
+		if errors.Is(a.err, errNotAsked) {
+			return
+		}
 		w.mu.Lock()
 		w.tried(a)
 		w.mu.Unlock()
 		signal(w.changed)
 	}
 	call := queue.NewID()
-	qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
+	send := func(cctx context.Context, i int) (lua.QReply, error) {
 		return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QTry(w.l.keys, call, w.req.Owner, w.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
 		}, lua.ReadQTry)
+	}
+	qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
+		if !first[i] {
+			select {
+			case <-doorway:
+				return lua.QReply{}, errNotAsked
+			case <-cctx.Done():
+				return lua.QReply{}, errNotAsked
+			case <-hedge:
+			}
+			w.mu.Lock()
+			if closed {
+				w.mu.Unlock()
+				return lua.QReply{}, errNotAsked
+			}
+			hedged[i] = true
+			w.mu.Unlock()
+		}
+		return send(cctx, i)
 	}, took, late)
+	hedger.Stop()
+	w.mu.Lock()
+	decide()
+	n, _ := counted(w.views, time.Now().Add(qm.minAccept(lease)), qm.q)
+	rest := make([]bool, len(first)) // the masters the doorway has not asked
+	unasked := 0
+	for i := range first {
+		if !first[i] && !hedged[i] {
+			rest[i] = true
+			unasked++
+		}
+	}
+	decided := n >= qm.q || answered >= qm.q && (w.req.Wait && n == 0 || n+unasked < qm.q)
+	w.mu.Unlock()
+	if !decided && ctx.Err() == nil && unasked > 0 {
+		// A master asked failed, or some granted and the others may make
+		// a majority: the doorway asks the rest.
+		second := rest
+		rest = make([]bool, len(first))
+		qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
+			if !second[i] {
+				return lua.QReply{}, errNotAsked
+			}
+			return send(cctx, i)
+		}, took, late)
+	}
 
 	if err := ctx.Err(); err != nil {
 		// The caller gave up during the doorway: a grant that raced with
@@ -211,6 +286,7 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		views := append([]qview(nil), w.views...)
 		w.mu.Unlock()
 		close(w.stop)
+		w.tryRest(ctx, rest)
 		return w.l.newHold(ctx, w.req, w.entry, views, valid, false, w.ord), false, nil
 	}
 	w.ticket = max(maxC+1, maxNow)
@@ -227,6 +303,63 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 		qm.wg.Go(func() { w.poll(ctx, i) })
 	}
 	return w.wait(ctx)
+}
+
+// doorwayHedge is how long the doorway's first round waits for the
+// majority it asked before it asks the other masters too: far above a
+// round trip to a master that answers, far below a call timeout.
+const doorwayHedge = 50 * time.Millisecond
+
+// doorwayMasters returns the masters the doorway asks first: a majority,
+// from a random master on, skipping those in an outage while there are
+// others. The ticket needs a majority's C (any two majorities share a
+// master), and a grant a majority's tries; the other masters are asked
+// only when those do not decide the doorway (a master failed, or the
+// tries were split), and after a grant (see tryRest). A waiting call
+// joins the line on every master all the same.
+func (w *qwaiter) doorwayMasters() []bool {
+	qm := w.l.qm
+	n := len(qm.masters)
+	ask := make([]bool, n)
+	start := rand.IntN(n)
+	picked := 0
+	for pass := 0; pass < 2 && picked < qm.q; pass++ {
+		for k := range n {
+			i := (start + k) % n
+			if picked == qm.q || ask[i] || pass == 0 && qm.masters[i].reach.isDown() {
+				continue
+			}
+			ask[i] = true
+			picked++
+		}
+	}
+	return ask
+}
+
+// tryRest sends the doorway's try to the masters it did not ask (rest),
+// once a majority granted: so that every master holds the hold, and it
+// outlives the loss of one. Each try takes its turn on its master now,
+// before any later call of the hold. As a try of the doorway answered
+// after the grant, a grant there is not taken into the hold's views,
+// whose token and validity stay those of the grant: the hold's first
+// renewal, which asks every master, counts it.
+func (w *qwaiter) tryRest(ctx context.Context, rest []bool) {
+	qm := w.l.qm
+	for i, r := range rest {
+		if !r {
+			continue
+		}
+		turn, next := w.ord.turn(i)
+		qm.wg.Go(func() {
+			<-turn
+			defer next()
+			cctx, cancel := qm.detached(ctx)
+			_, _ = qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
+				return s.QTry(w.l.keys, queue.NewID(), w.req.Owner, w.entry, ms(w.req.Lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
+			}, lua.ReadQTry)
+			cancel()
+		})
+	}
 }
 
 // tried takes a doorway answer into the views. Requires mu.

@@ -158,3 +158,11 @@ func (r *reach) answer(sent time.Time) {
 		r.back()
 	}
 }
+
+// isDown reports whether an outage is under way: the latest failure
+// noticed has not been followed by an answer.
+func (r *reach) isDown() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.down
+}

@@ -160,6 +160,8 @@ end
 
 -- leave takes entry out of lk's line. A list's LREM is the only step
 -- whose cost grows with the line: paid once, by a waiter that gives up.
+-- A line without times of joining (lk.joined nil: a quorum lock's) has
+-- none to remove.
 local function leave(lk, entry)
   if redis.call('ZREM', lk.deadline, entry) == 1 then
     if lk.ordered then
@@ -167,7 +169,9 @@ local function leave(lk, entry)
     else
       redis.call('LREM', lk.queue, 1, entry)
     end
-    redis.call('ZREM', lk.joined, entry)
+    if lk.joined then
+      redis.call('ZREM', lk.joined, entry)
+    end
   end
 end
 
@@ -188,7 +192,9 @@ local function line_pop(lk, head)
     redis.call('LPOP', lk.queue)
   end
   redis.call('ZREM', lk.deadline, head)
-  redis.call('ZREM', lk.joined, head)
+  if lk.joined then
+    redis.call('ZREM', lk.joined, head)
+  end
 end
 
 -- poll_hint returns how many ms a waiter in the lines of locks should

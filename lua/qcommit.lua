@@ -4,7 +4,9 @@
 -- KEYS[1..5]  the lock's keys on this master (see qlib.lua)
 -- ARGV[1]     owner id
 -- ARGV[2]     token T: the largest token of the hold's masters
--- ARGV[3]     lease in ms; 0 keeps the hold's expiry (a fixed lease)
+-- ARGV[3]     lease in ms: K is kept at least that long (with the waiter
+--             TTL); the hold's expiry is left as it is (its watchdog
+--             renews it)
 -- ARGV[4]     waiter TTL in ms
 -- ARGV[5]     clock skew in us (0; see qlib.lua)
 --
@@ -41,8 +43,5 @@ else
 end
 if h.token ~= t then
   redis.call('HSET', lk.hold, 'token', t)
-end
-if lease > 0 then
-  redis.call('PEXPIRE', lk.hold, lease)
 end
 return {1, t}

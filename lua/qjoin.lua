@@ -74,7 +74,7 @@ local reply
 if h and h.entry == entry then
   reply = {1, h.token, lower and 1 or 0, math.max(math.floor(math.min(lease, waiter_ttl) / 3), 1)}
 else
-  reply = {0, '0', 0, poll_hint({lk}, waiter_ttl)}
+  reply = {0, '0', 0, quorum_hint(lk, h, now, waiter_ttl)}
 end
 reply[5] = counter(lk)
 reply[6] = string.format('%d', clock_us)

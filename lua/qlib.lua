@@ -11,18 +11,22 @@
 -- of the lock, under the base P:{N}:q, given to every script as:
 --
 --   KEYS[1]  P:{N}:q           hash: owner, count, token, entry of the
---                              hold, its ticket, and inquired (the head
---                              the holder was last asked to yield to)
+--                              hold, since, its ticket, expires (see
+--                              quorum_hold), and inquired (the head the
+--                              holder was last asked to yield to)
 --   KEYS[2]  P:{N}:q:queue     zset: waiter entry -> its ticket, an
 --                              ordered line (see join)
 --   KEYS[3]  P:{N}:q:deadline  zset: entry -> its waiter deadline (ms)
 --   KEYS[4]  P:{N}:q:token     the token counter K (see next_token)
 --   KEYS[5]  P:{N}:q:ticket    the largest ticket written here, C
 --
--- and, computed from KEYS[1], the waiters' times of joining
--- P:{N}:q:joined, as a Mutex's, the tombstone P:{N}:q:gone:<waiter id> of
+-- and, computed from KEYS[1], the tombstone P:{N}:q:gone:<waiter id> of
 -- a Lock call that gave up or released (a join of it that arrives late is
--- refused), and receipts P:{N}:q:call:<call id> as a Mutex's.
+-- refused), and receipts P:{N}:q:call:<call id> as a Mutex's. A quorum
+-- lock keeps no times of joining (a Mutex's P:{N}:joined): a waiter's
+-- ticket, its score in the line, is drawn from the masters' clocks (in
+-- us) at its doorway, and tells those who look at the lock how long it
+-- has waited.
 --
 -- A Lock call draws a ticket once: above every C its first round (the
 -- doorway) read from a majority, and above every master clock it read
@@ -46,7 +50,7 @@
 local function quorum_lock(skew_at, keep)
   clock_skew_us = tonumber(ARGV[skew_at] or '0') or 0
   return {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], ticket = KEYS[5],
-    joined = KEYS[1] .. ':joined', ordered = true, keep = keep, k = nil}
+    joined = nil, ordered = true, keep = keep, k = nil}
 end
 
 -- Every redis.call costs a script far more than the command's own work,
@@ -135,14 +139,37 @@ local function counter(lk)
   return string.format('%d', lk.k)
 end
 
--- quorum_hold returns the hold here as a table, or nil.
+-- quorum_hold returns the hold here as a table, or nil. Its expires is
+-- the time (ms, the scripts' clock) its grant set it to expire at, which
+-- later calls only move later (renewals, re-entries, joins): a lower
+-- bound of its expiry, 0 when none was written (see quorum_hint).
 local function quorum_hold(lk)
-  local h = redis.call('HMGET', lk.hold, 'owner', 'count', 'token', 'entry', 'ticket', 'inquired')
+  local h = redis.call('HMGET', lk.hold, 'owner', 'count', 'token', 'entry', 'ticket', 'inquired', 'expires')
   if not h[1] then
     return nil
   end
   return {owner = h[1], count = tonumber(h[2] or '0'), token = h[3] or '0', entry = h[4] or '',
-    ticket = tonumber(h[5] or '') or math.huge, inquired = h[6]}
+    ticket = tonumber(h[5] or '') or math.huge, inquired = h[6], expires = tonumber(h[7] or '0') or 0}
+end
+
+-- quorum_hint returns how many ms a waiter should wait before it joins
+-- again, as poll_hint does (when the hold h expires, which publishes
+-- nothing, and at least every third of the waiter TTL), from the expiry
+-- its grant recorded (h.expires) while that is still ahead: a PTTL less
+-- per join. Once it has passed while the hold is still there (renewed
+-- since), the key's own expiry is read.
+local function quorum_hint(lk, h, now, waiter_ttl)
+  local hint = math.floor(waiter_ttl / 3)
+  if h then
+    local left = h.expires - now
+    if left <= 0 then
+      left = redis.call('PTTL', lk.hold)
+    end
+    if left >= 0 and left + 1 < hint then
+      hint = left + 1
+    end
+  end
+  return math.max(hint, 1)
 end
 
 -- line_front returns the live head of the line, its ticket and its
@@ -176,16 +203,13 @@ local function blocked(lk, h, now)
 end
 
 -- queue_join puts entry in the line by its ticket with the waiter
--- deadline now + ttl, and now as its time of joining, or, for an entry
--- already in line, moves its deadline there (a heartbeat): lib.lua's
--- join on an ordered line, which no caller here asks for its place. The
--- line and the deadlines have the same members, so ZADD NX tells the two
--- apart: it adds an entry that is not in line, and keeps the place of
--- one that is, whatever ticket it names.
+-- deadline now + ttl, or, for an entry already in line, moves its
+-- deadline there (a heartbeat): lib.lua's join on an ordered line, which
+-- no caller here asks for its place, and with no time of joining (see
+-- the top of this file). ZADD NX adds an entry that is not in line, and
+-- keeps the place of one that is, whatever ticket it names.
 local function queue_join(lk, entry, now, ttl, ticket)
-  if redis.call('ZADD', lk.queue, 'NX', ticket, entry) == 1 then
-    redis.call('ZADD', lk.joined, now, entry)
-  end
+  redis.call('ZADD', lk.queue, 'NX', ticket, entry)
   redis.call('ZADD', lk.deadline, now + ttl, entry)
 end
 
@@ -194,30 +218,42 @@ end
 -- waiter deadline, with its ticket recorded in the hold; its wake message
 -- goes on the head's channel of the wake channel. The head leaves the
 -- line first (ZPOPMIN, which cannot grow memory: see allow_full), and a
--- dead head leaves it untold. Returns the new hold as quorum_hold does,
--- or nil.
-local function quorum_hand_over(lk, now, channel)
+-- dead head leaves it untold. ended says that the hash still holds a
+-- hold that has just ended (a release's): the new hold's HSET writes
+-- over it, every field of it (inquired emptied), and when nobody lives
+-- in line the hash is deleted; a DEL less per hand-over. Returns the new
+-- hold as quorum_hold does, or nil.
+local function quorum_hand_over(lk, now, channel, ended)
   while true do
     local r = redis.call('ZPOPMIN', lk.queue)
     local head = r[1]
     if not head then
+      if ended then
+        redis.call('DEL', lk.hold)
+      end
       return nil
     end
     local deadline = tonumber(redis.call('ZSCORE', lk.deadline, head) or '0')
     redis.call('ZREM', lk.deadline, head)
-    redis.call('ZREM', lk.joined, head)
     local owner, lease = parse_entry(head)
     if deadline > now and owner and not is_ticket(head) then
       local ttl = math.min(lease, deadline - now)
       local token = draw_token(lk, ttl, now)
-      redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
-        'since', string.format('%d', now), 'ticket', r[2])
+      local expires = string.format('%d', now + ttl)
+      if ended then
+        redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
+          'since', string.format('%d', now), 'ticket', r[2], 'expires', expires, 'inquired', '')
+      else
+        redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
+          'since', string.format('%d', now), 'ticket', r[2], 'expires', expires)
+      end
       redis.call('PEXPIRE', lk.hold, ttl)
       wake(channel, head, token, now)
       if ttl <= 0 then
         return nil
       end
-      return {owner = owner, count = 1, token = token, entry = head, ticket = tonumber(r[2]), inquired = false}
+      return {owner = owner, count = 1, token = token, entry = head, ticket = tonumber(r[2]), inquired = false,
+        expires = now + ttl}
     end
   end
 end

@@ -15,10 +15,14 @@
 --
 -- Returns {held, count}: held 1 when the owner held here, count the levels
 -- it keeps. At the last level the hold ends, the committed token is
--- written back into K (so that every later token here is above it) when
--- K is below it, the entry leaves the line (the holder's entry is never in
--- it) and is buried, and the lock goes to the next live waiter. A
--- receipt makes a re-sent call count once.
+-- written into K (so that every later token here is above it) when K is
+-- below it, the entry leaves the line (the holder's entry is never in
+-- it) and is buried, and the lock goes to the next live waiter. A call
+-- that keeps levels leaves a receipt, so that a call sent again counts
+-- once; one that ends the hold, or finds none, leaves the tombstone only,
+-- which serves as its receipt: a last release that finds the entry
+-- buried answers {1, 0} and does nothing (the entry of a hold is buried
+-- only once the hold has ended, or never held here).
 
 local owner = ARGV[1]
 local entry = ARGV[2]
@@ -31,9 +35,12 @@ local tomb = tonumber(ARGV[8])
 local receipt_ttl = tonumber(ARGV[9])
 local lk = quorum_lock(10, waiter_ttl)
 
-local got = redis.call('MGET', KEYS[6], lk.token)
+local got = redis.call('MGET', KEYS[6], lk.token, gone_key(lk, entry))
 if got[1] then
   return {1, tonumber(got[1])}
+end
+if last and got[3] then
+  return {1, 0}
 end
 load_counter(lk, got[2])
 local now = now_ms()
@@ -54,17 +61,26 @@ if h.count > 1 then
   keep_receipt(KEYS[6], count, receipt_ttl)
   return {1, count}
 end
-redis.call('DEL', lk.hold)
+-- The hold ends. Every later token here must be above the committed
+-- one: a hand-over draws its token above lk.k, and writes it into K;
+-- with nobody to hand over to, K is raised to it (unless a commit here
+-- raised it already: K is kept until the clock term has passed it).
+local raise_to = nil
 if committed ~= '0' and lk.k < tonumber(committed) then
-  -- K at or above the committed token already (qcommit raised it here)
-  -- is kept until the clock term has passed it: nothing to write.
-  lk.k = raise(lk.token, lk.k, committed, now, waiter_ttl)
+  lk.k, raise_to = tonumber(committed), committed
 end
 if h.entry ~= entry then
   leave(lk, entry)
+end
+-- The head takes the hold in place, or the hash goes: either way the
+-- first write cannot grow memory (ZPOPMIN, DEL; see allow_full).
+quorum_hand_over(lk, now, channel, true)
+if raise_to and lk.k then
+  -- No token was drawn (draw_token forgets lk.k): K is raised here.
+  raise(lk.token, tonumber(got[2] or '0') or 0, raise_to, now, waiter_ttl)
+end
+if h.entry ~= entry then
   bury(lk, h.entry, tomb)
 end
 bury(lk, entry, tomb)
-keep_receipt(KEYS[6], 0, receipt_ttl)
-settle(lk, nil, now, channel)
 return finish({1, 0})

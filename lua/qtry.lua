@@ -73,6 +73,6 @@ if line_front(lk, now) then
 end
 local token = draw_token(lk, lease, now)
 redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
-  'since', string.format('%d', now))
+  'since', string.format('%d', now), 'expires', string.format('%d', now + lease))
 redis.call('PEXPIRE', lk.hold, lease)
 return answer(1, token, 1)

@@ -39,7 +39,7 @@ type WaiterState struct {
 	// them; nil when the ticket's list was not found (it ended meanwhile).
 	Ticket    bool
 	Locks     []string
-	Joined    time.Time     // server time at which it joined the line; zero when not known
+	Joined    time.Time     // server time at which it joined the line (a quorum lock's: its ticket's, the doorway's time); zero when not known
 	Waited    time.Duration // the server's now minus Joined; 0 when not known
 	Deadline  time.Time     // server time by which it must poll again; zero if it has none
 	Remaining time.Duration // Deadline minus the server's now (negative: due to be pruned)
@@ -224,8 +224,14 @@ func build(l lockOfKind, now time.Time, r *reads) (Snapshot, error) {
 	}
 	var line []string
 	if r.ordered {
+		// A quorum lock keeps no times of joining: a waiter's ticket, drawn
+		// from the masters' clocks (µs) at its doorway, is when it came.
 		for _, z := range r.zline.Val() {
-			line = append(line, z.Member.(string))
+			e := z.Member.(string)
+			line = append(line, e)
+			if _, ok := joined[e]; !ok {
+				joined[e] = float64(int64(z.Score) / 1000)
+			}
 		}
 	} else {
 		line = r.list.Val()
@@ -241,7 +247,7 @@ func build(l lockOfKind, now time.Time, r *reads) (Snapshot, error) {
 		w.Ticket = isTicket(e)
 		if ms, ok := joined[e]; ok {
 			w.Joined = at(ms)
-			w.Waited = now.Sub(w.Joined)
+			w.Waited = max(now.Sub(w.Joined), 0) // a ticket from a clock ahead of this one's
 		}
 		if ms, ok := deadline[e]; ok {
 			w.Deadline = at(ms)

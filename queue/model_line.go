@@ -80,8 +80,9 @@ func (l *line) join(entry string, now, ttl int64) int {
 // joinByTicket is join on an ordered line: an entry that is not in line
 // takes its place by ticket (ZADD, which moves an entry that is in the
 // zset to its new score), one in line only moves its deadline, and keeps
-// its place whatever ticket it names. It returns the entry's place in
-// line when it joined (1 for the head), 0 for a heartbeat.
+// its place whatever ticket it names. An ordered line keeps no time of
+// joining (its ticket tells it). It returns the entry's place in line
+// when it joined (1 for the head), 0 for a heartbeat.
 func (l *line) joinByTicket(entry string, now, ttl, ticket int64) int {
 	place := 0
 	if _, queued := l.deadlines[entry]; !queued {
@@ -92,7 +93,6 @@ func (l *line) joinByTicket(entry string, now, ttl, ticket int64) int {
 		}
 		l.queue = slices.Insert(l.queue, i, entry)
 		l.tickets[entry] = ticket
-		l.joined[entry] = now
 		place = i + 1
 	}
 	l.deadlines[entry] = now + ttl

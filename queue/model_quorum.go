@@ -52,6 +52,10 @@ type QuorumHold struct {
 	Ticket   int64  // the holder's ticket, when Ticketed
 	Ticketed bool   // false for a hold taken by a try, until its entry joins: its key is then above every waiter's
 	Inquired string // the head the holder was last asked to yield to; "" when never
+	// Expires is the field expires: the scripts' time (ms) its grant set
+	// it to expire at, which later calls only move later (a lower bound
+	// of ExpiresAt, on the scripts' clock); 0 when not written.
+	Expires int64
 }
 
 // QuorumState is everything a QuorumModel holds at one instant.
@@ -61,7 +65,6 @@ type QuorumState struct {
 	Queue     []string         // by (ticket, entry)
 	Tickets   map[string]int64 // entry -> its ticket in the line
 	Deadlines map[string]int64 // entry -> the scripts' time (ms) by which it must join again
-	Joined    map[string]int64 // entry -> the scripts' time (ms) it joined the line
 	Counter   int64            // K, the token counter; 0 when there is none
 	CounterAt int64            // when Counter > 0: server time (ms) at which it expires
 	Ticket    int64            // C, the largest ticket written; 0 when there is none
@@ -137,7 +140,7 @@ func (m *QuorumModel) Clone() *QuorumModel {
 		c.hold = &h
 	}
 	c.line = line{queue: slices.Clone(m.queue), deadlines: maps.Clone(m.deadlines), tickets: maps.Clone(m.tickets),
-		joined: maps.Clone(m.joined)}
+		joined: map[string]int64{}}
 	c.token, c.ticket = m.token, m.ticket
 	c.gone, c.receipts = maps.Clone(m.gone), maps.Clone(m.receipts)
 	c.flaws = m.flaws
@@ -168,7 +171,6 @@ func (m *QuorumModel) State() QuorumState {
 		Queue:     slices.Clone(m.queue),
 		Tickets:   maps.Clone(m.tickets),
 		Deadlines: maps.Clone(m.deadlines),
-		Joined:    maps.Clone(m.joined),
 		Counter:   m.token.lastToken,
 		CounterAt: m.token.tokenEnd,
 		Ticket:    m.ticket.lastToken,
@@ -226,6 +228,21 @@ func (m *QuorumModel) expireHold(ttl int64) {
 	m.hold.ExpiresAt = m.srv.now + ttl
 }
 
+// hint is qlib.lua's quorum_hint: the poll hint of a waiter, from the
+// expiry the hold's grant recorded while that is ahead of the scripts'
+// time now, else from the key's (PTTL).
+func (m *QuorumModel) hint(waiterTTL, now int64) int64 {
+	h := m.held()
+	if h == nil {
+		return hintOf(waiterTTL)
+	}
+	left := h.Expires - now
+	if left <= 0 {
+		left = m.pttl()
+	}
+	return hintOf(waiterTTL, left)
+}
+
 // pttl is PTTL on the hold: ms left, -1 when it never expires, -2 when
 // there is no hold.
 func (m *QuorumModel) pttl() int64 {
@@ -267,6 +284,7 @@ func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
 		m.hold = &QuorumHold{}
 	}
 	m.hold.Owner, m.hold.Count, m.hold.Token, m.hold.Entry, m.hold.Since = owner, 1, token, entry, c.now
+	m.hold.Expires = c.now + ttl
 	m.expireHold(ttl)
 	return token
 }

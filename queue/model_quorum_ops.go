@@ -104,7 +104,7 @@ func (m *QuorumModel) QJoin(owner, entry string, lease, waiterTTL, ticket, yield
 	if h := m.held(); h != nil && h.Entry == entry {
 		r = QuorumReply{State: 1, Token: h.Token, Lower: lower, Hint: max(floorDiv(min(lease, waiterTTL), 3), 1)}
 	} else {
-		r = QuorumReply{Hint: hintOf(waiterTTL, m.pttl())}
+		r = QuorumReply{Hint: m.hint(waiterTTL, c.now)}
 	}
 	r.Counter, r.Now = m.token.lastToken, c.us
 	return r
@@ -128,11 +128,13 @@ func (m *QuorumModel) QCancel(entry string, waiterTTL, tomb, skew int64) bool {
 // QRelease is qrelease.lua: owner gives up one level. Levels left keep
 // the hold (lease ms more; 0 keeps its expiry), with a receipt of the
 // count under call. At the last one the hold ends, K is raised to
-// committed (when not 0, and K is below it), the entry leaves the line, entry and the hold's
-// entry are buried for tomb ms, and the lock settles. An owner that does
-// not hold here only leaves the line and is buried, when last. The answer
-// has State (1 when the owner held here) and Count; a call that finds its
-// receipt answers from it.
+// committed (when not 0, and K is below it), the entry leaves the line,
+// entry and the hold's entry are buried for tomb ms, and the lock
+// settles. An owner that does not hold here only leaves the line and is
+// buried, when last. The answer has State (1 when the owner held here)
+// and Count; a call that finds its receipt answers from it, and a last
+// one that finds entry buried (the tombstone is its receipt) answers
+// State 1, Count 0.
 func (m *QuorumModel) QRelease(call, owner, entry string, committed, lease int64, last bool, waiterTTL, tomb, receiptTTL, skew int64) QuorumReply {
 	if r, ok := m.receipts[call]; ok {
 		count, err := strconv.Atoi(r.Answer)
@@ -140,6 +142,9 @@ func (m *QuorumModel) QRelease(call, owner, entry string, committed, lease int64
 			panic("queue: a qrelease call id that another script used: " + r.Answer)
 		}
 		return QuorumReply{State: 1, Count: count}
+	}
+	if last && m.buried(entry) {
+		return QuorumReply{State: 1}
 	}
 	c := m.begin(waiterTTL, skew)
 	h := m.held()
@@ -170,7 +175,6 @@ func (m *QuorumModel) QRelease(call, owner, entry string, committed, lease int64
 	if h.Entry != entry {
 		m.bury(h.Entry, tomb)
 	}
-	m.receipts.keep(call, "0", m.srv.now, receiptTTL)
 	m.settle(c)
 	return QuorumReply{State: 1}
 }
@@ -189,9 +193,9 @@ func (m *QuorumModel) QRenew(owner string, lease int64) QuorumReply {
 }
 
 // QCommit is qcommit.lua: owner's hold, when its token is at most t,
-// takes t as its token, K is raised to t (kept max(lease, waiterTTL) ms,
-// and until the clock term has passed it),
-// and the hold lasts lease ms more (0 keeps its expiry). The answer is
+// takes t as its token, and K is raised to t (kept max(lease, waiterTTL)
+// ms, and until the clock term has passed it); the hold's expiry is left
+// as it is. The answer is
 // State 1 with Token t, 2 with the hold's larger Token, or 0 with Counter
 // (K) when owner does not hold here.
 func (m *QuorumModel) QCommit(owner string, t, lease, waiterTTL, skew int64) QuorumReply {
@@ -207,9 +211,6 @@ func (m *QuorumModel) QCommit(owner string, t, lease, waiterTTL, skew int64) Quo
 		m.token.raise(t, c.now, m.srv.now, max(lease, waiterTTL))
 	}
 	h.Token = t
-	if lease > 0 {
-		m.expireHold(lease)
-	}
 	return QuorumReply{State: 1, Token: t}
 }
 

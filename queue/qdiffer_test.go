@@ -340,9 +340,6 @@ func diffQuorumState(want, got queue.QuorumState) string {
 	if !maps.Equal(want.Deadlines, got.Deadlines) {
 		fmt.Fprintf(&b, "deadlines: %v vs %v\n", want.Deadlines, got.Deadlines)
 	}
-	if !maps.Equal(want.Joined, got.Joined) {
-		fmt.Fprintf(&b, "joined: %v vs %v\n", want.Joined, got.Joined)
-	}
 	if want.Counter != got.Counter || !near(want.CounterAt, got.CounterAt) {
 		fmt.Fprintf(&b, "token counter: %d until %d vs %d until %d\n", want.Counter, want.CounterAt, got.Counter, got.CounterAt)
 	}

@@ -60,6 +60,11 @@ func checkQuorum(prev, s queue.QuorumState, c qcall, got any, now, top int64) er
 // hadReceipt reports whether c found its receipt, from an earlier run.
 func hadReceipt(prev queue.QuorumState, c qcall) bool {
 	_, ok := prev.Receipts[c.id]
+	if c.last {
+		// A last release's receipt is its entry's tombstone.
+		_, buried := prev.Gone[queue.WaiterIDOf(c.entry)]
+		ok = ok || buried
+	}
 	return ok
 }
 

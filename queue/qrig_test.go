@@ -140,7 +140,7 @@ func (r *qrig) state(ctx context.Context) (queue.QuorumState, []string, error) {
 // stateOf makes the lock's state from what state read.
 func (r *qrig) stateOf(rd qreads) (queue.QuorumState, error) {
 	now := rd.now
-	s := queue.QuorumState{Now: now, Tickets: map[string]int64{}, Deadlines: map[string]int64{}, Joined: map[string]int64{},
+	s := queue.QuorumState{Now: now, Tickets: map[string]int64{}, Deadlines: map[string]int64{},
 		Gone: map[string]int64{}, Receipts: map[string]queue.Receipt{}}
 	expiry := func(d time.Duration) int64 { return expiryAt(now, d) }
 	if h := rd.hold.Val(); len(h) > 0 {
@@ -159,8 +159,10 @@ func (r *qrig) stateOf(rd qreads) (queue.QuorumState, error) {
 	for _, z := range rd.deadlines.Val() {
 		s.Deadlines[z.Member.(string)] = int64(z.Score)
 	}
-	for _, z := range rd.joined.Val() {
-		s.Joined[z.Member.(string)] = int64(z.Score)
+	if n := len(rd.joined.Val()); n > 0 {
+		// A waiter's ticket tells when it joined: a quorum lock keeps no
+		// times of joining.
+		return s, fmt.Errorf("the times of joining hold %d entries, want none", n)
 	}
 	var err1, err2 error
 	if rd.counter.Err() == nil {
@@ -218,6 +220,8 @@ func quorumHold(h map[string]string) (queue.QuorumHold, error) {
 			hs.Ticket, hs.Ticketed = num(v), true
 		case "inquired":
 			hs.Inquired = v
+		case "expires":
+			hs.Expires = num(v)
 		default:
 			return hs, fmt.Errorf("hold has an unknown field %q", f)
 		}

@@ -124,7 +124,8 @@ func TestInspectShowsARWMutexsReadersWriterAndLine(t *testing.T) {
 }
 
 // A MultiLock's ticket shows in the line of each of its locks as a
-// ticket, with every name it waits for.
+// ticket, with every name it waits for and the time it has waited, both
+// read from the ticket's one key.
 func TestInspectShowsAMultiLockTicketWithItsOtherLocks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -134,6 +135,7 @@ func TestInspectShowsAMultiLockTicketWithItsOtherLocks(t *testing.T) {
 	require.NoError(t, err)
 	ticket := lockAsync(fairlock.ContextWithOwner(ctx, "batch"), e.client().MultiLock([]string{"a", "b", "c"}))
 	e.waitQueued("b", 1)
+	time.Sleep(50 * time.Millisecond) // for a time waited to show
 
 	for _, name := range []string{"a", "b", "c"} {
 		s, err := c.Inspect(ctx, name)
@@ -143,6 +145,9 @@ func TestInspectShowsAMultiLockTicketWithItsOtherLocks(t *testing.T) {
 		assert.Equal(t, fairlock.WaitsTicket, w.Kind, name)
 		assert.Equal(t, "batch", w.Owner, name)
 		assert.Equal(t, []string{"a", "b", "c"}, w.Locks, name)
+		// The ticket's time of joining is read from its key.
+		assert.GreaterOrEqual(t, w.WaitedFor, 50*time.Millisecond, name)
+		assert.Less(t, w.WaitedFor, time.Minute, name)
 	}
 	require.NoError(t, c.Mutex("b").Unlock(held))
 	r := await(t, ticket, 5*time.Second)

@@ -31,7 +31,7 @@ func (e *env) requireLocked(want bool, names ...string) {
 func (e *env) requireNoTickets() {
 	e.t.Helper()
 	var left []string
-	iter := e.rdb.Scan(context.Background(), 0, e.prefix+":*:ticket:*", 100).Iterator()
+	iter := e.rdb.Scan(context.Background(), 0, e.prefix+":ticket:*", 100).Iterator()
 	for iter.Next(context.Background()) {
 		left = append(left, iter.Val())
 	}

@@ -83,6 +83,26 @@ func TestFreeLocksLeaveNoKeysOnceTheirReceiptsExpire(t *testing.T) {
 	require.NoError(t, r.err)
 	require.NoError(t, other.Unlock(r.ctx))
 
+	// A MultiLock's ticket granted by a release, and one that gives up:
+	// neither leaves its key behind.
+	ml := c.MultiLock([]string{"set-a", "set-b"})
+	mctx, err := ml.Lock(ctx)
+	require.NoError(t, err)
+	mc := e.client(opts...)
+	granted := lockAsync(ctx, mc.MultiLock([]string{"set-a", "set-b"}))
+	e.waitQueued("set-a", 1)
+	gctx, cancel := context.WithCancel(ctx)
+	givesUp := lockAsync(gctx, mc.MultiLock([]string{"set-b", "set-c"}))
+	e.waitQueued("set-c", 1)
+	cancel()
+	require.ErrorIs(t, await(t, givesUp, 10*time.Second).err, context.Canceled)
+	e.waitQueued("set-c", 0)
+	require.NoError(t, ml.Unlock(mctx))
+	r = await(t, granted, 10*time.Second)
+	require.NoError(t, r.err)
+	require.NoError(t, mc.MultiLock([]string{"set-a", "set-b"}).Unlock(r.ctx))
+	e.requireNoTickets()
+
 	// Every key left expires: none stays for good.
 	keys, err := e.scanKeys(ctx)
 	require.NoError(t, err)

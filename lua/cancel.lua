@@ -6,8 +6,8 @@
 -- ARGV[2]     waiter entry of the Lock call that gives up
 -- ARGV[3]     wake channel P:{N}:wake of the first lock
 --
--- Removes the entry from each lock's queue and deadline set (and a
--- ticket's lists). If a lock was handed to this entry meanwhile (the
+-- Removes the entry from each lock's queue and deadline set (and drops a
+-- ticket's key). If a lock was handed to this entry meanwhile (the
 -- grant raced with the give-up), that level is released, which hands the
 -- lock to the next live waiter. If a lock is free while others wait, it
 -- is handed to the live head. Returns 1 when a level handed to the entry
@@ -31,9 +31,9 @@ end
 
 for _, l in ipairs(locks) do
   leave(l, entry)
-  if #locks > 1 then
-    redis.call('DEL', ticket_key(l, entry))
-  end
+end
+if #locks > 1 then
+  redis.call('DEL', ticket_key(LOCK, entry))
 end
 
 local released = 0

@@ -122,6 +122,41 @@ local function well_formed(entry)
   return string.find(entry, '^%x+:%d+:.') ~= nil
 end
 
+-- A MultiLock whose locks live on one server joins all their lines at
+-- once with one entry, a ticket: its waiter id ends with the ticket
+-- version (2, after the tag; see wake_target). The ticket's one key,
+-- P:ticket:<waiter id> (ticket_key, under the prefix P of its locks), is
+-- a list: the server time (ms) the ticket joined its lines, then the hash
+-- keys of all its locks, in key order. The ticket is granted every lock
+-- at once, when it heads every line and none of the locks is held (see
+-- ticket_ready); until then it holds none of them, and a lock it heads
+-- stays free: nobody passes it. A ticket whose key is gone (expired with
+-- its waiter) is dead. A ticket's time of joining is kept in its key
+-- alone, not in the joined sets of its locks (see join).
+-- TICKET_PATTERN matches a ticket's entry: 24 hex digits of waiter id
+-- and tag, then the version. (Written out: a function library's code runs
+-- at load without the string library.)
+local TICKET_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x2:'
+
+-- is_ticket reports whether entry is a MultiLock's ticket.
+local function is_ticket(entry)
+  return string.find(entry, TICKET_PATTERN) ~= nil
+end
+
+-- keeps_joined reports whether lk's joined set holds the time of joining
+-- of entry: a quorum lock keeps none (lk.joined is nil; see qlib.lua),
+-- and a ticket's is in its key instead.
+local function keeps_joined(lk, entry)
+  return lk.joined ~= nil and not is_ticket(entry)
+end
+
+-- ticket_key returns the key of the ticket entry, one of whose locks is
+-- lk: P:ticket:<waiter id>, P being the prefix of lk's keys (which holds
+-- no brace).
+local function ticket_key(lk, entry)
+  return string.match(lk.hold, '^([^{]*):{') .. ':ticket:' .. string.match(entry, '^(%x+):')
+end
+
 -- A line comes in two shapes. A lock of one server keeps a list, in the
 -- order its waiters joined. A quorum lock (see qlib.lua) keeps a zset,
 -- lk.ordered: entry -> the ticket its caller drew, which is one order on
@@ -137,6 +172,8 @@ end
 -- in line when it joined (1 for the head), 0 for a heartbeat. An entry
 -- that joins has now written as its time of joining (lk.joined), which
 -- only those who look at the lock read: how long each waiter has waited.
+-- A ticket's is kept in its key instead (written by multiacquire.lua;
+-- see keeps_joined).
 --
 -- A heartbeat grows nothing, and keeps the waiter's place on a full
 -- server too: the ZREM, which cannot grow memory, goes first (see
@@ -150,7 +187,9 @@ local function join(lk, entry, now, ttl, ticket)
     else
       joined = redis.call('RPUSH', lk.queue, entry)
     end
-    redis.call('ZADD', lk.joined, string.format('%d', now), entry)
+    if keeps_joined(lk, entry) then
+      redis.call('ZADD', lk.joined, string.format('%d', now), entry)
+    end
   else
     redis.call('ZREM', lk.deadline, entry)
   end
@@ -169,7 +208,7 @@ local function leave(lk, entry)
     else
       redis.call('LREM', lk.queue, 1, entry)
     end
-    if lk.joined then
+    if keeps_joined(lk, entry) then
       redis.call('ZREM', lk.joined, entry)
     end
   end
@@ -177,7 +216,7 @@ end
 
 -- line_head returns the first entry of lk's line, or nil; line_pop takes
 -- the line's first entry, head, out of it, with its deadline and time of
--- joining.
+-- joining (see keeps_joined).
 local function line_head(lk)
   if lk.ordered then
     return redis.call('ZRANGE', lk.queue, '0', '0')[1]
@@ -192,7 +231,7 @@ local function line_pop(lk, head)
     redis.call('LPOP', lk.queue)
   end
   redis.call('ZREM', lk.deadline, head)
-  if lk.joined then
+  if keeps_joined(lk, head) then
     redis.call('ZREM', lk.joined, head)
   end
 end
@@ -212,29 +251,6 @@ local function poll_hint(locks, waiter_ttl)
   return math.max(hint, 1)
 end
 
--- A MultiLock whose locks live on one server joins all their lines at
--- once with one entry, a ticket: its waiter id ends with the ticket
--- version (2, after the tag; see wake_target), and each of its locks
--- keeps a list of the hash keys of all of them, oldest first in key order,
--- at ticket_key. The ticket is granted every lock at once, when it heads
--- every line and none of the locks is held (see ticket_ready); until then
--- it holds none of them, and a lock it heads stays free: nobody passes
--- it. A ticket whose lists are gone (expired with its waiter) is dead.
-local TICKET_VERSION = '2'
--- (Written out: a function library's code runs at load without the
--- string library.)
-local TICKET_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x2:'
-
--- is_ticket reports whether entry is a MultiLock's ticket.
-local function is_ticket(entry)
-  return string.find(entry, TICKET_PATTERN) ~= nil
-end
-
--- ticket_key returns the key of the list of a ticket's locks kept by lk.
-local function ticket_key(lk, entry)
-  return lk.hold .. ':ticket:' .. string.match(entry, '^(%x+):')
-end
-
 -- prune drops waiters from the head of the queue while the head has no
 -- deadline, a deadline at or before now, or is malformed, and returns the
 -- live head, its deadline and now, or nil when the queue is empty. Each
@@ -243,8 +259,8 @@ end
 -- the queue has a head, so a call that finds nobody waiting never pays
 -- for TIME.
 --
--- A ticket's deadline is read as any waiter's. Its lists expire with it,
--- and one whose lists have expired first (PEXPIRE counts from the start
+-- A ticket's deadline is read as any waiter's. Its key expires with it,
+-- and one whose key has expired first (PEXPIRE counts from the start
 -- of the script on Redis 7.2 and later, a ms or so before its TIME) is
 -- dropped by the hand-over that finds it (see hand_over).
 local function prune(lk, now)
@@ -409,10 +425,11 @@ end
 -- hand_over and wake are defined below; the ticket helpers call them.
 local hand_over, wake
 
--- ticket_locks returns the keys of every lock of the ticket entry, which
--- lk keeps, in key order; nil when the ticket is dead.
+-- ticket_locks returns the keys of every lock of the ticket entry, one of
+-- which is lk, in key order, as its key lists them; nil when the ticket is
+-- dead.
 local function ticket_locks(lk, entry)
-  local bases = redis.call('LRANGE', ticket_key(lk, entry), 0, -1)
+  local bases = redis.call('LRANGE', ticket_key(lk, entry), 1, -1)
   if #bases == 0 then
     return nil
   end
@@ -481,7 +498,7 @@ end
 
 -- grant_ticket gives every lock of the ticket entry, which heads each of
 -- their lines, to its owner, each under a fresh token, and drops the
--- ticket's lists. It returns the tokens, in the order of locks.
+-- ticket's key. It returns the tokens, in the order of locks.
 --
 -- lease is the holds' TTL in ms when the ticket's own call takes them:
 -- its waiter is there to hold them, as a Mutex's poll that finds the lock
@@ -493,13 +510,11 @@ local function grant_ticket(locks, entry, now, lease, deadline)
   local owner, entry_lease = parse_entry(entry)
   local ttl = lease or math.min(entry_lease, deadline - now)
   local tokens = {}
-  local lists = {}
   for i, l in ipairs(locks) do
     line_pop(l, entry)
     tokens[i] = take(l, owner, entry, ttl, now)
-    lists[i] = ticket_key(l, entry)
   end
-  redis.call('DEL', unpack(lists))
+  redis.call('DEL', ticket_key(locks[1], entry))
   return tokens
 end
 
@@ -570,7 +585,7 @@ end
 --
 -- A head that is a ticket gets the lock only together with every other
 -- lock of the ticket, once it is ready (see hand_over_ticket); until then
--- the lock stays free, and nil is returned. A ticket whose lists have
+-- the lock stays free, and nil is returned. A ticket whose key has
 -- expired is dead: it leaves the line, and the next head is served.
 hand_over = function(lk, now, channel, own)
   local granted, message
@@ -578,7 +593,7 @@ hand_over = function(lk, now, channel, own)
     if is_ticket(head) then
       local locks = ticket_locks(lk, head)
       if not locks then
-        return 'drop' -- dead: its lists expired
+        return 'drop' -- dead: its key expired
       end
       granted = hand_over_ticket(locks, lk, head, deadline, at)
       return 'stop'

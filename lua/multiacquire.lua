@@ -104,26 +104,27 @@ end
 --    every line at its end, then take every lock, for the full lease, if
 --    the ticket is ready.
 --
---    The ticket keeps its places only while all its lists are there;
---    else it left every line (a grant, a cancel) or is dead (its lists
---    expired with it, and it may already be pruned from some lines but
---    not from others). It then leaves each line it is still in, and joins
---    every one anew. So the places of a ticket in its lines are always
---    those one call gave it, and two tickets stand in the same order in
---    every line they share: a ticket that rejoined some lines and kept
---    its old place in others could stand behind another in one line and
---    ahead of it in another, each would head a line the other waits in,
---    and neither would ever be granted. (A ticket new to every line
---    writes nothing before it joins, so that a full server refuses it.)
-local lists = {}
-for i, l in ipairs(locks) do
-  lists[i] = ticket_key(l, entry)
-end
-local present = redis.call('EXISTS', unpack(lists))
+--    The ticket keeps its places only while its key is there; else it
+--    left every line (a grant, a cancel) or is dead (its key expired with
+--    it, and it may already be pruned from some lines but not from
+--    others). It then leaves each line it is still in, and joins every
+--    one anew. So the places of a ticket in its lines are always those
+--    one call gave it, and two tickets stand in the same order in every
+--    line they share: a ticket that rejoined some lines and kept its old
+--    place in others could stand behind another in one line and ahead of
+--    it in another, each would head a line the other waits in, and
+--    neither would ever be granted. (A ticket new to every line writes
+--    nothing before it joins, so that a full server refuses it.)
+--
+--    A ticket that joins every line writes its key: the time it joined,
+--    then its locks' hash keys (see lib.lua); its time of joining is in
+--    no lock's joined set.
+local key = ticket_key(locks[1], entry)
+local present = redis.call('EXISTS', key) == 1
 local joined = 0
 for _, l in ipairs(locks) do
   local place
-  if present == #locks then
+  if present then
     place = join(l, entry, now, waiter_ttl)
   else
     -- Join the line at its end: the deadline first, added only if the
@@ -135,23 +136,17 @@ for _, l in ipairs(locks) do
       redis.call('ZADD', l.deadline, now + waiter_ttl, entry)
     end
     place = redis.call('RPUSH', l.queue, entry)
-    redis.call('ZADD', l.joined, now, entry)
   end
   joined = math.max(joined, place)
 end
-local bases = {}
-for i, l in ipairs(locks) do
-  bases[i] = l.hold
-end
-for i, list in ipairs(lists) do
-  if joined > 0 then
-    if present > 0 then
-      redis.call('DEL', list)
-    end
-    redis.call('RPUSH', list, unpack(bases))
+if not present then
+  local list = {string.format('%d', now)}
+  for i, l in ipairs(locks) do
+    list[i + 1] = l.hold
   end
-  redis.call('PEXPIRE', list, waiter_ttl)
+  redis.call('RPUSH', key, unpack(list))
 end
+redis.call('PEXPIRE', key, waiter_ttl)
 local ready, handed = ticket_ready(locks, entry, now, nil, free)
 if ready then
   return finish(granted(grant_ticket(locks, entry, now, lease)))

@@ -3,6 +3,8 @@ package lua_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,9 +169,9 @@ func TestACancelledTicketLeavesEveryLine(t *testing.T) {
 	require.False(t, released)
 	require.Equal(t, "s", r.holder("a"), "a goes to the waiter behind the ticket")
 	require.Empty(t, r.line("b"))
-	n, err := r.rdb.Exists(context.Background(), r.ks["a"].Lock+":ticket:"+queue.WaiterIDOf(tk), r.ks["b"].Lock+":ticket:"+queue.WaiterIDOf(tk)).Result()
+	n, err := r.rdb.Exists(context.Background(), r.ks["a"].TicketKey(queue.WaiterIDOf(tk))).Result()
 	require.NoError(t, err)
-	require.Zero(t, n, "the ticket's lists are gone")
+	require.Zero(t, n, "the ticket's key is gone")
 
 	// A ticket handed its locks, then cancelled, gives them back.
 	tk2 := ticket(2, "m")
@@ -198,10 +200,10 @@ func TestADeadTicketIsPruned(t *testing.T) {
 	require.Empty(t, r.holder("b"))
 }
 
-// A ticket whose list a lock no longer keeps (it expired a moment before
-// the ticket's deadline) is dead there: the hand-over that finds it at
-// the head drops it and serves the waiter behind it.
-func TestATicketWhoseListExpiredIsDroppedByAHandOver(t *testing.T) {
+// A ticket whose key is gone (it expired a moment before the ticket's
+// deadline) is dead: the hand-over that finds it at the head drops it and
+// serves the waiter behind it.
+func TestATicketWhoseKeyExpiredIsDroppedByAHandOver(t *testing.T) {
 	r := newTicketRig(t, "a", "b")
 	ctx := context.Background()
 	require.True(t, r.lock("a", "h").Granted)
@@ -209,7 +211,7 @@ func TestATicketWhoseListExpiredIsDroppedByAHandOver(t *testing.T) {
 	tk := ticket(1, "m")
 	require.False(t, r.multi("m", tk, queue.ModeWait, "a", "b").Granted)
 	require.False(t, r.lock("a", "s").Granted, "behind the ticket")
-	require.NoError(t, r.rdb.Del(ctx, r.ks["a"].Lock+":ticket:"+queue.WaiterIDOf(tk)).Err())
+	require.NoError(t, r.rdb.Del(ctx, r.ks["a"].TicketKey(queue.WaiterIDOf(tk))).Err())
 	r.release("a", "h")
 	require.Equal(t, "s", r.holder("a"), "the dead ticket was dropped")
 	require.Empty(t, r.line("a"), "and left the line")
@@ -217,14 +219,14 @@ func TestATicketWhoseListExpiredIsDroppedByAHandOver(t *testing.T) {
 
 // dies makes the ticket entry dead in the lines of names, as if its
 // waiter had stopped polling for the waiter TTL: its deadlines are past,
-// and its lists expired with them.
+// and its key expired with them.
 func (r *ticketRig) dies(entry string, names ...string) {
 	r.t.Helper()
 	ctx := context.Background()
 	for _, name := range names {
 		k := r.ks[name]
 		require.NoError(r.t, r.rdb.ZAdd(ctx, k.Deadline, redis.Z{Score: 1, Member: entry}).Err())
-		require.NoError(r.t, r.rdb.Del(ctx, k.Lock+":ticket:"+queue.WaiterIDOf(entry)).Err())
+		require.NoError(r.t, r.rdb.Del(ctx, k.TicketKey(queue.WaiterIDOf(entry))).Err())
 	}
 }
 
@@ -339,4 +341,55 @@ func TestAReleaseOfSeveralHoldsGrantsAWaitingTicketWhole(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, reps, again, "the call of several sent again")
 	require.Equal(t, "m", r.holder("c"))
+}
+
+// A waiting ticket has one key, under the prefix of its locks: the server
+// time it joined, then its locks' hash keys in key order, expiring with
+// its waiter deadline; its time of joining is in no lock's joined set. A
+// poll that keeps its place keeps that time. The grant drops the key, and
+// leaves nothing of the ticket in any joined set.
+func TestATicketKeepsItsTimeOfJoiningAndItsLocksInOneKey(t *testing.T) {
+	r := newTicketRig(t, "a", "b", "c")
+	ctx := context.Background()
+	require.True(t, r.lock("b", "h").Granted)
+	tk := ticket(1, "m")
+	before, err := r.rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.False(t, r.multi("m", tk, queue.ModeWait, "a", "b", "c").Granted)
+
+	key := r.ks["a"].TicketKey(queue.WaiterIDOf(tk))
+	require.Equal(t, strings.TrimSuffix(r.ks["a"].Lock, ":{a}")+":ticket:"+queue.WaiterIDOf(tk), key, "under the locks' prefix")
+	list, err := r.rdb.LRange(ctx, key, 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, list, 4)
+	require.Equal(t, []string{r.ks["a"].Lock, r.ks["b"].Lock, r.ks["c"].Lock}, list[1:])
+	joined, err := strconv.ParseInt(list[0], 10, 64)
+	require.NoError(t, err)
+	require.InDelta(t, before.UnixMilli(), joined, 1000, "the server time it joined, in ms")
+	ttl, err := r.rdb.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	require.InDelta(t, 30*time.Second, ttl, float64(time.Second), "expires with the waiter TTL")
+	for _, name := range []string{"a", "b", "c"} {
+		n, err := r.rdb.ZCard(ctx, r.ks[name].Joined).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "%s's joined set", name)
+		_, err = r.rdb.Get(ctx, r.ks[name].Lock+":ticket:"+queue.WaiterIDOf(tk)).Result()
+		require.ErrorIs(t, err, redis.Nil, "no key of the ticket under %s", name)
+	}
+
+	require.False(t, r.multi("m", tk, queue.ModeWait, "a", "b", "c").Granted, "a heartbeat")
+	again, err := r.rdb.LRange(ctx, key, 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, list, again, "a poll that keeps its place keeps its time")
+
+	r.release("b", "h")
+	require.Equal(t, "m", r.holder("a"))
+	n, err := r.rdb.Exists(ctx, key).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the grant drops the key")
+	for _, name := range []string{"a", "b", "c"} {
+		n, err := r.rdb.ZCard(ctx, r.ks[name].Joined).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "%s's joined set", name)
+	}
 }

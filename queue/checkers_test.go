@@ -27,7 +27,7 @@ func TestTicketCheckersCatchEachViolation(t *testing.T) {
 		return &queue.HoldState{Owner: "m", Count: 1, Token: token, Entry: entry}
 	}
 	// waiting returns the state of a free lock with entries in line, all
-	// live, and the lists of the tickets among them.
+	// live, and the keys of the tickets among them.
 	waiting := func(entries ...string) queue.State {
 		s := queue.State{Now: now, Queue: entries, Deadlines: map[string]int64{}, Tickets: map[string]queue.TicketList{}}
 		for _, e := range entries {

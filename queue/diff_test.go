@@ -109,7 +109,7 @@ func halfIfShort(n int) int {
 var lockNames = []string{"a", "b", "c", "d"}
 
 // The same on several locks of one server, with MultiLocks' tickets: every
-// lock's state (tickets' lists included) and every wake message are
+// lock's state (the keys of its tickets included) and every wake message are
 // compared after each step, and the invariants of tickets checked.
 func TestScriptsOfSeveralLocksMatchModelOnMiniredis(t *testing.T) {
 	for _, seed := range seeds(t, halfIfShort(4)) {

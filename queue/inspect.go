@@ -36,7 +36,8 @@ type WaiterState struct {
 	Exclusive bool          // a RWMutex's writer
 	// Ticket is set for a MultiLock's ticket: one entry in the lines of
 	// several locks. Locks names them all, in key order, this one among
-	// them; nil when the ticket's list was not found (it ended meanwhile).
+	// them; nil when the ticket's key was not found (it ended meanwhile).
+	// A ticket's Joined is read from that key too (zero when not found).
 	Ticket    bool
 	Locks     []string
 	Joined    time.Time     // server time at which it joined the line (a quorum lock's: its ticket's, the doorway's time); zero when not known
@@ -90,8 +91,8 @@ type Snapshot struct {
 func (s Snapshot) InUse() bool { return len(s.Holders) > 0 || len(s.Waiters) > 0 }
 
 // Inspect reads a snapshot of one Mutex (k from For or Quorum) in a
-// single transaction, and the names of the locks of the MultiLock tickets
-// in its line in one more round trip. It is a debugging aid: it changes
+// single transaction, and the keys of the MultiLock tickets in its line
+// (their locks' names and times of joining) in one more round trip. It is a debugging aid: it changes
 // nothing, and what it shows may be stale the moment it returns.
 func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 	ss, err := inspect(ctx, rdb, []lockOfKind{{k, KindMutex}})
@@ -144,7 +145,7 @@ type reads struct {
 	ordered, wght bool
 }
 
-// inspect reads the locks in one transaction, then the lists of the
+// inspect reads the locks in one transaction, then the keys of the
 // tickets their lines hold.
 func inspect(ctx context.Context, rdb Reader, locks []lockOfKind) ([]Snapshot, error) {
 	p := rdb.TxPipeline()
@@ -301,9 +302,11 @@ func (s *Snapshot) weightedHolders(r *reads, at func(float64) time.Time) error {
 	return nil
 }
 
-// readTickets reads, in one round trip, the lists of the MultiLock
-// tickets in the lines of ss (locks are their keys), and names each
-// ticket's locks. A ticket whose list is gone keeps Locks nil.
+// readTickets reads, in one round trip, the keys of the MultiLock tickets
+// in the lines of ss (locks are their keys; see Keys.TicketKey), and
+// gives each ticket its locks' names and its time of joining, which its
+// key alone keeps. A ticket whose key is gone keeps Locks nil and
+// Joined zero.
 func readTickets(ctx context.Context, rdb Reader, locks []lockOfKind, ss []Snapshot) error {
 	type want struct {
 		s, w int
@@ -314,7 +317,7 @@ func readTickets(ctx context.Context, rdb Reader, locks []lockOfKind, ss []Snaps
 	for i := range ss {
 		for j, w := range ss[i].Waiters {
 			if w.Ticket {
-				ws = append(ws, want{i, j, p.LRange(ctx, locks[i].k.Lock+":ticket:"+w.ID, 0, -1)})
+				ws = append(ws, want{i, j, p.LRange(ctx, locks[i].k.TicketKey(w.ID), 0, -1)})
 			}
 		}
 	}
@@ -325,13 +328,22 @@ func readTickets(ctx context.Context, rdb Reader, locks []lockOfKind, ss []Snaps
 		return firstErr(cmds, err)
 	}
 	for _, w := range ws {
+		list := w.cmd.Val()
+		if len(list) == 0 {
+			continue
+		}
+		wt := &ss[w.s].Waiters[w.w]
+		if ms, err := strconv.ParseInt(list[0], 10, 64); err == nil && wt.Joined.IsZero() {
+			wt.Joined = time.UnixMilli(ms)
+			wt.Waited = ss[w.s].Now.Sub(wt.Joined)
+		}
 		var names []string
-		for _, base := range w.cmd.Val() {
+		for _, base := range list[1:] {
 			if name, ok := nameOf(base); ok {
 				names = append(names, name)
 			}
 		}
-		ss[w.s].Waiters[w.w].Locks = names
+		wt.Locks = names
 	}
 	return nil
 }

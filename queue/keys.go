@@ -78,6 +78,16 @@ func Quorum(prefix, name string) (Keys, error) {
 	return q, nil
 }
 
+// TicketKey returns the key of the MultiLock ticket with waiter id id
+// one of whose locks has the keys k: P:ticket:<waiter id>, under the
+// prefix P of k, a list of the server time (ms) the ticket joined its
+// lines, then the hash keys of its locks in key order (see lua/lib.lua).
+// It carries no hash tag: a ticket is made only of locks of one server.
+func (k Keys) TicketKey(id string) string {
+	prefix, _, _ := strings.Cut(k.Lock, ":{")
+	return prefix + ":ticket:" + id
+}
+
 // Gone returns the key of the tombstone of a quorum lock's Lock call with
 // waiter id id (see lua/lib.lua).
 func (k Keys) Gone(id string) string { return k.Lock + ":gone:" + id }

@@ -250,9 +250,10 @@ func diffState(want, got queue.State, tol int64) string {
 		fmt.Fprintf(&b, "receipts: %v vs %v\n", want.Receipts, got.Receipts)
 	}
 	if !maps.EqualFunc(want.Tickets, got.Tickets, func(x, y queue.TicketList) bool {
-		return slices.Equal(x.Locks, y.Locks) && near(x.ExpiresAt, y.ExpiresAt) && (x.ExpiresAt == 0) == (y.ExpiresAt == 0)
+		return slices.Equal(x.Locks, y.Locks) && near(x.Joined, y.Joined) && near(x.ExpiresAt, y.ExpiresAt) &&
+			(x.ExpiresAt == 0) == (y.ExpiresAt == 0)
 	}) {
-		fmt.Fprintf(&b, "tickets' lists: %v vs %v\n", want.Tickets, got.Tickets)
+		fmt.Fprintf(&b, "tickets' keys: %v vs %v\n", want.Tickets, got.Tickets)
 	}
 	return b.String()
 }

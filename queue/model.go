@@ -19,7 +19,7 @@ import (
 //
 // Time is in milliseconds of the server's clock and moves only when
 // Advance is called. A hold, the token counter, a receipt or a ticket's
-// list is gone once the clock reaches the time at which it expires, as a
+// key is gone once the clock reaches the time at which it expires, as a
 // key whose PEXPIRE (or PX) has run down to 0 (a real Redis server keeps
 // such a key for that last millisecond, and drops it once its clock
 // passes the expiry).
@@ -35,13 +35,12 @@ import (
 // A Model is not safe for concurrent use.
 type Model struct {
 	srv *Server // the server the lock lives on: its clock, its other locks
-	key string  // the hash key P:{N}, which the lists of tickets name
+	key string  // the hash key P:{N}, which the keys of tickets name
 
-	hold     *HoldState            // the hash P:{N}; nil when the lock is free
-	line                           // the list P:{N}:queue and the zset P:{N}:deadline
-	counter                        // the counter P:{N}:token
-	receipts receipts              // the keys P:{N}:call:<id>, by call id
-	tickets  map[string]TicketList // the lists P:{N}:ticket:<waiter id>, by waiter id
+	hold     *HoldState // the hash P:{N}; nil when the lock is free
+	line                // the list P:{N}:queue and the zset P:{N}:deadline
+	counter             // the counter P:{N}:token
+	receipts receipts   // the keys P:{N}:call:<id>, by call id
 }
 
 // HoldState is the hold of a lock: the fields of its hash and its expiry.
@@ -62,11 +61,12 @@ type Receipt struct {
 	ExpiresAt int64 // server time (ms)
 }
 
-// TicketList is the list a lock keeps of the locks of a ticket waiting in
-// its line: their hash keys, in key order, and when the list expires (it
-// expires with the ticket's waiter deadline; a ticket whose list is gone
-// is dead).
+// TicketList is the key of a MultiLock's ticket, P:ticket:<waiter id>
+// (see Keys.TicketKey): the server time it joined its lines, the hash
+// keys of its locks, in key order, and when the key expires (with the
+// ticket's waiter deadline; a ticket whose key is gone is dead).
 type TicketList struct {
+	Joined    int64 // server time (ms)
 	Locks     []string
 	ExpiresAt int64 // server time (ms); 0: never
 }
@@ -81,7 +81,7 @@ type State struct {
 	LastToken int64                 // the fencing counter; 0 when there is none
 	TokenEnd  int64                 // when LastToken > 0: server time (ms) at which the counter expires
 	Receipts  map[string]Receipt    // by call id
-	Tickets   map[string]TicketList // by waiter id
+	Tickets   map[string]TicketList // the tickets whose keys name the lock, by waiter id
 }
 
 // NewModel returns the model of a lock that has never been used, alone on
@@ -100,7 +100,7 @@ func (m *Model) Now() int64 { return m.srv.now }
 func (m *Model) Advance(d int64) { m.srv.Advance(d) }
 
 // expire drops what has expired by the server's clock: the hold, the token
-// counter, receipts and tickets' lists.
+// counter and receipts.
 func (m *Model) expire() {
 	now := m.srv.now
 	if m.hold != nil && m.hold.ExpiresAt != 0 && now >= m.hold.ExpiresAt {
@@ -108,11 +108,6 @@ func (m *Model) expire() {
 	}
 	m.counter.expire(now)
 	m.receipts.expire(now)
-	for id, l := range m.tickets {
-		if l.ExpiresAt != 0 && now >= l.ExpiresAt {
-			delete(m.tickets, id)
-		}
-	}
 }
 
 // State returns a copy of the model's state.
@@ -125,14 +120,16 @@ func (m *Model) State() State {
 		LastToken: m.lastToken,
 		TokenEnd:  m.tokenEnd,
 		Receipts:  maps.Clone(m.receipts),
-		Tickets:   make(map[string]TicketList, len(m.tickets)),
+		Tickets:   map[string]TicketList{},
 	}
 	if m.hold != nil {
 		h := *m.hold
 		s.Hold = &h
 	}
-	for id, l := range m.tickets {
-		s.Tickets[id] = TicketList{Locks: slices.Clone(l.Locks), ExpiresAt: l.ExpiresAt}
+	for id, l := range m.srv.tickets {
+		if slices.Contains(l.Locks, m.key) {
+			s.Tickets[id] = TicketList{Joined: l.Joined, Locks: slices.Clone(l.Locks), ExpiresAt: l.ExpiresAt}
+		}
 	}
 	return s
 }
@@ -243,7 +240,7 @@ func (m *Model) take(owner, entry string, ttl int64) int64 {
 //
 // A head that is a ticket is granted every one of its locks if it is
 // ready, or none (see Server.handOverTicket); the lock then stays free. A
-// ticket whose list this lock no longer keeps is dead (the lists expire
+// ticket whose key is gone is dead (the key expires
 // with it): it leaves the line, and the next head is served.
 //
 // own is the tag of the Client that makes the call, or "": when the head
@@ -253,7 +250,7 @@ func (m *Model) take(owner, entry string, ttl int64) int64 {
 // published.
 func (m *Model) handOver(own string) string {
 	head, deadline, ok := m.prune()
-	for ok && isTicket(head) && !m.hasTicket(head) {
+	for ok && isTicket(head) && !m.srv.hasTicket(head) {
 		m.popHead()
 		head, deadline, ok = m.prune()
 	}

@@ -58,12 +58,20 @@ func (l *line) popHead() string {
 	l.queue = l.queue[1:]
 	delete(l.deadlines, head)
 	delete(l.tickets, head)
-	delete(l.joined, head)
+	if l.keepsJoined(head) {
+		delete(l.joined, head)
+	}
 	return head
 }
 
+// keepsJoined is lib.lua's keeps_joined: whether the joined set of the
+// line holds the time of joining of entry. A MultiLock ticket's is in its
+// key instead (see TicketList), but in an ordered line, which writes
+// every entry's.
+func (l *line) keepsJoined(entry string) bool { return l.tickets != nil || !isTicket(entry) }
+
 // join puts entry at the end of the line with the waiter deadline now +
-// ttl, and now as its time of joining, or, for an entry already in line,
+// ttl, and now as its time of joining (see keepsJoined), or, for an entry already in line,
 // moves its deadline there (a heartbeat). It returns the entry's place in
 // line when it joined (1 for the head), 0 for a heartbeat.
 func (l *line) join(entry string, now, ttl int64) int {
@@ -71,7 +79,9 @@ func (l *line) join(entry string, now, ttl int64) int {
 	if _, queued := l.deadlines[entry]; !queued {
 		l.queue = append(l.queue, entry)
 		place = len(l.queue)
-		l.joined[entry] = now
+		if l.keepsJoined(entry) {
+			l.joined[entry] = now
+		}
 	}
 	l.deadlines[entry] = now + ttl
 	return place
@@ -106,7 +116,9 @@ func (l *line) leave(entry string) {
 	if _, queued := l.deadlines[entry]; queued {
 		delete(l.deadlines, entry)
 		l.lrem(entry)
-		delete(l.joined, entry)
+		if l.keepsJoined(entry) {
+			delete(l.joined, entry)
+		}
 	}
 }
 

@@ -26,6 +26,7 @@ type Server struct {
 	locks      map[string]*Model         // by hash key; a lock is made when first named
 	weighted   map[string]*WeightedModel // weighted locks, by hash key P:{N}:<kind>; made when first named
 	quorums    map[string]*QuorumModel   // quorum locks on this master, by hash key P:{N}:q; made when first named
+	tickets    map[string]TicketList     // the keys P:ticket:<waiter id> of MultiLock tickets, by waiter id
 	published  []Wake                    // wake messages not yet drained, oldest first
 }
 
@@ -45,7 +46,7 @@ func NewServer(now, receiptTTL int64) *Server {
 		panic("queue: NewServer with a receipt TTL that is not positive")
 	}
 	return &Server{now: now, receiptTTL: receiptTTL, locks: map[string]*Model{}, weighted: map[string]*WeightedModel{},
-		quorums: map[string]*QuorumModel{}}
+		quorums: map[string]*QuorumModel{}, tickets: map[string]TicketList{}}
 }
 
 // Lock returns the model of the lock whose hash key is key (its Keys.Lock).
@@ -57,7 +58,6 @@ func (s *Server) Lock(key string) *Model {
 			key:      key,
 			line:     newLine(),
 			receipts: receipts{},
-			tickets:  map[string]TicketList{},
 		}
 		s.locks[key] = m
 	}
@@ -88,8 +88,8 @@ func (s *Server) locksOf(keys []string) []*Model {
 // Now returns the server's clock (ms).
 func (s *Server) Now() int64 { return s.now }
 
-// Advance lets d ms pass. In every lock, holds, token counters, receipts
-// and tickets' lists whose expiry is reached are gone, and so are the
+// Advance lets d ms pass. Tickets' keys, and in every lock holds, token
+// counters and receipts whose expiry is reached are gone, and so are the
 // hashes and holders sets of weighted locks, and the ticket counters and
 // tombstones of quorum locks; nothing else happens, in particular nobody
 // is told that a hold expired, and dead waiters stay in line until a
@@ -99,6 +99,11 @@ func (s *Server) Advance(d int64) {
 		panic("queue: Advance with a negative duration")
 	}
 	s.now += d
+	for id, l := range s.tickets {
+		if l.ExpiresAt != 0 && s.now >= l.ExpiresAt {
+			delete(s.tickets, id)
+		}
+	}
 	for _, m := range s.locks {
 		m.expire()
 	}
@@ -144,17 +149,17 @@ var luaTicket = regexp.MustCompile(`^[0-9A-Fa-f]{24}` + TicketVersion + `:`)
 // isTicket reports whether entry is a MultiLock's ticket.
 func isTicket(entry string) bool { return luaTicket.MatchString(entry) }
 
-// hasTicket reports whether the lock keeps the list of the ticket entry:
-// a ticket whose lists have expired is dead.
-func (m *Model) hasTicket(entry string) bool {
-	_, ok := m.tickets[WaiterIDOf(entry)]
+// hasTicket reports whether the key of the ticket entry is there: a
+// ticket whose key has expired is dead.
+func (s *Server) hasTicket(entry string) bool {
+	_, ok := s.tickets[WaiterIDOf(entry)]
 	return ok
 }
 
-// ticketLocks returns the locks of the ticket entry, as the list the lock
-// m keeps of them names them, in key order; nil when the ticket is dead.
+// ticketLocks returns the locks of the ticket entry, one of which is m, as
+// its key names them, in key order; nil when the ticket is dead.
 func (m *Model) ticketLocks(entry string) []*Model {
-	list, ok := m.tickets[WaiterIDOf(entry)]
+	list, ok := m.srv.tickets[WaiterIDOf(entry)]
 	if !ok {
 		return nil
 	}
@@ -195,7 +200,7 @@ func (s *Server) ticketReady(locks []*Model, entry string, skip *Model) bool {
 
 // grantTicket gives every lock of the ticket entry, which heads each of
 // their lines, to its owner, each under a fresh token, and drops the
-// ticket's lists. It returns the tokens, in the order of locks.
+// ticket's key. It returns the tokens, in the order of locks.
 //
 // When own, the ticket's own call takes them, and each hold lasts lease
 // ms: its waiter is there to hold them. Otherwise (a hand-over, which may
@@ -211,8 +216,8 @@ func (s *Server) grantTicket(locks []*Model, entry string, lease int64, own bool
 		}
 		l.popHead()
 		tokens[i] = l.take(owner, entry, ttl)
-		delete(l.tickets, WaiterIDOf(entry))
 	}
+	delete(s.tickets, WaiterIDOf(entry))
 	return tokens
 }
 

@@ -64,24 +64,20 @@ func (s *Server) MultiAcquire(keys []string, owner, entry string, lease, waiterT
 	}
 
 	// 3. Wait: keep the ticket's place in every line (its heartbeat), or
-	// join every line at its end; keep the ticket's list in each lock,
-	// written anew whenever the ticket joined, expiring with its
-	// deadline. Then take every lock, for the full lease, if the ticket
-	// is ready.
+	// join every line at its end, writing the ticket's key (the time it
+	// joined and its locks); the key expires with the ticket's deadline.
+	// Then take every lock, for the full lease, if the ticket is ready.
 	//
-	// The ticket keeps its places only while all its lists are there;
-	// else it left every line (a grant, a cancel) or is dead, and may be
-	// pruned from some lines and not from others. It then leaves every
-	// line and joins each anew: the places of a ticket are always those
-	// one call gave it, so two tickets stand in the same order in every
-	// line they share. (One that kept an old place in some lines and
-	// rejoined others could stand behind another ticket in one line and
-	// ahead of it in another; each would head a line the other waits
-	// in, and neither would ever be granted.)
-	placed := true
-	for _, l := range locks {
-		placed = placed && l.hasTicket(entry)
-	}
+	// The ticket keeps its places only while its key is there; else it
+	// left every line (a grant, a cancel) or is dead, and may be pruned
+	// from some lines and not from others. It then leaves every line and
+	// joins each anew: the places of a ticket are always those one call
+	// gave it, so two tickets stand in the same order in every line they
+	// share. (One that kept an old place in some lines and rejoined
+	// others could stand behind another ticket in one line and ahead of
+	// it in another; each would head a line the other waits in, and
+	// neither would ever be granted.)
+	placed := s.hasTicket(entry)
 	if !placed {
 		for _, l := range locks {
 			l.leave(entry)
@@ -92,12 +88,10 @@ func (s *Server) MultiAcquire(keys []string, owner, entry string, lease, waiterT
 		joined = max(joined, l.join(entry, s.now, waiterTTL))
 	}
 	id := WaiterIDOf(entry)
-	for _, l := range locks {
-		if joined > 0 {
-			l.tickets[id] = TicketList{Locks: slices.Clone(keys)}
-		}
-		l.expireTicket(id, waiterTTL)
+	if !placed {
+		s.tickets[id] = TicketList{Joined: s.now, Locks: slices.Clone(keys)}
 	}
+	s.expireTicket(id, waiterTTL)
 	if s.ticketReady(locks, entry, nil) {
 		return granted(s.grantTicket(locks, entry, lease, true))
 	}
@@ -109,18 +103,18 @@ func granted(tokens []int64) Reply {
 	return Reply{Granted: true, Token: tokens[0], Count: 1, Tokens: tokens}
 }
 
-// expireTicket is PEXPIRE on the list of the ticket id: it lasts ttl ms
-// more; a ttl that is not positive deletes it. A list that is gone stays
+// expireTicket is PEXPIRE on the key of the ticket id: it lasts ttl ms
+// more; a ttl that is not positive deletes it. A key that is gone stays
 // gone.
-func (m *Model) expireTicket(id string, ttl int64) {
-	list, ok := m.tickets[id]
+func (s *Server) expireTicket(id string, ttl int64) {
+	list, ok := s.tickets[id]
 	switch {
 	case !ok:
 	case ttl <= 0:
-		delete(m.tickets, id)
+		delete(s.tickets, id)
 	default:
-		list.ExpiresAt = m.srv.now + ttl
-		m.tickets[id] = list
+		list.ExpiresAt = s.now + ttl
+		s.tickets[id] = list
 	}
 }
 
@@ -140,7 +134,7 @@ func (m *Model) giveBack() {
 
 // CancelTicket is cancel.lua for a MultiLock's ticket: owner's call with
 // the ticket entry gives up the lines of every lock of keys (hash keys,
-// in key order) and drops the ticket's lists; a lock handed to the ticket
+// in key order) and drops the ticket's key; a lock handed to the ticket
 // meanwhile is given back, and a free lock goes to its live head. It
 // returns true when a level handed to the ticket was given back. A
 // re-sent call finds nothing more to do.
@@ -153,9 +147,9 @@ func (s *Server) CancelTicket(keys []string, owner, entry string) bool {
 func (s *Server) cancel(locks []*Model, owner, entry string) bool {
 	for _, l := range locks {
 		l.leave(entry)
-		if len(locks) > 1 {
-			delete(l.tickets, WaiterIDOf(entry))
-		}
+	}
+	if len(locks) > 1 {
+		delete(s.tickets, WaiterIDOf(entry))
 	}
 	released := false
 	for _, l := range locks {

@@ -36,8 +36,10 @@ func TestModelTicketWaitsHoldingNothingAndIsGrantedEveryLockAtOnce(t *testing.T)
 	a := s.Lock(kA).State()
 	assert.Nil(t, a.Hold, "a waiting ticket holds nothing, and a free lock it heads stays free")
 	assert.Equal(t, []string{tk}, a.Queue)
-	assert.Equal(t, map[string]TicketList{WaiterIDOf(tk): {Locks: []string{kA, kB}, ExpiresAt: t0 + mTTL}}, a.Tickets,
-		"each lock keeps the list of the ticket's locks, expiring with its deadline")
+	assert.Equal(t, map[string]TicketList{WaiterIDOf(tk): {Joined: t0, Locks: []string{kA, kB}, ExpiresAt: t0 + mTTL}}, a.Tickets,
+		"the ticket's key names its locks and when it joined, expiring with its deadline")
+	assert.Equal(t, a.Tickets, s.Lock(kB).State().Tickets, "one key, which names both locks")
+	assert.Empty(t, a.Joined, "a ticket's time of joining is in its key alone")
 
 	// Nobody passes it: a Lock call of a waits behind it.
 	assert.Equal(t, Reply{}, s.Lock(kA).Acquire(call(), "x", waiterEntry(1, "x"), mLease, mTTL, ModeTry))
@@ -51,7 +53,7 @@ func TestModelTicketWaitsHoldingNothingAndIsGrantedEveryLockAtOnce(t *testing.T)
 	for _, k := range []string{kA, kB} {
 		st := s.Lock(k).State()
 		assert.Equal(t, &HoldState{Owner: "m", Count: 1, Token: tokenAt(t0 + 5), Entry: tk, Since: t0 + 5, ExpiresAt: t0 + mTTL}, st.Hold, k)
-		assert.Empty(t, st.Tickets, "the lists are dropped")
+		assert.Empty(t, st.Tickets, "the key is dropped")
 	}
 	assert.Equal(t, []Wake{{Lock: kA, Message: tk + " " + itoa(tokenAt(t0+5)) + "," + itoa(tokenAt(t0+5)) + " " + itoa((t0+5)*1000)}}, s.Drain())
 
@@ -98,13 +100,13 @@ func TestModelReadyTicketHandsAFreeLockToItsHead(t *testing.T) {
 	assert.Nil(t, s.Lock(kA).State().Hold, "the ticket holds nothing")
 }
 
-func TestModelDeadTicketIsPrunedOnceItsListsExpire(t *testing.T) {
+func TestModelDeadTicketIsPrunedOnceItsKeyExpires(t *testing.T) {
 	s, call := busy(t, kB)
 	require.False(t, s.MultiAcquire([]string{kA, kB}, "m", ticketEntry(1, "m"), mLease, mTTL, ModeWait).Granted)
 	s.Advance(mTTL - 1)
 	assert.Equal(t, Reply{}, s.Lock(kA).Acquire(call(), "x", waiterEntry(1, "x"), mLease, mTTL, ModeTry), "still live")
 	s.Advance(1)
-	assert.Empty(t, s.Lock(kA).State().Tickets, "the list expired with the ticket's deadline")
+	assert.Empty(t, s.Lock(kA).State().Tickets, "the key expired with the ticket's deadline")
 	assert.True(t, s.Lock(kA).Acquire(call(), "x", waiterEntry(1, "x"), mLease, mTTL, ModeTry).Granted, "dead: pruned")
 }
 

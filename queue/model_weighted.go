@@ -158,8 +158,8 @@ func (w *WeightedModel) expire() {
 	w.receipts.expire(now)
 }
 
-// prune is lib.lua's prune on the lock's line. A weighted lock keeps no
-// tickets' lists, so an entry shaped as a ticket is dead.
+// prune is lib.lua's prune on the lock's line. No MultiLock ticket waits
+// in a weighted lock's line, so an entry shaped as a ticket is dead.
 func (w *WeightedModel) prune() (head string, deadline int64, ok bool) {
 	return w.line.prune(w.srv.now, func(head string) bool { return !isTicket(head) })
 }

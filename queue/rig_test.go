@@ -194,7 +194,7 @@ func (r *rig) state(ctx context.Context) (queue.State, []string, error) {
 }
 
 // lockReads is what states reads of one lock: its keys, then the
-// receipts and tickets' lists they name.
+// receipts and tickets' keys they name.
 type lockReads struct {
 	hold                  *redis.MapStringStringCmd
 	pttl, tokenTTL        *redis.DurationCmd
@@ -207,7 +207,7 @@ type lockReads struct {
 	receiptTTLs, listTTLs []*redis.DurationCmd
 }
 
-// states reads the keys, receipts and tickets' lists of every lock, and
+// states reads the keys, receipts and tickets' keys of every lock, and
 // the messages their wake channels carried since the last call, in the
 // order they were published: a barrier message published after the reads
 // arrives after every message published before it.
@@ -227,7 +227,7 @@ func (r *rig) states(ctx context.Context) ([]queue.State, []queue.Wake, error) {
 			token:       p.Get(ctx, k.Token),
 			tokenTTL:    p.PTTL(ctx, k.Token),
 			calls:       p.Keys(ctx, k.Call("*")),
-			ticketLists: p.Keys(ctx, ticketKey(k, "*")),
+			ticketLists: p.Keys(ctx, k.TicketKey("*")),
 		}
 	}
 	p.Publish(ctx, r.locks[0].Wake, barrier)
@@ -297,16 +297,21 @@ func lockState(k queue.Keys, now int64, rd lockReads) (queue.State, error) {
 	for i, key := range rd.calls.Val() {
 		s.Receipts[strings.TrimPrefix(key, k.Call(""))] = queue.Receipt{Answer: rd.receipts[i].Val(), ExpiresAt: expiry(rd.receiptTTLs[i].Val())}
 	}
+	// The keys of every ticket of the server: those that name k.
 	for i, key := range rd.ticketLists.Val() {
-		s.Tickets[strings.TrimPrefix(key, ticketKey(k, ""))] = queue.TicketList{Locks: rd.lists[i].Val(), ExpiresAt: expiry(rd.listTTLs[i].Val())}
+		list := rd.lists[i].Val()
+		if len(list) == 0 || !slices.Contains(list[1:], k.Lock) {
+			continue
+		}
+		joined, err := strconv.ParseInt(list[0], 10, 64)
+		if err != nil {
+			return queue.State{}, fmt.Errorf("ticket %s joined at %q: %w", key, list[0], err)
+		}
+		s.Tickets[strings.TrimPrefix(key, k.TicketKey(""))] = queue.TicketList{Joined: joined, Locks: list[1:],
+			ExpiresAt: expiry(rd.listTTLs[i].Val())}
 	}
 	return s, nil
 }
-
-// ticketKey is the key of the list of a ticket's locks that the lock k
-// keeps, for the ticket whose waiter id is id (see ticket_key in
-// lua/lib.lua).
-func ticketKey(k queue.Keys, id string) string { return k.Lock + ":ticket:" + id }
 
 // holdState converts the fields of the hold's hash.
 func holdState(h map[string]string) (queue.HoldState, error) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 // workload on 50 locks (-locks 50, 15 s) against a Redis Cluster of 3
 // masters with a replica each, then against one server with one replica,
 // all started here on loopback, and reports each one's grants/s, Redis
-// commands per grant and the ratio of the two throughputs. It runs the
+// commands per grant, the CPU all its servers used per grant (INFO cpu,
+// replicas included) and the ratio of the two throughputs. It runs the
 // pair once, whatever -benchtime says:
 //
 //	go test -run '^$' -bench ClusterAgainstOneServer -benchtime 1x ./stress
@@ -41,7 +43,8 @@ func BenchmarkClusterAgainstOneServer(b *testing.B) {
 	waitInSync(b, replica.Addr)
 
 	load := []string{"-locks", "50", "-duration", "15s", "-json"}
-	stress := func(target ...string) report {
+	stress := func(servers []string, target ...string) (report, float64) {
+		before := serversCPU(b, servers)
 		var out, errs bytes.Buffer
 		if code := run(context.Background(), append(target, load...), &out, &errs); code != exitOK {
 			b.Fatalf("stress %q: exit %d: %s", target, code, errs.String())
@@ -50,11 +53,14 @@ func BenchmarkClusterAgainstOneServer(b *testing.B) {
 		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 			b.Fatal(err)
 		}
-		return r
+		grants := r.GrantsPerSec * r.Elapsed
+		return r, (serversCPU(b, servers) - before).Seconds() * 1e6 / grants
 	}
 	for b.Loop() {
-		onCluster := stress("-cluster", strings.Join(cluster.Addrs(), ","))
-		onOne := stress("-redis", "redis://"+primary.Addr+"/0")
+		onCluster, clusterCPU := stress(cluster.Addrs(), "-cluster", strings.Join(cluster.Addrs(), ","))
+		onOne, oneCPU := stress([]string{primary.Addr, replica.Addr}, "-redis", "redis://"+primary.Addr+"/0")
+		b.ReportMetric(clusterCPU, "cluster-server-µs/grant")
+		b.ReportMetric(oneCPU, "one-server-µs/grant")
 		b.ReportMetric(onCluster.GrantsPerSec, "cluster-grants/s")
 		b.ReportMetric(onOne.GrantsPerSec, "one-server-grants/s")
 		b.ReportMetric(onCluster.GrantsPerSec/onOne.GrantsPerSec, "cluster/one")
@@ -63,6 +69,31 @@ func BenchmarkClusterAgainstOneServer(b *testing.B) {
 			b.ReportMetric(onOne.Commands.PerGrant, "one-server-cmds/grant")
 		}
 	}
+}
+
+// serversCPU returns the CPU time the servers at addrs have used, user
+// and system, as INFO cpu reports it.
+func serversCPU(b *testing.B, addrs []string) time.Duration {
+	var total float64
+	for _, addr := range addrs {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		info, err := rdb.Info(context.Background(), "cpu").Result()
+		_ = rdb.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			k, v, _ := strings.Cut(line, ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatal(err)
+				}
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
 
 // waitInSync waits until the replica at addr has its link to its primary up.

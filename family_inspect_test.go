@@ -232,6 +232,7 @@ func TestInspectAllAndListSeeEveryKind(t *testing.T) {
 // A quorum Client's Inspect gives each master's view and the majority's:
 // the holder and the waiter are there with a master down.
 func TestQuorumInspectShowsEachMasterAndTheMajority(t *testing.T) {
+	redistest.Slow(t) // a master killed and restarted, and a redial waited for
 	t.Parallel()
 	servers := redistest.Masters(t, 3)
 	c := quorumOf(t, servers)

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) != "" {
 		os.Exit(helperMain())
 	}
-	redistest.QuickLoop(6)
+	redistest.QuickLoop(10)
 	goleak.VerifyTestMain(redistest.Runner(m))
 }
 

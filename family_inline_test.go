@@ -56,32 +56,7 @@ func TestEveryPrimitiveRunsOnTheCallersGoroutineOnEachClientKindWithContextTimeo
 				SentinelAddrs: set.SentinelAddrs(), ContextTimeoutEnabled: true}))
 		}},
 	}
-	type primitive struct {
-		name         string
-		lock, unlock func(c *fairlock.Client, ctx context.Context) (context.Context, error)
-	}
-	primitives := []primitive{
-		{"mutex", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-			return c.Mutex("m").Lock(ctx)
-		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-			return nil, c.Mutex("m").Unlock(ctx)
-		}},
-		{"multilock", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-			return c.MultiLock([]string{"x", "y"}).Lock(ctx)
-		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-			return nil, c.MultiLock([]string{"x", "y"}).Unlock(ctx)
-		}},
-		{"semaphore", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-			return c.Semaphore("s", 1).Acquire(ctx, 1)
-		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-			return nil, c.Semaphore("s", 1).Release(ctx)
-		}},
-		{"rwmutex", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-			return c.RWMutex("rw").Lock(ctx)
-		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-			return nil, c.RWMutex("rw").Unlock(ctx)
-		}},
-	}
+	primitives := clientPrimitives("inline")
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			prefix := redistest.Prefix(t)
@@ -114,18 +89,7 @@ func TestEveryPrimitiveRunsOnTheCallersGoroutineOnEachClientKindWithContextTimeo
 					require.Equal(t, me, id, "%s: every call of the Lock from the caller's goroutine", p.name)
 				}
 
-				waiter := make(chan error, 1)
-				go func() {
-					h, err := p.lock(b, ctx)
-					if err == nil {
-						_, err = p.unlock(b, h)
-					}
-					waiter <- err
-				}()
-				time.Sleep(20 * time.Millisecond)
-				_, err = p.unlock(a, held)
-				require.NoError(t, err, p.name)
-				require.NoError(t, <-waiter, "%s: handed to the other Client", p.name)
+				p.handsOver(t, ctx, a, b, held)
 				cancel()
 			}
 		})

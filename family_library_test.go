@@ -70,48 +70,13 @@ func TestEveryPrimitiveLoadsTheLibraryOnEachClientKind(t *testing.T) {
 			}
 			a, b := newClient(), newClient()
 			round := func(tag string) {
-				for _, p := range []struct {
-					name         string
-					lock, unlock func(c *fairlock.Client, ctx context.Context) (context.Context, error)
-				}{
-					{"mutex", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-						return c.Mutex(tag + "-m").Lock(ctx)
-					}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-						return nil, c.Mutex(tag + "-m").Unlock(ctx)
-					}},
-					{"multilock", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-						return c.MultiLock([]string{tag + "-x", tag + "-y"}).Lock(ctx)
-					}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-						return nil, c.MultiLock([]string{tag + "-x", tag + "-y"}).Unlock(ctx)
-					}},
-					{"semaphore", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-						return c.Semaphore(tag+"-s", 1).Acquire(ctx, 1)
-					}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-						return nil, c.Semaphore(tag+"-s", 1).Release(ctx)
-					}},
-					{"rwmutex", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-						return c.RWMutex(tag + "-rw").Lock(ctx)
-					}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
-						return nil, c.RWMutex(tag + "-rw").Unlock(ctx)
-					}},
-				} {
+				for _, p := range clientPrimitives(tag) {
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					// Uncontended through a, then b waits behind a and is
 					// handed the lock when a lets go.
 					held, err := p.lock(a, ctx)
 					require.NoError(t, err, "%s: %s", tag, p.name)
-					waiter := make(chan error, 1)
-					go func() {
-						h, err := p.lock(b, ctx)
-						if err == nil {
-							_, err = p.unlock(b, h)
-						}
-						waiter <- err
-					}()
-					time.Sleep(20 * time.Millisecond)
-					_, err = p.unlock(a, held)
-					require.NoError(t, err, "%s: %s", tag, p.name)
-					require.NoError(t, <-waiter, "%s: %s through the other Client", tag, p.name)
+					p.handsOver(t, ctx, a, b, held)
 					cancel()
 				}
 			}

@@ -1163,3 +1163,56 @@ func readCall(rw *fairlock.RWMutex) weightedCall {
 func writeCall(rw *fairlock.RWMutex) weightedCall {
 	return weightedCall{locker: rw, unlock: rw.Unlock, token: rw.Token, write: true}
 }
+
+// clientPrimitive is one primitive of a Client, taken and let go under
+// the context of its hold.
+type clientPrimitive struct {
+	name         string
+	lock, unlock func(c *fairlock.Client, ctx context.Context) (context.Context, error)
+}
+
+// clientPrimitives returns every primitive of a Client, each under names
+// that start with tag: a Mutex, a MultiLock of two names, a Semaphore of
+// one permit and a RWMutex's write lock.
+func clientPrimitives(tag string) []clientPrimitive {
+	return []clientPrimitive{
+		{"mutex", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return c.Mutex(tag + "-m").Lock(ctx)
+		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return nil, c.Mutex(tag + "-m").Unlock(ctx)
+		}},
+		{"multilock", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return c.MultiLock([]string{tag + "-x", tag + "-y"}).Lock(ctx)
+		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return nil, c.MultiLock([]string{tag + "-x", tag + "-y"}).Unlock(ctx)
+		}},
+		{"semaphore", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return c.Semaphore(tag+"-s", 1).Acquire(ctx, 1)
+		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return nil, c.Semaphore(tag+"-s", 1).Release(ctx)
+		}},
+		{"rwmutex", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return c.RWMutex(tag + "-rw").Lock(ctx)
+		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return nil, c.RWMutex(tag + "-rw").Unlock(ctx)
+		}},
+	}
+}
+
+// handsOver requires that while a holds p (held), a call of b waits
+// behind it, and is granted p when a lets go.
+func (p clientPrimitive) handsOver(t *testing.T, ctx context.Context, a, b *fairlock.Client, held context.Context) {
+	t.Helper()
+	waiter := make(chan error, 1)
+	go func() {
+		h, err := p.lock(b, ctx)
+		if err == nil {
+			_, err = p.unlock(b, h)
+		}
+		waiter <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	_, err := p.unlock(a, held)
+	require.NoError(t, err, p.name)
+	require.NoError(t, <-waiter, "%s: handed to the other Client", p.name)
+}

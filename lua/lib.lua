@@ -343,17 +343,20 @@ local function next_token(lk, ttl, now)
   return token
 end
 
--- taken holds the hash key of every lock that take granted in this run
--- (set by begin): a release of several holds hands over none of those
--- again (see release.lua).
-local taken = {}
+-- taken, when a release of several holds runs (release.lua sets it),
+-- holds the hash key of every lock that take granted in this run, so
+-- that the release hands none of those over again; nil otherwise (begin
+-- clears it), and take then records nothing.
+local taken = nil
 
 -- take makes owner the holder of the free lock under a fresh fencing
 -- token (next_token), records which waiter entry the hold was given to
 -- and since when, and sets the hold to expire after ttl ms. now is the
 -- server's time in ms. It returns the token as a decimal string.
 local function take(lk, owner, entry, ttl, now)
-  taken[lk.hold] = true
+  if taken then
+    taken[lk.hold] = true
+  end
   local token = next_token(lk, ttl, now)
   redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
     'since', string.format('%d', now))
@@ -1062,5 +1065,5 @@ end
 -- changes is set here: in a function library these helpers outlive a run.
 local function begin()
   LOCK = {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], joined = KEYS[1] .. ':joined'}
-  clock_us, clock_skew_us, refused, taken = nil, 0, nil, {}
+  clock_us, clock_skew_us, refused, taken = nil, 0, nil, nil
 end

@@ -40,6 +40,9 @@
 -- It works on a full server (maxmemory reached; see lib.lua).
 
 local answers = {}
+if #KEYS > 5 then
+  taken = {} -- see take in lib.lua
+end
 local over = {} -- the groups whose hold is over, in order
 
 -- A call of several groups reads their receipts only when one of them is
@@ -104,7 +107,7 @@ for _, g in ipairs(over) do
     lk = lock_keys(KEYS[k + 1])
   end
   local message
-  if not taken[lk.hold] then
+  if not (taken and taken[lk.hold]) then
     local own = ARGV[k + 5]
     if own == '' then
       own = nil

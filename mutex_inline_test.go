@@ -82,25 +82,97 @@ func TestLockRunsOnTheCallersGoroutineWhereGoRedisHonoursTheDeadline(t *testing.
 		me := goroutineID()
 		hctx, err = m.Lock(ctx)
 		require.NoError(t, err)
-		calls := hook.take()
-		require.NotEmpty(t, calls)
-		for _, id := range calls {
-			if honours {
-				require.Equal(t, me, id, "ContextTimeoutEnabled: the calls are sent from the caller's goroutine")
-			} else {
-				require.NotEqual(t, me, id, "without ContextTimeoutEnabled: from a goroutine of their own")
-			}
-		}
+		requireSentFrom(t, hook.take(), me, honours, "Lock")
 
 		// Contended: a second Lock waits in line and is handed the lock.
+		// The Unlock's context has the Lock's deadline: its release goes
+		// out the same way.
 		next := lockAsync(ctx, m)
 		e.waitQueued("inline", 1)
-		require.NoError(t, m.Unlock(hctx))
+		hook.take()
+		uctx, ucancel := context.WithTimeout(hctx, 10*time.Second) // the held context has no deadline of its own
+		require.NoError(t, m.Unlock(uctx))
+		ucancel()
+		requireSentFrom(t, hook.take(), me, honours, "Unlock")
 		got := await(t, next, 5*time.Second)
 		require.NoError(t, got.err)
 		require.NoError(t, m.Unlock(got.ctx))
+
+		// A MultiLock's Unlock: the releases of its names in one call.
+		ml := c.MultiLock([]string{"inline-a", "inline-b"})
+		mctx, err := ml.Lock(ctx)
+		require.NoError(t, err)
+		hook.take()
+		uctx, ucancel = context.WithTimeout(mctx, 10*time.Second)
+		require.NoError(t, ml.Unlock(uctx))
+		ucancel()
+		requireSentFrom(t, hook.take(), me, honours, "MultiLock.Unlock")
 		cancel()
 		e.requireClean("inline")
+		e.requireClean("inline-a")
+		e.requireClean("inline-b")
+	}
+}
+
+// requireSentFrom asserts that the script calls ids (goroutine ids, at
+// least one) were sent from the goroutine me when honours, and from
+// others otherwise.
+func requireSentFrom(t *testing.T, ids []string, me string, honours bool, what string) {
+	t.Helper()
+	require.NotEmpty(t, ids, what)
+	for _, id := range ids {
+		if honours {
+			require.Equal(t, me, id, "%s, ContextTimeoutEnabled: sent from the caller's goroutine", what)
+		} else {
+			require.NotEqual(t, me, id, "%s, without ContextTimeoutEnabled: from a goroutine of its own", what)
+		}
+	}
+}
+
+// On a client with ContextTimeoutEnabled, an Unlock whose release's reply
+// is lost (the server released; the answer never comes) returns the
+// deadline's error by its deadline, and the release is sent again in the
+// background under the same call id: the waiter is handed the lock at
+// once, not when the 30 s lease runs out. One whose release never got
+// there (every connection refused) is sent again too, and counts once
+// Redis is back.
+func TestInlineUnlockCutByItsDeadlineIsSentAgain(t *testing.T) {
+	t.Parallel()
+	for _, refused := range []bool{false, true} {
+		e := newPrivateEnv(t)
+		c, proxy := e.proxied(&redis.Options{ContextTimeoutEnabled: true, MaxRetries: -1})
+		m := c.Mutex("cut")
+		hctx, err := m.Lock(context.Background())
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			libs, err := e.rdb.FunctionList(context.Background(), redis.FunctionListQuery{}).Result()
+			return err == nil && len(libs) > 0
+		}, 5*time.Second, 10*time.Millisecond, "the library is loaded (in the background), so that the lost reply is the Unlock's")
+		other := e.client().Mutex("cut")
+		next := lockAsync(context.Background(), other)
+		e.waitQueued("cut", 1)
+
+		if refused {
+			proxy.Reject()
+		} else {
+			proxy.LoseNextReply()
+		}
+		ctx, cancel := context.WithTimeout(hctx, 300*time.Millisecond)
+		start := time.Now()
+		err = m.Unlock(ctx)
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Less(t, time.Since(start), 2*time.Second, "by the deadline, not the 10 s call timeout")
+		require.ErrorIs(t, m.Unlock(hctx), fairlock.ErrNotHeld, "the hold ended here")
+		if refused {
+			proxy.Heal()
+		} else {
+			require.Equal(t, 1, proxy.Lost(), "the server released; its answer was lost")
+		}
+		got := await(t, next, 5*time.Second)
+		require.NoError(t, got.err, "the waiter is handed the lock by the release, not by its lease running out")
+		require.NoError(t, other.Unlock(got.ctx))
+		e.requireClean("cut")
 	}
 }
 

@@ -78,13 +78,23 @@ func (u unlocking) run(ctx context.Context) error {
 	h, last, call, lease := u.h, u.last, u.call, u.lease
 	// The release runs on a goroutine of the engine when ctx has a
 	// deadline, so that Unlock returns by then even while Redis does not
-	// answer; after Close has started, or without a deadline, it runs
-	// here. Only the deadline counts, not a cancellation: the context an
+	// answer; after Close has started, without a deadline, or on a redis
+	// client that bounds its calls by the deadline, it runs here. Only the deadline counts, not a cancellation: the context an
 	// Unlock is given is often the context of a hold, of this lock or of
 	// another it carries, that has just ended.
 	deadline, bounded := ctx.Deadline()
 	if !bounded {
 		return h.settle(h.release(ctx, call, lease), last, call, lease)
+	}
+	if h.l.e.inline {
+		// The redis client bounds each read and write by the deadline
+		// (see callInline): the release runs here, and one the deadline
+		// cut short is sent again in the background.
+		out := h.release(withBound(ctx, deadline), call, lease)
+		if out.err != nil && !time.Now().Before(deadline) {
+			return u.cutShort()
+		}
+		return h.settle(out, last, call, lease)
 	}
 	fl := launch(h.l.e, func() (released, error) { return h.release(ctx, call, lease), nil })
 	if fl == nil {
@@ -106,6 +116,22 @@ func (u unlocking) run(ctx context.Context) error {
 		return fmt.Errorf("fairlock: unlock: %w (the release goes on in the background until Redis takes it or the lease runs out)", early)
 	}
 	return h.settle(out, last, call, lease)
+}
+
+// cutShort settles a release that its Unlock's deadline cut short on a
+// redis client that bounds its calls by the deadline: whether Redis ran
+// it is unknown, so it is sent again in the background under the same
+// call id, whose receipt answers what the first did if it ran, and the
+// Unlock returns the deadline's error, as one whose release goes on past
+// its deadline does.
+func (u unlocking) cutShort() error {
+	if u.last {
+		u.h.end(nil)
+	}
+	if !u.h.goResend(u.call, u.lease) {
+		return fmt.Errorf("fairlock: unlock: %w (the Client is closed; the lock expires after its lease)", context.DeadlineExceeded)
+	}
+	return fmt.Errorf("fairlock: unlock: %w (the release goes on in the background until Redis takes it or the lease runs out)", context.DeadlineExceeded)
 }
 
 // release sends the release of one level under call id call, detached

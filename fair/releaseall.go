@@ -48,10 +48,23 @@ func UnlockAll(ctx context.Context, holds []*Hold) []error {
 		}
 	}
 	// As in Unlock: on a goroutine of the engine when ctx has a deadline,
-	// so that UnlockAll returns by then even while Redis does not answer.
+	// so that UnlockAll returns by then even while Redis does not answer;
+	// here when the redis client bounds its calls by the deadline.
 	deadline, bounded := ctx.Deadline()
 	if !bounded {
 		settle(e.releaseAll(ctx, us))
+		return errs
+	}
+	if e.inline {
+		outs := e.releaseAll(withBound(ctx, deadline), us)
+		cut := !time.Now().Before(deadline)
+		for j, u := range us {
+			if cut && outs[j].err != nil {
+				errs[at[j]] = u.cutShort()
+			} else {
+				errs[at[j]] = u.h.settle(outs[j], u.last, u.call, u.lease)
+			}
+		}
 		return errs
 	}
 	fl := launch(e, func() ([]released, error) { return e.releaseAll(ctx, us), nil })

@@ -75,8 +75,9 @@
 // Every fresh grant carries a fencing token (Token) that strictly
 // increases per lock name, also across a restart of Redis without
 // persistence and across a failover, as long as the new server's clock is
-// ahead of the old one's and a server's clock does not go back (a token is
-// never below the server's clock in milliseconds × 1000). Redis replicates asynchronously: a failover can
+// ahead of the old one's and a server's clock does not go back (a token of
+// a Client made by New is never below the server's clock in milliseconds
+// × 1000; for NewQuorum's, see docs/algorithm.md). Redis replicates asynchronously: a failover can
 // lose a lock, and a paused holder can outlive its lease. WithReplicas
 // narrows the first (every grant and release then counts only once
 // replicas acknowledged it), but cannot close it. A lock alone cannot make

@@ -19,7 +19,8 @@ import (
 //   - Lock is FIFO in bakery order: a caller is served before every caller
 //     whose Lock began after its own had joined the line of a majority;
 //   - Token commits the hold's fencing token to a majority on its first
-//     call (one round trip; later calls are free), and tokens strictly
+//     call (one round trip, none when a majority drew that token itself
+//     for the hold; later calls are free), and tokens strictly
 //     increase across holders even when a holder pauses past its
 //     validity or a master's clock steps;
 //   - TTL is the validity left: the time a majority is known to keep the

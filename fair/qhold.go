@@ -147,8 +147,21 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 	}
 	t := h.heldToken()
 	held := make([]bool, len(h.views))
+	same := 0 // masters known to hold under t itself
 	for i, v := range h.views {
 		held[i] = v.held
+		if v.held && v.token == t {
+			same++
+		}
+	}
+	if same >= qm.q {
+		// A majority drew t for this hold (their counters were equal:
+		// draw_token in lua/qlib.lua), so each holds it under t with K at
+		// t or above: what a commit would make of them. t is committed
+		// without a call.
+		defer h.mu.Unlock()
+		h.committed = t
+		return t, nil
 	}
 	h.mu.Unlock()
 	lease := h.callLease()

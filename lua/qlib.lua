@@ -107,10 +107,15 @@ local function raise(key, cur, value, now, keep)
 end
 
 -- draw_token draws a fresh fencing token of lk for a hold that lasts ttl
--- ms from now, as next_token does (lib.lua: max(K + 1, now * 1000),
--- which becomes K, kept max(ttl, lk.keep) ms and until the clock term has
--- passed it), from the K the script read (lk.k; read here when it has
--- not), in one SET. The expiry is absolute (PXAT) on Redis 7 and later,
+-- ms from now: K + 1 while there is a K, and now * 1000, the clock term,
+-- when there is none (a Mutex's next_token takes the larger of the two
+-- always). The token becomes K, kept max(ttl, lk.keep) ms and until the
+-- clock term has passed it, from the K the script read (lk.k; read here
+-- when it has not), in one SET. Masters whose K is equal draw equal
+-- tokens for the same hold, which makes its commit a no-op the holder
+-- can skip (fair/qhold.go); tokens drawn so stay below the clock term
+-- while fewer than 1,000 grants a ms come, so a K that expired, or was
+-- lost with its master's data, is replaced by a larger one. The expiry is absolute (PXAT) on Redis 7 and later,
 -- which may be past already on a master whose clock the caller skewed:
 -- K is then gone, and lk.k is forgotten. Returns the token, a decimal
 -- string.
@@ -119,7 +124,12 @@ local function draw_token(lk, ttl, now)
     load_counter(lk, redis.call('GET', lk.token))
   end
   local keep = math.max(ttl, lk.keep or 1)
-  local token = string.format('%d', math.max(lk.k + 1, now * 1000))
+  local token
+  if lk.k > 0 then
+    token = string.format('%d', lk.k + 1)
+  else
+    token = string.format('%d', now * 1000)
+  end
   local at = math.max(now + keep, outlast(token))
   if redis.REDIS_VERSION then
     redis.call('SET', lk.token, token, 'PXAT', string.format('%d', at))

@@ -248,15 +248,31 @@ func TestAQuorumTryNeverPassesAWaiter(t *testing.T) {
 	require.Equal(t, lua.QHeld, r.try("z", r.entry("z"), "try").State)
 }
 
-func TestAQuorumClockSkewMovesTheTokens(t *testing.T) {
+// A quorum master draws K + 1 while it has a counter K, whatever its
+// clock, so that masters whose counters are equal draw equal tokens; a
+// master with no counter (it expired, or the master lost its data) draws
+// its clock's term, which a skewed clock moves.
+func TestAQuorumTokenIsTheCounterNextOrTheClockTerm(t *testing.T) {
 	r := newQuorumRig(t)
+	ctx := context.Background()
 	ea := r.entry("a")
 	plain := r.try("a", ea, "try")
 	r.release("a", ea, 0, true)
 	skew := int64(time.Hour / time.Microsecond)
-	rep, err := lua.ReadQTry(lua.Classic.QTry(r.k, queue.NewID(), "b", r.entry("b"), 60000, 30000, "try", 20000, skew).Run(context.Background(), r.rdb))
-	require.NoError(t, err)
-	require.Equal(t, lua.QHeld, rep.State)
-	require.Greater(t, rep.Token, plain.Token+skew-int64(time.Minute/time.Microsecond))
-	require.Greater(t, rep.Now, plain.Now+skew-int64(time.Minute/time.Microsecond))
+	try := func(owner, entry string) lua.QReply {
+		t.Helper()
+		rep, err := lua.ReadQTry(lua.Classic.QTry(r.k, queue.NewID(), owner, entry, 60000, 30000, "try", 20000, skew).Run(ctx, r.rdb))
+		require.NoError(t, err)
+		require.Equal(t, lua.QHeld, rep.State)
+		return rep
+	}
+	eb := r.entry("b")
+	next := try("b", eb)
+	require.Equal(t, plain.Token+1, next.Token, "the counter's next, not the skewed clock's term")
+	require.Greater(t, next.Now, plain.Now+skew-int64(time.Minute/time.Microsecond), "the answer carries the skewed clock")
+	r.release("b", eb, 0, true)
+
+	require.NoError(t, r.rdb.Del(ctx, r.k.Token).Err()) // as when K expires
+	fresh := try("c", r.entry("c"))
+	require.Greater(t, fresh.Token, plain.Token+skew-int64(time.Minute/time.Microsecond), "no counter: the skewed clock's term")
 }

@@ -167,11 +167,24 @@ const tokensPerMs = 1000
 // clock term has passed it (outlast in lua/lib.lua).
 func (c *counter) next(now, ttl int64) int64 { return c.draw(now, ttl, 1) }
 
+// drawQuorum is qlib.lua's draw_token, a quorum lock's: counter + 1 while
+// there is a counter, the clock term when there is none, which becomes
+// the counter, kept as draw keeps it.
+func (c *counter) drawQuorum(now, ttl, keep int64) int64 {
+	if c.lastToken == 0 {
+		c.lastToken, c.tokenEnd = now*tokensPerMs, now+max(ttl, keep)
+		return c.lastToken
+	}
+	c.lastToken++
+	c.tokenEnd = max(now+max(ttl, keep), outlast(c.lastToken))
+	return c.lastToken
+}
+
 // draw is next for a counter kept at least keep ms (next_token with
-// lk.keep, a quorum lock's): the key expires max(ttl, keep) ms after now,
-// or when the clock term has passed a counter above it. The expiry is an
-// absolute time (SET ... PXAT), so a quorum script whose clock is skewed
-// sets it on its skewed clock; the caller drops a counter whose expiry is
+// lk.keep): the key expires max(ttl, keep) ms after now, or when the
+// clock term has passed a counter above it. The expiry is an absolute
+// time (SET ... PXAT), so a quorum script whose clock is skewed sets it
+// on its skewed clock; the caller drops a counter whose expiry is
 // already past on the server's own clock (see expire).
 func (c *counter) draw(now, ttl, keep int64) int64 {
 	keep = max(ttl, keep)

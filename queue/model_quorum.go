@@ -273,12 +273,12 @@ func (m *QuorumModel) prune(now int64) (head string, deadline int64, ok bool) {
 	return m.line.prune(now, func(head string) bool { return !isTicket(head) })
 }
 
-// take makes owner the holder under a fresh token (drawn as next_token
-// with the run's keep), records the entry it was given to, and lets the
+// take makes owner the holder under a fresh token (drawn as draw_token
+// does, with the run's keep), records the entry it was given to, and lets the
 // hold expire after ttl ms. HSET writes over a hash that is there (one
 // without an owner), and keeps its other fields.
 func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
-	token := m.token.draw(c.now, ttl, c.keep)
+	token := m.token.drawQuorum(c.now, ttl, c.keep)
 	m.token.expire(m.srv.now)
 	if m.hold == nil {
 		m.hold = &QuorumHold{}

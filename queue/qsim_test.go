@@ -115,6 +115,7 @@ type sim struct {
 	byEntry map[string]*lockCall
 	fifo    map[[3]int]int64 // see inOrder
 	ids     int              // Lock calls and clients made
+	skipped int              // commits a majority's equal tokens made needless
 }
 
 // runSim runs the protocol with cfg from seed, and returns its history.
@@ -146,7 +147,7 @@ func runSim(cfg simConfig, seed uint64) history {
 		s.advance()
 		e.do()
 	}
-	return history{q: s.q, calls: s.calls}
+	return history{q: s.q, calls: s.calls, skipped: s.skipped}
 }
 
 // at schedules f at time t.

@@ -84,6 +84,14 @@
 // -waiters-duration (6s) for waiters. A context deadline ends it; a Lock
 // still waiting then returns and counts as nothing.
 //
+// The libraries of a workload run one after the other, so a machine
+// whose speed drifts over minutes (a shared VM) can move a ratio between
+// them by more than the difference it measures. -rounds N runs each
+// library N times, in turn (round r starts r libraries further along), and
+// keeps each library's median run as its row; × best peer is then the
+// median of the ratios taken within each round, whose runs are seconds
+// apart. The JSON lists every round's grants/s (round_grants_per_sec).
+//
 // # Columns
 //
 //   - grants/s: grants before the deadline, over the measured time.

@@ -24,6 +24,7 @@ type options struct {
 	workloads       string
 	libs            string
 	redisURL        string
+	rounds          int
 	lib             libConfig
 	scale           scaleConfig
 }
@@ -37,6 +38,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.StringVar(&o.workloads, "workloads", "", "comma-separated workloads to run: "+workloadKeys()+" (default all)")
 	fs.StringVar(&o.libs, "libs", "", "comma-separated libraries to run: fairlock, redsync, redislock, "+atomicName+" (default all; "+atomicName+" runs in multi only)")
+	fs.IntVar(&o.rounds, "rounds", 1, "measure each (workload, library) this many times, the libraries in turn, and keep each one's median run (see doc.go)")
 	fs.StringVar(&o.redisURL, "redis", "", "URL of an existing Redis to use (default: start a redis-server from PATH)")
 	fs.DurationVar(&o.lib.ttl, "ttl", 30*time.Second, "fairlock's lease, redsync's expiry and redislock's TTL")
 	fs.DurationVar(&o.lib.redsyncDelay, "redsync-delay", defaultRedsyncDelay, "redsync's retry delay")
@@ -53,6 +55,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.duration <= 0 || o.waitersDuration <= 0 || o.warmup < 0 || o.lib.ttl <= 0 || o.scale.window <= 0 || o.lib.multiWait < 0 || o.lib.semaphoreWait < 0 {
 		return options{}, errors.New("durations must be positive (-warmup, -multi-wait and -semaphore-wait may be 0)")
+	}
+	if o.rounds < 1 {
+		return options{}, errors.New("-rounds must be at least 1")
 	}
 	if o.scale.waiters <= 0 || o.scale.holds <= 0 || o.scale.names <= 0 {
 		return options{}, errors.New("-scale-waiters, -scale-holds and -scale-names must be positive")
@@ -109,6 +114,7 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 		Duration:        o.duration.String(),
 		WaitersDuration: o.waitersDuration.String(),
 		Warmup:          o.warmup.String(),
+		Rounds:          o.rounds,
 		TTL:             o.lib.ttl.String(),
 		RedsyncDelay:    o.lib.redsyncDelay.String(),
 		RedislockDelay:  o.lib.redislockBackoff.String(),
@@ -162,27 +168,40 @@ func run(ctx context.Context, o options, out, log io.Writer) error {
 			d = o.waitersDuration
 		}
 		warm := min(o.warmup, (d / 6).Round(time.Millisecond))
-		var rows []result
+		var active []library
 		for _, lib := range libs {
-			if !lib.runsIn(w) {
-				continue
+			if lib.runsIn(w) {
+				active = append(active, lib)
 			}
-			fmt.Fprintf(log, "peers: %s, %s: %v warm-up, %v measured\n", w.key, lib.name, warm, d)
-			on := servers{srv}
-			if w.masters > 0 {
-				on = masters
-			}
-			res, err := measure(ctx, on, w, lib, d, warm, runID)
-			if err != nil {
-				return fmt.Errorf("%s: %w", w.key, err)
-			}
-			rows = append(rows, res)
 		}
-		if len(rows) == 0 {
+		if len(active) == 0 {
 			fmt.Fprintf(log, "peers: %s: skipped, no library that -libs selects runs in it\n", w.key)
 			continue
 		}
-		compareToPeers(rows)
+		on := servers{srv}
+		if w.masters > 0 {
+			on = masters
+		}
+		// runs[i] are the runs of active[i], one per round; each round
+		// runs every library once, starting one further along each time.
+		runs := make([][]result, len(active))
+		for r := range o.rounds {
+			for j := range active {
+				i := (j + r) % len(active)
+				lib := active[i]
+				fmt.Fprintf(log, "peers: %s, %s: %v warm-up, %v measured%s\n", w.key, lib.name, warm, d, roundNote(r, o.rounds))
+				id := runID
+				if o.rounds > 1 {
+					id = fmt.Sprintf("%s:r%d", runID, r)
+				}
+				res, err := measure(ctx, on, w, lib, d, warm, id)
+				if err != nil {
+					return fmt.Errorf("%s: %w", w.key, err)
+				}
+				runs[i] = append(runs[i], res)
+			}
+		}
+		rows := medianRuns(runs)
 		printWorkload(out, w, rows)
 		if w.key == hold0Key && r.Floor != nil {
 			compareToFloor(r.Floor, rows)

@@ -20,6 +20,7 @@ type report struct {
 	Duration        string       `json:"duration"`
 	WaitersDuration string       `json:"waiters_duration"`
 	Warmup          string       `json:"warmup"`
+	Rounds          int          `json:"rounds"`
 	TTL             string       `json:"ttl"`
 	RedsyncDelay    string       `json:"redsync_retry_delay"`
 	RedislockDelay  string       `json:"redislock_linear_backoff"`
@@ -48,6 +49,9 @@ func (r *report) printHeader(w io.Writer) {
 	fmt.Fprintf(w, "%s; %s, GOMAXPROCS %d.\n", r.Server, r.Go, r.GOMAXPROCS)
 	fmt.Fprintf(w, "Each run: fresh clients, %s warm-up, then %s measured (10,000 waiters: %s).\n",
 		r.Warmup, r.Duration, r.WaitersDuration)
+	if r.Rounds > 1 {
+		fmt.Fprintf(w, "%d rounds: each library runs once per round, in turn; a row is its median round, and × best peer the median of the rounds' ratios.\n", r.Rounds)
+	}
 	fmt.Fprintf(w, "Lease, expiry and TTL %s for all; redsync retries every %s, redislock backs off %s (linear).\n",
 		r.TTL, r.RedsyncDelay, r.RedislockDelay)
 	if r.MultiWait != "" {

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -19,13 +21,17 @@ type result struct {
 	// VsBestPeer is GrantsPerSec over the best peer's in the same
 	// workload (fairlock's row holds the ratio of fairlock to the best
 	// peer); 0 when no peer ran or none was granted anything.
-	VsBestPeer       float64 `json:"vs_best_peer"`
-	Jain             float64 `json:"jain"`
-	Starved          int     `json:"starved"` // goroutines never granted
-	WaitP50ms        float64 `json:"wait_p50_ms"`
-	WaitP99ms        float64 `json:"wait_p99_ms"`
-	WaitMaxms        float64 `json:"wait_max_ms"`
-	AttemptsPerGrant float64 `json:"attempts_per_grant,omitempty"` // multi and semaphore workloads: attempts at the whole set or the permits per grant, 1 when none was retried
+	VsBestPeer float64 `json:"vs_best_peer"`
+	// RoundGrantsPerSec holds each round's grants/s when -rounds is
+	// above 1: the row is the median round's run, and VsBestPeer the
+	// median of the rounds' ratios.
+	RoundGrantsPerSec []float64 `json:"round_grants_per_sec,omitempty"`
+	Jain              float64   `json:"jain"`
+	Starved           int       `json:"starved"` // goroutines never granted
+	WaitP50ms         float64   `json:"wait_p50_ms"`
+	WaitP99ms         float64   `json:"wait_p99_ms"`
+	WaitMaxms         float64   `json:"wait_max_ms"`
+	AttemptsPerGrant  float64   `json:"attempts_per_grant,omitempty"` // multi and semaphore workloads: attempts at the whole set or the permits per grant, 1 when none was retried
 	// PermitsPerSec and HeaviestShare are set in the semaphore workload:
 	// the permits the grants took, per second, and the share of the
 	// grants that went to the goroutines of the largest weight.
@@ -194,6 +200,57 @@ func summarize(w workload, lib library, t *tally, elapsed time.Duration, end rea
 }
 
 // compareToPeers sets VsBestPeer in the results of one workload.
+// roundNote names round r of n in the log, when there are several.
+func roundNote(r, n int) string {
+	if n == 1 {
+		return ""
+	}
+	return fmt.Sprintf(" (round %d of %d)", r+1, n)
+}
+
+// medianRuns returns, for each library, the run of runs[i] (one per round)
+// whose grants/s is the median (the lower of the two middle ones for an
+// even count), with every round's grants/s in RoundGrantsPerSec, and its
+// ratio to the best peer as the median of the rounds' ratios: each round
+// sets the libraries side by side within a few seconds, so that the
+// machine's speed, which drifts over minutes, moves both sides of a ratio
+// alike. With one round it is the run itself, compared as compareToPeers
+// does.
+func medianRuns(runs [][]result) []result {
+	rows := make([]result, len(runs))
+	rounds := len(runs[0])
+	for i, rs := range runs {
+		byRate := slices.Clone(rs)
+		slices.SortFunc(byRate, func(a, b result) int { return cmp.Compare(a.GrantsPerSec, b.GrantsPerSec) })
+		rows[i] = byRate[(len(byRate)-1)/2]
+		if rounds > 1 {
+			for _, r := range rs {
+				rows[i].RoundGrantsPerSec = append(rows[i].RoundGrantsPerSec, r.GrantsPerSec)
+			}
+		}
+	}
+	if rounds == 1 {
+		compareToPeers(rows)
+		return rows
+	}
+	ratios := make([][]float64, len(runs))
+	for r := range rounds {
+		round := make([]result, len(runs))
+		for i := range runs {
+			round[i] = runs[i][r]
+		}
+		compareToPeers(round)
+		for i := range round {
+			ratios[i] = append(ratios[i], round[i].VsBestPeer)
+		}
+	}
+	for i := range rows {
+		slices.Sort(ratios[i])
+		rows[i].VsBestPeer = ratios[i][(len(ratios[i])-1)/2]
+	}
+	return rows
+}
+
 func compareToPeers(rows []result) {
 	var best float64
 	for _, r := range rows {

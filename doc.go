@@ -1,4 +1,8 @@
-// Package fairlock is a fair, re-entrant, lease-renewed mutex on Redis.
+// Package fairlock provides fair (strict FIFO), lease-renewed distributed
+// locks on Redis: a Mutex, a MultiLock of several names taken
+// all or none, a weighted Semaphore and a RWMutex, on one Redis
+// deployment, and for a Mutex that must outlive the loss of a server, on
+// a quorum of independent masters (NewQuorum).
 //
 // Waiters queue in Redis and are granted the lock in the order they joined
 // (strict FIFO): a release hands the lock straight to the head of the

@@ -547,14 +547,41 @@ func (l *QMutex) countSettled(reads []holdRead, owner string) bool {
 // answered by then: a hold that counted was on a majority, so on one of
 // those. It fails with errs.ErrNoQuorum when fewer than a majority
 // answered.
+//
+// The entry whose hold it removed is then buried on every master, as a
+// Lock call that gives up is (qcancel): a call of that hold still on its
+// way to a master that did not hold it (the try a fast-path grant sends
+// to the masters its doorway did not ask) would otherwise take that
+// master afterwards, and with the master whose removal is still out make
+// a majority for a hold that was forced. Buried, it is told so, and a
+// hold it took first is given back.
 func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	if err := l.qm.begin(); err != nil {
 		return false, err
 	}
 	defer l.qm.ops.Done()
-	var removed atomic.Bool
+	var (
+		removed atomic.Bool
+		mu      sync.Mutex
+		entries = map[string]bool{} // guarded by mu: the entries of the holds found
+	)
 	answered := 0
 	n := l.qm.round(ctx, nil, func(ctx context.Context, i int) (lua.QReply, error) {
+		// The entry read first: a hand-over in between makes the removal
+		// take the next holder's hold, which a force may, and buries an
+		// entry that no longer holds, which changes nothing.
+		var read []any
+		if err := shortly.Run(ctx, func() error {
+			var err error
+			read, err = l.qm.masters[i].rdb.HMGet(ctx, l.keys.Lock, "entry").Result()
+			return err
+		}); err == nil && len(read) == 1 {
+			if entry, _ := read[0].(string); entry != "" {
+				mu.Lock()
+				entries[entry] = true
+				mu.Unlock()
+			}
+		}
 		ok, err := l.flag(ctx, i, func(s *lua.Scripts) lua.Call {
 			return s.QForce(l.keys, ms(l.qm.cfg.WaiterTTL), l.qm.skew(i))
 		})
@@ -571,6 +598,29 @@ func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	}, nil)
 	if n < l.qm.q {
 		return removed.Load(), l.qm.noQuorum(ctx, n, "")
+	}
+	mu.Lock()
+	found := make([]string, 0, len(entries))
+	for entry := range entries {
+		found = append(found, entry)
+	}
+	mu.Unlock()
+	slices.Sort(found)
+	for _, entry := range found {
+		buried := 0
+		if m := l.qm.round(ctx, nil, func(ctx context.Context, i int) (lua.QReply, error) {
+			_, err := l.flag(ctx, i, func(s *lua.Scripts) lua.Call {
+				return s.QCancel(l.keys, entry, ms(l.qm.cfg.WaiterTTL), l.qm.tombTTL(), l.qm.skew(i))
+			})
+			return lua.QReply{}, err
+		}, func(a answer) bool {
+			if a.err == nil {
+				buried++
+			}
+			return buried >= l.qm.q
+		}, nil); m < l.qm.q {
+			return removed.Load(), l.qm.noQuorum(ctx, m, "")
+		}
 	}
 	return removed.Load(), nil
 }

@@ -47,6 +47,12 @@ func TestQuorumCallsHonourTheirDeadlineWhileAMajorityIsStopped(t *testing.T) {
 	toReenter, err := reentered.Lock(ctx)
 	require.NoError(t, err)
 
+	// A fast-path grant reaches the master its doorway did not ask a
+	// moment after Lock returns: the waiter is started once the hold is on
+	// every master, or its doorway could take that master first.
+	for _, s := range servers {
+		waitQuorumHeld(t, s.Client(t), quorumKeys(t, "hung"))
+	}
 	waiter := fresh("hung")
 	wctx, stopWaiting := context.WithCancel(ctx)
 	waited := make(chan error, 1)
@@ -293,6 +299,9 @@ func TestQuorumCloseReturnsWithinOneCallTimeoutWhenMastersHang(t *testing.T) {
 	other := quorumOf(t, servers).Mutex("busy")
 	octx, err := other.Lock(ctx)
 	require.NoError(t, err)
+	for _, s := range servers { // the hold on every master first (see above)
+		waitQuorumHeld(t, s.Client(t), quorumKeys(t, "busy"))
+	}
 	waiting := lockAsync(ctx, c.Mutex("busy"))
 	for _, s := range servers {
 		queuedOn(t, s.Client(t), quorumKeys(t, "busy"), 1)

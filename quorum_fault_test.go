@@ -64,6 +64,12 @@ func TestQuorumMasterRestartedEmptyAfterTheLeaseGrantsNoSecondHolder(t *testing.
 	require.NoError(t, err)
 	tok, err := first.Token(held)
 	require.NoError(t, err)
+	// A fast-path grant reaches the master its doorway did not ask a
+	// moment after Lock returns: the waiter is started once the hold is on
+	// every master, or its doorway could take that master first.
+	for _, rdb := range direct {
+		waitQuorumHeld(t, rdb, k)
+	}
 	owner := direct[1].HGet(ctx, k.Lock, "owner").Val()
 	require.NotEmpty(t, owner)
 
@@ -212,6 +218,9 @@ func TestQuorumHolderCutOffFromAMajorityLosesItsLeaseBeforeAnotherIsGranted(t *t
 			require.NoError(t, err)
 			tok, err := cut.Token(held)
 			require.NoError(t, err)
+			for _, s := range servers { // the hold on every master first (see above)
+				waitQuorumHeld(t, s.Client(t), k)
+			}
 			ended := make(chan time.Time, 1)
 			stop := context.AfterFunc(held, func() { ended <- time.Now() })
 			defer stop()
@@ -284,6 +293,9 @@ func TestQuorumWaiterGrantedByEveryMasterKeepsItsHoldWhenOneIsLost(t *testing.T)
 	}
 	heldA, err := ma.Lock(ctx)
 	require.NoError(t, err)
+	for _, rdb := range rdbs { // the hold on every master first (see above)
+		waitQuorumHeld(t, rdb, k)
+	}
 	ownerA := rdbs[0].HGet(ctx, k.Lock, "owner").Val()
 	require.NotEmpty(t, ownerA)
 

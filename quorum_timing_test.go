@@ -348,6 +348,9 @@ func TestQuorumClockStepOnOneMasterKeepsTheHoldAndTokensRise(t *testing.T) {
 	require.NoError(t, err)
 	tokA, err := ma.Token(held)
 	require.NoError(t, err)
+	for _, rdb := range clocks.masters { // the hold on every master first (see quorum_fault_test.go)
+		waitQuorumHeld(t, rdb, k)
+	}
 	waitB := lockAsync(ctx, mb)
 	for _, rdb := range clocks.masters {
 		waitQuorumQueued(t, rdb, k, 1)

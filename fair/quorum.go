@@ -607,22 +607,32 @@ func (l *QMutex) ForceUnlock(ctx context.Context) (bool, error) {
 	mu.Unlock()
 	slices.Sort(found)
 	for _, entry := range found {
-		buried := 0
-		if m := l.qm.round(ctx, nil, func(ctx context.Context, i int) (lua.QReply, error) {
-			_, err := l.flag(ctx, i, func(s *lua.Scripts) lua.Call {
-				return s.QCancel(l.keys, entry, ms(l.qm.cfg.WaiterTTL), l.qm.tombTTL(), l.qm.skew(i))
-			})
-			return lua.QReply{}, err
-		}, func(a answer) bool {
-			if a.err == nil {
-				buried++
-			}
-			return buried >= l.qm.q
-		}, nil); m < l.qm.q {
+		if m := l.bury(ctx, nil, entry); m < l.qm.q {
 			return removed.Load(), l.qm.noQuorum(ctx, m, "")
 		}
 	}
 	return removed.Load(), nil
+}
+
+// bury takes entry out of the line of every master, buries it, and gives
+// back a hold of it (qcancel), in a round of order ord that waits for a
+// majority (the others are told in the background); it returns how many
+// masters answered.
+func (l *QMutex) bury(ctx context.Context, ord *order, entry string) int {
+	n := 0
+	l.qm.round(ctx, ord, func(cctx context.Context, i int) (lua.QReply, error) {
+		_, err := l.flag(cctx, i, func(s *lua.Scripts) lua.Call {
+			return s.QCancel(l.keys, entry, ms(l.qm.cfg.WaiterTTL), l.qm.tombTTL(), l.qm.skew(i))
+		})
+		return lua.QReply{}, err
+	}, func(a answer) bool {
+		// took runs on this goroutine, one answer at a time (see round).
+		if a.err == nil {
+			n++
+		}
+		return n >= l.qm.q
+	}, nil)
+	return n
 }
 
 // flag runs a script that answers a flag on master i.

@@ -601,19 +601,7 @@ func (w *qwaiter) giveUp(ctx context.Context) {
 	if !already {
 		close(w.stop)
 	}
-	qm := w.l.qm
-	n := 0
 	gctx, cancel := graceAfter(ctx)
 	defer cancel()
-	qm.round(gctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
-		_, err := w.l.flag(cctx, i, func(s *lua.Scripts) lua.Call {
-			return s.QCancel(w.l.keys, w.entry, ms(qm.cfg.WaiterTTL), qm.tombTTL(), qm.skew(i))
-		})
-		return lua.QReply{}, err
-	}, func(a answer) bool {
-		if a.err == nil {
-			n++
-		}
-		return n >= qm.q
-	}, nil)
+	w.l.bury(gctx, w.ord, w.entry)
 }

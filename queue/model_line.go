@@ -165,30 +165,25 @@ const tokensPerMs = 1000
 // gone, at now + 1 or later, takes a higher token from the clock alone.
 // A counter above the clock term (a clock that went back) lasts until the
 // clock term has passed it (outlast in lua/lib.lua).
-func (c *counter) next(now, ttl int64) int64 { return c.draw(now, ttl, 1) }
+func (c *counter) next(now, ttl int64) int64 {
+	return c.take(c.lastToken+1 > now*tokensPerMs, now, max(ttl, 1))
+}
 
 // drawQuorum is qlib.lua's draw_token, a quorum lock's: counter + 1 while
 // there is a counter, the clock term when there is none, which becomes
-// the counter, kept as draw keeps it.
+// the counter, kept at least keep ms. The expiry is an absolute time
+// (SET ... PXAT), so a quorum script whose clock is skewed sets it on its
+// skewed clock; the caller drops a counter whose expiry is already past
+// on the server's own clock (see expire).
 func (c *counter) drawQuorum(now, ttl, keep int64) int64 {
-	if c.lastToken == 0 {
-		c.lastToken, c.tokenEnd = now*tokensPerMs, now+max(ttl, keep)
-		return c.lastToken
-	}
-	c.lastToken++
-	c.tokenEnd = max(now+max(ttl, keep), outlast(c.lastToken))
-	return c.lastToken
+	return c.take(c.lastToken > 0, now, max(ttl, keep))
 }
 
-// draw is next for a counter kept at least keep ms (next_token with
-// lk.keep): the key expires max(ttl, keep) ms after now, or when the
-// clock term has passed a counter above it. The expiry is an absolute
-// time (SET ... PXAT), so a quorum script whose clock is skewed sets it
-// on its skewed clock; the caller drops a counter whose expiry is
-// already past on the server's own clock (see expire).
-func (c *counter) draw(now, ttl, keep int64) int64 {
-	keep = max(ttl, keep)
-	if c.lastToken+1 > now*tokensPerMs {
+// take makes the counter's next value the token: counter + 1 when
+// counted, else the clock term; the key expires keep ms after now, or
+// when the clock term has passed a counter above it.
+func (c *counter) take(counted bool, now, keep int64) int64 {
+	if counted {
 		c.lastToken++
 		c.tokenEnd = max(now+keep, outlast(c.lastToken))
 	} else {

@@ -107,6 +107,40 @@ func TestLockRunsOnTheCallersGoroutineWhereGoRedisHonoursTheDeadline(t *testing.
 		require.NoError(t, ml.Unlock(uctx))
 		ucancel()
 		requireSentFrom(t, hook.take(), me, honours, "MultiLock.Unlock")
+
+		// A Semaphore's Release and a RWMutex's Unlock and RUnlock, weighted
+		// holds: the same.
+		sem, rw := c.Semaphore("inline-s", 2), c.RWMutex("inline-rw")
+		releases := map[string]func() error{
+			"Semaphore.Release": func() error {
+				sctx, err := sem.Acquire(ctx, 1)
+				require.NoError(t, err)
+				hook.take()
+				uctx, ucancel := context.WithTimeout(sctx, 10*time.Second)
+				defer ucancel()
+				return sem.Release(uctx)
+			},
+			"RWMutex.Unlock": func() error {
+				wctx, err := rw.Lock(ctx)
+				require.NoError(t, err)
+				hook.take()
+				uctx, ucancel := context.WithTimeout(wctx, 10*time.Second)
+				defer ucancel()
+				return rw.Unlock(uctx)
+			},
+			"RWMutex.RUnlock": func() error {
+				rctx, err := rw.RLock(ctx)
+				require.NoError(t, err)
+				hook.take()
+				uctx, ucancel := context.WithTimeout(rctx, 10*time.Second)
+				defer ucancel()
+				return rw.RUnlock(uctx)
+			},
+		}
+		for what, release := range releases {
+			require.NoError(t, release(), what)
+			requireSentFrom(t, hook.take(), me, honours, what)
+		}
 		cancel()
 		e.requireClean("inline")
 		e.requireClean("inline-a")

@@ -13,6 +13,8 @@
 --             "reenter" only adds a level to a hold the owner still has
 -- ARGV[6]     wake channel P:{N}:wake
 -- ARGV[7]     receipt TTL in ms
+-- ARGV[8]     an election candidate's value (see is_candidate in
+--             lib.lua); absent for other entries
 --
 -- Returns {1, token, count} when the caller holds the lock after the call
 -- (a fresh grant, a re-entry, or a hand-over it is claiming), or
@@ -52,6 +54,9 @@ local lease = tonumber(ARGV[3])
 local waiter_ttl = tonumber(ARGV[4])
 local mode = ARGV[5]
 local channel = ARGV[6]
+if ARGV[8] and is_candidate(entry) then
+  candidacy = {entry = entry, value = ARGV[8]}
+end
 
 
 -- 0. The path most calls take: the first attempt of a Lock (try mode)

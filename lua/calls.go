@@ -66,6 +66,21 @@ func (s *Scripts) Acquire(k queue.Keys, call, owner, entry string, lease, waiter
 	return s.acquire.call(withReceipt(k, call), []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL})
 }
 
+// Campaign is Acquire for an election's candidate (an entry made by
+// queue.CandidateEntry) that campaigns with value: the value waits
+// beside the line and becomes the leadership's when the entry is granted
+// (see is_candidate in lib.lua). Read its reply with ReadAcquire.
+func (s *Scripts) Campaign(k queue.Keys, call, owner, entry string, lease, waiterTTL int64, mode string, receiptTTL int64, value string) Call {
+	return s.acquire.call(withReceipt(k, call), []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL, value})
+}
+
+// Proclaim is proclaim.lua: the leadership of owner, granted to the
+// candidate entry entry, takes value as its value. Read its reply with
+// ReadFlag: false when the leadership is not (or no longer) theirs.
+func (s *Scripts) Proclaim(k queue.Keys, owner, entry, value string) Call {
+	return s.proclaim.call(lockKeys(k), []any{owner, entry, value})
+}
+
 // Release is release.lua, the binding of Model.ReleaseFrom: owner gives
 // up one level of its hold under call id call, whose receipt is kept for
 // receiptTTL ms; own is the tag of the releasing Client ("" for none), to

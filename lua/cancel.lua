@@ -52,7 +52,7 @@ for i, l in ipairs(locks) do
       redis.call('HDEL', l.hold, 'entry')
     else
       redis.call('DEL', l.hold)
-      hand_over(l, nil, channel)
+      hand_on(l, entry, nil, channel)
     end
   elseif not hold[1] then
     hand_over(l, nil, channel)

@@ -16,5 +16,5 @@
 local entry = redis.call('HGET', KEYS[1], 'entry')
 local removed = redis.call('DEL', KEYS[1])
 revoke(ARGV[1], entry)
-hand_over(LOCK, nil, ARGV[1])
+hand_on(LOCK, entry, nil, ARGV[1])
 return finish(removed)

@@ -143,6 +143,46 @@ local function is_ticket(entry)
   return string.find(entry, TICKET_PATTERN) ~= nil
 end
 
+-- An Election is a Mutex whose waiters are candidates: its entries end
+-- their waiter id with the candidate version (3, after the tag; see
+-- wake_target), and each carries a value, the one its candidate
+-- campaigns with. A candidate's value waits beside the line, in the hash
+-- P:{N}:values (values_key: entry -> value), from the call that joins it
+-- to the line until it leaves the line (leave, or prune for a dead
+-- head) or is granted: take moves the value into the hold (field
+-- 'value'), and the hold is the leadership. Every change of an
+-- election's leadership (a grant, a new value, a hold that ends with
+-- nobody to take it) publishes "leader" on P:{N}:leader (tell_leader),
+-- which the observers of the election watch; they read the hold when
+-- told. A lease that runs out publishes nothing. A Mutex's entries are
+-- never candidates: what an election adds costs a Mutex one
+-- string.find per grant and per leaving waiter.
+local CANDIDATE_PATTERN = '^%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x3:'
+
+-- is_candidate reports whether entry is an election's candidate.
+local function is_candidate(entry)
+  return string.find(entry, CANDIDATE_PATTERN) ~= nil
+end
+
+-- candidacy is the entry and value of the candidate whose call this run
+-- is (acquire.lua sets it from its arguments), else nil (begin clears
+-- it): its value is written beside the line when it joins, and taken
+-- from here, not from the hash, when the call itself is granted.
+local candidacy = nil
+
+-- values_key returns the key of lk's candidates' values.
+local function values_key(lk)
+  return lk.hold .. ':values'
+end
+
+-- forget_value drops the value of entry, a candidate that leaves lk's
+-- line without being granted.
+local function forget_value(lk, entry)
+  if is_candidate(entry) then
+    redis.call('HDEL', values_key(lk), entry)
+  end
+end
+
 -- keeps_joined reports whether lk's joined set holds the time of joining
 -- of entry: a quorum lock keeps none (lk.joined is nil; see qlib.lua),
 -- and a ticket's is in its key instead.
@@ -190,6 +230,9 @@ local function join(lk, entry, now, ttl, ticket)
     if keeps_joined(lk, entry) then
       redis.call('ZADD', lk.joined, string.format('%d', now), entry)
     end
+    if candidacy and candidacy.entry == entry then
+      redis.call('HSET', values_key(lk), entry, candidacy.value)
+    end
   else
     redis.call('ZREM', lk.deadline, entry)
   end
@@ -211,6 +254,7 @@ local function leave(lk, entry)
     if keeps_joined(lk, entry) then
       redis.call('ZREM', lk.joined, entry)
     end
+    forget_value(lk, entry)
   end
 end
 
@@ -276,6 +320,7 @@ local function prune(lk, now)
       return head, deadline, now
     end
     line_pop(lk, head)
+    forget_value(lk, head)
   end
 end
 
@@ -353,13 +398,31 @@ local taken = nil
 -- token (next_token), records which waiter entry the hold was given to
 -- and since when, and sets the hold to expire after ttl ms. now is the
 -- server's time in ms. It returns the token as a decimal string.
+--
+-- A candidate's grant (see is_candidate) is a leadership: its value moves
+-- from beside the line into the hold, and the election's observers are
+-- told (tell_leader, defined below).
+local tell_leader
 local function take(lk, owner, entry, ttl, now)
   if taken then
     taken[lk.hold] = true
   end
   local token = next_token(lk, ttl, now)
-  redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
-    'since', string.format('%d', now))
+  local since = string.format('%d', now)
+  if is_candidate(entry) then
+    local value
+    if candidacy and candidacy.entry == entry then
+      value = candidacy.value
+    else
+      value = redis.call('HGET', values_key(lk), entry) or ''
+    end
+    redis.call('HDEL', values_key(lk), entry)
+    redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry, 'since', since,
+      'value', value)
+    tell_leader(lk)
+  else
+    redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry, 'since', since)
+  end
   redis.call('PEXPIRE', lk.hold, ttl)
   return token
 end
@@ -384,6 +447,12 @@ local function publish(channel, message)
     refused = 'NOPERM fairlock: state changed, but ' .. publish_command .. ' to ' ..
       channel .. ' was refused: ' .. res.err
   end
+end
+
+-- tell_leader publishes "leader" on the leader channel of lk, an
+-- election (P:{N}:leader): its leadership changed.
+tell_leader = function(lk)
+  publish(lk.hold .. ':leader', 'leader')
 end
 
 -- finish returns a script's reply, or in its place, when a PUBLISH of this
@@ -607,6 +676,18 @@ hand_over = function(lk, now, channel, own)
     local token = take(lk, owner, head, math.min(lease, deadline - at), at)
     granted, message = head, wake(channel, head, token, at, own)
   end)
+  return granted, message
+end
+
+-- hand_on is hand_over for a lock whose hold, given to entry (false or
+-- nil when not known), has just ended: when that hold was an election's
+-- leadership and nobody takes the lock over, the election's observers
+-- are told that it has no leader (a grant tells them itself, see take).
+local function hand_on(lk, entry, now, channel, own)
+  local granted, message = hand_over(lk, now, channel, own)
+  if not granted and entry and is_candidate(entry) then
+    tell_leader(lk)
+  end
   return granted, message
 end
 
@@ -1065,5 +1146,5 @@ end
 -- changes is set here: in a function library these helpers outlive a run.
 local function begin()
   LOCK = {hold = KEYS[1], queue = KEYS[2], deadline = KEYS[3], token = KEYS[4], joined = KEYS[1] .. ':joined'}
-  clock_us, clock_skew_us, refused, taken = nil, 0, nil, nil
+  clock_us, clock_skew_us, refused, taken, candidacy = nil, 0, nil, nil, nil
 end

@@ -43,6 +43,7 @@ const (
 	cancelName       = "cancel"
 	forceUnlockName  = "forceunlock"
 	multiAcquireName = "multiacquire"
+	proclaimName     = "proclaim"
 	// The scripts of weighted locks (a Semaphore, a RWMutex).
 	wAcquireName = "wacquire"
 	wReleaseName = "wrelease"
@@ -147,6 +148,7 @@ type Scripts struct {
 	cancel       *op
 	forceUnlock  *op
 	multiAcquire *op
+	proclaim     *op
 	wAcquire     *op
 	wRelease     *op
 	wCancel      *op
@@ -163,7 +165,7 @@ type Scripts struct {
 
 // libraryOps are the operations built on lib.lua, in the order the
 // library defines them.
-var libraryOps = []string{acquireName, releaseName, cancelName, forceUnlockName, multiAcquireName,
+var libraryOps = []string{acquireName, releaseName, cancelName, forceUnlockName, multiAcquireName, proclaimName,
 	wAcquireName, wReleaseName, wCancelName, wResizeName, wForceName, wRenewName,
 	qTryName, qJoinName, qCancelName, qReleaseName, qForceName, qCommitName}
 
@@ -180,6 +182,7 @@ func newScripts(command string, source func(string) string, publish string) *Scr
 		cancel:       o(cancelName),
 		forceUnlock:  o(forceUnlockName),
 		multiAcquire: o(multiAcquireName),
+		proclaim:     o(proclaimName),
 		wAcquire:     o(wAcquireName),
 		wRelease:     o(wReleaseName),
 		wCancel:      o(wCancelName),

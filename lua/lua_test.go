@@ -14,7 +14,7 @@ import (
 	"github.com/fairlock/fairlock/queue"
 )
 
-var operations = []string{"acquire", "release", "renew", "cancel", "forceunlock", "multiacquire"}
+var operations = []string{"acquire", "release", "renew", "cancel", "forceunlock", "multiacquire", "proclaim"}
 
 func TestShardedScriptsDifferOnlyInThePublishCommand(t *testing.T) {
 	for _, name := range operations {

@@ -44,6 +44,7 @@ if #KEYS > 5 then
   taken = {} -- see take in lib.lua
 end
 local over = {} -- the groups whose hold is over, in order
+local ended = {} -- group -> the entry its hold that is over was given to
 
 -- A call of several groups reads their receipts only when one of them is
 -- there (one EXISTS of all): a call sent for the first time has none.
@@ -68,7 +69,7 @@ for g = 1, #KEYS / 5 do
       answers[g] = tonumber(kept)
     end
   else
-    local hold = redis.call('HMGET', hold_key, 'owner', 'count')
+    local hold = redis.call('HMGET', hold_key, 'owner', 'count', 'entry')
     if hold[1] ~= ARGV[k + 1] then
       answers[g] = -1
     else
@@ -92,6 +93,7 @@ for g = 1, #KEYS / 5 do
       else
         redis.call('DEL', hold_key)
         over[#over + 1] = g
+        ended[g] = hold[3]
       end
     end
   end
@@ -113,7 +115,7 @@ for _, g in ipairs(over) do
       own = nil
     end
     local now = clock_us and math.floor(clock_us / 1000) or nil
-    _, message = hand_over(lk, now, ARGV[k + 3], own)
+    _, message = hand_on(lk, ended[g], now, ARGV[k + 3], own)
   end
   if message then
     keep_receipt(KEYS[k + 5], '0 ' .. message, ARGV[k + 4])

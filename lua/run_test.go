@@ -114,7 +114,7 @@ func TestEveryOperationBuiltOnTheHelpersIsAFunctionOfTheLibrary(t *testing.T) {
 		for _, f := range libs[0].Functions {
 			names = append(names, strings.TrimPrefix(f.Name, s.Library.Name+"_"))
 		}
-		require.ElementsMatch(t, []string{"acquire", "release", "cancel", "forceunlock", "multiacquire",
+		require.ElementsMatch(t, []string{"acquire", "release", "cancel", "forceunlock", "multiacquire", "proclaim",
 			"wacquire", "wrelease", "wcancel", "wresize", "wforce", "wrenew",
 			"qtry", "qjoin", "qcancel", "qrelease", "qforce", "qcommit"}, names)
 	}

@@ -28,6 +28,14 @@ const (
 	// server, granted all of them at once (see lua/lib.lua). Its
 	// hand-overs are published as WakeVersion's are.
 	TicketVersion = "2"
+	// CandidateVersion ends, in place of WakeVersion, the waiter id of an
+	// Election's candidate: a Mutex entry whose grant is a leadership,
+	// which carries the value it campaigns with (see lua/lib.lua). Its
+	// hand-overs are published as WakeVersion's are.
+	CandidateVersion = "3"
+
+	// MaxValueLen is the most bytes of an Election's value.
+	MaxValueLen = 64 << 10
 )
 
 // LayoutVersion is the version of the layout of the keys this package
@@ -61,6 +69,33 @@ type Keys struct {
 	// Ticket is a quorum lock's largest ticket written on a master (see
 	// Quorum); "" for other locks.
 	Ticket string
+	// Values is an Election's hash of its candidates' values (entry ->
+	// value), and Leader the pub/sub channel on which every change of its
+	// leadership is told (see Election); "" for other locks.
+	Values string
+	Leader string
+}
+
+// Election returns the keys of the election of the name under prefix:
+// the keys of For under the base P:{N}:e, so that an Election and a
+// Mutex of one name are two locks, with Values and Leader besides. The
+// errors are For's.
+func Election(prefix, name string) (Keys, error) {
+	k, err := For(prefix, name)
+	if err != nil {
+		return Keys{}, err
+	}
+	e := keysAt(name, k.Lock+":e")
+	e.Values = e.Lock + ":values"
+	e.Leader = e.Lock + ":leader"
+	return e, nil
+}
+
+// IsCandidate reports whether entry is an Election's candidate: its
+// waiter id ends with CandidateVersion after the tag.
+func IsCandidate(entry string) bool {
+	id := WaiterIDOf(entry)
+	return len(id) == WaiterIDLen+TagLen+1 && id[len(id)-1:] == CandidateVersion && isHex(id)
 }
 
 // Quorum returns the keys that a quorum lock of the name under prefix

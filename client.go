@@ -20,6 +20,8 @@ type Client struct {
 	engine *fair.Engine // nil for a quorum Client (NewQuorum), which offers only Mutex
 	events *eventQueue  // the Observer's; nil without one
 	cfg    config
+	// leaders are the watchers of the elections observed (Observe).
+	leaders leaderWatches
 }
 
 // runner is what a Client's engine and a quorum Client's Quorum both are.
@@ -151,6 +153,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	by := time.Now().Add(c.cfg.callTimeout)
+	c.leaders.close()
 	err := c.run.Close()
 	c.events.close(by)
 	return err

@@ -116,6 +116,13 @@ var (
 	// but that key: see "Keys" in docs/algorithm.md for how a layout
 	// change is rolled out.
 	ErrLayout = errs.ErrLayout
+
+	// ErrInvalidValue: an Election's Campaign or Proclaim was given an
+	// empty value, or one longer than MaxValueLen bytes.
+	ErrInvalidValue = errs.ErrInvalidValue
+
+	// ErrNoLeader is returned by an Election's Leader when nobody leads it.
+	ErrNoLeader = errs.ErrNoLeader
 )
 
 // Errors for nil arguments: programming errors, reported instead of a panic.

@@ -191,7 +191,8 @@ type helperProc struct {
 // output for the grant. Options are "lease=<duration>" and
 // "waiterTTL=<duration>", and for the role "acquire" (a Semaphore's
 // Acquire) "permits=<n>" and "weight=<n>"; the roles "rlock" and "wlock"
-// take a RWMutex's read and write lock.
+// take a RWMutex's read and write lock, and "campaign" leads an Election
+// with the value "helper".
 func (e *env) spawnHelper(role, name string, opts ...string) *helperProc {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -294,6 +295,8 @@ func helperMain() int {
 		lock = c.RWMutex(name).RLock
 	case "wlock":
 		lock = c.RWMutex(name).Lock
+	case "campaign":
+		lock = func(ctx context.Context) (context.Context, error) { return c.Election(name).Campaign(ctx, "helper") }
 	default:
 		return 4
 	}

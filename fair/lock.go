@@ -37,6 +37,10 @@ type Request struct {
 	// other processes (fairlock.ContextWithOwner); false: it is this
 	// call's own.
 	Shared bool
+	// Value is an Election candidate's value: the call's entry is then a
+	// candidate's (queue.CandidateVersion), whose grant is a leadership
+	// with that value (see lua/lib.lua). "" for every other lock.
+	Value string
 }
 
 // Lock takes the lock for req.Owner. Without req.Wait it makes one
@@ -94,6 +98,9 @@ func lockIn[G any](ln line[G], ctx context.Context, req Request) (G, error) {
 func (l *Mutex) entry(req Request) string {
 	if l.w != nil {
 		return queue.WeightedEntry(queue.NewID()+l.e.tag+queue.WakeVersion, req.Lease, l.level.Weight, l.level.Excl, req.Owner)
+	}
+	if req.Value != "" {
+		return queue.Entry(queue.NewID()+l.e.tag+queue.CandidateVersion, req.Lease, req.Owner)
 	}
 	return queue.Entry(queue.NewID()+l.e.tag+queue.WakeVersion, req.Lease, req.Owner)
 }
@@ -248,11 +255,11 @@ func (l *Mutex) poll(ctx context.Context, req Request, entry, mode string) (queu
 	defer cancel()
 	call := queue.NewID()
 	if mode == queue.ModeWait || (mode == queue.ModeTry && req.Wait) {
-		return l.acquireCall(cctx, call, req.Owner, entry, req.Lease, mode)
+		return l.acquireCall(cctx, call, req, entry, mode)
 	}
 	retry := retryMin
 	for {
-		rep, err := l.acquireCall(cctx, call, req.Owner, entry, req.Lease, mode)
+		rep, err := l.acquireCall(cctx, call, req, entry, mode)
 		if !unanswered(err) || cctx.Err() != nil || !pause.For(cctx, retry) {
 			return rep, err
 		}

@@ -28,6 +28,7 @@ const (
 	kindRWMutexRead  = "rwmutex_read"
 	kindRWMutexWrite = "rwmutex_write"
 	kindQuorumMutex  = "quorum_mutex"
+	kindElection     = "election"
 )
 
 // weightedKind is the kind of a weighted lock's handle at level excl: a

@@ -14,18 +14,22 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 // acquire runs acquire.lua once, under a fresh call id.
 func (l *Mutex) acquire(ctx context.Context, owner, entry string, lease time.Duration, mode string) (queue.Reply, error) {
-	return l.acquireCall(ctx, queue.NewID(), owner, entry, lease, mode)
+	return l.acquireCall(ctx, queue.NewID(), Request{Owner: owner, Lease: lease}, entry, mode)
 }
 
-// acquireCall runs acquire.lua once under the given call id: the same id
-// stands for the same call, re-sent.
-func (l *Mutex) acquireCall(ctx context.Context, call, owner, entry string, lease time.Duration, mode string) (queue.Reply, error) {
+// acquireCall runs acquire.lua once for req under the given call id: the
+// same id stands for the same call, re-sent. A candidate's call (req.Value
+// set) carries its value.
+func (l *Mutex) acquireCall(ctx context.Context, call string, req Request, entry, mode string) (queue.Reply, error) {
 	if l.w != nil {
-		return l.weightedAcquire(ctx, call, owner, entry, lease, mode)
+		return l.weightedAcquire(ctx, call, req.Owner, entry, req.Lease, mode)
 	}
 	ttl := l.e.receiptTTL()
 	return l.e.acquiring(ctx, func(s *lua.Scripts) lua.Call {
-		return s.Acquire(l.keys, call, owner, entry, ms(lease), ms(l.e.cfg.WaiterTTL), mode, ttl)
+		if req.Value != "" {
+			return s.Campaign(l.keys, call, req.Owner, entry, ms(req.Lease), ms(l.e.cfg.WaiterTTL), mode, ttl, req.Value)
+		}
+		return s.Acquire(l.keys, call, req.Owner, entry, ms(req.Lease), ms(l.e.cfg.WaiterTTL), mode, ttl)
 	}, l.keys.Call(call), ttl, lua.ReadAcquire)
 }
 

@@ -26,6 +26,8 @@ var (
 	ErrNoQuorum      = errors.New("fairlock: no majority of masters answered")
 	ErrUnavailable   = errors.New("fairlock: redis did not answer in time")
 	ErrLayout        = errors.New("fairlock: the keys under the prefix have another layout")
+	ErrInvalidValue  = errors.New("fairlock: invalid election value")
+	ErrNoLeader      = errors.New("fairlock: the election has no leader")
 )
 
 // ErrUnexpectedReply says Redis answered something fairlock does not read:

@@ -154,6 +154,10 @@ func FuzzScriptsMatchModel(f *testing.F) {
 	f.Add([]byte{4, 0, 0, 15, 0, 0, 5, 1, 0, 15, 0, 0, 6, 1, 0, 15, 0, 0, 6, 1, 0, 15, 1, 0, 12, 0, 8, 15, 2, 0})
 	// A hand-over races with the waiter's cancel; then a force-unlock.
 	f.Add([]byte{4, 0, 0, 0, 0, 1, 0, 1, 3, 6, 1, 1, 9, 0, 0, 9, 0, 0, 11, 0, 0})
+	// An election: a candidate leads, another waits with its value; the
+	// release hands the leadership on, whose holder proclaims a new value;
+	// a force-unlock then leaves no leader.
+	f.Add([]byte{0, 24, 2, 0, 43, 3, 6, 1, 1, 16, 1, 3, 11, 0, 0})
 	for seed := range uint64(3) {
 		b := make([]byte, 600)
 		src := newRandSource(seed)

@@ -138,9 +138,14 @@ func (d *differ) apply(r *rig, c call) (res result, err error) {
 	one := []int{c.lock}
 	switch c.kind {
 	case opPoll, opTry, opReenter:
-		w := m.Acquire(c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
-		var g queue.Reply
-		g, err = on.acquire(d.ctx, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
+		var w, g queue.Reply
+		if c.campaign {
+			w = m.Campaign(c.id, c.owner, c.entry, c.lease, c.ttl, c.mode, c.value)
+			g, err = on.campaign(d.ctx, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode, c.value)
+		} else {
+			w = m.Acquire(c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
+			g, err = on.acquire(d.ctx, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
+		}
 		d.sameHints(w, &g)
 		res.want, res.got = w, g
 		if !hadReceipt {
@@ -200,6 +205,10 @@ func (d *differ) apply(r *rig, c call) (res result, err error) {
 	case opForce:
 		res.want, res.handed = m.ForceUnlock(), one
 		res.got, err = on.forceUnlock(d.ctx)
+	case opProclaim:
+		res.want = m.Proclaim(c.owner, c.entry, c.value)
+		res.got, err = on.proclaim(d.ctx, c.owner, c.entry, c.value)
+		d.world.done(c, false)
 	case opAdvance:
 		d.server.Advance(c.d)
 		r.advance(c.d)
@@ -320,9 +329,9 @@ func (d *differ) compare(c call, res result, refused bool) {
 	msgs = d.sameWakeTimes(wantMsgs, msgs)
 	switch {
 	case refused && (len(wantMsgs) == 0 || len(msgs) > 0):
-		d.fail("a refused PUBLISH: the model woke %q, the scripts %q", wantMsgs, msgs)
+		d.fail("a refused PUBLISH: the model woke %s, the scripts %s", shown(wantMsgs), shown(msgs))
 	case !refused && !slices.Equal(wantMsgs, msgs):
-		d.fail("wake messages: model %q, scripts %q", wantMsgs, msgs)
+		d.fail("wake messages: model %s, scripts %s", shown(wantMsgs), shown(msgs))
 	}
 	for i, s := range ss {
 		if err := checkLock(d.prev[i], s, d.top[i]); err != nil {
@@ -351,6 +360,21 @@ func (d *differ) index() map[string]int {
 		idx[k.Lock] = i
 	}
 	return idx
+}
+
+// shown lists published messages for a failure: each quoted, after the
+// hash key of its lock, and marked when it went out on the lock's leader
+// channel.
+func shown(msgs []queue.Wake) string {
+	each := make([]string, len(msgs))
+	for i, w := range msgs {
+		on := w.Lock
+		if w.Leader {
+			on += " (leader)"
+		}
+		each[i] = fmt.Sprintf("%s %q", on, w.Message)
+	}
+	return "[" + strings.Join(each, ", ") + "]"
 }
 
 func abs(x int64) int64 {

@@ -15,7 +15,10 @@ import (
 // waiting calls that poll, stop polling (die) or give up, fast-path
 // tries, re-entries, releases, renewals, force-unlocks, calls re-sent
 // under the same call id, and time passing by small steps or exactly to
-// (and around) the next deadline or expiry. On several locks, half the
+// (and around) the next deadline or expiry. A third of the waiting calls
+// and a quarter of the tries on one lock are an election's candidates,
+// which campaign with a value (mostly the one they joined with, at times
+// another, or none), and the holder proclaims new values. On several locks, half the
 // waiting calls and tries are a MultiLock's, on two or three of the locks
 // at once (multiacquire with a ticket, and cancel of the ticket), and the
 // other calls are each made on one lock. The bytes come from a seeded
@@ -29,6 +32,20 @@ var (
 	advances   = []int64{0, 1, 2, 3, 5, 8, 13, 30, 100}
 )
 
+// values are values that candidates campaign and proclaim with: empty,
+// plain, with spaces and a newline, the leader channel's message, and
+// long; value adds bytes that are no text.
+var values = []string{"", "alpha", "two words", "v:1 2\n", queue.LeaderMessage, strings.Repeat("0123456789", 30)}
+
+// value picks a value by b: one of values, or bytes made of b (a NUL, a
+// space, b's complement: no valid UTF-8 for most b).
+func value(b byte) string {
+	if i := int(b) % (len(values) + 1); i < len(values) {
+		return values[i]
+	}
+	return string([]byte{b, 0, ' ', ^b, '\r', '\n'})
+}
+
 const (
 	slots      = 6  // waiting Lock calls alive at once
 	historyLen = 8  // recent calls that may be re-sent
@@ -38,6 +55,7 @@ const (
 // waiter is one waiting Lock or MultiLock call of the pool.
 type waiter struct {
 	owner, entry string
+	value        string // a candidate's value (IsCandidate of entry)
 	lease, ttl   int64
 	lock         int   // a Lock call's lock
 	locks        []int // a MultiLock call's locks; nil for a Lock call
@@ -107,6 +125,16 @@ func (w *world) ticketID() string {
 	return fmt.Sprintf("%016x%08x%s", w.seq, w.seq%3, queue.TicketVersion)
 }
 
+// candidateID returns a fresh waiter id of an election's candidate,
+// with the tag of one of a few Clients in lower or upper case.
+func (w *world) candidateID() string {
+	w.seq++
+	if w.seq%2 == 0 {
+		return fmt.Sprintf("%016x%08X%s", w.seq, 10+w.seq%3, queue.CandidateVersion)
+	}
+	return fmt.Sprintf("%016x%08x%s", w.seq, w.seq%3, queue.CandidateVersion)
+}
+
 // owner picks the owner of a call on lock m: mostly its holder.
 func (w *world) owner(m *queue.Model, a byte) string {
 	if h := m.State().Hold; h != nil && a%4 != 0 {
@@ -161,6 +189,9 @@ func (w *world) resolve(ms []*queue.Model, o op) (c call, ok bool) {
 			lease := time.Duration(wt.lease) * time.Millisecond
 			if locks, ok := w.multi(o.lock); ok {
 				wt.locks, wt.entry = locks, queue.Entry(w.ticketID(), lease, wt.owner)
+			} else if (o.a/slots)%3 == 1 {
+				wt.lock, wt.entry = w.pick(o.lock), queue.Entry(w.candidateID(), lease, wt.owner)
+				wt.value = value(o.a / (3 * slots))
 			} else {
 				wt.lock, wt.entry = w.pick(o.lock), queue.Entry(w.id(), lease, wt.owner)
 				if o.b >= 250 {
@@ -170,6 +201,18 @@ func (w *world) resolve(ms []*queue.Model, o op) (c call, ok bool) {
 			w.waiters[int(o.a)%slots] = wt
 		}
 		c.owner, c.entry, c.lease, c.ttl, c.mode = wt.owner, wt.entry, wt.lease, wt.ttl, queue.ModeWait
+		if queue.IsCandidate(wt.entry) {
+			// A candidate polls with its value; at times with another
+			// (which its grant takes only when that very poll is
+			// granted), or with none.
+			c.campaign, c.value = true, wt.value
+			switch o.b % 8 {
+			case 0:
+				c.campaign, c.value = false, ""
+			case 1:
+				c.value = value(o.b / 8)
+			}
+		}
 		if wt.locks != nil {
 			c.kind = opMulti
 			w.onMulti(&c, wt.locks)
@@ -187,6 +230,13 @@ func (w *world) resolve(ms []*queue.Model, o op) (c call, ok bool) {
 			return c, true
 		}
 		w.at(&c, w.pick(o.lock))
+		if o.kind == opTry && (o.a/4)%4 == 1 {
+			// A candidate's first attempt, which takes a free lock
+			// nobody waits for with its value.
+			c.campaign, c.value = true, value(o.a/16)
+			c.id, c.entry = w.id(), queue.Entry(w.candidateID(), lease, c.owner)
+			return c, true
+		}
 		if o.kind == opReenter {
 			c.owner = w.owner(ms[c.lock], o.a)
 			if o.b%3 != 0 {
@@ -251,6 +301,22 @@ func (w *world) resolve(ms []*queue.Model, o op) (c call, ok bool) {
 	case opAdvance:
 		c.d = w.advance(ms, o)
 		return c, !w.timeless
+	case opProclaim:
+		// Mostly the holder, under the entry its hold was given to (which
+		// a give-back may have cleared); else someone in line, or a
+		// candidate that never was.
+		w.at(&c, w.pick(o.lock))
+		c.owner, c.value = w.owner(ms[c.lock], o.a), value(o.b)
+		h := ms[c.lock].State().Hold
+		wt := w.waiters[int(o.a/8)%slots]
+		switch {
+		case h != nil && o.a%8 != 0:
+			c.entry = h.Entry
+		case wt != nil && wt.locks == nil:
+			c.owner, c.entry = wt.owner, wt.entry
+		default:
+			c.entry = queue.Entry(w.candidateID(), time.Duration(leases[0]*w.scale)*time.Millisecond, c.owner)
+		}
 	case opResend:
 		if len(w.history) == 0 {
 			return c, false
@@ -303,7 +369,7 @@ func (w *world) done(c call, granted bool) {
 		}
 	}
 	switch c.kind {
-	case opPoll, opTry, opReenter, opRelease, opReleaseAll, opMulti:
+	case opPoll, opTry, opReenter, opRelease, opReleaseAll, opMulti, opProclaim:
 		w.history = append(w.history, c)
 		if len(w.history) > historyLen {
 			w.history = w.history[1:]

@@ -23,6 +23,16 @@ func checkLock(prev, s queue.State, top int64) error {
 	if err := checkLine(s.Queue, s.Deadlines); err != nil {
 		return err
 	}
+	// An election's values wait beside the line for the candidates in it
+	// alone, and a candidate's grant moves its value into the hold.
+	for entry := range s.Values {
+		if !queue.IsCandidate(entry) || !slices.Contains(s.Queue, entry) {
+			return fmt.Errorf("a value beside the line for %q, which is no candidate in line", entry)
+		}
+	}
+	if h := s.Hold; h != nil && queue.IsCandidate(h.Entry) && !h.HasValue {
+		return fmt.Errorf("the leadership of %q has no value", h.Entry)
+	}
 	if s.LastToken > 0 && s.LastToken != prev.LastToken && s.LastToken <= top {
 		return fmt.Errorf("the token counter went from %d to %d, not above the earlier token %d", prev.LastToken, s.LastToken, top)
 	}

@@ -91,11 +91,19 @@ func Election(prefix, name string) (Keys, error) {
 	return e, nil
 }
 
+// LeaderMessage is what a script publishes on an Election's Leader
+// channel at every change of its leadership (tell_leader in
+// lua/lib.lua): a grant to a candidate, a new value (a proclaim), a
+// leadership that ends with nobody to take it over. It carries nothing
+// more; the observers read the hold when told.
+const LeaderMessage = "leader"
+
 // IsCandidate reports whether entry is an Election's candidate: its
-// waiter id ends with CandidateVersion after the tag.
+// waiter id ends with CandidateVersion after the tag, and a ':' follows
+// it (the rule of is_candidate in lua/lib.lua).
 func IsCandidate(entry string) bool {
-	id := WaiterIDOf(entry)
-	return len(id) == WaiterIDLen+TagLen+1 && id[len(id)-1:] == CandidateVersion && isHex(id)
+	id, _, found := strings.Cut(entry, ":")
+	return found && len(id) == WaiterIDLen+TagLen+1 && id[len(id)-1:] == CandidateVersion && isHex(id)
 }
 
 // Quorum returns the keys that a quorum lock of the name under prefix

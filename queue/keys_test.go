@@ -149,6 +149,24 @@ func TestOnlyEntriesWithAWakeVersionAreTimed(t *testing.T) {
 	require.Equal(t, id, got)
 }
 
+// Only an entry whose waiter id ends with the candidate version after
+// the tag is an Election's candidate, as lib.lua's is_candidate matches
+// it.
+func TestOnlyEntriesWithTheCandidateVersionAreCandidates(t *testing.T) {
+	for entry, want := range map[string]bool{
+		Entry(NewID()+NewTag()+CandidateVersion, time.Second, "o"): true,
+		"0123456789ABCDEF0A1B2C3D3:1000:o":                         true, // hex in either case
+		Entry(NewID()+NewTag()+WakeVersion, time.Second, "o"):      false,
+		Entry(NewID()+NewTag()+TicketVersion, time.Second, "o"):    false,
+		"0123456789abcdef0a1b2c33:1000:o":                          false, // a tag, no version
+		"0123456789abcdef0a1b2c3d33:1000:o":                        false, // too long
+		"0123456789abcdef0a1b2c3g3:1000:o":                         false, // not hex
+		"0123456789abcdef0a1b2c3d3":                                false, // no lease or owner
+	} {
+		require.Equal(t, want, IsCandidate(entry), "%q", entry)
+	}
+}
+
 func TestWaiterIDOfIsTheIDAnEntryBeginsWith(t *testing.T) {
 	id := NewID() + NewTag()
 	require.Equal(t, id, WaiterIDOf(Entry(id, 0, "owner:with:colons")))

@@ -14,16 +14,17 @@ import (
 // of wake messages to the ms, and on a real server every token through
 // its pair (see differ), and then every difference listed.
 
-// sameWakeTimes returns msgs with the time of each message replaced by
-// the time of the model's message at the same place on the same lock,
-// when the two are the same ms (see sameTimes).
+// sameWakeTimes returns msgs with the time of each wake message replaced
+// by the time of the model's wake message at the same place on the same
+// lock, when the two are the same ms (see sameTimes). A leader message
+// carries no time.
 func (d *differ) sameWakeTimes(want, msgs []queue.Wake) []queue.Wake {
 	if len(want) != len(msgs) {
 		return msgs
 	}
 	out := slices.Clone(msgs)
 	for i := range out {
-		if want[i].Lock == out[i].Lock {
+		if want[i].Lock == out[i].Lock && !want[i].Leader && !out[i].Leader {
 			out[i].Message = d.sameTimes([]string{want[i].Message}, []string{out[i].Message})[0]
 		}
 	}
@@ -169,7 +170,10 @@ func (d *differ) translate(c call, ss []queue.State, msgs []queue.Wake, reply an
 	idx := d.index()
 	out := make([]queue.Wake, len(msgs))
 	for k, msg := range msgs {
-		out[k] = queue.Wake{Lock: msg.Lock, Message: wake(idx[msg.Lock], msg.Message)}
+		out[k] = msg
+		if !msg.Leader { // a leader message carries no token
+			out[k].Message = wake(idx[msg.Lock], msg.Message)
+		}
 	}
 	if r, ok := reply.(queue.Reply); ok && r.Granted {
 		if c.kind == opMulti {
@@ -205,6 +209,13 @@ func (d *differ) translate(c call, ss []queue.State, msgs []queue.Wake, reply an
 	return ss, out, reply
 }
 
+// holdText shows a hold for a failure, its strings quoted: an owner id
+// may hold ':', and a leadership's value anything.
+func holdText(h queue.HoldState) string {
+	return fmt.Sprintf("{Owner:%q Count:%d Token:%d Entry:%q Since:%d ExpiresAt:%d Value:%q HasValue:%t}",
+		h.Owner, h.Count, h.Token, h.Entry, h.Since, h.ExpiresAt, h.Value, h.HasValue)
+}
+
 // diffState lists the differences between two states, with tol ms of
 // slack on every time; "" when they agree.
 func diffState(want, got queue.State, tol int64) string {
@@ -219,8 +230,9 @@ func diffState(want, got queue.State, tol int64) string {
 		fmt.Fprintf(&b, "hold: %+v vs %+v\n", w, g)
 	default:
 		if w.Owner != g.Owner || w.Count != g.Count || w.Token != g.Token || w.Entry != g.Entry ||
-			!near(w.Since, g.Since) || !near(w.ExpiresAt, g.ExpiresAt) || (w.ExpiresAt == 0) != (g.ExpiresAt == 0) {
-			fmt.Fprintf(&b, "hold: %+v vs %+v (ttl %d vs %d)\n", *w, *g, w.ExpiresAt-want.Now, g.ExpiresAt-got.Now)
+			!near(w.Since, g.Since) || !near(w.ExpiresAt, g.ExpiresAt) || (w.ExpiresAt == 0) != (g.ExpiresAt == 0) ||
+			w.Value != g.Value || w.HasValue != g.HasValue {
+			fmt.Fprintf(&b, "hold: %s vs %s (ttl %d vs %d)\n", holdText(*w), holdText(*g), w.ExpiresAt-want.Now, g.ExpiresAt-got.Now)
 		}
 	}
 	if !slices.Equal(want.Queue, got.Queue) {
@@ -231,6 +243,9 @@ func diffState(want, got queue.State, tol int64) string {
 	}
 	if !maps.EqualFunc(want.Joined, got.Joined, near) {
 		fmt.Fprintf(&b, "joined: %v vs %v\n", want.Joined, got.Joined)
+	}
+	if !maps.Equal(want.Values, got.Values) {
+		fmt.Fprintf(&b, "values: %q vs %q\n", want.Values, got.Values)
 	}
 	// The model drops a key once its clock reaches the expiry, as
 	// miniredis does; a real server keeps it through that last

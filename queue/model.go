@@ -32,13 +32,19 @@ import (
 // Entries are never empty (Entry never makes one); the model uses "" for
 // a hold whose entry field was cleared.
 //
+// A Mutex's line may hold an election's candidates (entries for which
+// IsCandidate holds; see Election): their values wait beside the line
+// until a grant moves one into the hold, and every change of the
+// leadership is told on the lock's leader channel (see take, Campaign
+// and Proclaim). A lock that no candidate ever calls has neither.
+//
 // A Model is not safe for concurrent use.
 type Model struct {
 	srv *Server // the server the lock lives on: its clock, its other locks
 	key string  // the hash key P:{N}, which the keys of tickets name
 
 	hold     *HoldState // the hash P:{N}; nil when the lock is free
-	line                // the list P:{N}:queue and the zset P:{N}:deadline
+	line                // P:{N}:queue, P:{N}:deadline, P:{N}:joined and P:{N}:values
 	counter             // the counter P:{N}:token
 	receipts receipts   // the keys P:{N}:call:<id>, by call id
 }
@@ -51,6 +57,12 @@ type HoldState struct {
 	Entry     string // waiter entry the hold was given to; "" when cleared
 	Since     int64  // server time (ms) at which it was granted
 	ExpiresAt int64  // server time (ms) at which the hold expires; 0: never
+	// Value is the field 'value': the value of an election's leadership,
+	// which a candidate's grant writes (see take) and Proclaim changes;
+	// HasValue says whether the hash has the field at all, for a value may
+	// be empty, and a grant to an entry that is no candidate writes none.
+	Value    string
+	HasValue bool
 }
 
 // Receipt is what one call that changed a hold left behind: its answer,
@@ -82,6 +94,7 @@ type State struct {
 	TokenEnd  int64                 // when LastToken > 0: server time (ms) at which the counter expires
 	Receipts  map[string]Receipt    // by call id
 	Tickets   map[string]TicketList // the tickets whose keys name the lock, by waiter id
+	Values    map[string]string     // the values of the candidates in line, by entry (P:{N}:values)
 }
 
 // NewModel returns the model of a lock that has never been used, alone on
@@ -121,6 +134,7 @@ func (m *Model) State() State {
 		TokenEnd:  m.tokenEnd,
 		Receipts:  maps.Clone(m.receipts),
 		Tickets:   map[string]TicketList{},
+		Values:    maps.Clone(m.values),
 	}
 	if m.hold != nil {
 		h := *m.hold
@@ -134,8 +148,11 @@ func (m *Model) State() State {
 	return s
 }
 
-// Drain returns the messages published on the lock's wake channels since
-// they were last drained, oldest first, and forgets them.
+// Drain returns the messages published on the lock's wake channels and
+// on its leader channel since they were last drained, oldest first, and
+// forgets them. A message on the leader channel is LeaderMessage, which
+// no wake message of a Mutex is: those name an entry and a token, or
+// begin with "held:".
 func (m *Model) Drain() []string {
 	var msgs []string
 	for _, w := range m.srv.drain(m.key) {
@@ -224,12 +241,46 @@ func (m *Model) prune() (head string, deadline int64, ok bool) {
 // take makes owner the holder of the free lock under a fresh fencing
 // token (counter.next), records the entry it was given to, and lets the
 // hold expire after ttl ms. It returns the token.
+//
+// A candidate's grant is a leadership: the candidate's value moves from
+// beside the line into the hold, and the election's observers are told
+// (tellLeader). The value is the one the candidate's own call campaigns
+// with when that call is granted (see Campaign), else the one it joined
+// the line with, or "" when it joined with none. A leadership that is
+// given a lease of 0 ms ends at once, told all the same, as PEXPIRE 0
+// deletes the hold the script has just written.
 func (m *Model) take(owner, entry string, ttl int64) int64 {
 	token := m.counter.next(m.srv.now, ttl)
 	m.hold = &HoldState{Owner: owner, Count: 1, Token: token, Entry: entry, Since: m.srv.now}
+	if IsCandidate(entry) {
+		value := m.values[entry]
+		if c := m.srv.candidacy; c != nil && c.entry == entry {
+			value = c.value
+		}
+		delete(m.values, entry)
+		m.hold.Value, m.hold.HasValue = value, true
+		m.tellLeader()
+	}
 	m.expireHold(ttl)
 	return token
 }
+
+// join is line.join on the lock's line, as lib.lua's join: a candidate
+// whose own call joins it (see Campaign) writes its value beside the
+// line. A heartbeat writes none: the value an entry joined with stays
+// until the entry leaves the line or is granted.
+func (m *Model) join(entry string, now, ttl int64) int {
+	place := m.line.join(entry, now, ttl)
+	if c := m.srv.candidacy; place > 0 && c != nil && c.entry == entry {
+		m.values[entry] = c.value
+	}
+	return place
+}
+
+// tellLeader is lib.lua's tell_leader: it publishes LeaderMessage on the
+// lock's leader channel, <key>:leader, when the leadership of the
+// election whose lock it is changed.
+func (m *Model) tellLeader() { m.srv.publishLeader(m.key) }
 
 // handOver gives the free lock to the live head of the queue, if any. The
 // head becomes the holder on the spot, so nobody can barge in between two
@@ -246,20 +297,20 @@ func (m *Model) take(owner, entry string, ttl int64) int64 {
 // own is the tag of the Client that makes the call, or "": when the head
 // waits in that Client (its TagOf is own), nothing is published, and the
 // wake message is returned for the Client to hand over itself (a local
-// hand-off). Otherwise it returns "". A ticket's hand-over is always
-// published.
-func (m *Model) handOver(own string) string {
+// hand-off). Otherwise wake is "". A ticket's hand-over is always
+// published. granted reports whether anyone was handed the lock: a live
+// head that is no ticket, or a ticket that was ready.
+func (m *Model) handOver(own string) (granted bool, wake string) {
 	head, deadline, ok := m.prune()
 	for ok && isTicket(head) && !m.srv.hasTicket(head) {
 		m.popHead()
 		head, deadline, ok = m.prune()
 	}
 	if !ok {
-		return ""
+		return false, ""
 	}
 	if isTicket(head) {
-		m.srv.handOverTicket(m, head)
-		return ""
+		return m.srv.handOverTicket(m, head), ""
 	}
 	m.popHead()
 	owner, lease, _ := parseEntry(head)
@@ -267,8 +318,21 @@ func (m *Model) handOver(own string) string {
 	token := m.take(owner, head, min(lease, deadline-now))
 	msg := wakeMessage(head, token, now)
 	if own != "" && TagOf(head) == own {
-		return msg
+		return true, msg
 	}
 	m.srv.publish(m.key, msg)
-	return ""
+	return true, ""
+}
+
+// handOn is lib.lua's hand_on: handOver for the lock whose hold, given to
+// entry ("" when not known: the hold had no entry), has just ended. When
+// that hold was an election's leadership and nobody takes the lock over,
+// the election's observers are told that it has no leader; a grant tells
+// them itself (see take). It returns handOver's wake message.
+func (m *Model) handOn(entry, own string) string {
+	granted, wake := m.handOver(own)
+	if !granted && IsCandidate(entry) {
+		m.tellLeader()
+	}
+	return wake
 }

@@ -11,8 +11,8 @@ import (
 // Their helpers are those of lua/lib.lua of the same names.
 
 // line is a lock's line: the list P:{N}:queue, the zset P:{N}:deadline
-// and the zset P:{N}:joined. No key expires; a dead waiter stays until a
-// script finds it at the head.
+// and the zset P:{N}:joined, and a Mutex's hash P:{N}:values. No key
+// expires; a dead waiter stays until a script finds it at the head.
 //
 // A quorum lock's line is ordered (see QuorumModel): P:{N}:queue is a
 // zset of entry -> ticket there, and queue keeps its members in the zset's
@@ -23,9 +23,25 @@ type line struct {
 	deadlines map[string]int64 // entry -> server time (ms) by which it must poll again
 	tickets   map[string]int64 // when ordered: entry -> its ticket, the zset's score; else nil
 	joined    map[string]int64 // entry -> server time (ms) it joined the line
+	// values is the hash P:{N}:values of an election: the value of each
+	// candidate in line (see IsCandidate), by entry, from the call that
+	// joins it to the line (see Model.join) until it leaves the line
+	// (leave, prune) or is granted (Model.take moves it into the hold;
+	// popHead leaves it to that). nil for a line whose waiters are never
+	// candidates, a weighted or a quorum lock's: the scripts forget a
+	// candidate's value in every line, but none is ever written there.
+	values map[string]string
 }
 
 func newLine() line { return line{deadlines: map[string]int64{}, joined: map[string]int64{}} }
+
+// newMutexLine returns the line of a Mutex (Model), which may hold an
+// election's candidates, and their values.
+func newMutexLine() line {
+	l := newLine()
+	l.values = map[string]string{}
+	return l
+}
 
 // newOrderedLine returns the line of a quorum lock.
 func newOrderedLine() line {
@@ -119,6 +135,15 @@ func (l *line) leave(entry string) {
 		if l.keepsJoined(entry) {
 			delete(l.joined, entry)
 		}
+		l.forgetValue(entry)
+	}
+}
+
+// forgetValue is lib.lua's forget_value: a candidate that leaves the line
+// without being granted takes its value away.
+func (l *line) forgetValue(entry string) {
+	if IsCandidate(entry) {
+		delete(l.values, entry)
 	}
 }
 
@@ -127,7 +152,7 @@ func (l *line) leave(entry string) {
 // (alive says whether a well-formed head lives on: a ticket whose list is
 // gone is dead), and returns the live head and its deadline; ok is false
 // when the line is empty. Dead waiters further back stay until they reach
-// the head.
+// the head. A dead candidate's value goes with it.
 func (l *line) prune(now int64, alive func(head string) bool) (head string, deadline int64, ok bool) {
 	for len(l.queue) > 0 {
 		head := l.queue[0]
@@ -137,6 +162,7 @@ func (l *line) prune(now int64, alive func(head string) bool) (head string, dead
 			return head, deadline, true
 		}
 		l.popHead()
+		l.forgetValue(head)
 	}
 	return "", 0, false
 }

@@ -41,6 +41,11 @@ type Reply struct {
 // receipt under it, and a re-entry whose receipt exists already ran and
 // answers what it answered then. A grant needs no receipt: a call under
 // the entry a hold was given to claims it, with the same token and count.
+//
+// An election's candidate (an entry for which IsCandidate holds) calls
+// Campaign, which gives its value; called here, without one, it joins
+// the line with no value beside it, and its grant writes the one it
+// joined with, or "" (see take).
 func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode string) Reply {
 	// 1. The owner holds the lock. Take the entry out of the queue if it is
 	// there, and extend the lease unless it is fixed (lease 0).
@@ -113,6 +118,42 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 	return Reply{Hint: pollHint([]*Model{m}, waiterTTL), Joined: position > 0, Position: position, ServerTime: now * 1000}
 }
 
+// Campaign is acquire.lua called with value (ARGV[8]; the binding
+// lua.Scripts.Campaign): Acquire of an election's candidate entry, whose
+// call campaigns with value. It runs as Acquire does, but for two steps:
+// when the call joins the entry to the line, value is written beside it
+// (a heartbeat writes none, so the value the entry joined with stays;
+// see join), and when the call itself is granted, the leadership takes
+// value, whatever the entry joined with (see take). A grant the call
+// makes to another entry (the free lock handed to the head) takes that
+// entry's own value. For an entry that is no candidate, value is
+// ignored, as the script ignores ARGV[8].
+func (m *Model) Campaign(call, owner, entry string, lease, waiterTTL int64, mode, value string) Reply {
+	if IsCandidate(entry) {
+		m.srv.candidacy = &candidacy{entry: entry, value: value}
+		defer func() { m.srv.candidacy = nil }()
+	}
+	return m.Acquire(call, owner, entry, lease, waiterTTL, mode)
+}
+
+// Proclaim is proclaim.lua: the leadership of owner, granted to the
+// candidate entry entry, takes value as its value, and the election's
+// observers are told (tellLeader); the hold's expiry stays. It returns
+// false, having written nothing, when the hold is not owner's under
+// entry: the lock is free, another owner holds it, it was given to
+// another entry, or its entry was cleared (a level of a shared owner
+// given back; the script reads the field as absent, which no argument
+// equals). Like the script, it asks no more than that: a hold given to
+// an entry that is no candidate takes a value too.
+func (m *Model) Proclaim(owner, entry, value string) bool {
+	if m.hold == nil || m.hold.Entry == "" || m.hold.Owner != owner || m.hold.Entry != entry {
+		return false
+	}
+	m.hold.Value, m.hold.HasValue = value, true
+	m.tellLeader()
+	return true
+}
+
 // reentered writes the receipt of a re-entry and answers granted.
 func (m *Model) reentered(call string, token int64, count int) Reply {
 	m.receipts.keep(call, strconv.FormatInt(token, 10)+":"+strconv.Itoa(count), m.srv.now, m.srv.receiptTTL)
@@ -122,8 +163,10 @@ func (m *Model) reentered(call string, token int64, count int) Reply {
 // Release is release.lua: owner gives up one level of its hold. The levels
 // that remain get lease ms more (0 keeps the expiry: a fixed lease is never
 // extended); at the last level the lock goes straight to the next live
-// waiter. It returns the levels the owner still holds, or -1 when it does
-// not hold the lock. A call whose receipt exists answers from it.
+// waiter, and when nobody takes over a leadership that ends, the
+// election's observers are told (handOn). It returns the levels the
+// owner still holds, or -1 when it does not hold the lock. A call whose
+// receipt exists answers from it.
 func (m *Model) Release(call, owner string, lease int64) int {
 	return m.ReleaseFrom(call, owner, "", lease).Count
 }
@@ -165,8 +208,9 @@ func (m *Model) ReleaseFrom(call, owner, own string, lease int64) Released {
 	} else {
 		// 3. The last level: the hold ends, and the lock is handed over at
 		// once, so it is never free between two holders.
+		entry := m.hold.Entry
 		m.hold = nil
-		wake = m.handOver(own)
+		wake = m.handOn(entry, own)
 	}
 	answer := strconv.Itoa(count)
 	if wake != "" {
@@ -215,14 +259,19 @@ func (m *Model) Cancel(owner, entry string) bool {
 // ForceUnlock is forceunlock.lua: the hold is removed whoever owns it, and
 // the lock goes to the next live waiter. It returns whether there was a
 // hold. The former holder's Client is told first (Revoked), when the
-// hold has an entry.
+// hold has an entry; and a leadership removed with nobody to take it
+// over is told on the leader channel (handOn).
 func (m *Model) ForceUnlock() bool {
 	removed := m.hold != nil
-	if removed && m.hold.Entry != "" {
-		m.srv.publish(m.key, Revoked(m.hold.Entry))
+	entry := ""
+	if removed {
+		entry = m.hold.Entry
+	}
+	if entry != "" {
+		m.srv.publish(m.key, Revoked(entry))
 	}
 	m.hold = nil
-	m.handOver("")
+	m.handOn(entry, "")
 	return removed
 }
 
@@ -251,10 +300,12 @@ type ReleaseOf struct {
 // ends is ended before any lock is handed over, as if they were released
 // at one instant, and the hand-overs then run in the order of rs, each on
 // a lock that is still free (a ticket granted by an earlier one may hold
-// it). It returns each release's answer, in the order of rs.
+// it; that lock is not handed on, and nothing is told of the hold that
+// ended there). It returns each release's answer, in the order of rs.
 func (s *Server) ReleaseAll(rs []ReleaseOf, own string) []Released {
 	out := make([]Released, len(rs))
 	var over []int
+	ended := make([]string, len(rs)) // the entry each hold that is over was given to
 	for i, r := range rs {
 		m := s.Lock(r.Lock)
 		if rec, ok := m.receipts[r.Call]; ok {
@@ -274,6 +325,7 @@ func (s *Server) ReleaseAll(rs []ReleaseOf, own string) []Released {
 			m.receipts.keep(r.Call, strconv.Itoa(m.hold.Count), s.now, s.receiptTTL)
 			continue
 		}
+		ended[i] = m.hold.Entry
 		m.hold = nil
 		over = append(over, i)
 	}
@@ -281,7 +333,7 @@ func (s *Server) ReleaseAll(rs []ReleaseOf, own string) []Released {
 		m := s.Lock(rs[i].Lock)
 		var wake string
 		if m.hold == nil {
-			wake = m.handOver(own)
+			wake = m.handOn(ended[i], own)
 		}
 		answer := "0"
 		out[i] = Released{}

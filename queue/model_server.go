@@ -27,14 +27,27 @@ type Server struct {
 	weighted   map[string]*WeightedModel // weighted locks, by hash key P:{N}:<kind>; made when first named
 	quorums    map[string]*QuorumModel   // quorum locks on this master, by hash key P:{N}:q; made when first named
 	tickets    map[string]TicketList     // the keys P:ticket:<waiter id> of MultiLock tickets, by waiter id
-	published  []Wake                    // wake messages not yet drained, oldest first
+	published  []Wake                    // wake and leader messages not yet drained, oldest first
+	// candidacy is the candidate whose call the running script is, and
+	// the value it campaigns with (see Model.Campaign), else nil: lib.lua's
+	// candidacy, which acquire.lua sets for one run, and which every grant
+	// (take) and join of that run looks at.
+	candidacy *candidacy
 }
 
+// candidacy is an election's candidate entry and the value its call
+// campaigns with.
+type candidacy struct{ entry, value string }
+
 // Wake is a wake message, and the lock on whose wake channels it was
-// published (the lock's channel of the entry's Client; see Keys.WakeOf).
+// published (the lock's channel of the entry's Client; see Keys.WakeOf);
+// or, when Leader is set, a message on the lock's leader channel,
+// <hash key>:leader (an election's; see Model.tellLeader), whose Message
+// is LeaderMessage.
 type Wake struct {
 	Lock    string // the lock's hash key
 	Message string
+	Leader  bool
 }
 
 // NewServer returns the model of a server whose clock reads now (ms), on
@@ -56,7 +69,7 @@ func (s *Server) Lock(key string) *Model {
 		m = &Model{
 			srv:      s,
 			key:      key,
-			line:     newLine(),
+			line:     newMutexLine(),
 			receipts: receipts{},
 		}
 		s.locks[key] = m
@@ -120,16 +133,21 @@ func (s *Server) publish(key, msg string) {
 	s.published = append(s.published, Wake{Lock: key, Message: msg})
 }
 
-// Drain returns the wake messages published on every lock since the last
-// Drain, oldest first, and forgets them.
+// publishLeader sends LeaderMessage on the leader channel of the lock key.
+func (s *Server) publishLeader(key string) {
+	s.published = append(s.published, Wake{Lock: key, Message: LeaderMessage, Leader: true})
+}
+
+// Drain returns the wake and leader messages published on every lock
+// since the last Drain, oldest first, and forgets them.
 func (s *Server) Drain() []Wake {
 	msgs := s.published
 	s.published = nil
 	return msgs
 }
 
-// drain returns the wake messages published on the lock key, oldest
-// first, and forgets them.
+// drain returns the wake and leader messages published on the lock key,
+// oldest first, and forgets them.
 func (s *Server) drain(key string) []Wake {
 	var mine []Wake
 	s.published = slices.DeleteFunc(s.published, func(w Wake) bool {

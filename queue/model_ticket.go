@@ -121,15 +121,19 @@ func (s *Server) expireTicket(id string, ttl int64) {
 // giveBack releases the level of the hold that was handed to an entry
 // which gives it up: with other levels left (a shared owner's), the hold
 // forgets the entry, so that giving it up again releases nothing more;
-// at the last level the lock goes to the next live waiter.
+// at the last level the lock goes to the next live waiter, and a
+// leadership given back with nobody to take it over is told (handOn, as
+// cancel.lua runs it; multiacquire.lua's give-back runs hand_over, which
+// is the same there: a ticket is never a candidate).
 func (m *Model) giveBack() {
 	m.hold.Count--
 	if m.hold.Count > 0 {
 		m.hold.Entry = ""
 		return
 	}
+	entry := m.hold.Entry
 	m.hold = nil
-	m.handOver("")
+	m.handOn(entry, "")
 }
 
 // CancelTicket is cancel.lua for a MultiLock's ticket: owner's call with

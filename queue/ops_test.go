@@ -59,11 +59,17 @@ const (
 	// level of a hold of each of two or three locks at once (a
 	// MultiLock's Unlock).
 	opReleaseAll
+
+	opProclaim // the holder of an election's leadership changes its value
 )
 
+// kinds are the kinds of ops, by weight. A new kind goes at the end: the
+// inputs written out in FuzzScriptsMatchModel name kinds by their index,
+// which then stays theirs (each first byte there is below len(kinds)).
 var kinds = []byte{
 	opPoll, opPoll, opPoll, opPoll, opTry, opReenter, opRelease, opRelease,
 	opRenew, opCancel, opDie, opForce, opAdvance, opAdvance, opAdvance, opResend,
+	opProclaim,
 }
 
 // next decodes one op: three bytes on one lock, four on several; ok is
@@ -95,6 +101,8 @@ type call struct {
 	owner, entry string
 	lease, ttl   int64
 	mode         string
+	campaign     bool     // opPoll, opTry: a candidate's acquire with its value (Campaign)
+	value        string   // campaign: the candidate's value; opProclaim: the new value
 	own          string   // opRelease, opReleaseAll: the releasing Client's tag, "" for none
 	owners       []string // opReleaseAll: the owner of each lock's release, in the order of locks
 	d            int64    // opAdvance: ms
@@ -107,8 +115,14 @@ func (c call) String() string {
 	}
 	switch c.kind {
 	case opPoll, opTry, opReenter:
+		if c.campaign {
+			return fmt.Sprintf("%scampaign(call=%s owner=%s entry=%s lease=%d waiterTTL=%d mode=%s value=%q)",
+				on, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode, c.value)
+		}
 		return fmt.Sprintf("%sacquire(call=%s owner=%s entry=%s lease=%d waiterTTL=%d mode=%s)",
 			on, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode)
+	case opProclaim:
+		return fmt.Sprintf("%sproclaim(owner=%s entry=%s value=%q)", on, c.owner, c.entry, c.value)
 	case opMulti:
 		return fmt.Sprintf("%smultiacquire(owner=%s entry=%s lease=%d waiterTTL=%d mode=%s)",
 			on, c.owner, c.entry, c.lease, c.ttl, c.mode)

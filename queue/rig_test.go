@@ -79,7 +79,10 @@ func newRig(t testing.TB, addr, prefix string, receiptTTL int64, names ...string
 }
 
 // mutexKeys returns the keys of the locks names under prefix, or of the
-// lock "lock" alone.
+// lock "lock" alone. Each has an election's Values and Leader besides,
+// made from its hash key as lib.lua makes them: the scripts know a
+// candidate by its entry, on whatever keys they are called, and the runs
+// mix candidates among the waiters of every lock.
 func mutexKeys(t testing.TB, prefix string, names ...string) []queue.Keys {
 	t.Helper()
 	if len(names) == 0 {
@@ -89,6 +92,7 @@ func mutexKeys(t testing.TB, prefix string, names ...string) []queue.Keys {
 	for i, name := range names {
 		k, err := queue.For(prefix, name)
 		require.NoError(t, err)
+		k.Values, k.Leader = k.Lock+":values", k.Lock+":leader"
 		keys[i] = k
 	}
 	return keys
@@ -96,15 +100,23 @@ func mutexKeys(t testing.TB, prefix string, names ...string) []queue.Keys {
 
 // newRigOf returns a rig on the server at addr with the locks of keys (in
 // key order), with every wake channel of each (the shared one and every
-// Client's) subscribed by pattern and the subscriptions confirmed.
+// Client's) and the leader channel of each that has one subscribed by
+// pattern, and the subscriptions confirmed. One connection receives them
+// all, in the order they were published: miniredis keeps that order
+// among the messages of patterns, but not between a pattern's and a
+// channel's, so a leader channel is a pattern too, one that matches that
+// channel alone (the rig's keys hold no glob character).
 func newRigOf(t testing.TB, addr string, receiptTTL int64, keys []queue.Keys) *rig {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = rdb.Close() })
 	r := &rig{rdb: rdb, runner: lua.NewRunner(), receiptTTL: receiptTTL, locks: keys}
-	patterns := make([]string, len(keys))
-	for i, k := range keys {
-		patterns[i] = k.Wake + "*"
+	var patterns []string
+	for _, k := range keys {
+		patterns = append(patterns, k.Wake+"*")
+		if k.Leader != "" {
+			patterns = append(patterns, k.Leader)
+		}
 	}
 	require.True(t, slices.IsSortedFunc(r.locks, func(a, b queue.Keys) int { return strings.Compare(a.Lock, b.Lock) }), "locks in key order")
 	r.keys = r.locks[0]
@@ -136,6 +148,15 @@ func (r *rig) advance(d int64) {
 
 func (r *rig) acquire(ctx context.Context, call, owner, entry string, lease, waiterTTL int64, mode string) (queue.Reply, error) {
 	return lua.ReadAcquire(r.runner.Run(ctx, r.rdb, lua.Classic.Acquire(r.keys, call, owner, entry, lease, waiterTTL, mode, r.receiptTTL)))
+}
+
+// campaign is acquire with a candidate's value (lua.Scripts.Campaign).
+func (r *rig) campaign(ctx context.Context, call, owner, entry string, lease, waiterTTL int64, mode, value string) (queue.Reply, error) {
+	return lua.ReadAcquire(r.runner.Run(ctx, r.rdb, lua.Classic.Campaign(r.keys, call, owner, entry, lease, waiterTTL, mode, r.receiptTTL, value)))
+}
+
+func (r *rig) proclaim(ctx context.Context, owner, entry, value string) (bool, error) {
+	return lua.ReadFlag(r.runner.Run(ctx, r.rdb, lua.Classic.Proclaim(r.keys, owner, entry, value)))
 }
 
 func (r *rig) release(ctx context.Context, call, owner, own string, lease int64) (queue.Released, error) {
@@ -196,7 +217,7 @@ func (r *rig) state(ctx context.Context) (queue.State, []string, error) {
 // lockReads is what states reads of one lock: its keys, then the
 // receipts and tickets' keys they name.
 type lockReads struct {
-	hold                  *redis.MapStringStringCmd
+	hold, values          *redis.MapStringStringCmd // values: nil for a lock without Values
 	pttl, tokenTTL        *redis.DurationCmd
 	line                  *redis.StringSliceCmd
 	dls, joined           *redis.ZSliceCmd
@@ -208,9 +229,9 @@ type lockReads struct {
 }
 
 // states reads the keys, receipts and tickets' keys of every lock, and
-// the messages their wake channels carried since the last call, in the
-// order they were published: a barrier message published after the reads
-// arrives after every message published before it.
+// the messages their wake and leader channels carried since the last
+// call, in the order they were published: a barrier message published
+// after the reads arrives after every message published before it.
 func (r *rig) states(ctx context.Context) ([]queue.State, []queue.Wake, error) {
 	r.barriers++
 	barrier := "barrier " + strconv.Itoa(r.barriers)
@@ -228,6 +249,9 @@ func (r *rig) states(ctx context.Context) ([]queue.State, []queue.Wake, error) {
 			tokenTTL:    p.PTTL(ctx, k.Token),
 			calls:       p.Keys(ctx, k.Call("*")),
 			ticketLists: p.Keys(ctx, k.TicketKey("*")),
+		}
+		if k.Values != "" {
+			reads[i].values = p.HGetAll(ctx, k.Values)
 		}
 	}
 	p.Publish(ctx, r.locks[0].Wake, barrier)
@@ -266,7 +290,10 @@ func (r *rig) states(ctx context.Context) ([]queue.State, []queue.Wake, error) {
 // states read of it.
 func lockState(k queue.Keys, now int64, rd lockReads) (queue.State, error) {
 	s := queue.State{Now: now, Queue: rd.line.Val(), Deadlines: map[string]int64{}, Joined: map[string]int64{},
-		Receipts: map[string]queue.Receipt{}, Tickets: map[string]queue.TicketList{}}
+		Receipts: map[string]queue.Receipt{}, Tickets: map[string]queue.TicketList{}, Values: map[string]string{}}
+	if rd.values != nil {
+		s.Values = rd.values.Val()
+	}
 	expiry := func(d time.Duration) int64 {
 		if d < 0 {
 			return 0 // never, or gone
@@ -329,6 +356,8 @@ func holdState(h map[string]string) (queue.HoldState, error) {
 			hs.Entry = v
 		case "since":
 			hs.Since, err3 = strconv.ParseInt(v, 10, 64)
+		case "value":
+			hs.Value, hs.HasValue = v, true
 		default:
 			return hs, fmt.Errorf("hold has an unknown field %q", f)
 		}
@@ -339,8 +368,8 @@ func holdState(h map[string]string) (queue.HoldState, error) {
 	return hs, errors.Join(err1, err2, err3)
 }
 
-// messagesUntil returns the wake messages that arrive before barrier,
-// with the lock on whose channels each came.
+// messagesUntil returns the wake and leader messages that arrive before
+// barrier, with the lock on whose channels each came.
 func (r *rig) messagesUntil(ctx context.Context, barrier string) ([]queue.Wake, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -352,6 +381,10 @@ func (r *rig) messagesUntil(ctx context.Context, barrier string) ([]queue.Wake, 
 		}
 		if m.Payload == barrier {
 			return msgs, nil
+		}
+		if i := slices.IndexFunc(r.locks, func(k queue.Keys) bool { return k.Leader != "" && k.Leader == m.Pattern }); i >= 0 {
+			msgs = append(msgs, queue.Wake{Lock: r.locks[i].Lock, Message: m.Payload, Leader: true})
+			continue
 		}
 		i := slices.IndexFunc(r.locks, func(k queue.Keys) bool { return k.Wake+"*" == m.Pattern })
 		if i < 0 {

@@ -197,7 +197,7 @@ func (d *wdiffer) compare(c wcall, want, got any) {
 		}
 	}
 	if !slices.Equal(wantMsgs, msgs) {
-		d.fail("wake messages: model %q, scripts %q", wantMsgs, msgs)
+		d.fail("wake messages: model %s, scripts %s", shown(wantMsgs), shown(msgs))
 	}
 	for i, s := range ss {
 		resized := c.kind == opResize && c.lock == i
@@ -310,7 +310,8 @@ func (d *wdiffer) translate(c wcall, ss []queue.WeightedState, msgs []queue.Wake
 	}
 	out := make([]queue.Wake, len(msgs))
 	for k, msg := range msgs {
-		out[k] = queue.Wake{Lock: msg.Lock, Message: wake(idx[msg.Lock], msg.Message)}
+		out[k] = msg
+		out[k].Message = wake(idx[msg.Lock], msg.Message)
 	}
 	if a, ok := reply.(acquired); ok && a.Granted {
 		a.Token = tok(c.lock, a.Token)

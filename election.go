@@ -39,10 +39,10 @@ type Election struct {
 	err   error // invalid name or option: returned by every method
 }
 
-// Election returns a handle on the leader election called name. Its
-// options are a Mutex's: WithLease sets the leadership's lease (a leader
-// whose process dies is replaced within it), WithFixedLease a lease that
-// nothing renews. An invalid name or option is reported by every call
+// Election returns a handle on the leader election called name. A
+// leadership's lease is the Client's (WithLease): a leader whose process
+// dies is replaced within it. WithFixedLease gives the handle's
+// leaderships a lease that nothing renews: each ends d after its grant. An invalid name or option is reported by every call
 // on the handle. A quorum Client (NewQuorum) offers no Election: its
 // calls fail with ErrInvalidOption.
 func (c *Client) Election(name string, opts ...HandleOption) *Election {

@@ -3,10 +3,9 @@ package fairlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
-
-	"github.com/fairlock/fairlock/notify"
 )
 
 // Observe sends the election's leadership on the channel it returns: the
@@ -28,12 +27,17 @@ import (
 //
 // Views never go backwards: no term lower than one already sent is sent.
 // A receiver that falls behind gets the latest view, not every one in
-// between. While Redis does not answer, the channel stays open and
-// the Client reads again, with a backoff, until it does.
+// between. While Redis does not answer, the channel stays open and the
+// Client reads again, with a backoff, until it does.
 //
-// Observe differs from etcd's in returning an error as well: a handle or
-// a context that cannot be observed (an invalid name, a nil context, a
-// closed Client) fails at once instead of giving a closed channel.
+// Observe returns once the Client's subscription to the election's
+// channel is confirmed (at once when it already observes the election),
+// so that no change after it returns goes untold; or when ctx ends
+// first, with ctx's error. It differs from etcd's Observe in returning
+// an error as well: a handle or a context that cannot be observed (an
+// invalid name, a nil context, a closed Client) and a subscription Redis
+// refuses (ErrNoPermission: an ACL without the election's channel) fail
+// at once instead of giving a closed channel.
 func (e *Election) Observe(ctx context.Context) (<-chan Leadership, error) {
 	if err := e.usable(ctx); err != nil {
 		return nil, err
@@ -45,6 +49,16 @@ func (e *Election) Observe(ctx context.Context) (<-chan Leadership, error) {
 	w, err := e.c.leaders.join(e, o)
 	if err != nil {
 		return nil, err
+	}
+	select {
+	case <-w.started:
+	case <-ctx.Done():
+		e.c.leaders.leave(w, o)
+		return nil, ctxErr(ctx)
+	}
+	if w.startErr != nil {
+		e.c.leaders.leave(w, o)
+		return nil, w.startErr
 	}
 	go o.run(ctx, w)
 	return o.out, nil
@@ -69,7 +83,7 @@ func (ws *leaderWatches) join(e *Election, o *observer) (*leaderWatch, error) {
 	w := ws.m[e.keys.Lock]
 	if w == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		w = &leaderWatch{e: e, ws: ws, cancel: cancel, done: make(chan struct{}), obs: map[*observer]bool{}}
+		w = &leaderWatch{e: e, ws: ws, cancel: cancel, started: make(chan struct{}), done: make(chan struct{}), obs: map[*observer]bool{}}
 		if ws.m == nil {
 			ws.m = map[string]*leaderWatch{}
 		}
@@ -88,10 +102,24 @@ func (ws *leaderWatches) leave(w *leaderWatch, o *observer) {
 	delete(w.obs, o)
 	last := len(w.obs) == 0
 	w.mu.Unlock()
-	if last && ws.m[w.e.keys.Lock] == w {
-		delete(ws.m, w.e.keys.Lock)
-		w.cancel()
+	if last {
+		ws.dropLocked(w)
 	}
+}
+
+// drop forgets w and stops it, if it is still the watcher of its election.
+func (ws *leaderWatches) drop(w *leaderWatch) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.dropLocked(w)
+}
+
+// dropLocked is drop with ws.mu held.
+func (ws *leaderWatches) dropLocked(w *leaderWatch) {
+	if ws.m[w.e.keys.Lock] == w {
+		delete(ws.m, w.e.keys.Lock)
+	}
+	w.cancel()
 }
 
 // close stops every watcher and waits for them: at Close, whose hub they
@@ -116,7 +144,11 @@ type leaderWatch struct {
 	e      *Election
 	ws     *leaderWatches
 	cancel context.CancelFunc
-	done   chan struct{} // closed when run returns
+	// started is closed once the subscription to the election's channel
+	// was confirmed or failed (startErr, written before).
+	started  chan struct{}
+	startErr error
+	done     chan struct{} // closed when run returns
 
 	mu   sync.Mutex
 	obs  map[*observer]bool // guarded by mu
@@ -144,67 +176,56 @@ func (w *leaderWatch) publish(l Leadership) {
 	}
 }
 
-// Backoff of a watcher's reads and subscriptions while Redis does not
-// answer.
+// Backoff of a watcher's reads while Redis does not answer.
 const (
 	watchRetryMin = 50 * time.Millisecond
 	watchRetryMax = 2 * time.Second
 )
 
-// run watches until ctx ends or the Client closes.
+// run watches until ctx ends or the Client closes. Its first step is the
+// subscription: once it is confirmed, the hub keeps it across reconnects
+// and failovers, and tells of messages that may have been lost there; a
+// refused one (an ACL) ends the watcher, and Observe reports it.
 func (w *leaderWatch) run(ctx context.Context) {
 	defer close(w.done)
+	sub, err := w.e.lock.WatchLeader(ctx)
+	if err != nil && ctx.Err() == nil {
+		w.startErr = fmt.Errorf("fairlock: observe election %q: %w", w.e.name, err)
+	} else if err != nil {
+		w.startErr = ctxErr(ctx)
+	}
+	close(w.started)
+	if err != nil {
+		w.ws.drop(w)
+		return
+	}
+	defer sub.Stop()
 	log := w.e.c.cfg.clientLogger(w.e.c.ID())
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
 	retry := watchRetryMin
-	backoff := func() {
-		timer.Reset(retry)
-		retry = min(2*retry, watchRetryMax)
-	}
-	var sub *notify.Waiter
-	defer func() {
-		if sub != nil {
-			sub.Stop()
-		}
-	}()
 	names := map[string]string{} // Client names by ID: a Client's name never changes
 	for {
-		var told <-chan struct{} // nil until subscribed: never ready
-		if sub == nil {
-			s, err := w.e.lock.WatchLeader(ctx)
-			switch {
-			case ctx.Err() != nil || errors.Is(err, ErrClosed):
-				return
-			case err != nil:
-				log.Warn("fairlock: cannot watch the election's channel; trying again", "election", w.e.name, "err", err, "retry", retry)
-				backoff()
-			default:
-				sub = s
-			}
-		}
-		if sub != nil {
-			told = sub.C()
-			l, lease, err := w.e.readLease(ctx, names)
-			switch {
-			case ctx.Err() != nil || errors.Is(err, ErrClosed):
-				return
-			case err != nil:
-				log.Debug("fairlock: cannot read the election's leader; trying again", "election", w.e.name, "err", err, "retry", retry)
-				backoff()
-			default:
-				retry = watchRetryMin
-				w.publish(l)
-				if l.HasLeader() {
-					timer.Reset(lease + time.Millisecond) // a lease that runs out tells nothing
-				}
+		l, lease, err := w.e.readLease(ctx, names)
+		switch {
+		case ctx.Err() != nil || errors.Is(err, ErrClosed):
+			return
+		case err != nil:
+			log.Debug("fairlock: cannot read the election's leader; trying again", "election", w.e.name, "err", err, "retry", retry)
+			timer.Reset(retry)
+			retry = min(2*retry, watchRetryMax)
+		default:
+			retry = watchRetryMin
+			w.publish(l)
+			if l.HasLeader() {
+				timer.Reset(lease + time.Millisecond) // a lease that runs out tells nothing
 			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-told:
+		case <-sub.C():
 		case <-timer.C:
 		}
 		timer.Stop()

@@ -32,6 +32,8 @@ var familyCases = []struct {
 	{"RefusedInnerUnlockThenTheOuterUnlockFreesTheLock", refusedInnerUnlockThenTheOuterUnlockFreesTheLock},
 	{"ForcedUnlockEndsTheHoldersContextAtOnce", forcedUnlockEndsTheHoldersContextAtOnce},
 	{"ForcedReleaseEndsAWeightedHoldersContextAtOnce", forcedReleaseEndsAWeightedHoldersContextAtOnce},
+	{"ElectionObserversSeeEveryChangeAcrossClients", electionObserversSeeEveryChangeAcrossClients},
+	{"ElectionLeaseLostEndsTheLeadershipAndElectsTheNext", electionLeaseLostEndsTheLeadershipAndElectsTheNext},
 }
 
 func TestFamilyCasesOnOneServer(t *testing.T) {

@@ -1176,7 +1176,7 @@ type clientPrimitive struct {
 
 // clientPrimitives returns every primitive of a Client, each under names
 // that start with tag: a Mutex, a MultiLock of two names, a Semaphore of
-// one permit and a RWMutex's write lock.
+// one permit, a RWMutex's write lock and an Election.
 func clientPrimitives(tag string) []clientPrimitive {
 	return []clientPrimitive{
 		{"mutex", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
@@ -1198,6 +1198,11 @@ func clientPrimitives(tag string) []clientPrimitive {
 			return c.RWMutex(tag + "-rw").Lock(ctx)
 		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
 			return nil, c.RWMutex(tag + "-rw").Unlock(ctx)
+		}},
+		{"election", func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return c.Election(tag+"-e").Campaign(ctx, c.ID())
+		}, func(c *fairlock.Client, ctx context.Context) (context.Context, error) {
+			return nil, c.Election(tag + "-e").Resign(ctx)
 		}},
 	}
 }

@@ -571,6 +571,54 @@ func runAPIAsACLUser(t require.TestingT, addr string, admin *redis.Client, line,
 	requireClean("multi-a")
 	requireClean("multi-b")
 
+	// An Election: an observer in another Client sees each leadership and
+	// a proclaimed value, and a candidate in line is handed the
+	// leadership by push at the leader's Resign.
+	ek, err := queue.Election(prefix, "leader")
+	require.NoError(t, err)
+	octx, stopObserving := context.WithCancel(ctx)
+	defer stopObserving()
+	views, err := c3.Election("leader").Observe(octx)
+	require.NoError(t, err)
+	seen := func(what string, ok func(fairlock.Leadership) bool) {
+		deadline := time.After(aclLockWithin)
+		for {
+			select {
+			case l := <-views:
+				if ok(l) {
+					return
+				}
+			case <-deadline:
+				require.FailNow(t, "the observer saw no "+what)
+			}
+		}
+	}
+	lead, err := c1.Election("leader").Campaign(ctx, "one")
+	require.NoError(t, err)
+	seen("first leader", func(l fairlock.Leadership) bool { return l.Value == "one" })
+	require.NoError(t, c1.Election("leader").Proclaim(lead, "two"))
+	seen("proclaimed value", func(l fairlock.Leadership) bool { return l.Value == "two" })
+	candidate := make(chan result, 1)
+	go func() {
+		lctx, err := c2.Election("leader").Campaign(ctx, "three")
+		candidate <- result{lctx, err}
+	}()
+	deadline := time.Now().Add(aclLockWithin)
+	for admin.LLen(ctx, ek.Queue).Val() != 1 {
+		require.True(t, time.Now().Before(deadline), "the candidate is not in line within %v", aclLockWithin)
+		time.Sleep(2 * time.Millisecond)
+	}
+	require.NoError(t, c1.Election("leader").Resign(lead), "Resign that hands the leadership over")
+	r = awaitResult(t, candidate)
+	require.NoError(t, r.err, "the candidate is elected by push")
+	l, err := c1.Election("leader").Leader(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "three", l.Value)
+	seen("second leader", func(l fairlock.Leadership) bool { return l.Value == "three" })
+	require.NoError(t, c2.Election("leader").Resign(r.ctx))
+	seen("end of leadership", func(l fairlock.Leadership) bool { return !l.HasLeader() })
+	stopObserving()
+
 	// Close: a waiting Lock returns ErrClosed and leaves the line, a live
 	// hold is released.
 	held, err := c2.Mutex("close-held").Lock(ctx)

@@ -44,7 +44,10 @@ type Leadership struct {
 // no leader (nobody holds it). Errors as for IsLocked.
 func (l *Mutex) Leader(ctx context.Context) (lead Leadership, ok bool, err error) {
 	lead, err = read(l.e, ctx, func(ctx context.Context) (Leadership, error) {
-		p := l.e.rdb.TxPipeline()
+		// One round trip, not a transaction (the least-privileged user has
+		// no MULTI): the lease left only times an observer's next read,
+		// and a change between the two is told on the election's channel.
+		p := l.e.rdb.Pipeline()
 		hm := p.HMGet(ctx, l.keys.Lock, "owner", "entry", "value", "token", "since")
 		pttl := p.PTTL(ctx, l.keys.Lock)
 		if _, err := p.Exec(ctx); err != nil {

@@ -159,6 +159,13 @@ func take[G any](ln line[G], ctx context.Context, req Request, entry string, sta
 		default:
 			return none, withUnavailable(err, nil)
 		}
+	case publishRefused(err):
+		// The server refused a message of the call (see acquire.lua):
+		// the call handed the lock to the head of the line, or granted
+		// it to this very call when it is an election's candidate whose
+		// news to the observers was refused. Leaving the line gives
+		// such a grant back.
+		return none, errors.Join(err, giveUp(ln, ctx, req.Owner, entry))
 	case err != nil:
 		return none, err
 	case rep.Granted && !late(req, sent):

@@ -32,7 +32,10 @@
 -- done (the head is the owner; in wait mode the caller is in line with a
 -- fresh deadline), and replies with an error that starts with "NOPERM "
 -- (see lib.lua) in place of {0, hint, joined}: a call that hands over is
--- never granted itself.
+-- never granted itself. Nor is an election's candidate whose own grant
+-- the server refuses to tell on the election's channel (see tell_leader
+-- in lib.lua): the error takes the place of {1, token, 1}, and the
+-- client gives the grant back.
 --
 -- A call whose reply was lost may be re-sent by the client library, and
 -- must then answer what it answered the first time. A grant needs nothing
@@ -64,7 +67,7 @@ end
 --    exists), and is granted at once, reading no more. Polls of a waiting
 --    Lock, which mostly find the lock held, do not pay for the check.
 if mode == 'try' and redis.call('EXISTS', KEYS[1], KEYS[2]) == 0 then
-  return {1, tonumber(take(LOCK, owner, entry, lease, now_ms())), 1}
+  return finish({1, tonumber(take(LOCK, owner, entry, lease, now_ms())), 1})
 end
 
 local hold = redis.call('HMGET', KEYS[1], 'owner', 'count', 'token', 'entry')
@@ -118,7 +121,7 @@ if not holder then
     if head then
       line_pop(LOCK, head)
     end
-    return {1, tonumber(take(LOCK, owner, entry, lease, now or now_ms())), 1}
+    return finish({1, tonumber(take(LOCK, owner, entry, lease, now or now_ms())), 1})
   end
   hand_over(LOCK, now, channel)
 end

@@ -1,8 +1,8 @@
 // Package fairlock provides fair (strict FIFO), lease-renewed distributed
 // locks on Redis: a Mutex, a MultiLock of several names taken
-// all or none, a weighted Semaphore and a RWMutex, on one Redis
-// deployment, and for a Mutex that must outlive the loss of a server, on
-// a quorum of independent masters (NewQuorum).
+// all or none, a weighted Semaphore, a RWMutex and a leader Election, on
+// one Redis deployment, and for a Mutex that must outlive the loss of a
+// server, on a quorum of independent masters (NewQuorum).
 //
 // Waiters queue in Redis and are granted the lock in the order they joined
 // (strict FIFO): a release hands the lock straight to the head of the
@@ -48,6 +48,16 @@
 // leases, fencing tokens and contexts as a Mutex's do; a Semaphore hold is
 // not re-entrant, and a RWMutex's read hold cannot be upgraded
 // (ErrWouldDeadlock).
+//
+// Election elects one leader among candidates, in the order they began
+// to campaign: Campaign returns the leadership's context, which ends when
+// the leadership does (Resign hands it to the next candidate by push, a
+// lost lease ends it with ErrLeaseLost), and the leadership's term is its
+// fencing token. Leader reads the leadership, with the value its leader
+// campaigned with or proclaimed, and Observe follows every change, pushed
+// through the Client's one pub/sub connection. An Election is a Mutex
+// whose hold is the leadership; see "Leader elections" in
+// docs/algorithm.md.
 //
 // NewQuorum makes a Client whose Mutex locks live on N independent Redis
 // masters and count while a majority holds them, for a lock that must

@@ -479,3 +479,66 @@ func ExampleNewQuorum() {
 // masterAddrs are the addresses of three independent Redis masters the
 // examples use; in your code, yours.
 func masterAddrs() []string { return redistest.SharedMasterAddrs() }
+
+// Two schedulers campaign to run the nightly jobs; the first leads, and
+// when it resigns the second is elected by push. A dashboard observes
+// who leads.
+func ExampleElection() {
+	rdb := redis.NewClient(&redis.Options{Addr: redisAddr()})
+	defer rdb.Close()
+	locks, err := fairlock.New(rdb, fairlock.WithPrefix("example-election"))
+	if err != nil {
+		panic(err)
+	}
+	defer locks.Close()
+	ctx := context.Background()
+	scheduler := locks.Election("nightly-jobs")
+
+	watch, stop := context.WithCancel(ctx)
+	defer stop()
+	views, err := scheduler.Observe(watch)
+	if err != nil {
+		panic(err)
+	}
+	show := func() {
+		l := <-views
+		if !l.HasLeader() {
+			fmt.Println("no leader")
+			return
+		}
+		fmt.Println("leader:", l.Value)
+	}
+	show() // the current leadership, at once
+
+	lead, err := scheduler.Campaign(ctx, "scheduler-1")
+	if err != nil {
+		panic(err)
+	}
+	show()
+	term, _ := scheduler.Term(lead)
+	_ = term // stamp every write of the leader with it
+
+	second := make(chan context.Context)
+	go func() {
+		next, err := scheduler.Campaign(ctx, "scheduler-2") // waits its turn
+		if err != nil {
+			panic(err)
+		}
+		second <- next
+	}()
+	_ = scheduler.Resign(lead) // hands the leadership to scheduler-2, once in line
+	next := <-second
+	for l := range views { // the latest view: maybe "no leader" first, if scheduler-2 came late
+		if l.HasLeader() {
+			fmt.Println("leader:", l.Value)
+			break
+		}
+	}
+	_ = scheduler.Resign(next)
+	show()
+	// Output:
+	// no leader
+	// leader: scheduler-1
+	// leader: scheduler-2
+	// no leader
+}

@@ -251,9 +251,10 @@ type Leadership struct {
 func (l Leadership) HasLeader() bool { return l.Term != 0 }
 
 // same reports whether l and o are one view: the same leadership with the
-// same value.
+// same value, and its Client known by the same name (a Client writes its
+// name at its first call, so a reading may come before it).
 func (l Leadership) same(o Leadership) bool {
-	return l.Term == o.Term && l.Value == o.Value
+	return l.Term == o.Term && l.Value == o.Value && l.ClientName == o.ClientName
 }
 
 // Leader returns the election's leadership as Redis has it when it
@@ -300,8 +301,8 @@ func (e *Election) readLease(ctx context.Context, names map[string]string) (Lead
 		return l, 0, err
 	}
 	l.ClientName = got[l.Client]
-	if names != nil {
-		names[l.Client] = l.ClientName
+	if names != nil && l.ClientName != "" {
+		names[l.Client] = l.ClientName // a Client without a name yet may write it later
 	}
 	return l, lead.TTL, nil
 }

@@ -25,6 +25,10 @@ import (
 // messages may have been lost, the Client reads the leadership again and
 // sends it if it changed.
 //
+// A leader whose lease runs out while candidates wait is seen gone (no
+// leader) when the watcher reads at the lease's end, and the next
+// candidate's election is told once it polls, at about the same time.
+//
 // Views never go backwards: no term lower than one already sent is sent.
 // A receiver that falls behind gets the latest view, not every one in
 // between. While Redis does not answer, the channel stays open and the
@@ -239,7 +243,8 @@ type observer struct {
 	kick chan struct{} // capacity 1: a view is pending
 
 	mu      sync.Mutex
-	pending Leadership // guarded by mu; the view to send next
+	pending Leadership // guarded by mu; the view to send next, when fresh
+	fresh   bool       // guarded by mu; pending is still to be sent
 	offered Leadership // guarded by mu; the latest view offered
 	has     bool       // guarded by mu; a view was offered
 	top     int64      // guarded by mu; the highest term offered
@@ -253,7 +258,7 @@ func (o *observer) offer(l Leadership) {
 	if (l.HasLeader() && l.Term < o.top) || (o.has && l.same(o.offered)) {
 		return
 	}
-	o.offered, o.pending, o.has = l, l, true
+	o.offered, o.pending, o.has, o.fresh = l, l, true, true
 	o.top = max(o.top, l.Term)
 	select {
 	case o.kick <- struct{}{}:
@@ -274,14 +279,15 @@ func (o *observer) run(ctx context.Context, w *leaderWatch) {
 			return
 		case <-o.kick:
 		}
-		for sent := false; !sent; {
-			o.mu.Lock()
-			l := o.pending
-			o.mu.Unlock()
+		l, ok := o.take()
+		for ok {
 			select {
 			case o.out <- l:
-				sent = true
-			case <-o.kick: // a newer view: send that one instead
+				ok = false
+			case <-o.kick: // a newer view, perhaps: send the latest
+				if newer, fresh := o.take(); fresh {
+					l = newer
+				}
 			case <-ctx.Done():
 				return
 			case <-w.done:
@@ -289,4 +295,13 @@ func (o *observer) run(ctx context.Context, w *leaderWatch) {
 			}
 		}
 	}
+}
+
+// take returns the view to send, unless it was taken already.
+func (o *observer) take() (Leadership, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fresh := o.fresh
+	o.fresh = false
+	return o.pending, fresh
 }

@@ -11,8 +11,8 @@ import (
 )
 
 // Kind is the kind of a lock: which primitive keeps it. A Mutex, a
-// Semaphore and a RWMutex of one name are three locks, each under keys
-// of its own; a MultiLock is made of Mutexes.
+// Semaphore, a RWMutex and an Election of one name are four locks, each
+// under keys of its own; a MultiLock is made of Mutexes.
 type Kind string
 
 // The kinds of lock.
@@ -20,6 +20,9 @@ const (
 	KindMutex     Kind = "mutex"
 	KindSemaphore Kind = "semaphore"
 	KindRWMutex   Kind = "rwmutex"
+	// KindElection is an Election: its one holder is the leader (its
+	// Token is the term), its waiters the candidates in line.
+	KindElection Kind = "election"
 )
 
 // WaiterKind says what a Waiter waits for.
@@ -32,6 +35,9 @@ const (
 	WaitsPermits WaiterKind = "permits" // a Semaphore's Acquire of Waiter.Weight permits
 	WaitsRead    WaiterKind = "read"    // a RWMutex's RLock
 	WaitsWrite   WaiterKind = "write"   // a RWMutex's Lock
+	// WaitsCampaign is an Election's Campaign: a candidate, with the
+	// value it campaigns with (Waiter.Value).
+	WaitsCampaign WaiterKind = "campaign"
 )
 
 // LockState is the state of one lock as Inspect read it, at one instant
@@ -53,11 +59,13 @@ type LockState struct {
 	Writer   bool
 
 	// Holders are the holds, in the order they were granted: a Mutex's
-	// one, a Semaphore's or a RWMutex's many.
+	// one, an Election's one (its leadership), a Semaphore's or a
+	// RWMutex's many.
 	Holders []Holder
 
-	// The fields of Holders[0], for a Mutex's one hold (all zero when it
-	// is free).
+	// The fields of Holders[0], for a Mutex's or an Election's one hold
+	// (all zero when it is free). An Election's Token is the leadership's
+	// term, and Value the leader's value.
 	Held      bool
 	Owner     string        // the holder's owner id
 	Count     int           // the levels of the hold (re-entries)
@@ -72,6 +80,9 @@ type LockState struct {
 	// ClientName is the name of the holder's Client (WithName), "" when
 	// it has none or it is not known.
 	ClientName string
+	// Value is an Election's leader's value (Holders[0].Value); "" when
+	// it has no leader, and for the other kinds.
+	Value string
 
 	Waiters []Waiter // the calls in line, in the order they are served
 
@@ -101,10 +112,11 @@ type Holder struct {
 	Weight    int64
 	Write     bool
 	Count     int           // levels: re-entries, a RWMutex's read and write levels together
-	Token     int64         // fencing token
+	Token     int64         // fencing token; an Election's term
 	Since     time.Time     // the server's time of the grant (kept through re-entries and a downgrade)
 	HeldFor   time.Duration // At minus Since
 	LeaseLeft time.Duration // the remaining lease
+	Value     string        // an Election's leader's value; "" for the other kinds
 }
 
 // Waiter is one call in a lock's line.
@@ -116,6 +128,9 @@ type Waiter struct {
 	// has none or it is not known.
 	ClientName string
 	Weight     int64 // the permits it asks for (WaitsPermits); 1 otherwise
+	// Value is the value a candidate campaigns with (WaitsCampaign); ""
+	// for other waiters.
+	Value string
 	// Locks names every lock of a ticket (WaitsTicket), this one among
 	// them, in key order; nil for other waiters, or when the ticket ended
 	// while the state was read.
@@ -154,9 +169,9 @@ func (c *Client) usable(ctx context.Context) error {
 }
 
 // Inspect reads the state of the lock called name, whatever its kind: the
-// Mutex, the Semaphore or the RWMutex of that name that is in use (the
-// first of them in that order when several are: see InspectAll), or a
-// free Mutex's state when none is. It reads the holders and the line in
+// Mutex, the Semaphore, the RWMutex or the Election of that name that is
+// in use (the first of them in that order when several are: see
+// InspectAll), or a free Mutex's state when none is. It reads the holders and the line in
 // one atomic round trip (a MULTI transaction that changes nothing), with
 // times measured by the server's clock, then the other names of
 // MultiLock tickets in line and the names of the Clients (WithName) in
@@ -187,8 +202,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockState, error) {
 }
 
 // InspectAll reads, as Inspect does, every lock called name that is in
-// use: its Mutex, its Semaphore and its RWMutex, in that order, leaving
-// out those that nobody holds or waits for. On a quorum Client it returns
+// use: its Mutex, its Semaphore, its RWMutex and its Election, in that
+// order, leaving out those that nobody holds or waits for. On a quorum Client it returns
 // the one quorum lock's state, in use or not.
 func (c *Client) InspectAll(ctx context.Context, name string) ([]LockState, error) {
 	if err := c.usable(ctx); err != nil {
@@ -244,6 +259,22 @@ func (rw *RWMutex) Inspect(ctx context.Context) (LockState, error) {
 	return rw.inspect(ctx, queue.KindRWMutex)
 }
 
+// Inspect reads the state of the Election, as Client.Inspect does: its
+// leader is the one holder (Token is the term, Value the leader's
+// value), its candidates in line the waiters, each with its value. A
+// quorum Client's Election fails with ErrInvalidOption, as its other
+// calls do.
+func (e *Election) Inspect(ctx context.Context) (LockState, error) {
+	if err := e.usable(ctx); err != nil {
+		return LockState{}, err
+	}
+	s, err := e.lock.Inspect(ctx, queue.KindElection)
+	if err != nil {
+		return LockState{}, err
+	}
+	return e.c.stateOf(ctx, s)
+}
+
 func (h *weighted) inspect(ctx context.Context, kind string) (LockState, error) {
 	if err := h.usable(ctx); err != nil {
 		return LockState{}, err
@@ -256,7 +287,8 @@ func (h *weighted) inspect(ctx context.Context, kind string) (LockState, error) 
 }
 
 // kinds maps the queue package's kinds to Kind.
-var kinds = map[string]Kind{queue.KindMutex: KindMutex, queue.KindSemaphore: KindSemaphore, queue.KindRWMutex: KindRWMutex}
+var kinds = map[string]Kind{queue.KindMutex: KindMutex, queue.KindSemaphore: KindSemaphore, queue.KindRWMutex: KindRWMutex,
+	queue.KindElection: KindElection}
 
 // stateOf converts a snapshot and names its Clients (see nameClients).
 func (c *Client) stateOf(ctx context.Context, s queue.Snapshot) (LockState, error) {
@@ -272,7 +304,7 @@ func convert(s queue.Snapshot) LockState {
 	st := LockState{Name: s.Name, Kind: kinds[s.Kind], At: s.Now, Capacity: s.Capacity, Used: s.Used}
 	for _, h := range s.Holders {
 		hd := Holder{Owner: h.Owner, Client: h.Tag, Weight: h.Weight, Count: h.Shared + h.Excl, Token: h.Token,
-			Since: h.Since, HeldFor: h.HeldFor, LeaseLeft: h.TTL}
+			Since: h.Since, HeldFor: h.HeldFor, LeaseLeft: h.TTL, Value: h.Value}
 		switch {
 		case st.Kind != KindRWMutex:
 		case h.Excl > 0:
@@ -285,7 +317,7 @@ func convert(s queue.Snapshot) LockState {
 	if st.Kind == KindSemaphore && st.Capacity == 0 {
 		st.Used = 0 // left over by an ended lease; nothing is stored in force
 	}
-	if len(st.Holders) > 0 && st.Kind == KindMutex {
+	if len(st.Holders) > 0 && (st.Kind == KindMutex || st.Kind == KindElection) {
 		st.mutexHolder()
 	}
 	for _, w := range s.Waiters {
@@ -293,6 +325,8 @@ func convert(s queue.Snapshot) LockState {
 		switch {
 		case w.Ticket:
 			wt.Kind = WaitsTicket
+		case st.Kind == KindElection:
+			wt.Kind, wt.Value = WaitsCampaign, w.Value
 		case st.Kind == KindSemaphore:
 			wt.Kind, wt.Weight = WaitsPermits, w.Weight
 		case st.Kind == KindRWMutex && w.Exclusive:
@@ -307,11 +341,12 @@ func convert(s queue.Snapshot) LockState {
 	return st
 }
 
-// mutexHolder copies Holders[0], a Mutex's one hold, into the fields
-// that name it.
+// mutexHolder copies Holders[0], a Mutex's or an Election's one hold,
+// into the fields that name it.
 func (st *LockState) mutexHolder() {
 	h := st.Holders[0]
 	st.Held, st.Owner, st.Count, st.Token, st.LeaseLeft, st.HeldFor, st.Client = true, h.Owner, h.Count, h.Token, h.LeaseLeft, h.HeldFor, h.Client
+	st.Value = h.Value
 }
 
 // nameClients fills in the names of the Clients st mentions, read in one
@@ -465,8 +500,8 @@ func kth[T any](xs []T, q int, by func(T) int64) T {
 }
 
 // List returns the names of the locks under the Client's prefix that are
-// held or waited on, of every kind (a Mutex, a Semaphore, a RWMutex, a
-// quorum lock), and whose names match the glob pattern (Redis's MATCH
+// held or waited on, of every kind (a Mutex, a Semaphore, a RWMutex, an
+// Election, a quorum lock), and whose names match the glob pattern (Redis's MATCH
 // syntax; "" or "*" for every lock), each once, sorted. It scans with
 // SCAN, never KEYS: every master of a Redis Cluster, every live shard of
 // a Ring, every master of a quorum Client. It returns when ctx ends, with

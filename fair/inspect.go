@@ -13,17 +13,22 @@ import (
 )
 
 // Inspect reads the state of the lock in one transaction (queue.Inspect,
-// or queue.InspectWeighted for a weighted handle of kind), as a read made
-// for the caller (see read): it returns when ctx ends even while Redis
-// does not answer. A refused command is reported as
-// errs.ErrNoPermission.
+// queue.InspectElection for an election, or queue.InspectWeighted for a
+// weighted handle of kind), as a read made for the caller (see read): it
+// returns when ctx ends even while Redis does not answer. A refused
+// command is reported as errs.ErrNoPermission.
 func (l *Mutex) Inspect(ctx context.Context, kind string) (queue.Snapshot, error) {
 	return read(l.e, ctx, func(ctx context.Context) (queue.Snapshot, error) {
-		if kind == queue.KindMutex {
-			s, err := queue.Inspect(ctx, l.e.rdb, l.keys)
-			return s, txRefusal(err)
+		var s queue.Snapshot
+		var err error
+		switch kind {
+		case queue.KindMutex:
+			s, err = queue.Inspect(ctx, l.e.rdb, l.keys)
+		case queue.KindElection:
+			s, err = queue.InspectElection(ctx, l.e.rdb, l.keys)
+		default:
+			s, err = queue.InspectWeighted(ctx, l.e.rdb, l.keys, kind)
 		}
-		s, err := queue.InspectWeighted(ctx, l.e.rdb, l.keys, kind)
 		return s, txRefusal(err)
 	})
 }

@@ -25,6 +25,11 @@ var _ Reader = (redis.UniversalClient)(nil)
 // KindRWMutex.
 const KindMutex = "mutex"
 
+// KindElection names an Election's keys in a Snapshot (see Election): a
+// Mutex's, whose hold is the leadership and whose waiters are
+// candidates, each with its value.
+const KindElection = "election"
+
 // WaiterState is one entry of a lock's line.
 type WaiterState struct {
 	Entry     string        // the raw entry
@@ -38,8 +43,11 @@ type WaiterState struct {
 	// several locks. Locks names them all, in key order, this one among
 	// them; nil when the ticket's key was not found (it ended meanwhile).
 	// A ticket's Joined is read from that key too (zero when not found).
-	Ticket    bool
-	Locks     []string
+	Ticket bool
+	Locks  []string
+	// Value is an Election's candidate's value, read beside the line
+	// (Keys.Values); "" for other waiters, or when it was not found.
+	Value     string
 	Joined    time.Time     // server time at which it joined the line (a quorum lock's: its ticket's, the doorway's time); zero when not known
 	Waited    time.Duration // the server's now minus Joined; 0 when not known
 	Deadline  time.Time     // server time by which it must poll again; zero if it has none
@@ -62,12 +70,13 @@ type HolderState struct {
 	Since   time.Time
 	HeldFor time.Duration
 	TTL     time.Duration // remaining lease
+	Value   string        // an Election's leadership's value; "" for other locks
 }
 
 // Snapshot is the state of one lock at one instant of the server's clock.
 type Snapshot struct {
 	Name     string
-	Kind     string // KindMutex, KindSemaphore or KindRWMutex
+	Kind     string // KindMutex, KindSemaphore, KindRWMutex or KindElection
 	Now      time.Time
 	Capacity int64 // a weighted lock's stored capacity (a Semaphore's permits); 0 when none is stored
 	Used     int64 // a weighted lock's weights held
@@ -102,6 +111,17 @@ func Inspect(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
 	return ss[0], nil
 }
 
+// InspectElection is Inspect for an Election (k from Election): the
+// leadership's value with its hold, and each candidate's value with its
+// entry in line.
+func InspectElection(ctx context.Context, rdb Reader, k Keys) (Snapshot, error) {
+	ss, err := inspect(ctx, rdb, []lockOfKind{{k, KindElection}})
+	if err != nil {
+		return Snapshot{}, err
+	}
+	return ss[0], nil
+}
+
 // InspectWeighted is Inspect for a weighted lock of kind KindSemaphore or
 // KindRWMutex (k from Weighted).
 func InspectWeighted(ctx context.Context, rdb Reader, k Keys, kind string) (Snapshot, error) {
@@ -112,10 +132,10 @@ func InspectWeighted(ctx context.Context, rdb Reader, k Keys, kind string) (Snap
 	return ss[0], nil
 }
 
-// InspectAll reads the Mutex, the Semaphore and the RWMutex of the name
-// under prefix in one transaction (their keys share a hash tag, so one
-// server, one slot), and returns the snapshot of each, in that order
-// (Snapshot.InUse tells those in use).
+// InspectAll reads the Mutex, the Semaphore, the RWMutex and the
+// Election of the name under prefix in one transaction (their keys share
+// a hash tag, so one server, one slot), and returns the snapshot of
+// each, in that order (Snapshot.InUse tells those in use).
 func InspectAll(ctx context.Context, rdb Reader, prefix, name string) ([]Snapshot, error) {
 	m, err := For(prefix, name)
 	if err != nil {
@@ -123,7 +143,8 @@ func InspectAll(ctx context.Context, rdb Reader, prefix, name string) ([]Snapsho
 	}
 	sem, _ := Weighted(prefix, name, KindSemaphore)
 	rw, _ := Weighted(prefix, name, KindRWMutex)
-	return inspect(ctx, rdb, []lockOfKind{{m, KindMutex}, {sem, KindSemaphore}, {rw, KindRWMutex}})
+	el, _ := Election(prefix, name)
+	return inspect(ctx, rdb, []lockOfKind{{m, KindMutex}, {sem, KindSemaphore}, {rw, KindRWMutex}, {el, KindElection}})
 }
 
 // lockOfKind is one lock for inspect to read.
@@ -142,6 +163,7 @@ type reads struct {
 	dls, joined   *redis.ZSliceCmd
 	token         *redis.StringCmd
 	tokenTTL      *redis.DurationCmd
+	values        *redis.MapStringStringCmd // an Election's candidates' values
 	ordered, wght bool
 }
 
@@ -153,7 +175,7 @@ func inspect(ctx context.Context, rdb Reader, locks []lockOfKind) ([]Snapshot, e
 	rs := make([]reads, len(locks))
 	for i, l := range locks {
 		r := &rs[i]
-		r.ordered, r.wght = l.k.Ticket != "", l.kind != KindMutex
+		r.ordered, r.wght = l.k.Ticket != "", l.kind == KindSemaphore || l.kind == KindRWMutex
 		r.hold = p.HGetAll(ctx, l.k.Lock)
 		r.pttl = p.PTTL(ctx, l.k.Lock)
 		if r.ordered {
@@ -168,6 +190,9 @@ func inspect(ctx context.Context, rdb Reader, locks []lockOfKind) ([]Snapshot, e
 		r.joined = p.ZRangeWithScores(ctx, l.k.Joined, 0, -1)
 		r.token = p.Get(ctx, l.k.Token)
 		r.tokenTTL = p.PTTL(ctx, l.k.Token)
+		if l.k.Values != "" {
+			r.values = p.HGetAll(ctx, l.k.Values)
+		}
 	}
 	if cmds, err := p.Exec(ctx); firstErr(cmds, err) != nil {
 		return nil, fmt.Errorf("fairlock: inspect %q: %w", locks[0].k.Name, firstErr(cmds, err))
@@ -195,7 +220,7 @@ func build(l lockOfKind, now time.Time, r *reads) (Snapshot, error) {
 			return s, err
 		}
 	} else if h := r.hold.Val(); h["owner"] != "" {
-		hs := HolderState{Owner: h["owner"], Entry: h["entry"], Tag: TagOf(h["entry"]), Weight: 1}
+		hs := HolderState{Owner: h["owner"], Entry: h["entry"], Tag: TagOf(h["entry"]), Weight: 1, Value: h["value"]}
 		hs.Shared, _ = strconv.Atoi(h["count"])
 		hs.Token, _ = strconv.ParseInt(h["token"], 10, 64)
 		if ms, err := strconv.ParseInt(h["since"], 10, 64); err == nil {
@@ -246,6 +271,9 @@ func build(l lockOfKind, now time.Time, r *reads) (Snapshot, error) {
 			}
 		}
 		w.Ticket = isTicket(e)
+		if r.values != nil {
+			w.Value = r.values.Val()[e]
+		}
 		if ms, ok := joined[e]; ok {
 			w.Joined = at(ms)
 			w.Waited = max(now.Sub(w.Joined), 0) // a ticket from a clock ahead of this one's
@@ -388,14 +416,14 @@ func firstErr(cmds []redis.Cmder, err error) error {
 func (s Snapshot) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %q at %s (server clock)\n", s.Kind, s.Name, s.Now.UTC().Format(time.RFC3339Nano))
-	if s.Kind != KindMutex {
+	if s.Kind == KindSemaphore || s.Kind == KindRWMutex {
 		fmt.Fprintf(&b, "  capacity %d, used %d\n", s.Capacity, s.Used)
 	}
 	if len(s.Holders) == 0 {
 		b.WriteString("  free\n")
 	}
 	for _, h := range s.Holders {
-		if s.Kind == KindMutex {
+		if s.Kind == KindMutex || s.Kind == KindElection {
 			fmt.Fprintf(&b, "  held by %s: %d level(s)", h.Owner, h.Shared)
 		} else {
 			fmt.Fprintf(&b, "  held by %s: weight %d, %d read and %d write level(s)", h.Owner, h.Weight, h.Shared, h.Excl)
@@ -403,6 +431,9 @@ func (s Snapshot) String() string {
 		fmt.Fprintf(&b, ", token %d, held for %v, lease left %v", h.Token, h.HeldFor, h.TTL)
 		if h.Tag != "" {
 			fmt.Fprintf(&b, ", granted through client %s", h.Tag)
+		}
+		if s.Kind == KindElection {
+			fmt.Fprintf(&b, ", value %q", h.Value)
 		}
 		b.WriteString("\n")
 	}
@@ -420,7 +451,11 @@ func (s Snapshot) String() string {
 		if !w.Deadline.IsZero() {
 			due = "deadline in " + w.Remaining.String()
 		}
-		fmt.Fprintf(&b, "  %3d. %s (waiter %s, weight %d, lease %v, waited %v, %s)\n", i+1, w.Owner, w.ID, w.Weight, w.Lease, w.Waited, due)
+		value := ""
+		if s.Kind == KindElection {
+			value = fmt.Sprintf(", value %q", w.Value)
+		}
+		fmt.Fprintf(&b, "  %3d. %s (waiter %s, weight %d, lease %v, waited %v, %s%s)\n", i+1, w.Owner, w.ID, w.Weight, w.Lease, w.Waited, due, value)
 	}
 	for _, e := range s.Orphans {
 		fmt.Fprintf(&b, "  orphan deadline entry %s\n", e)

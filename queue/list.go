@@ -119,8 +119,8 @@ func escapeGlob(s string) string {
 }
 
 // lockOf returns the name of the lock whose Lock or Queue key is key, of
-// any kind (a Mutex's, a Semaphore's, a RWMutex's, a quorum lock's on
-// one master), and false for any other key.
+// any kind (a Mutex's, a Semaphore's, a RWMutex's, an Election's, a
+// quorum lock's on one master), and false for any other key.
 func lockOf(prefix, key string) (string, bool) {
 	rest, ok := strings.CutPrefix(key, prefix+":{")
 	if !ok {
@@ -132,7 +132,7 @@ func lockOf(prefix, key string) (string, bool) {
 	}
 	suffix = strings.TrimSuffix(suffix, ":queue")
 	switch suffix {
-	case "", ":" + KindSemaphore, ":" + KindRWMutex, ":q":
+	case "", ":" + KindSemaphore, ":" + KindRWMutex, ":q", ":e":
 		return name, true
 	}
 	return "", false

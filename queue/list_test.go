@@ -28,6 +28,23 @@ func TestLockOfKeepsOnlyHoldAndQueueKeys(t *testing.T) {
 	}
 }
 
+func TestLockOfKeepsAnElectionsHoldAndQueueKeys(t *testing.T) {
+	k, err := Election("p", "jobs")
+	require.NoError(t, err)
+	for key, want := range map[string]string{
+		k.Lock:     "jobs",
+		k.Queue:    "jobs",
+		k.Values:   "",
+		k.Deadline: "",
+		k.Joined:   "",
+		k.Token:    "",
+	} {
+		name, ok := lockOf("p", key)
+		assert.Equal(t, want != "", ok, key)
+		assert.Equal(t, want, name, key)
+	}
+}
+
 func TestListMatchEscapesThePrefixAndRefusesWhatNoNameMatches(t *testing.T) {
 	for _, tt := range []struct{ prefix, pattern, want string }{
 		{"p", "", "p:{*}*"},

@@ -1,8 +1,9 @@
 // Fairlock is the operator command of fairlock locks: it shows who holds
 // the locks of a name and who waits for them, whatever their kind (a
-// Mutex, a MultiLock's ticket, a Semaphore, a RWMutex, a quorum's Mutex),
-// lists the locks in use, watches one name live, and removes a hold that
-// must go.
+// Mutex, a MultiLock's ticket, a Semaphore, a RWMutex, an Election, a
+// quorum's Mutex), lists the locks in use, watches one name live, shows
+// and follows an election's leader, and removes a hold (or ends a
+// leadership) that must go.
 //
 // Install it with
 //
@@ -15,9 +16,13 @@
 //	fairlock watch [flags] NAME            a live view, redrawn on every hand-over
 //	fairlock unlock --force --yes [-kind KIND] [-owner OWNER] [flags] NAME
 //	                                       remove a hold, let the line in
+//	fairlock leader [flags] NAME           an election's leader and candidates
+//	fairlock leader -watch [-for D] [flags] NAME
+//	                                       one line per change of its leader
 //
 // inspect prints each lock called NAME that is in use (a name may be used
-// by a Mutex, a Semaphore and a RWMutex at once: three locks): its kind;
+// by a Mutex, a Semaphore, a RWMutex and an Election at once: four locks,
+// shown in that order): its kind;
 // its capacity and use (a Semaphore's permits held of its capacity, a
 // RWMutex's readers or writer); its holders in the order of their grants,
 // each with its owner id, the ID and name (WithName) of the Client it was
@@ -25,8 +30,11 @@
 // it has been held and its lease left; and its line in the order it is
 // served, each waiter with its kind (lock, ticket, permits, read, write),
 // owner, Client, weight, the time it has waited and the time it keeps its
-// place, and for a MultiLock's ticket the other names it waits for. With
-// -masters it shows the majority's view, then each master's.
+// place, and for a MultiLock's ticket the other names it waits for. An
+// Election's holder is its leader, whose token is the term, shown with
+// its value; its waiters are the candidates (kind campaign), each with
+// the value it campaigns with. With -masters it shows the majority's
+// view, then each master's.
 //
 // list prints one line per name and kind in use that matches the glob
 // PATTERN (all without one), sorted by name: its kind, its use, and how
@@ -34,9 +42,11 @@
 // inspects each name it found.
 //
 // watch shows what inspect shows and draws it again on every hand-over:
-// it subscribes to the wake channels of the name's Mutex, Semaphore and
-// RWMutex (<prefix>:{<name>}:wake*, :sem:wake*, :rw:wake*; a quorum's
-// :q:wake* on every master), and while a MultiLock's ticket waits in the
+// it subscribes to the wake channels of the name's Mutex, Semaphore,
+// RWMutex and Election (<prefix>:{<name>}:wake*, :sem:wake*, :rw:wake*,
+// :e:wake*; a quorum's :q:wake* on every master) and to the Election's
+// leader channel (:e:leader, told of a new value and of a leader gone
+// with nobody in line too), and while a MultiLock's ticket waits in the
 // line, to those of the ticket's first lock, where its grant is
 // published. It also draws every -every (default 1s): a lock taken while
 // free, or handed to a waiter of the very Client that gave it up, is
@@ -51,8 +61,10 @@
 //
 // unlock --force removes a hold of NAME, whoever owns it, and lets the
 // line in: a Mutex's one hold (Mutex.ForceUnlock; -owner, if given, must
-// be its owner), or on a Semaphore or a RWMutex the hold of -owner,
-// which is required there. When locks of several kinds of the name are
+// be its owner), an Election's leadership (Election.ForceResign: the
+// first candidate in line is elected, under a higher term; -owner as for
+// a Mutex), or on a Semaphore or a RWMutex the hold of -owner, which is
+// required there. When locks of several kinds of the name are
 // held, -kind names one. Without --yes it removes nothing: it says whose
 // hold it would remove and exits with 2. With --yes it says whose hold it
 // removed, as it read it just before removing it, and how long the
@@ -60,6 +72,22 @@
 // hold's context within a push's latency, or at the latest when its
 // lease would have ended should the push be lost; code that uses neither
 // that context nor a fencing token may act on for as long as it runs.
+//
+// leader prints the leader of the election NAME (Election.Inspect): its
+// value, its term, since when and for how long it has led, the ID and
+// name of its Client, its owner id and its lease left; then the
+// candidates in line, in the order they would be elected, each with its
+// position, Client, value, owner id and the time it has waited. An
+// election without a leader is exit status 1. With -watch it follows the
+// leadership with Election.Observe: one line (with -json, one JSON
+// object) for the leadership when it starts, then one per change, each
+// saying why it was written (start, elected: a new leader and term;
+// proclaimed: a new value under the same term; ended: no leader), until
+// interrupted or for -for. The changes are pushed on the election's
+// leader channel, and written within milliseconds; while Redis does not
+// answer, it writes nothing, and writes the leadership once Redis
+// answers if it changed meanwhile (-v shows the Client's retries). A
+// quorum (-masters) has no elections.
 //
 // Flags, before or after the arguments, for every command:
 //
@@ -70,7 +98,8 @@
 //	-masters ADDRS      a quorum's masters (NewQuorum), host:port or
 //	                    redis:// URLs, in the order its Clients list them
 //	-prefix P           the key prefix of the locks' Clients (default "fairlock")
-//	-json               JSON to stdout (watch: one object a line per view)
+//	-json               JSON to stdout (watch: one object a line per view;
+//	                    leader -watch: one a line per change)
 //	-timeout D          how long to wait for Redis (default 5s); with
 //	                    -masters, for each master's answer to each read
 //	-v                  go-redis's and the Client's log lines to stderr
@@ -84,7 +113,8 @@
 //
 // The exit status is 0 when done; 1 when inspect or watch finds nobody
 // holding a lock of the name and nobody waiting for one, list finds no
-// lock that matches, or unlock finds no such hold; 2 for bad usage, a
+// lock that matches, unlock finds no such hold, or leader finds no
+// leader; 2 for bad usage, a
 // Redis that cannot be reached or refuses (a Redis user without the
 // rights gives fairlock's ErrNoPermission message), and an unlock refused
 // for want of --yes or -owner. Errors go to stderr (go-redis's own log

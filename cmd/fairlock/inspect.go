@@ -16,12 +16,14 @@ func inspectMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	var c common
 	fs := c.flags("inspect", "[flags] NAME",
 		"Prints the state of every lock called NAME that is in use (a Mutex, a\n"+
-			"Semaphore, a RWMutex): its kind, its capacity and use, its holders in the\n"+
-			"order of their grants (owner, Client id and name, weight, count, fencing\n"+
-			"token, time held, lease left) and its waiters in the order they are served\n"+
-			"(kind, owner, Client, weight, time waited, time left, and a MultiLock\n"+
-			"ticket's other locks). With -masters, each master's view besides the\n"+
-			"majority's. Exits with 1 when nobody holds it and nobody waits for it.\n", stderr)
+			"Semaphore, a RWMutex, an Election): its kind, its capacity and use, its\n"+
+			"holders in the order of their grants (owner, Client id and name, weight,\n"+
+			"count, fencing token, time held, lease left; an election's leader, its\n"+
+			"token the term, with its value) and its waiters in the order they are\n"+
+			"served (kind, owner, Client, weight, time waited, time left, a MultiLock\n"+
+			"ticket's other locks, a candidate's value). With -masters, each master's\n"+
+			"view besides the majority's. Exits with 1 when nobody holds it and nobody\n"+
+			"waits for it.\n", stderr)
 	pos, code, ok := c.parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -55,8 +57,9 @@ func listMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var c common
 	fs := c.flags("list", "[flags] [PATTERN]",
 		"Prints the locks held or waited on, sorted by name, one line per name and\n"+
-			"kind: the name, the kind (mutex, semaphore, rwmutex), its use, and how many\n"+
-			"hold it and wait for it. With PATTERN (Redis's glob syntax: * ? [abc]) only\n"+
+			"kind: the name, the kind (mutex, semaphore, rwmutex, election), its use,\n"+
+			"and how many hold it and wait for it (an election's leader, and its\n"+
+			"candidates in line). With PATTERN (Redis's glob syntax: * ? [abc]) only\n"+
 			"the names that match it. It scans every server with SCAN, never KEYS, then\n"+
 			"inspects each name found. It exits with 1 when none matches.\n", stderr)
 	pos, code, ok := c.parse(fs, args, stderr)
@@ -124,6 +127,10 @@ func listUse(st fairlock.LockState) string {
 		return "writer"
 	case st.Kind == fairlock.KindRWMutex && st.Readers > 0:
 		return fmt.Sprintf("%d reader(s)", st.Readers)
+	case st.Kind == fairlock.KindElection && len(st.Holders) > 0:
+		return "leader"
+	case st.Kind == fairlock.KindElection:
+		return "no leader"
 	case len(st.Holders) > 0:
 		return "held"
 	}

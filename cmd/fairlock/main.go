@@ -24,7 +24,7 @@ func main() {
 // Exit statuses.
 const (
 	exitOK       = 0
-	exitNotFound = 1 // inspect, watch: nothing held, nobody waiting; list: no match; unlock: not held
+	exitNotFound = 1 // inspect, watch: nothing held, nobody waiting; list: no match; unlock: not held; leader: no leader
 	exitError    = 2 // bad usage, Redis unreachable or refusing, a refused unlock
 )
 
@@ -34,6 +34,7 @@ const defaultRedis = "redis://127.0.0.1:6379/0"
 // commands are the subcommands by name.
 var commands = map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) int{
 	"inspect": inspectMain,
+	"leader":  leaderMain,
 	"list":    listMain,
 	"unlock":  unlockMain,
 	"watch":   watchMain,
@@ -46,6 +47,8 @@ Commands:
   list [PATTERN]        the names of the locks held or waited on, with their kinds
   watch NAME            a live view of the locks called NAME, redrawn on every hand-over
   unlock --force NAME   remove a hold of the lock NAME (with --yes)
+  leader NAME           the leader of the election NAME and its candidates in line
+  leader -watch NAME    every change of the election's leadership, one line each
 
 Run 'fairlock COMMAND -h' for the flags of a command.
 `

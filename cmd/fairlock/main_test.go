@@ -210,12 +210,18 @@ func TestBadUsageExitsWithStatus2(t *testing.T) {
 		{[]string{"list", "a", "b"}, "want at most one PATTERN, got 2"},
 		{[]string{"unlock", "a"}, "needs --force"},
 		{[]string{"unlock", "--force"}, "want one lock NAME, got 0"},
-		{[]string{"unlock", "--force", "-kind", "queue", "a"}, `-kind "queue": want mutex, semaphore or rwmutex`},
+		{[]string{"unlock", "--force", "-kind", "queue", "a"}, `-kind "queue": want mutex, semaphore, rwmutex or election`},
 		{[]string{"unlock", "--force", "-masters", "a:1", "-kind", "semaphore", "a"}, "a quorum's locks are Mutexes"},
 		{[]string{"watch"}, "want one lock NAME, got 0"},
 		{[]string{"watch", "-every", "0", "a"}, "-every 0s"},
 		{[]string{"watch", "-for", "-1s", "a"}, "-for -1s"},
 		{[]string{"watch", "a}b"}, "invalid lock name"},
+		{[]string{"leader"}, "want one election NAME, got 0"},
+		{[]string{"leader", "a", "b"}, "want one election NAME, got 2"},
+		{[]string{"leader", "a}b"}, "invalid lock name"},
+		{[]string{"leader", "-for", "1s", "a"}, "-for goes with -watch"},
+		{[]string{"leader", "-watch", "-for", "-1s", "a"}, "-for -1s"},
+		{[]string{"leader", "-masters", "a:1,b:2,c:3", "a"}, "a quorum Client (NewQuorum) offers no Election"},
 	}
 	for _, tt := range tests {
 		code, out, errs := runCmd(t, tt.args...)
@@ -224,7 +230,7 @@ func TestBadUsageExitsWithStatus2(t *testing.T) {
 		assert.NotContains(t, errs, "secret", "%q: no password in messages", tt.args)
 		assert.Empty(t, out, "%q", tt.args)
 	}
-	for _, sub := range []string{"inspect", "list", "watch", "unlock"} {
+	for _, sub := range []string{"inspect", "list", "watch", "unlock", "leader"} {
 		code, _, errs := runCmd(t, sub, "-h")
 		assert.Equal(t, exitOK, code, sub)
 		assert.Contains(t, errs, "Usage: fairlock "+sub, sub)
@@ -247,6 +253,8 @@ func TestUnreachableRedisExitsWithStatus2AndOneLine(t *testing.T) {
 		append([]string{"list"}, single...),
 		append([]string{"unlock", "--force", "--yes", "x"}, single...),
 		append([]string{"watch", "-for", "5s", "x"}, single...),
+		append([]string{"leader", "x"}, single...),
+		append([]string{"leader", "-watch", "-for", "5s", "x"}, single...),
 		append([]string{"inspect", "x"}, quorum...),
 		append([]string{"watch", "-for", "5s", "x"}, quorum...),
 	} {

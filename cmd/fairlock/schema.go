@@ -17,9 +17,10 @@ const schemaVersion = "fairlock/v1"
 
 // The rule of the clocks: every instant in the output (at, since,
 // down_since) is a reading of the Redis server's clock, as the server
-// that answered gave it (TIME); every duration (_ms) is elapsed time,
-// measured by the server's clock too, except watch's down_for_ms while
-// Redis does not answer, which only the watcher can measure.
+// that answered gave it (TIME; a leadership's since, as Redis kept it
+// at its grant); every duration (_ms) is elapsed time, measured by the
+// server's clock too, except watch's down_for_ms while Redis does not
+// answer, which only the watcher can measure.
 
 // inspectJSON is the output of inspect.
 type inspectJSON struct {
@@ -105,6 +106,7 @@ type holderJSON struct {
 	Since       *time.Time `json:"since"`
 	HeldForMS   int64      `json:"held_for_ms"`
 	LeaseLeftMS int64      `json:"lease_left_ms"`
+	Value       *string    `json:"value"` // an election's leader's value; null for the other kinds
 }
 
 type waiterJSON struct {
@@ -116,6 +118,7 @@ type waiterJSON struct {
 	Locks       []string `json:"locks"` // a ticket's names, this one among them; null for other waiters
 	WaitedForMS int64    `json:"waited_for_ms"`
 	TimeLeftMS  int64    `json:"time_left_ms"`
+	Value       *string  `json:"value"` // a candidate's value (kind "campaign"); null for other waiters
 }
 
 type masterJSON struct {
@@ -186,12 +189,19 @@ func holderOf(st fairlock.LockState, h fairlock.Holder) holderJSON {
 	if !h.Since.IsZero() {
 		j.Since = ptr(h.Since.UTC())
 	}
+	if st.Kind == fairlock.KindElection {
+		j.Value = ptr(h.Value)
+	}
 	return j
 }
 
 func waiterOf(w fairlock.Waiter) waiterJSON {
-	return waiterJSON{Kind: string(w.Kind), Owner: w.Owner, Client: w.Client, ClientName: w.ClientName, Weight: w.Weight,
+	j := waiterJSON{Kind: string(w.Kind), Owner: w.Owner, Client: w.Client, ClientName: w.ClientName, Weight: w.Weight,
 		Locks: w.Locks, WaitedForMS: ms(w.WaitedFor), TimeLeftMS: ms(w.TimeLeft)}
+	if w.Kind == fairlock.WaitsCampaign {
+		j.Value = ptr(w.Value)
+	}
+	return j
 }
 
 // masterName is the name of a quorum's master i.

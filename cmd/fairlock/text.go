@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/fairlock/fairlock"
 )
@@ -79,6 +81,10 @@ func useText(st fairlock.LockState) string {
 		return "held by a writer"
 	case st.Kind == fairlock.KindRWMutex && st.Readers > 0:
 		return fmt.Sprintf("held by %d reader(s)", st.Readers)
+	case st.Kind == fairlock.KindElection && len(st.Holders) > 0:
+		return "led: the holder is the leader, its token the term"
+	case st.Kind == fairlock.KindElection:
+		return "no leader"
 	case len(st.Holders) > 0:
 		return "held"
 	}
@@ -89,15 +95,21 @@ func useText(st fairlock.LockState) string {
 func holderText(st fairlock.LockState, h fairlock.Holder) string {
 	role := ""
 	switch {
+	case st.Kind == fairlock.KindElection:
+		role = "leader  "
 	case st.Kind != fairlock.KindRWMutex:
 	case h.Write:
 		role = "writer  "
 	default:
 		role = "reader  "
 	}
-	return fmt.Sprintf("%sowner %s  client %s  weight %d  count %d  token %d  held for %s  lease left %s",
+	s := fmt.Sprintf("%sowner %s  client %s  weight %d  count %d  token %d  held for %s  lease left %s",
 		role, h.Owner, clientText(h.Client, h.ClientName), holderWeight(st, h), h.Count, h.Token,
 		round(h.HeldFor), round(h.LeaseLeft))
+	if st.Kind == fairlock.KindElection {
+		s += "  value " + valueText(h.Value)
+	}
+	return s
 }
 
 // waiterText is one waiter on one line.
@@ -108,6 +120,9 @@ func waiterText(name string, w fairlock.Waiter) string {
 	}
 	s := fmt.Sprintf("%-7s owner %s  client %s  weight %d  waited %s  %s",
 		w.Kind, w.Owner, clientText(w.Client, w.ClientName), w.Weight, round(w.WaitedFor), left)
+	if w.Kind == fairlock.WaitsCampaign {
+		s += "  value " + valueText(w.Value)
+	}
 	if w.Kind == fairlock.WaitsTicket {
 		if others := otherLocks(w, name); len(others) > 0 {
 			s += "  with " + strings.Join(others, ", ")
@@ -116,6 +131,23 @@ func waiterText(name string, w fairlock.Waiter) string {
 		}
 	}
 	return s
+}
+
+// valueShown is the most bytes of an Election's value that the text
+// shows; the JSON has it whole.
+const valueShown = 120
+
+// valueText is an Election's value, quoted as Go quotes a string, cut
+// after valueShown bytes (at a character's start), with its length then.
+func valueText(v string) string {
+	if len(v) <= valueShown {
+		return strconv.Quote(v)
+	}
+	cut := valueShown
+	for cut > 0 && !utf8.RuneStart(v[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(v[:cut]), len(v))
 }
 
 // round is d to the millisecond.

@@ -20,15 +20,16 @@ func unlockMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	)
 	fs := c.flags("unlock", "--force [--yes] [-kind KIND] [-owner OWNER] [flags] NAME",
 		"Removes a hold of the lock NAME, whoever owns it, and hands what it frees to\n"+
-			"the line: a Mutex's one hold (Mutex.ForceUnlock), or the hold of -owner on a\n"+
-			"Semaphore or a RWMutex. Without --yes it only says what it would remove, and\n"+
+			"the line: a Mutex's one hold (Mutex.ForceUnlock), an Election's leadership\n"+
+			"(Election.ForceResign: the next candidate is elected), or the hold of -owner\n"+
+			"on a Semaphore or a RWMutex. Without --yes it only says what it would remove, and\n"+
 			"exits with 2. It exits with 1 when there is no such hold. It says whose hold\n"+
 			"it removed, as read just before, and how long the former holder may still\n"+
 			"act beside the next one: fencing tokens are what stops it.\n", stderr)
 	fs.BoolVar(&force, "force", false, "required: remove a hold that this command does not own")
 	fs.BoolVar(&yes, "yes", false, "do remove it")
-	fs.StringVar(&kind, "kind", "", "the `kind` of the lock, mutex, semaphore or rwmutex: needed when locks of\nseveral kinds of the name are held")
-	fs.StringVar(&owner, "owner", "", "the `owner` id of the hold to remove: required for a Semaphore or a\nRWMutex, which have a hold per owner; for a Mutex, it refuses unless that\nowner holds it")
+	fs.StringVar(&kind, "kind", "", "the `kind` of the lock, mutex, semaphore, rwmutex or election: needed when\nlocks of several kinds of the name are held")
+	fs.StringVar(&owner, "owner", "", "the `owner` id of the hold to remove: required for a Semaphore or a\nRWMutex, which have a hold per owner; for a Mutex or an Election, it\nrefuses unless that owner holds it")
 	pos, code, ok := c.parse(fs, args, stderr)
 	if !ok {
 		return code
@@ -39,7 +40,7 @@ func unlockMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case len(pos) != 1:
 		return c.usageError(stderr, fmt.Errorf("want one lock NAME, got %d arguments", len(pos)))
 	case kind != "" && !validKind(kind):
-		return c.usageError(stderr, fmt.Errorf("-kind %q: want mutex, semaphore or rwmutex", kind))
+		return c.usageError(stderr, fmt.Errorf("-kind %q: want mutex, semaphore, rwmutex or election", kind))
 	case kind != "" && kind != string(fairlock.KindMutex) && len(c.masters) > 0:
 		return c.usageError(stderr, fmt.Errorf("-kind %s: a quorum's locks are Mutexes", kind))
 	}
@@ -71,9 +72,12 @@ func unlockMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitError
 	}
 	var removed bool
-	if st.Kind == fairlock.KindMutex {
+	switch st.Kind {
+	case fairlock.KindMutex:
 		removed, err = d.fl.Mutex(name).ForceUnlock(ctx)
-	} else {
+	case fairlock.KindElection:
+		removed, err = d.fl.Election(name).ForceResign(ctx)
+	default:
 		removed, err = forceWeighted(ctx, d.fl, st, h.Owner)
 	}
 	if err != nil {
@@ -120,14 +124,14 @@ func (u *unlocker) pick(v view, kind fairlock.Kind) (st fairlock.LockState, code
 	return held[0], exitOK, true
 }
 
-// holder returns the hold to remove: the Mutex's, or owner's. ok false
-// means the command ends with status code.
+// holder returns the hold to remove: the Mutex's or the Election's one,
+// or owner's. ok false means the command ends with status code.
 func (u *unlocker) holder(st fairlock.LockState, owner string) (h fairlock.Holder, code int, ok bool) {
 	u.result.Kind = ptr(string(st.Kind))
-	if st.Kind == fairlock.KindMutex {
+	if st.Kind == fairlock.KindMutex || st.Kind == fairlock.KindElection {
 		h, _ = firstHolder(st)
 		if owner != "" && h.Owner != owner {
-			return h, u.none(fmt.Sprintf("mutex %q is held by owner %s, not %s: nothing removed", u.name, h.Owner, owner)), false
+			return h, u.none(fmt.Sprintf("%s %q is held by owner %s, not %s: nothing removed", st.Kind, u.name, h.Owner, owner)), false
 		}
 	} else {
 		var owners []string
@@ -181,7 +185,7 @@ func firstHolder(st fairlock.LockState) (fairlock.Holder, bool) {
 // validKind reports whether k names a kind of lock.
 func validKind(k string) bool {
 	switch fairlock.Kind(k) {
-	case fairlock.KindMutex, fairlock.KindSemaphore, fairlock.KindRWMutex:
+	case fairlock.KindMutex, fairlock.KindSemaphore, fairlock.KindRWMutex, fairlock.KindElection:
 		return true
 	}
 	return false
@@ -197,6 +201,8 @@ func holdText(st fairlock.LockState, h fairlock.Holder) string {
 		s += ", the writer"
 	case st.Kind == fairlock.KindRWMutex:
 		s += ", a reader"
+	case st.Kind == fairlock.KindElection:
+		s += ", the leader, value " + valueText(h.Value)
 	}
 	return s + fmt.Sprintf(", %d level(s), token %d, held for %s, lease left %s", h.Count, h.Token, round(h.HeldFor), round(h.LeaseLeft))
 }
@@ -208,8 +214,11 @@ func nextText(st fairlock.LockState, h fairlock.Holder) string {
 	}
 	w := st.Waiters[0]
 	who := fmt.Sprintf("the first waiter (%s, owner %s, client %s)", w.Kind, w.Owner, orUnknown(w.Client))
-	if st.Kind == fairlock.KindMutex {
+	switch st.Kind {
+	case fairlock.KindMutex:
 		return who + " would be granted it"
+	case fairlock.KindElection:
+		return fmt.Sprintf("the first candidate (owner %s, client %s, value %s) would be elected", w.Owner, orUnknown(w.Client), valueText(w.Value))
 	}
 	return who + " would be granted it if what the hold frees is enough"
 }
@@ -227,6 +236,8 @@ func overlapText(st fairlock.LockState, h fairlock.Holder) string {
 		b.WriteString(" (it may still write while others read or write)")
 	case st.Kind == fairlock.KindRWMutex:
 		b.WriteString(" (it may still read while a writer writes)")
+	case st.Kind == fairlock.KindElection:
+		b.WriteString(" (it may still act as the leader beside the next one)")
 	}
 	b.WriteString(":\n")
 	b.WriteString("  - its Client is told by a revocation message on the lock's wake channel, and cancels the hold's\n" +
@@ -238,6 +249,11 @@ func overlapText(st fairlock.LockState, h fairlock.Holder) string {
 		"    ended: in %s. That is the worst case for a holder that stops when the hold's context ends;\n", round(h.LeaseLeft))
 	b.WriteString("  - a holder that does not use that context, nor a fencing token, may go on acting for as long as\n" +
 		"    its code runs.\n")
+	if st.Kind == fairlock.KindElection {
+		fmt.Fprintf(&b, "Terms bound it: a store that refuses a term lower than the highest it has seen refuses the former\n"+
+			"leader (term %d) once a later leader's (larger) term has reached it.\n", h.Token)
+		return b.String()
+	}
 	fmt.Fprintf(&b, "Fencing tokens bound it: a resource that refuses a token lower than the highest it has seen refuses\n"+
 		"the former holder (token %d) once a later holder's (larger) token has reached it.\n", h.Token)
 	return b.String()

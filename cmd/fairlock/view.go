@@ -13,7 +13,7 @@ import (
 type view struct {
 	name  string
 	at    time.Time            // the server's clock when the locks were read
-	locks []fairlock.LockState // those in use: a Mutex, a Semaphore, a RWMutex, in that order
+	locks []fairlock.LockState // those in use: a Mutex, a Semaphore, a RWMutex, an Election, in that order
 }
 
 // found reports whether anyone holds a lock of the name or waits for one.

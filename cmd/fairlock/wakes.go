@@ -16,10 +16,12 @@ import (
 // wakes follows the hand-overs of the locks of one name on their wake
 // channels: the scripts publish a grant to a waiter there, and a forced
 // unlock's revocation. One pattern subscription per server catches the
-// channels of the name's Mutex, Semaphore and RWMutex (each under its own
-// base: P:{N}:wake, P:{N}:sem:wake, P:{N}:rw:wake, each followed by a
-// Client's tag), or on a quorum the lock's channels on every master
-// (P:{N}:q:wake). A MultiLock's ticket is granted every one of its locks
+// channels of the name's Mutex, Semaphore, RWMutex and Election (each
+// under its own base: P:{N}:wake, P:{N}:sem:wake, P:{N}:rw:wake,
+// P:{N}:e:wake, each followed by a Client's tag) and the Election's leader
+// channel (P:{N}:e:leader, told of every change of its leadership, a new
+// value and a leader gone with nobody in line among them), or on a quorum
+// the lock's channels on every master (P:{N}:q:wake). A MultiLock's ticket is granted every one of its locks
 // at once, and its grant is published on the channel of its first lock
 // only, in key order: while a ticket waits in the line of the name, the
 // channels of its first lock are followed too (track). A hand-over to a waiter of
@@ -65,7 +67,9 @@ func subscribe(ctx context.Context, d *deployment, prefix, name string, timeout 
 		}
 		s, _ := queue.Weighted(prefix, name, queue.KindSemaphore)
 		rw, _ := queue.Weighted(prefix, name, queue.KindRWMutex)
-		patterns = []string{escapeGlob(m.Wake) + "*", escapeGlob(s.Wake) + "*", escapeGlob(rw.Wake) + "*"}
+		el, _ := queue.Election(prefix, name)
+		patterns = []string{escapeGlob(m.Wake) + "*", escapeGlob(s.Wake) + "*", escapeGlob(rw.Wake) + "*",
+			escapeGlob(el.Wake) + "*", escapeGlob(el.Leader)}
 	}
 	w := &wakes{prefix: prefix, name: name, heard: make(chan struct{}, 1), follow: make(chan struct{}, 1),
 		followed: map[string]bool{}, pending: map[string]bool{}}

@@ -20,12 +20,13 @@ func leaderMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		watch bool
 		dur   time.Duration
 	)
-	fs := c.flags("leader", "[flags] NAME",
+	fs := c.flags("leader", "[flags] NAME [watch]",
 		"Prints the leader of the election NAME (its value, term, since when and for\n"+
 			"how long it has led, its Client's id and name, its lease left) and the\n"+
 			"candidates in line, in the order they would be elected (Client, value,\n"+
 			"time waited). Exits with 1 when the election has no leader.\n"+
-			"With -watch it follows the leadership instead (Election.Observe): one line\n"+
+			"With -watch (or the word watch after NAME) it follows the leadership\n"+
+			"instead (Election.Observe): one line\n"+
 			"(with -json, one JSON object) for the leadership when it starts, then one\n"+
 			"per change (a new leader, a new value, no leader), until interrupted or\n"+
 			"for -for.\n", stderr)
@@ -34,6 +35,9 @@ func leaderMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	pos, code, ok := c.parse(fs, args, stderr)
 	if !ok {
 		return code
+	}
+	if len(pos) == 2 && pos[1] == "watch" {
+		pos, watch = pos[:1], true // "fairlock leader NAME watch" reads as -watch
 	}
 	switch {
 	case len(pos) != 1:

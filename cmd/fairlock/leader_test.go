@@ -183,7 +183,7 @@ func TestLeaderWatchPrintsEachChange(t *testing.T) {
 	el := r.electionLine("jobs", 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, errs, code := startWatch(ctx, r.args("leader", "-watch", "-json", "jobs")...)
+	out, errs, code := startWatch(ctx, r.args("leader", "-json", "jobs", "watch")...) // the word watch after NAME, as -watch
 	seen := 0
 	next := func(what string, start time.Time) leaderChangeJSON {
 		t.Helper()

@@ -17,7 +17,7 @@
 //	fairlock unlock --force --yes [-kind KIND] [-owner OWNER] [flags] NAME
 //	                                       remove a hold, let the line in
 //	fairlock leader [flags] NAME           an election's leader and candidates
-//	fairlock leader -watch [-for D] [flags] NAME
+//	fairlock leader -watch [-for D] [flags] NAME  (or: fairlock leader NAME watch)
 //	                                       one line per change of its leader
 //
 // inspect prints each lock called NAME that is in use (a name may be used

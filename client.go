@@ -31,6 +31,9 @@ type runner interface {
 	Tag() string
 	// Lock returns the lock called name (its keys made with prefix).
 	Lock(prefix, name string) (queue.Keys, fair.Locker, error)
+	// Election returns the election called name (its keys made with
+	// prefix).
+	Election(prefix, name string) (queue.Keys, fair.Elector, error)
 }
 
 var (

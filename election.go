@@ -31,7 +31,7 @@ const MaxValueLen = queue.MaxValueLen
 type Election struct {
 	c     *Client
 	name  string
-	lock  *fair.Mutex // nil when err != nil
+	lock  fair.Elector // one deployment's or a quorum's; nil when err != nil
 	keys  queue.Keys
 	key   holdKey
 	lease time.Duration
@@ -42,9 +42,15 @@ type Election struct {
 // Election returns a handle on the leader election called name. A
 // leadership's lease is the Client's (WithLease): a leader whose process
 // dies is replaced within it. WithFixedLease gives the handle's
-// leaderships a lease that nothing renews: each ends d after its grant. An invalid name or option is reported by every call
-// on the handle. A quorum Client (NewQuorum) offers no Election: its
-// calls fail with ErrInvalidOption.
+// leaderships a lease that nothing renews: each ends d after its grant.
+// An invalid name or option is reported by every call on the handle.
+//
+// On a quorum Client (NewQuorum) the election is a quorum lock: a
+// leadership counts while a majority of the masters hold it, candidates
+// are served in bakery order, the term is the token Campaign commits to
+// a majority before it returns, Leader and Observe read every master and
+// report the majority's leadership, and Proclaim writes the value on a
+// majority.
 func (c *Client) Election(name string, opts ...HandleOption) *Election {
 	if c == nil {
 		return &Election{name: name, err: errNilElection}
@@ -52,11 +58,7 @@ func (c *Client) Election(name string, opts ...HandleOption) *Election {
 	e := &Election{c: c, name: name}
 	lc, optErr := c.leaseOf(opts)
 	e.lease, e.fixed = lc.d, lc.fixed
-	if c.engine == nil {
-		e.err = fmt.Errorf("%w: election %q: a quorum Client (NewQuorum) offers no Election", ErrInvalidOption, name)
-		return e
-	}
-	keys, lock, err := c.engine.Election(c.cfg.prefix, name)
+	keys, lock, err := c.run.Election(c.cfg.prefix, name)
 	switch {
 	case err != nil:
 		e.err = err
@@ -143,6 +145,12 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	held, err := e.lock.Take(ctx, fair.Request{Owner: uuid.NewString(), Lease: e.lease, Fixed: e.fixed, Wait: true, Value: value})
 	if err != nil {
 		return nil, err
+	}
+	// The term is the token: on a quorum, committed to a majority before
+	// the leader acts, so that every reading of the leadership has it (on
+	// one deployment the token is known, and this makes no call).
+	if _, err := held.Token(ctx); err != nil {
+		return nil, errors.Join(err, held.Unlock(context.WithoutCancel(ctx)))
 	}
 	return withHoldOf(ctx, e.key, held), nil
 }

@@ -268,7 +268,10 @@ func (e *Election) Inspect(ctx context.Context) (LockState, error) {
 	if err := e.usable(ctx); err != nil {
 		return LockState{}, err
 	}
-	s, err := e.lock.Inspect(ctx, queue.KindElection)
+	if q, ok := e.lock.(*fair.QMutex); ok {
+		return e.c.quorumState(ctx, e.keys, q, KindElection)
+	}
+	s, err := e.lock.(*fair.Mutex).Inspect(ctx, queue.KindElection)
 	if err != nil {
 		return LockState{}, err
 	}
@@ -399,7 +402,18 @@ func (c *Client) inspectQuorum(ctx context.Context, name string) (LockState, err
 	if err != nil {
 		return LockState{}, err
 	}
-	views, err := l.(*fair.QMutex).Inspect(ctx)
+	return c.quorumState(ctx, keys, l.(*fair.QMutex), KindMutex)
+}
+
+// quorumState reads the quorum lock l (of keys) on every master as kind
+// (a Mutex, or an Election), and makes the majority's view of it.
+func (c *Client) quorumState(ctx context.Context, keys queue.Keys, l *fair.QMutex, kind Kind) (LockState, error) {
+	name := keys.Name
+	qkind := queue.KindMutex
+	if kind == KindElection {
+		qkind = queue.KindElection
+	}
+	views, err := l.InspectAs(ctx, qkind)
 	if err != nil {
 		return LockState{}, err
 	}
@@ -415,7 +429,7 @@ func (c *Client) inspectQuorum(ctx context.Context, name string) (LockState, err
 		st.Masters = append(st.Masters, ms)
 	}
 	majority(&st, answered, len(views)/2+1)
-	st.Name, st.Kind = name, KindMutex
+	st.Name, st.Kind = name, kind
 	if err := c.nameClients(ctx, &st); err != nil {
 		return LockState{}, err
 	}

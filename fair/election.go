@@ -8,7 +8,6 @@ import (
 
 	"github.com/fairlock/fairlock/internal/errs"
 	"github.com/fairlock/fairlock/lua"
-	"github.com/fairlock/fairlock/notify"
 	"github.com/fairlock/fairlock/queue"
 )
 
@@ -20,7 +19,7 @@ import (
 
 // Election returns the election of this engine called name, its keys made
 // with prefix (see queue.Election): a Mutex whose holds are leaderships.
-func (e *Engine) Election(prefix, name string) (queue.Keys, *Mutex, error) {
+func (e *Engine) Election(prefix, name string) (queue.Keys, Elector, error) {
 	keys, err := queue.Election(prefix, name)
 	if err != nil {
 		return keys, nil, err
@@ -122,7 +121,7 @@ const leaderID = "leader"
 // time such a message may have been lost (a reconnect, a failover). The
 // caller must Stop it. Errors as for the hub's Watch, a refused
 // subscription as an errs.ErrNoPermission.
-func (l *Mutex) WatchLeader(ctx context.Context) (*notify.Waiter, error) {
+func (l *Mutex) WatchLeader(ctx context.Context) (LeaderWatch, error) {
 	w, err := l.e.hub.Watch(ctx, l.keys.Leader, leaderID)
 	if err != nil {
 		return nil, refusal(err)

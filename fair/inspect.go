@@ -80,6 +80,12 @@ type MasterSnapshot struct {
 // master's view in the order of the masters. It fails with
 // errs.ErrNoQuorum, or ctx's error, when fewer than a majority answered.
 func (l *QMutex) Inspect(ctx context.Context) ([]MasterSnapshot, error) {
+	return l.InspectAs(ctx, queue.KindMutex)
+}
+
+// InspectAs is Inspect of the quorum lock read as kind on each master:
+// queue.KindMutex, or queue.KindElection for a quorum's election.
+func (l *QMutex) InspectAs(ctx context.Context, kind string) ([]MasterSnapshot, error) {
 	if err := l.qm.begin(); err != nil {
 		return nil, err
 	}
@@ -94,6 +100,9 @@ func (l *QMutex) Inspect(ctx context.Context) ([]MasterSnapshot, error) {
 			return lua.QReply{}, err
 		}
 		s, err := shortly.Do(ctx, func() (queue.Snapshot, error) {
+			if kind == queue.KindElection {
+				return queue.InspectElection(ctx, l.qm.masters[i].rdb, l.keys)
+			}
 			return queue.Inspect(ctx, l.qm.masters[i].rdb, l.keys)
 		})
 		mu.Lock()

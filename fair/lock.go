@@ -99,10 +99,16 @@ func (l *Mutex) entry(req Request) string {
 	if l.w != nil {
 		return queue.WeightedEntry(queue.NewID()+l.e.tag+queue.WakeVersion, req.Lease, l.level.Weight, l.level.Excl, req.Owner)
 	}
+	return queue.Entry(queue.NewID()+l.e.tag+entryVersion(req), req.Lease, req.Owner)
+}
+
+// entryVersion is the version that ends the waiter id of req's entry,
+// after the tag: an election candidate's, or the wake format's.
+func entryVersion(req Request) string {
 	if req.Value != "" {
-		return queue.Entry(queue.NewID()+l.e.tag+queue.CandidateVersion, req.Lease, req.Owner)
+		return queue.CandidateVersion
 	}
-	return queue.Entry(queue.NewID()+l.e.tag+queue.WakeVersion, req.Lease, req.Owner)
+	return queue.WakeVersion
 }
 
 // take is Lock, begun at start, once the engine's checks passed, under

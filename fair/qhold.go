@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
@@ -31,6 +32,9 @@ type QHold struct {
 	committed int64     // guarded by mu: the token committed to a majority, 0 before
 	next      time.Time // guarded by mu: the next renewal
 	renewing  bool      // guarded by mu
+	// proclaims numbers the hold's Proclaim calls, an election's (see
+	// QMutex.Proclaim).
+	proclaims atomic.Int64
 }
 
 // newHold returns the hold of a grant whose views count a majority until

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -371,7 +372,7 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 		sent := time.Now()
 		err := shortly.Run(ctx, func() error {
 			p := rdb.Pipeline()
-			hm = p.HMGet(ctx, l.keys.Lock, "owner", "count")
+			hm = p.HMGet(ctx, l.keys.Lock, "owner", "count", "entry", "token", "since", "value", "vseq")
 			pt = p.PTTL(ctx, l.keys.Lock)
 			_, err := p.Exec(ctx)
 			return err
@@ -382,10 +383,21 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 		}
 		l.qm.masters[i].called(sent, nil)
 		r := holdRead{ok: true, ttl: pt.Val()}
-		if v := hm.Val(); len(v) == 2 {
+		if v := hm.Val(); len(v) == 7 {
 			r.owner, _ = v[0].(string)
 			if c, ok := v[1].(string); ok {
 				_, _ = fmt.Sscan(c, &r.count)
+			}
+			r.entry, _ = v[2].(string)
+			if t, ok := v[3].(string); ok {
+				r.token, _ = strconv.ParseInt(t, 10, 64)
+			}
+			if s, ok := v[4].(string); ok {
+				r.since, _ = strconv.ParseInt(s, 10, 64)
+			}
+			r.value, _ = v[5].(string)
+			if s, ok := v[6].(string); ok {
+				r.vseq, _ = strconv.ParseInt(s, 10, 64)
 			}
 		}
 		mu.Lock()
@@ -436,6 +448,13 @@ type holdRead struct {
 	owner string
 	count int
 	ttl   time.Duration
+	// An election's hold besides (see qelection.go): the entry it was
+	// granted to, its token, since when (ms), its value and the
+	// sequence number of the Proclaim that wrote it (0: Campaign's).
+	entry        string
+	token, since int64
+	value        string
+	vseq         int64
 }
 
 // majorityOwner returns the owner that holds on a majority of reads, and
@@ -655,7 +674,7 @@ func (l *QMutex) flag(ctx context.Context, i int, build func(*lua.Scripts) lua.C
 }
 
 // kthLargestInt returns the k-th largest of v (0 when v has fewer).
-func kthLargestInt(v []int, k int) int {
+func kthLargestInt[T int | int64](v []T, k int) T {
 	if len(v) < k {
 		return 0
 	}

@@ -137,7 +137,7 @@ func (l *QMutex) newWaiter(req Request) *qwaiter {
 	w := &qwaiter{
 		l:       l,
 		req:     req,
-		entry:   queue.Entry(queue.NewID()+l.qm.tag+queue.WakeVersion, req.Lease, req.Owner),
+		entry:   queue.Entry(queue.NewID()+l.qm.tag+entryVersion(req), req.Lease, req.Owner),
 		start:   time.Now(),
 		changed: make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -223,7 +223,7 @@ func (w *qwaiter) run(ctx context.Context) (h *QHold, again bool, err error) {
 	call := queue.NewID()
 	send := func(cctx context.Context, i int) (lua.QReply, error) {
 		return qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
-			return s.QTry(w.l.keys, call, w.req.Owner, w.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
+			return s.QTry(w.l.keys, call, w.req.Owner, w.entry, ms(lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i)).WithValue(w.req.Value)
 		}, lua.ReadQTry)
 	}
 	qm.round(ctx, w.ord, func(cctx context.Context, i int) (lua.QReply, error) {
@@ -355,7 +355,7 @@ func (w *qwaiter) tryRest(ctx context.Context, rest []bool) {
 			defer next()
 			cctx, cancel := qm.detached(ctx)
 			_, _ = qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
-				return s.QTry(w.l.keys, queue.NewID(), w.req.Owner, w.entry, ms(w.req.Lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i))
+				return s.QTry(w.l.keys, queue.NewID(), w.req.Owner, w.entry, ms(w.req.Lease), ms(qm.cfg.WaiterTTL), queue.ModeTry, qm.receiptTTL(), qm.skew(i)).WithValue(w.req.Value)
 			}, lua.ReadQTry)
 			cancel()
 		})
@@ -492,7 +492,7 @@ func (w *qwaiter) poll(ctx context.Context, i int) {
 		sent := time.Now()
 		cctx, cancel := qm.detached(ctx)
 		rep, err := qm.run(cctx, i, func(s *lua.Scripts) lua.Call {
-			return s.QJoin(w.l.keys, w.req.Owner, w.entry, ms(w.req.Lease), ms(qm.cfg.WaiterTTL), ticket, yield, qm.skew(i))
+			return s.QJoin(w.l.keys, w.req.Owner, w.entry, ms(w.req.Lease), ms(qm.cfg.WaiterTTL), ticket, yield, qm.skew(i)).WithValue(w.req.Value)
 		}, lua.ReadQJoin)
 		cancel()
 		next()

@@ -66,6 +66,16 @@ func (s *Scripts) Acquire(k queue.Keys, call, owner, entry string, lease, waiter
 	return s.acquire.call(withReceipt(k, call), []any{owner, entry, lease, waiterTTL, mode, k.Wake, receiptTTL})
 }
 
+// WithValue returns the call with an election candidate's value as one
+// more argument (see is_candidate in lib.lua), or as it is for "": the
+// quorum scripts' tries and joins (QTry, QJoin) take it last.
+func (c Call) WithValue(value string) Call {
+	if value != "" {
+		c.Args = append(c.Args[:len(c.Args):len(c.Args)], value)
+	}
+	return c
+}
+
 // Campaign is Acquire for an election's candidate (an entry made by
 // queue.CandidateEntry) that campaigns with value: the value waits
 // beside the line and becomes the leadership's when the entry is granted
@@ -79,6 +89,13 @@ func (s *Scripts) Campaign(k queue.Keys, call, owner, entry string, lease, waite
 // ReadFlag: false when the leadership is not (or no longer) theirs.
 func (s *Scripts) Proclaim(k queue.Keys, owner, entry, value string) Call {
 	return s.proclaim.call(lockKeys(k), []any{owner, entry, value})
+}
+
+// QProclaim is proclaim.lua on one master of a quorum (k a quorum
+// election's keys, see queue.QuorumElection), under the sequence number
+// seq of the leader's Proclaim calls. Read its reply with ReadFlag.
+func (s *Scripts) QProclaim(k queue.Keys, owner, entry, value string, seq int64) Call {
+	return s.proclaim.call(lockKeys(k), []any{owner, entry, value, seq})
 }
 
 // Release is release.lua, the binding of Model.ReleaseFrom: owner gives

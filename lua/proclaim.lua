@@ -5,6 +5,9 @@
 -- ARGV[1]     owner id of the leadership
 -- ARGV[2]     the candidate entry it was granted to
 -- ARGV[3]     the new value
+-- ARGV[4]     on a quorum's master, the sequence number of the Proclaim
+--             (written as 'vseq', so that a reading of a majority takes
+--             the latest value); absent on one deployment
 --
 -- Returns 1 when the leadership is the caller's (the hold's owner and
 -- entry are ARGV[1] and ARGV[2]) and its value is now ARGV[3], and 0,
@@ -21,6 +24,10 @@ local hold = redis.call('HMGET', KEYS[1], 'owner', 'entry')
 if hold[1] ~= ARGV[1] or hold[2] ~= ARGV[2] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'value', ARGV[3])
+if ARGV[4] then
+  redis.call('HSET', KEYS[1], 'value', ARGV[3], 'vseq', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'value', ARGV[3])
+end
 tell_leader(LOCK)
 return finish(1)

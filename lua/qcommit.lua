@@ -43,5 +43,8 @@ else
 end
 if h.token ~= t then
   redis.call('HSET', lk.hold, 'token', t)
+  if is_candidate(h.entry) then
+    tell_leader(lk) -- a leadership's term is its committed token
+  end
 end
-return {1, t}
+return finish({1, t})

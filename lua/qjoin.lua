@@ -10,6 +10,8 @@
 -- ARGV[6]     the entry's ticket (decimal)
 -- ARGV[7]     token of a hold of the entry here to yield, or "0"
 -- ARGV[8]     clock skew in us (0; see qlib.lua)
+-- ARGV[9]     an election candidate's value (see is_candidate in
+--             lib.lua); absent for other entries
 --
 -- Returns {state, token, lower, hint, K, now}: state 1 when the entry
 -- holds here after the call (with token), 0 when it waits in line, -1
@@ -38,6 +40,9 @@ local channel = ARGV[5]
 local ticket = ARGV[6]
 local yield_token = ARGV[7]
 local lk = quorum_lock(8, waiter_ttl)
+if ARGV[9] and is_candidate(entry) then
+  candidacy = {entry = entry, value = ARGV[9]}
+end
 local now = now_ms()
 local got = redis.call('MGET', gone_key(lk, entry), lk.ticket, lk.token)
 load_counter(lk, got[3])
@@ -49,6 +54,7 @@ raise(lk.ticket, tonumber(got[2] or '0'), ticket, now, waiter_ttl)
 local h = quorum_hold(lk)
 if h and h.entry == entry and yield_token ~= '0' and h.token == yield_token then
   redis.call('DEL', lk.hold)
+  quorum_ended(lk, entry)
   h = nil
 end
 local lower = false

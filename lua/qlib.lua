@@ -199,6 +199,7 @@ local function line_front(lk, now)
       return head, tonumber(r[2]), tonumber(deadline)
     end
     line_pop(lk, head)
+    forget_value(lk, head)
   end
 end
 
@@ -218,9 +219,44 @@ end
 -- no caller here asks for its place, and with no time of joining (see
 -- the top of this file). ZADD NX adds an entry that is not in line, and
 -- keeps the place of one that is, whatever ticket it names.
+--
+-- A candidate's value (see is_candidate in lib.lua) joins the values
+-- beside the line with its entry, as lib.lua's join writes it.
 local function queue_join(lk, entry, now, ttl, ticket)
-  redis.call('ZADD', lk.queue, 'NX', ticket, entry)
+  if redis.call('ZADD', lk.queue, 'NX', ticket, entry) == 1 and candidacy and candidacy.entry == entry then
+    redis.call('HSET', values_key(lk), entry, candidacy.value)
+  end
   redis.call('ZADD', lk.deadline, now + ttl, entry)
+end
+
+-- quorum_value returns the value a grant to entry gives its hold on this
+-- master: an election candidate's (from the call's own argument when the
+-- call is its own, else from beside the line, which it leaves), or nil
+-- for any other entry. The grant is then told on the election's channel
+-- (tell_leader): on a quorum, a master's hold is a leadership once a
+-- majority of the masters hold for the same entry, which the observers
+-- read.
+local function quorum_value(lk, entry)
+  if not is_candidate(entry) then
+    return nil
+  end
+  local value
+  if candidacy and candidacy.entry == entry then
+    value = candidacy.value
+  else
+    value = redis.call('HGET', values_key(lk), entry) or ''
+  end
+  redis.call('HDEL', values_key(lk), entry)
+  return value
+end
+
+-- quorum_ended tells the election's observers that the hold here, given
+-- to entry, ended (a release, a cancel, a yield, a forced removal), when
+-- it was a candidate's. (A hand-over that follows tells again.)
+local function quorum_ended(lk, entry)
+  if entry and entry ~= '' and is_candidate(entry) then
+    tell_leader(lk)
+  end
 end
 
 -- quorum_hand_over gives the free lock to the live head of the line (the
@@ -250,7 +286,14 @@ local function quorum_hand_over(lk, now, channel, ended)
       local ttl = math.min(lease, deadline - now)
       local token = draw_token(lk, ttl, now)
       local expires = string.format('%d', now + ttl)
-      if ended then
+      local value = quorum_value(lk, head)
+      if value then
+        -- A candidate's: 'value' beside the others ('inquired' emptied,
+        -- as below, when the hash still holds an ended hold).
+        redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
+          'since', string.format('%d', now), 'ticket', r[2], 'expires', expires, 'inquired', '', 'value', value)
+        tell_leader(lk)
+      elseif ended then
         redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
           'since', string.format('%d', now), 'ticket', r[2], 'expires', expires, 'inquired', '')
       else
@@ -265,6 +308,7 @@ local function quorum_hand_over(lk, now, channel, ended)
       return {owner = owner, count = 1, token = token, entry = head, ticket = tonumber(r[2]), inquired = false,
         expires = now + ttl}
     end
+    forget_value(lk, head)
   end
 end
 

@@ -13,6 +13,8 @@
 --             only adds a level to a hold the owner has
 -- ARGV[7]     receipt TTL in ms
 -- ARGV[8]     clock skew in us (0; see qlib.lua)
+-- ARGV[9]     an election candidate's value (see is_candidate in
+--             lib.lua); absent for other entries
 --
 -- Returns {state, token, count, C, now, K}: state 1 when the owner holds
 -- here after the call (a fresh grant, a grant to this entry it claims, or
@@ -33,6 +35,9 @@ local channel = ARGV[5]
 local mode = ARGV[6]
 local receipt_ttl = tonumber(ARGV[7])
 local lk = quorum_lock(8, waiter_ttl)
+if ARGV[9] and is_candidate(entry) then
+  candidacy = {entry = entry, value = ARGV[9]}
+end
 local now = now_ms()
 local got = redis.call('MGET', KEYS[6], gone_key(lk, entry), lk.ticket, lk.token)
 load_counter(lk, got[4])
@@ -72,7 +77,14 @@ if line_front(lk, now) then
   return finish(answer(0, '0', 0))
 end
 local token = draw_token(lk, lease, now)
-redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
-  'since', string.format('%d', now), 'expires', string.format('%d', now + lease))
+local value = quorum_value(lk, entry)
+if value then
+  redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
+    'since', string.format('%d', now), 'expires', string.format('%d', now + lease), 'value', value)
+  tell_leader(lk)
+else
+  redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
+    'since', string.format('%d', now), 'expires', string.format('%d', now + lease))
+end
 redis.call('PEXPIRE', lk.hold, lease)
-return answer(1, token, 1)
+return finish(answer(1, token, 1))

@@ -98,6 +98,21 @@ func Election(prefix, name string) (Keys, error) {
 // more; the observers read the hold when told.
 const LeaderMessage = "leader"
 
+// QuorumElection returns the keys that the election of the name under
+// prefix has on each master of a quorum: the keys of Election under the
+// base P:{N}:e:q, with Ticket as a quorum lock's.
+func QuorumElection(prefix, name string) (Keys, error) {
+	e, err := Election(prefix, name)
+	if err != nil {
+		return Keys{}, err
+	}
+	q := keysAt(name, e.Lock+":q")
+	q.Ticket = q.Lock + ":ticket"
+	q.Values = q.Lock + ":values"
+	q.Leader = q.Lock + ":leader"
+	return q, nil
+}
+
 // IsCandidate reports whether entry is an Election's candidate: its
 // waiter id ends with CandidateVersion after the tag, and a ':' follows
 // it (the rule of is_candidate in lua/lib.lua).

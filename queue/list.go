@@ -132,7 +132,7 @@ func lockOf(prefix, key string) (string, bool) {
 	}
 	suffix = strings.TrimSuffix(suffix, ":queue")
 	switch suffix {
-	case "", ":" + KindSemaphore, ":" + KindRWMutex, ":q", ":e":
+	case "", ":" + KindSemaphore, ":" + KindRWMutex, ":q", ":e", ":e:q":
 		return name, true
 	}
 	return "", false

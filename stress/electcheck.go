@@ -20,7 +20,8 @@ import (
 //     in: a leadership's term with its value (the one it campaigned with,
 //     or one it proclaimed, even by a call that failed), named with its
 //     leader's Client, received after the call that made it began; or no
-//     leader;
+//     leader. (A fault that undoes writes can elect a candidate a second
+//     time: its election undone, its entry still in line; see excuse);
 //   - view-order: no observer saw a term lower than one it had seen
 //     (Observe's promise), nor, within one term, an older value after a
 //     newer one, nor a term again after seeing it end;
@@ -288,8 +289,12 @@ func (c *checker) viewRanks(w *watch, states []state, index map[string]int, noLe
 		s := &states[j]
 		switch {
 		case s.term != v.Term:
+			// A state the record does not have: at best the latest of
+			// the value's term and the states up to the view's.
+			ranks[i] = max(j, upTo(v.Term))
 			c.add(viewFalse, w.Lock, v.At, "observer %s received value %q with term %d at %s, where it is the value of term %d (%s)",
 				w.Observer, v.Value, v.Term, c.t(v.At), s.term, s.lead.Worker)
+			c.window(s.lead, s.from, v.At)
 		case !v.At.After(s.from):
 			c.add(viewFalse, w.Lock, v.At, "observer %s received term %d with value %q at %s, before %s began at %s",
 				w.Observer, v.Term, v.Value, c.t(v.At), s.what, c.t(s.from))

@@ -1,12 +1,20 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/fairlock/fairlock"
 )
 
 // testLag is the lag bound of the hand-made election histories.
@@ -246,7 +254,9 @@ func TestElectionCheckJudgesTheCandidatesAsAMutexsLine(t *testing.T) {
 // A lag or a stale last view is excused by a fault that held Redis up
 // while the observer was to see the change (or up to recoverWithin
 // before); a view going back to an older value by one that may have
-// undone the newer; a term lower than one seen never.
+// undone the newer, and a candidate's value under another term by one
+// that may have undone its election; a term lower than one seen, or a
+// value nobody had, never.
 func TestExcuseOfAnObserversVerdicts(t *testing.T) {
 	earlier := func(injected, back float64) fault { // a pause before the run began
 		f := flt(chaosPause, injected, 0, 0)
@@ -277,6 +287,27 @@ func TestExcuseOfAnObserversVerdicts(t *testing.T) {
 	excuse(stale, []fault{flt(chaosPause, 30, 0, 40)}, t0)
 	assert.Equal(t, len(stale), len(stale)-counted(stale), "%v", stale)
 
+	// A candidate's value under another term: its election undone by a
+	// failover, its entry elected again; never a value nobody had.
+	again := tamperViews(0, func(w *watch) { w.Views[7].Value, w.Views[7].Client = "w2#1", "c-w2" })
+	nobody := tamperViews(0, func(w *watch) { w.Views[7].Value = "nobody" })
+	for _, tc := range []struct {
+		f       fault
+		excused bool
+	}{
+		{flt(chaosFailover, 3, 0, 4), true},
+		{flt(chaosRestartEmpty, 8, 8.1, 9), true},
+		{flt(chaosFailover, 1, 0, 1.9), false}, // before w2 campaigned
+		{flt(chaosPause, 3, 0, 4), false},
+	} {
+		vs := slices.Clone(again)
+		excuse(vs, []fault{tc.f}, t0)
+		assert.Equal(t, tc.excused, vs[0].Excused != "", "%+v", tc.f)
+		vs = slices.Clone(nobody)
+		excuse(vs, []fault{tc.f}, t0)
+		assert.Empty(t, vs[0].Excused, "a value nobody had: %+v", tc.f)
+	}
+
 	older := tamperViews(0, func(w *watch) { insertView(w, vw(1, "w1#1", "w1", 2.45)) })
 	lower := tamperViews(0, func(w *watch) { insertView(w, vw(1, "w1#1.1", "w1", 5.3)) })
 	for _, tc := range []struct {
@@ -294,5 +325,33 @@ func TestExcuseOfAnObserversVerdicts(t *testing.T) {
 		vs = slices.Clone(lower)
 		excuse(vs, []fault{tc.f, flt(chaosFailover, 0, 0, 100)}, t0)
 		assert.Empty(t, vs[0].Excused, "a lower term: %+v", tc.f)
+	}
+}
+
+// replyError is a Redis error reply.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
+
+// Leader and Proclaim send their call once: one that could not reach
+// Redis, or that a failover or a moved slot refused, is counted, not
+// judged.
+func TestUnreachedTellsCallsAFaultExplains(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, true},
+		{fmt.Errorf("fairlock: %w", io.EOF), true},
+		{errors.Join(context.DeadlineExceeded, fairlock.ErrUnavailable), true},
+		{replyError("MOVED 2551 127.0.0.1:7001"), true},
+		{fmt.Errorf("read: %w", replyError("CLUSTERDOWN The cluster is down")), true},
+		{replyError("LOADING Redis is loading the dataset in memory"), true},
+		{replyError("NOSCRIPT No matching script"), false},
+		{fairlock.ErrNotHeld, false},
+		{context.Canceled, false},
+	} {
+		assert.Equal(t, tc.want, unreached(tc.err), "%v", tc.err)
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fairlock/fairlock"
 	"github.com/fairlock/fairlock/internal/pause"
@@ -104,7 +107,11 @@ func (w *worker) lead(e *fairlock.Election, held context.Context, term int64, va
 		}
 		w.update(func(a *attempt) { a.Proclaims = append(a.Proclaims, pc) })
 		if err != nil {
-			if !lost(err) && !lost(context.Cause(held)) {
+			switch {
+			case lost(err) || lost(context.Cause(held)):
+			case unreached(err):
+				w.update(func(a *attempt) { a.Unreached++ })
+			default:
 				w.fail("proclaim: %v", err)
 			}
 			break
@@ -130,15 +137,40 @@ func (w *worker) lead(e *fairlock.Election, held context.Context, term int64, va
 	}
 }
 
+// unreached reports whether err is the error of a call that could not
+// reach Redis, or that Redis could not serve then: a server down, a
+// connection cut, a reply of a failover or a slot that moved (see
+// failoverReplies). Leader and Proclaim send their call once (within the
+// call timeout), as IsLocked and ForceUnlock do, where Unlock, TryLock
+// and a waiting call send theirs again; so a fault explains it, and it
+// is counted (attempt.Unreached), not judged.
+func unreached(err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		for _, p := range failoverReplies {
+			if strings.HasPrefix(re.Error(), p) {
+				return true
+			}
+		}
+	}
+	return connectionError(err) || errors.Is(err, fairlock.ErrUnavailable)
+}
+
+// failoverReplies are the replies of a server that cannot serve a call
+// now (loading its data, in a failover) or no longer serves its slot
+// (MOVED, ASK, TRYAGAIN; a replica, READONLY): a Leader read during a
+// Cluster's failover may fail with one.
+var failoverReplies = []string{"LOADING", "BUSY", "CLUSTERDOWN", "MASTERDOWN", "MOVED", "ASK", "TRYAGAIN", "READONLY"}
+
 // readLeader reads the election's leadership while leading it, and
 // returns what is wrong with it: "" when it is this one (term, value,
-// this worker's Client). A read that could not reach Redis is counted
-// (attempt.ReadsFailed), not judged.
+// this worker's Client). A read that could not reach Redis is counted,
+// not judged (see unreached).
 func (w *worker) readLeader(e *fairlock.Election, held context.Context, term int64, value string) string {
 	l, err := e.Leader(context.Background())
 	switch {
-	case err != nil && (connectionError(err) || errors.Is(err, fairlock.ErrUnavailable)):
-		w.update(func(a *attempt) { a.ReadsFailed++ })
+	case err != nil && unreached(err):
+		w.update(func(a *attempt) { a.Unreached++ })
 		return ""
 	case errors.Is(err, fairlock.ErrNoLeader):
 		return fmt.Sprintf("Leader, read while leading with term %d, found no leader", term)

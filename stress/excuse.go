@@ -33,14 +33,23 @@ import (
 //     newer view to that of the older: the proclaim or the release the
 //     newer view showed may be among the writes undone. A term lower
 //     than one seen before is never excused: Observe never sends one.
+//   - view (the election kind) of a candidate's value under another
+//     term than its own: a fault that may have undone acknowledged
+//     writes overlaps the stretch from the candidate's Campaign (or the
+//     proclaim of the value) to the receipt of the view. The election
+//     the candidate was told of may be among the writes undone, and its
+//     entry, still in line in what the fault left, elected again, under
+//     a term of its own, with the candidate's value: a leadership whose
+//     Client no longer waits for it, until the lease runs out or the
+//     Client's audit of its ended calls clears it.
 //
 // A fault excuses only verdicts on the locks it could touch. No other
 // verdict is ever excused: an overlap, a capacity overrun, a token that
 // repeats or goes back, a waiter left behind, residue, an error, a worker
 // that failed, a MultiLock that held part of its names or took them out
 // of order, a bakery pass (the bakery check itself leaves out the pairs a
-// master's lost keys can explain), a view that stands for no state of
-// the election, an observer's term lower than one it saw. A restart-aof
+// master's lost keys can explain), any other view that stands for no
+// state of the election, an observer's term lower than one it saw. A restart-aof
 // excuses no lost write: its server keeps every write it acknowledged;
 // it excuses only what holding Redis up explains (lease-lost, lag,
 // final-view).
@@ -100,6 +109,11 @@ func explainsView(f *fault, v *violation) string {
 		o, ok := f.lostWrites()
 		if ok && lostKeys([]outage{o}, w.From, w.To) {
 			return "may have undone what the newer view showed before the older was read"
+		}
+	case viewFalse:
+		o, ok := f.lostWrites()
+		if ok && lostKeys([]outage{o}, w.From, w.To) {
+			return "may have undone the candidate's election, its entry left in line to be elected again"
 		}
 	}
 	return ""

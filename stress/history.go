@@ -105,9 +105,9 @@ type attempt struct {
 	Client       string     `json:"client,omitempty"`
 	Proclaims    []proclaim `json:"proclaims,omitempty"`
 	ResignFailed bool       `json:"resign_failed,omitempty"`
-	// Leader calls made while leading that failed on the way to Redis
-	// (a server down): nothing to judge.
-	ReadsFailed int `json:"reads_failed,omitempty"`
+	// Leader and Proclaim calls made while leading that could not reach
+	// Redis (a server down): nothing to judge.
+	Unreached int `json:"unreached,omitempty"`
 }
 
 // proclaim is one change of a leader's value: Proclaim, or Campaign with

@@ -90,11 +90,11 @@ type electionSums struct {
 	// GivenBack counts the grants that came as a Campaign failed, and
 	// were given back, seen by an observer.
 	GivenBack int `json:"given_back"`
-	// ReadsFailed counts the Leader calls of leaders that could not reach
-	// Redis.
-	ReadsFailed int `json:"leader_reads_failed,omitempty"`
-	Observers   int `json:"observers"`
-	Views       int `json:"views"`
+	// Unreached counts the Leader and Proclaim calls of leaders that
+	// could not reach Redis.
+	Unreached int `json:"unreached,omitempty"`
+	Observers int `json:"observers"`
+	Views     int `json:"views"`
 	// Lag is the time from each change made certainly (Changes: a
 	// Campaign, a Proclaim or a Resign that returned, a lost lease run
 	// out) to the receipt of a view at least as new, for each observer
@@ -112,7 +112,7 @@ func electionReport(cfg config, attempts []attempt, ec *electionCheck) *election
 		Changes: ec.changes, Lag: latency(ec.lags), Bound: ms(cfg.Lag)}
 	for i := range attempts {
 		a := &attempts[i]
-		e.ReadsFailed += a.ReadsFailed
+		e.Unreached += a.Unreached
 		for _, p := range a.Proclaims {
 			if p.Err == "" {
 				e.Proclaims++
@@ -139,8 +139,8 @@ func electionReport(cfg config, attempts []attempt, ec *electionCheck) *election
 func (e *electionSums) write(b *strings.Builder) {
 	fmt.Fprintf(b, "election:    %d leaderships (%d resigned, %d lost their lease); %d values proclaimed (%d with Campaign); %d grants given back seen",
 		e.Leaderships, e.Resigned, e.LeaseLost, e.Proclaims, e.ByCampaign, e.GivenBack)
-	if e.ReadsFailed > 0 {
-		fmt.Fprintf(b, "; %d Leader reads failed", e.ReadsFailed)
+	if e.Unreached > 0 {
+		fmt.Fprintf(b, "; %d Leader or Proclaim calls could not reach Redis", e.Unreached)
 	}
 	fmt.Fprintf(b, "\nobservers:   %d saw %d views of %d changes\n", e.Observers, e.Views, e.Changes)
 	fmt.Fprintf(b, "lag:         %s (a change's call returned to an observer's view as new; bound %.0fms)\n", e.Lag, e.Bound)

@@ -114,6 +114,7 @@ func (w *worker) lead(e *fairlock.Election, held context.Context, term int64, va
 			default:
 				w.fail("proclaim: %v", err)
 			}
+			cur = "" // made or not: either value may be read
 			break
 		}
 		cur = next
@@ -164,8 +165,9 @@ var failoverReplies = []string{"LOADING", "BUSY", "CLUSTERDOWN", "MASTERDOWN", "
 
 // readLeader reads the election's leadership while leading it, and
 // returns what is wrong with it: "" when it is this one (term, value,
-// this worker's Client). A read that could not reach Redis is counted,
-// not judged (see unreached).
+// this worker's Client; any value when value is "", after a proclaim
+// that failed). A read that could not reach Redis is counted, not judged
+// (see unreached).
 func (w *worker) readLeader(e *fairlock.Election, held context.Context, term int64, value string) string {
 	l, err := e.Leader(context.Background())
 	switch {
@@ -179,7 +181,7 @@ func (w *worker) readLeader(e *fairlock.Election, held context.Context, term int
 			w.fail("Leader: %v", err)
 		}
 		return ""
-	case l.Term != term || l.Value != value || l.Client != w.client.ID():
+	case l.Term != term || value != "" && l.Value != value || l.Client != w.client.ID():
 		return fmt.Sprintf("Leader, read while leading with term %d and value %q (Client %s), read term %d and value %q (Client %s)",
 			term, value, w.client.ID(), l.Term, l.Value, l.Client)
 	}

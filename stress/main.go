@@ -184,7 +184,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stderr, "stress: %s, prefix %s, seed %d\n", tgt, cfg.Prefix, cfg.Seed)
-	if tgt.mini == nil && !tgt.quorum() {
+	switch {
+	case tgt.mini == nil && cfg.Kind == runElection:
+		fmt.Fprintf(stderr, "stress: to look at an election meanwhile, read its keys %s:{lock-0}:e* (a Mutex's, and its values)\n", cfg.Prefix)
+	case tgt.mini == nil && !tgt.quorum():
 		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run go run ./cmd/fairlock inspect with %s and -prefix %s lock-0\n", tgt.inspectFlags(), cfg.Prefix)
 	}
 	if tgt.started != "" {

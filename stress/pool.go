@@ -160,8 +160,10 @@ func (p *pool) next() bool {
 // run runs the workers until the run ends: ctx is cancelled, cfg.Duration
 // passes, or cfg.Ops attempts have started. Attempts in flight may then
 // take cfg.Grace to end; those that do not are recorded as pending, and
-// the clients are closed, which ends them. Every goroutine has exited when
-// run returns.
+// the clients are closed, which ends them. The observers of the election
+// kind start first, each waiting for its first view (up to
+// firstViewWithin), and end once the workers have (see settleViewers).
+// Every goroutine has exited when run returns.
 func (p *pool) run(ctx context.Context) {
 	settle, cut := make(chan struct{}), make(chan struct{})
 	for _, v := range p.viewers {
@@ -171,8 +173,10 @@ func (p *pool) run(ctx context.Context) {
 	for _, v := range p.viewers {
 		select {
 		case <-v.first:
+			continue
 		case <-firstViews.C:
 		}
+		break // the candidates start; an observer still without a view lags them
 	}
 	firstViews.Stop()
 	var wg sync.WaitGroup

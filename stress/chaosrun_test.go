@@ -24,11 +24,11 @@ var chaosLoad = []string{
 // excusable lists, for each kind of fault, the kinds of verdict it may
 // excuse (see excuse).
 var excusable = map[string][]violationKind{
-	chaosRestartAOF:   nil,
-	chaosRestartEmpty: {leaseLost, outOfOrder, barged},
-	chaosPause:        {leaseLost},
-	chaosFailover:     {leaseLost, outOfOrder, barged},
-	chaosKillPrimary:  {leaseLost, outOfOrder, barged},
+	chaosRestartAOF:   {leaseLost, viewLag, viewFinal},
+	chaosRestartEmpty: {leaseLost, outOfOrder, barged, viewLag, viewFinal, viewBack},
+	chaosPause:        {leaseLost, viewLag, viewFinal},
+	chaosFailover:     {leaseLost, outOfOrder, barged, viewLag, viewFinal, viewBack},
+	chaosKillPrimary:  {leaseLost, outOfOrder, barged, viewLag, viewFinal, viewBack},
 }
 
 // runChaos runs the command with chaosLoad, -chaos kind and args, and
@@ -39,7 +39,13 @@ var excusable = map[string][]violationKind{
 // verdicts not excused. It returns the report.
 func runChaos(t *testing.T, kind string, args ...string) report {
 	t.Helper()
-	code, out, errs := runCmd(t, slices.Concat(chaosLoad, []string{"-chaos", kind}, args)...)
+	return runChaosWith(t, chaosLoad, kind, args...)
+}
+
+// runChaosWith is runChaos with the workload load in place of chaosLoad.
+func runChaosWith(t *testing.T, load []string, kind string, args ...string) report {
+	t.Helper()
+	code, out, errs := runCmd(t, slices.Concat(load, []string{"-chaos", kind}, args)...)
 	require.NotEqual(t, exitCannotRun, code, "stderr: %s\nstdout: %s", errs, out)
 	waitRedialsEnd(t)
 	r := decodeReport(t, out)

@@ -43,8 +43,12 @@ type violation struct {
 
 	// What the rules of excuse read: the hold of a lease-lost verdict,
 	// or the grant of a fifo or barging verdict and the waiter it
-	// passed. Not set for other verdicts, nor in a worker's report.
+	// passed; for a verdict on an election's observer, the leadership
+	// it is about (if any) and the stretch of time a fault must overlap
+	// to explain it (see explains). Not set for other verdicts, nor in a
+	// worker's report.
 	hold, waiter *attempt
+	window       *outage
 }
 
 func (v violation) String() string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/fairlock/fairlock"
@@ -36,11 +37,17 @@ type config struct {
 	Down     time.Duration `json:"-"`
 	Topology string        `json:"-"`
 
-	Kind       string        `json:"kind"`      // runMutex, runMultiLock, runSemaphore or runRWMutex
-	Names      nameRange     `json:"names"`     // names per attempt of the multilock kind
-	Permits    int64         `json:"permits"`   // capacity of the semaphore kind's semaphores
-	Readers    float64       `json:"readers"`   // fraction of the rwmutex kind's attempts that read
-	Downgrade  float64       `json:"downgrade"` // fraction of the rwmutex kind's writers that downgrade
+	Kind      string    `json:"kind"`      // runMutex, runMultiLock, runSemaphore, runRWMutex or runElection
+	Names     nameRange `json:"names"`     // names per attempt of the multilock kind
+	Permits   int64     `json:"permits"`   // capacity of the semaphore kind's semaphores
+	Readers   float64   `json:"readers"`   // fraction of the rwmutex kind's attempts that read
+	Downgrade float64   `json:"downgrade"` // fraction of the rwmutex kind's writers that downgrade
+	// The election kind: the observers of each election, the most an
+	// observer may lag a change, and the fraction of leaderships that
+	// proclaim new values.
+	Observers  int           `json:"observers"`
+	Lag        time.Duration `json:"lag"`
+	Proclaim   float64       `json:"proclaim"`
 	Locks      int           `json:"locks"`
 	Clients    int           `json:"clients"`
 	Goroutines int           `json:"goroutines"`
@@ -64,9 +71,11 @@ type config struct {
 	History string `json:"-"`
 
 	// Worker process only: its index (naming its workers "p<Proc>/..."),
-	// and the numbers of the clients it runs.
-	Proc      int   `json:"proc"`
-	ClientIDs []int `json:"client_ids,omitempty"`
+	// the numbers of the clients it runs, and how many the whole run has
+	// (0: Clients), over which the election kind's observers are spread.
+	Proc       int   `json:"proc"`
+	ClientIDs  []int `json:"client_ids,omitempty"`
+	AllClients int   `json:"all_clients,omitempty"`
 }
 
 // usageError is a command-line error: exit status 2 (exitCannotRun). A
@@ -99,7 +108,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"every name at once, or one order of the names on a cluster. With -kind\n"+
 			"semaphore or rwmutex each attempt takes permits of a Semaphore or the\n"+
 			"read or write lock of a RWMutex, and the check is that no more was held\n"+
-			"at once than the lock allows, with grants in FIFO order. With -masters\n"+
+			"at once than the lock allows, with grants in FIFO order. With -kind\n"+
+			"election the workers are candidates of Elections, observed by -observers\n"+
+			"per election: at most one leader at a time, rising terms, FIFO, and every\n"+
+			"observer's views real, never backwards, within -lag of each change and\n"+
+			"right at the end. With -masters\n"+
 			"the Mutexes are quorum locks over independent masters, and grants must\n"+
 			"come in their bakery order. With -chaos it starts its own servers and\n"+
 			"injects faults into them, and the verdicts a fault explains are excused.\n"+
@@ -115,12 +128,18 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		"empty on its port once the lease and the waiter TTL have passed (0: never)")
 	c.chaosFlags(fs)
 	fs.StringVar(&c.Kind, "kind", runMutex, "`KIND` of attempt: "+runMutex+" (one name each), "+runMultiLock+" (several at once, see -names), "+
-		runSemaphore+" (permits of a Semaphore, see -permits) or "+runRWMutex+" (a RWMutex's read or write lock, see -readers)")
+		runSemaphore+" (permits of a Semaphore, see -permits), "+runRWMutex+" (a RWMutex's read or write lock, see -readers)\n"+
+		"or "+runElection+" (a candidate's Campaign of an Election, see -observers)")
 	fs.Var(&c.Names, "names", "names per attempt of -kind "+runMultiLock+", `N` or LO..HI (uniform), drawn from the -locks names; one name is taken with a Mutex")
 	fs.Int64Var(&c.Permits, "permits", 3, "capacity of each Semaphore of -kind "+runSemaphore+"; each attempt asks for 1 to `N` permits (uniform)")
 	fs.Float64Var(&c.Readers, "readers", 0.7, "fraction of the attempts of -kind "+runRWMutex+" that take the read lock; the others take the write lock")
 	fs.Float64Var(&c.Downgrade, "downgrade", 0.2, "fraction of the writers of -kind "+runRWMutex+" that downgrade: take the read lock under the write hold, then unlock the write lock")
-	fs.IntVar(&c.Locks, "locks", 3, "number of lock names")
+	fs.IntVar(&c.Observers, "observers", 2, "observers of each election of -kind "+runElection+" (Election.Observe), spread over the Clients of the run")
+	fs.DurationVar(&c.Lag, "lag", defaultLag, "with -kind "+runElection+": the most an observer may lag a change of leadership, from the\n"+
+		"return of the call that made it (or the end of a lease lost) to the receipt of a view as new")
+	fs.Float64Var(&c.Proclaim, "proclaim", 0.3, "fraction of the leaderships of -kind "+runElection+" that proclaim new values while they lead (1 to\n"+
+		"3 of them, each with Proclaim or with Campaign and the leadership's context)")
+	fs.IntVar(&c.Locks, "locks", 3, "number of lock names (of elections, with -kind "+runElection+")")
 	fs.IntVar(&c.Clients, "clients", 4, "number of fairlock clients, each with its own connections")
 	fs.IntVar(&c.Goroutines, "goroutines", 4, "goroutines per client")
 	fs.IntVar(&c.Procs, "procs", 0, "run the clients in `N` worker processes (0: in this process)")
@@ -153,13 +172,23 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.Seed = rand.Uint64()
 	}
 	// Flags of one kind only.
-	needs := map[string]string{"names": runMultiLock, "permits": runSemaphore, "readers": runRWMutex, "downgrade": runRWMutex}
+	needs := map[string]string{"names": runMultiLock, "permits": runSemaphore, "readers": runRWMutex, "downgrade": runRWMutex,
+		"observers": runElection, "lag": runElection, "proclaim": runElection}
+	// Flags an election's candidates have no use for: an Election has
+	// no TryLock, and its leadership is not re-entered.
+	notFor := map[string]string{"try": runElection, "reentry": runElection}
 	var misplaced error
 	fs.Visit(func(f *flag.Flag) {
 		if kind, ok := needs[f.Name]; ok && c.Kind != kind && misplaced == nil {
 			misplaced = fmt.Errorf("-%s needs -kind %s", f.Name, kind)
 		}
+		if kind, ok := notFor[f.Name]; ok && c.Kind == kind && misplaced == nil {
+			misplaced = fmt.Errorf("-%s does not go with -kind %s", f.Name, kind)
+		}
 	})
+	if c.Kind == runElection {
+		c.Try, c.Reentry = 0, 0
+	}
 	if misplaced == nil {
 		misplaced = c.chaosMisplaced(fs)
 	}
@@ -178,7 +207,24 @@ const (
 	runMultiLock = "multilock" // several names at once, with a MultiLock
 	runSemaphore = "semaphore" // permits of one name's Semaphore
 	runRWMutex   = "rwmutex"   // the read or the write lock of one name's RWMutex
+	runElection  = "election"  // a candidate's Campaign of one name's Election
 )
+
+// defaultLag is the default of -lag, the most an observer may lag a
+// change of leadership. A change is pushed: the script that makes it
+// publishes on the election's channel, and each Client's watcher reads
+// the leadership once told, a round trip (well under a millisecond on
+// loopback, a few on a busy machine), and hands the view to its
+// observers. A lease that runs out is read when it ends. A second is a
+// thousand times that, room for a machine shared with other work, a
+// garbage collection or a scheduler's stall, and still far below
+// anything a view that waited for a poll or a lease (a third of the
+// waiter TTL, the lease: seconds) would take: a lag past it is a push
+// lost, not a slow one.
+const defaultLag = time.Second
+
+// runKinds lists the kinds of run.
+var runKinds = []string{runMutex, runMultiLock, runSemaphore, runRWMutex, runElection}
 
 // Bounds that keep a typo from starting a million goroutines.
 const (
@@ -188,6 +234,7 @@ const (
 	maxReentry = 100
 	maxPermits = 1000
 	maxMasters = 15
+	maxWatch   = 1000 // observers per election
 )
 
 // multiWay returns how the run's MultiLocks take their names: with one
@@ -211,8 +258,8 @@ func (c *config) validate() error {
 		return err
 	}
 	switch {
-	case c.Kind != runMutex && c.Kind != runMultiLock && c.Kind != runSemaphore && c.Kind != runRWMutex:
-		return fmt.Errorf("-kind %q: want %s, %s, %s or %s", c.Kind, runMutex, runMultiLock, runSemaphore, runRWMutex)
+	case !slices.Contains(runKinds, c.Kind):
+		return fmt.Errorf("-kind %q: want %s, %s, %s, %s or %s", c.Kind, runMutex, runMultiLock, runSemaphore, runRWMutex, runElection)
 	case c.Locks < 1 || c.Locks > maxLocks:
 		return fmt.Errorf("-locks %d: want 1 to %d", c.Locks, maxLocks)
 	case c.Kind == runMultiLock && (c.Names.Lo < 1 || c.Names.Hi > min(c.Locks, fairlock.MaxMultiNames)):
@@ -223,6 +270,12 @@ func (c *config) validate() error {
 		return fmt.Errorf("-readers %v: want a fraction from 0 to 1", c.Readers)
 	case c.Kind == runRWMutex && !(c.Downgrade >= 0 && c.Downgrade <= 1):
 		return fmt.Errorf("-downgrade %v: want a fraction from 0 to 1", c.Downgrade)
+	case c.Kind == runElection && (c.Observers < 0 || c.Observers > maxWatch):
+		return fmt.Errorf("-observers %d: want 0 to %d", c.Observers, maxWatch)
+	case c.Kind == runElection && c.Lag <= 0:
+		return fmt.Errorf("-lag %v: want a positive duration", c.Lag)
+	case c.Kind == runElection && !(c.Proclaim >= 0 && c.Proclaim <= 1):
+		return fmt.Errorf("-proclaim %v: want a fraction from 0 to 1", c.Proclaim)
 	case c.Clients < 1 || c.Goroutines < 1:
 		return fmt.Errorf("-clients %d -goroutines %d: want at least 1 each", c.Clients, c.Goroutines)
 	case c.Clients*c.Goroutines > maxWorkers || c.Clients > maxWorkers || c.Goroutines > maxWorkers:

@@ -20,14 +20,39 @@ import (
 //     began before that stretch ended, and its Unlock had not returned
 //     when the stretch began (an Unlock that Redis does not answer ends
 //     with the lease lost when the lease runs out first).
+//   - lag, final-view (the election kind): a stretch in which the fault
+//     held Redis up, and the observers' reads and pushes with it, or
+//     recoverWithin after it (a Client's watcher of an election backs
+//     off up to that while Redis does not answer), overlaps the stretch
+//     in which the observer was to see the change: from the time the
+//     change was certain to the bound after it; for a final view, from
+//     the word that every candidate had ended to the observer's end.
+//   - view-order (the election kind) of a value older than one seen, or
+//     of a term after its end: a fault that may have undone
+//     acknowledged writes overlaps the stretch from the receipt of the
+//     newer view to that of the older: the proclaim or the release the
+//     newer view showed may be among the writes undone. A term lower
+//     than one seen before is never excused: Observe never sends one.
+//   - view (the election kind) of a candidate's value under another
+//     term than its own: a fault that may have undone acknowledged
+//     writes overlaps the stretch from the candidate's Campaign (or the
+//     proclaim of the value) to the receipt of the view. The election
+//     the candidate was told of may be among the writes undone, and its
+//     entry, still in line in what the fault left, elected again, under
+//     a term of its own, with the candidate's value: a leadership whose
+//     Client no longer waits for it, until the lease runs out or the
+//     Client's audit of its ended calls clears it.
 //
 // A fault excuses only verdicts on the locks it could touch. No other
 // verdict is ever excused: an overlap, a capacity overrun, a token that
 // repeats or goes back, a waiter left behind, residue, an error, a worker
 // that failed, a MultiLock that held part of its names or took them out
 // of order, a bakery pass (the bakery check itself leaves out the pairs a
-// master's lost keys can explain). Nor does a restart-aof excuse any: its
-// server keeps every write it acknowledged and is back at once.
+// master's lost keys can explain), any other view that stands for no
+// state of the election, an observer's term lower than one it saw. A restart-aof
+// excuses no lost write: its server keeps every write it acknowledged;
+// it excuses only what holding Redis up explains (lease-lost, lag,
+// final-view).
 //
 // origin is the start of the run, for the times of the reasons.
 func excuse(vs []violation, faults []fault, origin time.Time) {
@@ -46,7 +71,13 @@ func excuse(vs []violation, faults []fault, origin time.Time) {
 // explains says how fault f explains violation v, or returns "" if it
 // does not (see excuse).
 func explains(f *fault, v *violation) string {
-	if v.hold == nil || !f.touches(v.Lock) {
+	if !f.touches(v.Lock) {
+		return ""
+	}
+	switch {
+	case v.window != nil:
+		return explainsView(f, v)
+	case v.hold == nil:
 		return ""
 	}
 	switch v.Kind {
@@ -59,6 +90,30 @@ func explains(f *fault, v *violation) string {
 		o, ok := f.heldUp()
 		if ok && live(v.hold, o) {
 			return "came while the hold was live"
+		}
+	}
+	return ""
+}
+
+// explainsView says how fault f explains v, a verdict on an election's
+// observer with its window, or returns "" if it does not (see excuse).
+func explainsView(f *fault, v *violation) string {
+	w := *v.window
+	switch v.Kind {
+	case viewLag, viewFinal:
+		o, ok := f.heldUp()
+		if ok && lostKeys([]outage{{o.From, o.To.Add(recoverWithin)}}, w.From, w.To) {
+			return "held Redis up while the observer was to see the change"
+		}
+	case viewBack:
+		o, ok := f.lostWrites()
+		if ok && lostKeys([]outage{o}, w.From, w.To) {
+			return "may have undone what the newer view showed before the older was read"
+		}
+	case viewFalse:
+		o, ok := f.lostWrites()
+		if ok && lostKeys([]outage{o}, w.From, w.To) {
+			return "may have undone the candidate's election, its entry left in line to be elected again"
 		}
 	}
 	return ""

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,7 +94,62 @@ type attempt struct {
 	Ended       time.Time `json:"ended,omitzero"`        // Lock returned an error (gave up, try failed, error)
 	Outcome     outcome   `json:"outcome"`               // how it ended
 	LeaseLost   bool      `json:"lease_lost,omitempty"`  // the hold's context ended with ErrLeaseLost
+	Lost        time.Time `json:"lost,omitzero"`         // when the worker saw the lease lost: its context had ended by then
 	Err         string    `json:"err,omitempty"`         // an unexpected error on the way
+
+	// What an Election candidate's attempt did (Type runElection): the
+	// value it campaigned with, the ID of its Client (as a Leadership
+	// names it), the values it proclaimed while it led, in order, and
+	// whether its Resign failed (the leadership then ended unseen).
+	Value        string     `json:"value,omitempty"`
+	Client       string     `json:"client,omitempty"`
+	Proclaims    []proclaim `json:"proclaims,omitempty"`
+	ResignFailed bool       `json:"resign_failed,omitempty"`
+	// Leader and Proclaim calls made while leading that could not reach
+	// Redis (a server down): nothing to judge.
+	Unreached int `json:"unreached,omitempty"`
+}
+
+// proclaim is one change of a leader's value: Proclaim, or Campaign with
+// the leadership's context (Campaign), called at Start and returned at
+// End. Done, the change was made in Redis before End; failed (Err), it
+// may have been made or not.
+type proclaim struct {
+	Value    string    `json:"value"`
+	Campaign bool      `json:"campaign,omitempty"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	Err      string    `json:"err,omitempty"`
+}
+
+// watch is the record of one observer of an Election (the election
+// kind): every view its Observe channel gave, with the time it was
+// received.
+type watch struct {
+	Observer string    `json:"observer"` // "p<process>/c<client>/o<number>"
+	Lock     string    `json:"lock"`     // the election's name
+	Start    time.Time `json:"start"`    // Observe called
+	// Settle is when the observer was told that every candidate of the
+	// run had ended: from then on it waited for the final state (no
+	// leader), and stopped at End. Settled: it saw it (a view without a
+	// leader after Settle and -lag); Cut: it was stopped before (the run
+	// was cut short, or attempts were left behind), and its last view
+	// tells nothing.
+	Settle  time.Time `json:"settle,omitzero"`
+	End     time.Time `json:"end"`
+	Settled bool      `json:"settled,omitempty"`
+	Cut     bool      `json:"cut,omitempty"`
+	Views   []view    `json:"views"`
+	Err     string    `json:"err,omitempty"` // Observe failed, or its channel closed early
+}
+
+// view is one Leadership an observer received, at At: Term 0 when the
+// election had no leader.
+type view struct {
+	Term   int64     `json:"term,omitempty"`
+	Value  string    `json:"value,omitempty"`
+	Client string    `json:"client,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // keep records one answered poll that left the waiter in line. Each poll
@@ -145,10 +201,12 @@ func firstSet(ts ...time.Time) time.Time {
 	return time.Time{}
 }
 
-// A recorder receives finished attempts. Implementations are safe for
+// A recorder receives finished attempts, and the records of the
+// observers of the election kind. Implementations are safe for
 // concurrent use.
 type recorder interface {
 	Record(attempt)
+	RecordWatch(watch)
 }
 
 // history keeps attempts in memory and counts them by outcome. It is safe
@@ -156,6 +214,7 @@ type recorder interface {
 type history struct {
 	mu       sync.Mutex
 	attempts []attempt // guarded by mu
+	watches  []watch   // guarded by mu
 	counts   sync.Map  // outcome -> *atomic.Int64
 	// The verdicts an attempt gives on its own: it saw an unexpected
 	// error, or lost its lease.
@@ -179,6 +238,20 @@ func (h *history) Record(a attempt) {
 	}
 }
 
+// RecordWatch adds an observer's record to the history.
+func (h *history) RecordWatch(w watch) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.watches = append(h.watches, w)
+}
+
+// Watches returns a copy of the observers' records.
+func (h *history) Watches() []watch {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.watches)
+}
+
 // Attempts returns a copy of the attempts recorded so far.
 func (h *history) Attempts() []attempt {
 	h.mu.Lock()
@@ -197,8 +270,12 @@ func (h *history) Count(o outcome) int64 {
 // line is one JSON line of a worker process's output.
 type line struct {
 	Attempt *attempt `json:"attempt,omitempty"`
-	Done    bool     `json:"done,omitempty"`  // last line of a worker process that finished its run
-	Error   string   `json:"error,omitempty"` // last line of a worker process that could not run
+	Watch   *watch   `json:"watch,omitempty"`
+	// Idle: every worker of the process is done, and its observers wait
+	// for the parent's word that every process is (see runProcs).
+	Idle  bool   `json:"idle,omitempty"`
+	Done  bool   `json:"done,omitempty"`  // last line of a worker process that finished its run
+	Error string `json:"error,omitempty"` // last line of a worker process that could not run
 }
 
 // stream writes attempts as JSON lines: how a worker process hands its
@@ -215,6 +292,12 @@ func newStream(w io.Writer) *stream { return &stream{enc: json.NewEncoder(w)} }
 
 // Record writes one attempt.
 func (s *stream) Record(a attempt) { s.write(line{Attempt: &a}) }
+
+// RecordWatch writes one observer's record.
+func (s *stream) RecordWatch(w watch) { s.write(line{Watch: &w}) }
+
+// idle tells the parent that the process's workers are all done.
+func (s *stream) idle() { s.write(line{Idle: true}) }
 
 // finish writes the last line: done, or the error that stopped the worker
 // process. It returns the first write error.
@@ -237,10 +320,11 @@ func (s *stream) write(l line) {
 	}
 }
 
-// readStream records the attempts a worker process wrote to r. It returns
-// when r ends, with done set when the process wrote its done line, and
-// the error the process reported or the stream's own.
-func readStream(r io.Reader, rec recorder) (done bool, err error) {
+// readStream records the attempts and observers' records a worker
+// process wrote to r, and calls idle when it says its workers are done.
+// It returns when r ends, with done set when the process wrote its done
+// line, and the error the process reported or the stream's own.
+func readStream(r io.Reader, rec recorder, idle func()) (done bool, err error) {
 	dec := json.NewDecoder(r)
 	for {
 		var l line
@@ -253,6 +337,10 @@ func readStream(r io.Reader, rec recorder) (done bool, err error) {
 		switch {
 		case l.Attempt != nil:
 			rec.Record(*l.Attempt)
+		case l.Watch != nil:
+			rec.RecordWatch(*l.Watch)
+		case l.Idle:
+			idle()
 		case l.Error != "":
 			return false, errors.New(l.Error)
 		case l.Done:
@@ -262,14 +350,22 @@ func readStream(r io.Reader, rec recorder) (done bool, err error) {
 }
 
 // writeHistoryFile writes the attempts to the file path as JSON lines,
-// sorted by start.
-func writeHistoryFile(path string, attempts []attempt) error {
+// sorted by start, and then the observers' records (the election kind),
+// one line each, sorted by observer.
+func writeHistoryFile(path string, attempts []attempt, watches []watch) error {
 	sorted := slices.Clone(attempts)
 	slices.SortStableFunc(sorted, func(a, b attempt) int { return a.Start.Compare(b.Start) })
+	ws := slices.Clone(watches)
+	slices.SortStableFunc(ws, func(a, b watch) int { return strings.Compare(a.Observer, b.Observer) })
 	return writeFile(path, "history", func(w io.Writer) error {
 		enc := json.NewEncoder(w)
 		for i := range sorted {
 			if err := enc.Encode(&sorted[i]); err != nil {
+				return err
+			}
+		}
+		for i := range ws {
+			if err := enc.Encode(&ws[i]); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,10 +25,64 @@ func leftovers(ctx context.Context, rdb redis.UniversalClient, cfg config, name 
 		})
 		return s.String(), s.residue(), err
 	}
+	if cfg.Kind == runElection {
+		s, err := inspectAfterRun(ctx, rdb, func(ctx context.Context) (electionState, error) {
+			return inspectElection(ctx, rdb, cfg.Prefix, name)
+		})
+		return s.String(), s.residue(), err
+	}
 	s, err := inspectAfterRun(ctx, rdb, func(ctx context.Context) (queue.Snapshot, error) {
 		return inspect(ctx, rdb, cfg.Prefix, name)
 	})
 	return s.String(), residue(s), err
+}
+
+// electionState is what the keys of an Election keep: its Mutex's (the
+// leadership is the hold, the candidates the line), and the values of
+// the candidates in line.
+type electionState struct {
+	queue.Snapshot
+	Values map[string]string // candidate entry -> value
+}
+
+// inspectElection reads the state of the election name under prefix.
+func inspectElection(ctx context.Context, rdb redis.UniversalClient, prefix, name string) (electionState, error) {
+	k, err := queue.Election(prefix, name)
+	if err != nil {
+		return electionState{}, err
+	}
+	s, err := queue.Inspect(ctx, rdb, k)
+	if err != nil {
+		return electionState{}, err
+	}
+	values, err := rdb.HGetAll(ctx, k.Values).Result()
+	if err != nil {
+		return electionState{}, fmt.Errorf("inspect %q: %w", name, err)
+	}
+	return electionState{s, values}, nil
+}
+
+// residue reports what the election keeps after every client is closed:
+// a Mutex's residue (no leadership, no candidate in line), and no
+// candidate's value beside the line.
+func (s electionState) residue() []violation {
+	out := residue(s.Snapshot)
+	if n := len(s.Values); n > 0 {
+		first := slices.Sorted(maps.Keys(s.Values))[0]
+		out = append(out, violation{Kind: residual, Lock: s.Name, At: s.Now,
+			Detail: fmt.Sprintf("%d candidate value(s) left beside the line after the run, first %s (%q)", n, first, s.Values[first])})
+	}
+	return out
+}
+
+// String renders the state for people.
+func (s electionState) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "election %q, its leadership and candidates a Mutex's hold and line: %s", s.Name, s.Snapshot.String())
+	for _, e := range slices.Sorted(maps.Keys(s.Values)) {
+		fmt.Fprintf(&b, "  value of %s: %q\n", e, s.Values[e])
+	}
+	return b.String()
 }
 
 // weightedKinds maps the run kinds of weighted locks to their keys' kind.

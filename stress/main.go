@@ -21,6 +21,21 @@
 // (the readers granted together in one batch in any order), and the same
 // tokens, waiters and leftovers as for a Mutex.
 //
+// With -kind election each attempt is a candidate's Campaign of a name's
+// Election, with a value of its own (a fraction -giveup of them with a
+// short deadline); once elected, it leads for the hold time, proclaiming
+// new values in a fraction -proclaim of leaderships (with Proclaim, or
+// with Campaign and the leadership's context), reads Leader, and
+// resigns. -observers per election watch it with Observe, from Clients
+// spread over the processes, and record every view. The candidates' line
+// is checked as a Mutex's (at most one leader at any instant, terms that
+// rise, candidates elected in FIFO order), and the views against the
+// history: each stands for a real leadership (its term, a value it had,
+// its Client) or for none, no observer's views go backwards, each change
+// is seen within -lag of the return of the call that made it (or of the
+// end of a lease lost), and every observer's last view is the election's
+// final state.
+//
 // With -masters the Mutexes are quorum locks (fairlock.NewQuorum) over
 // independent masters, given by address or started on loopback
 // (-masters N), and the order checked is the quorum lock's bakery order:
@@ -50,6 +65,7 @@
 //	                                                  # MultiLocks of 2 to 4 names
 //	go run ./stress -kind semaphore -permits 3        # Semaphores of 3 permits
 //	go run ./stress -kind rwmutex -readers 0.7        # RWMutexes, 70% of attempts reading
+//	go run ./stress -kind election -observers 3       # Elections, 3 observers of each
 //	go run ./stress -masters 3 -restart-master 20s -duration 60s
 //	                                                  # a quorum of 3 masters, one restarted
 //	go run ./stress -chaos failover -every 3s -duration 20s
@@ -62,12 +78,12 @@
 // Every attempt is recorded with client-side wall-clock times, each of
 // which brackets the real event it stands for, and the checker flags only
 // what those brackets prove; docs/stress.md gives the theory. The
-// report gives outcomes, throughput, wait and hand-over latencies,
-// fairness across workers, Redis commands per grant, and the violations;
-// the exit status is 1 when there is any that no fault excuses, 2 when
-// the check could not be made (bad flags, Redis unreachable, a report
-// that could not be written), 130 for a clean run cut short by an
-// interrupt.
+// report gives outcomes, throughput, wait and hand-over latencies (for
+// elections also the leaderships and the observers' lag), fairness
+// across workers, Redis commands per grant, and the violations; the
+// exit status is 1 when there is any that no fault excuses, 2 when the
+// check could not be made (bad flags, Redis unreachable, a report that
+// could not be written), 130 for a clean run cut short by an interrupt.
 //
 // Redis commands per grant are counted from the INFO commandstats of the
 // deployment's primaries (cmdcount.go; docs/stress.md says how).
@@ -79,8 +95,10 @@
 // With -procs N the command runs itself N times as worker processes (the
 // environment variable FAIRLOCK_STRESS_WORKER carries their part of the
 // configuration); they stream their history to the parent as JSON lines,
-// and the parent checks the whole. Times are compared across processes,
-// so they must share one wall clock: one machine.
+// and the parent checks the whole. An election run's observers, once the
+// candidates of their process are done, wait for the parent's word, on
+// their standard input, that every process's are. Times are compared
+// across processes, so they must share one wall clock: one machine.
 package main
 
 import (
@@ -103,7 +121,7 @@ const workerEnv = "FAIRLOCK_STRESS_WORKER"
 
 func main() {
 	if spec := os.Getenv(workerEnv); spec != "" {
-		os.Exit(workerMain(spec, os.Stdout, os.Stderr))
+		os.Exit(workerMain(spec, os.Stdin, os.Stdout, os.Stderr))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -166,7 +184,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	fmt.Fprintf(stderr, "stress: %s, prefix %s, seed %d\n", tgt, cfg.Prefix, cfg.Seed)
-	if tgt.mini == nil && !tgt.quorum() {
+	switch {
+	case tgt.mini == nil && cfg.Kind == runElection:
+		fmt.Fprintf(stderr, "stress: to look at an election meanwhile, read its keys %s:{lock-0}:e* (a Mutex's, and its values)\n", cfg.Prefix)
+	case tgt.mini == nil && !tgt.quorum():
 		fmt.Fprintf(stderr, "stress: to look at a lock meanwhile, run go run ./cmd/fairlock inspect with %s and -prefix %s lock-0\n", tgt.inspectFlags(), cfg.Prefix)
 	}
 	if tgt.started != "" {
@@ -226,6 +247,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	violations := append(checkRun(attempts, cfg.WaiterTTL, cfg.multiWay(), q), failures...)
+	watches := hist.Watches()
+	var el *electionCheck
+	if cfg.Kind == runElection {
+		el = &electionCheck{Bound: cfg.Lag, Lease: cfg.Lease}
+		violations = append(violations, el.check(attempts, watches)...)
+	}
 	var snaps map[string]string
 	if tgt.quorum() {
 		snaps = quorumFinalState(pctx, admins, tgt.masters, cfg, &violations)
@@ -244,6 +271,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if q != nil {
 		rep.Quorum = quorumReport(tgt, q)
 	}
+	if el != nil {
+		rep.Election = electionReport(cfg, attempts, el)
+	}
 	if plan != nil {
 		rep.Faults = &faultSums{Kind: plan.kind, Plan: plan.desc, Faults: injected}
 	}
@@ -253,7 +283,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	written := true
 	if cfg.History != "" {
-		if err := writeHistoryFile(cfg.History, attempts); err != nil {
+		if err := writeHistoryFile(cfg.History, attempts, watches); err != nil {
 			fmt.Fprintf(stderr, "stress: %v\n", err)
 			written = false
 		}

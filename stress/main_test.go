@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 	// With -procs the command runs its own executable as worker
 	// processes: in the tests, this test binary.
 	if spec := os.Getenv(workerEnv); spec != "" {
-		os.Exit(workerMain(spec, os.Stdout, os.Stderr))
+		os.Exit(workerMain(spec, os.Stdin, os.Stdout, os.Stderr))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -248,7 +248,16 @@ func TestBadFlagsExitWithStatus2(t *testing.T) {
 		{[]string{"-prefix", "x"}, "flag provided but not defined: -prefix"},
 		{[]string{"-nosuchflag"}, "flag provided but not defined"},
 		{[]string{"extra"}, "unexpected argument"},
-		{[]string{"-kind", "rwlock"}, `-kind "rwlock": want mutex, multilock, semaphore or rwmutex`},
+		{[]string{"-kind", "rwlock"}, `-kind "rwlock": want mutex, multilock, semaphore, rwmutex or election`},
+		{[]string{"-observers", "2"}, "-observers needs -kind election"},
+		{[]string{"-kind", "mutex", "-lag", "1s"}, "-lag needs -kind election"},
+		{[]string{"-proclaim", "0.5"}, "-proclaim needs -kind election"},
+		{[]string{"-kind", "election", "-try", "0.1"}, "-try does not go with -kind election"},
+		{[]string{"-kind", "election", "-reentry", "1"}, "-reentry does not go with -kind election"},
+		{[]string{"-kind", "election", "-observers", "-1"}, "-observers -1: want 0 to 1000"},
+		{[]string{"-kind", "election", "-lag", "0s"}, "-lag 0s: want a positive duration"},
+		{[]string{"-kind", "election", "-proclaim", "2"}, "-proclaim 2: want a fraction"},
+		{[]string{"-kind", "election", "-masters", "3"}, "-masters needs -kind mutex"},
 		{[]string{"-permits", "3"}, "-permits needs -kind semaphore"},
 		{[]string{"-kind", "rwmutex", "-permits", "3"}, "-permits needs -kind semaphore"},
 		{[]string{"-readers", "0.5"}, "-readers needs -kind rwmutex"},
@@ -280,7 +289,7 @@ func TestBadFlagsExitWithStatus2(t *testing.T) {
 
 func TestWorkerRejectsABadSpec(t *testing.T) {
 	var out, errb bytes.Buffer
-	assert.Equal(t, exitCannotRun, workerMain("{not json", &out, &errb))
+	assert.Equal(t, exitCannotRun, workerMain("{not json", nil, &out, &errb))
 	assert.True(t, strings.Contains(errb.String(), workerEnv), errb.String())
 }
 

@@ -48,6 +48,7 @@ func (a *attempt) clone() attempt {
 		b.Parts[i].Joins = slices.Clone(b.Parts[i].Joins)
 	}
 	b.Tokens = maps.Clone(a.Tokens)
+	b.Proclaims = slices.Clone(a.Proclaims)
 	return b
 }
 

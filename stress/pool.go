@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,6 +36,13 @@ type pool struct {
 	rdbs    []redis.UniversalClient
 	clients []*fairlock.Client
 	workers []*worker
+	// The observers of the election kind that run on this process's
+	// clients; idle, when set, tells that every worker of the process is
+	// done, and allIdle is closed once every worker of the run is (nil:
+	// when this pool's are). See settleViewers.
+	viewers []*viewer
+	idle    func()
+	allIdle <-chan struct{}
 
 	budget   atomic.Int64  // attempts left to start, when cfg.Ops > 0
 	stopped  chan struct{} // closed when no new attempt may start
@@ -93,6 +102,8 @@ func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr
 					w.sems = append(w.sems, c.Semaphore(n, cfg.Permits))
 				case runRWMutex:
 					w.rws = append(w.rws, c.RWMutex(n))
+				case runElection:
+					w.elections = append(w.elections, c.Election(n))
 				default:
 					w.mutexes = append(w.mutexes, c.Mutex(n))
 				}
@@ -100,7 +111,30 @@ func newPool(cfg config, tgt *target, ids []int, ops int64, rec recorder, stderr
 			p.workers = append(p.workers, w)
 		}
 	}
+	p.addViewers(ids)
 	return p, nil
+}
+
+// addViewers makes the observers of the election kind that run on the
+// clients numbered ids: observer k of the run watches election
+// k / cfg.Observers on client k % the run's number of clients, so that
+// each election's observers are spread over the clients, and so over the
+// worker processes.
+func (p *pool) addViewers(ids []int) {
+	if p.cfg.Kind != runElection {
+		return
+	}
+	all := cmp.Or(p.cfg.AllClients, p.cfg.Clients)
+	names := lockNames(p.cfg.Locks)
+	for k := range p.cfg.Locks * p.cfg.Observers {
+		ci := k % all
+		i := slices.Index(ids, ci)
+		if i < 0 {
+			continue
+		}
+		e := p.clients[i].Election(names[k/p.cfg.Observers])
+		p.viewers = append(p.viewers, newViewer(fmt.Sprintf("p%d/c%d/o%d", p.cfg.Proc, ci, k), e))
+	}
 }
 
 // stop lets no new attempt start.
@@ -126,9 +160,25 @@ func (p *pool) next() bool {
 // run runs the workers until the run ends: ctx is cancelled, cfg.Duration
 // passes, or cfg.Ops attempts have started. Attempts in flight may then
 // take cfg.Grace to end; those that do not are recorded as pending, and
-// the clients are closed, which ends them. Every goroutine has exited when
-// run returns.
+// the clients are closed, which ends them. The observers of the election
+// kind start first, each waiting for its first view (up to
+// firstViewWithin), and end once the workers have (see settleViewers).
+// Every goroutine has exited when run returns.
 func (p *pool) run(ctx context.Context) {
+	settle, cut := make(chan struct{}), make(chan struct{})
+	for _, v := range p.viewers {
+		go v.run(settle, cut, p.cfg.Lag, settleFor(&p.cfg)) // owned by run: it waits for v.done
+	}
+	firstViews := time.NewTimer(firstViewWithin)
+	for _, v := range p.viewers {
+		select {
+		case <-v.first:
+			continue
+		case <-firstViews.C:
+		}
+		break // the candidates start; an observer still without a view lags them
+	}
+	firstViews.Stop()
 	var wg sync.WaitGroup
 	for _, w := range p.workers {
 		wg.Go(func() {
@@ -154,6 +204,7 @@ func (p *pool) run(ctx context.Context) {
 	p.stop()
 	grace := time.NewTimer(p.cfg.Grace)
 	defer grace.Stop()
+	cutShort := false
 	select {
 	case <-done:
 	case <-grace.C:
@@ -162,9 +213,44 @@ func (p *pool) run(ctx context.Context) {
 				p.rec.Record(a)
 			}
 		}
+		cutShort = true
 	}
+	p.settleViewers(cutShort, settle, cut)
 	p.close()
 	<-done
+}
+
+// settleViewers ends the observers once the workers are done (or were
+// abandoned: cutShort), and records what they saw. Each observer is told
+// when every worker of the run is done (settle), so that it can wait for
+// the election's final state; the workers of other processes may take
+// longer than this one's, up to the grace. Abandoned workers leave the
+// final state unknown: the observers are cut at once.
+func (p *pool) settleViewers(cutShort bool, settle, cut chan struct{}) {
+	if len(p.viewers) == 0 {
+		return
+	}
+	if p.idle != nil {
+		p.idle()
+	}
+	if !cutShort && p.allIdle != nil {
+		wait := time.NewTimer(p.cfg.Grace)
+		select {
+		case <-p.allIdle:
+		case <-wait.C:
+			cutShort = true
+		}
+		wait.Stop()
+	}
+	if cutShort {
+		close(cut)
+	} else {
+		close(settle)
+	}
+	for _, v := range p.viewers {
+		<-v.done
+		p.rec.RecordWatch(v.rec)
+	}
 }
 
 // close closes the clients (waiting Lock calls return, holds are released)

@@ -33,6 +33,7 @@ func runProcs(ctx context.Context, cfg config, tgt *target, rec recorder, stderr
 		mu       sync.Mutex
 		failures []violation
 		cmds     []*exec.Cmd
+		idle     = newIdleCount(n) // the election kind's word that every worker is done
 	)
 	fail := func(proc int, format string, args ...any) {
 		mu.Lock()
@@ -42,7 +43,7 @@ func runProcs(ctx context.Context, cfg config, tgt *target, rec recorder, stderr
 	}
 	for i := range n {
 		wc := cfg
-		wc.Proc, wc.ClientIDs = i, ids[i]
+		wc.Proc, wc.ClientIDs, wc.AllClients = i, ids[i], max(cfg.Clients, n)
 		tgt.describe(&wc)
 		if cfg.Ops > 0 {
 			wc.Ops = cfg.Ops / int64(n)
@@ -59,17 +60,24 @@ func runProcs(ctx context.Context, cfg config, tgt *target, rec recorder, stderr
 		cmd.Env = append(os.Environ(), workerEnv+"="+string(spec))
 		cmd.Stderr = stderr
 		out, err := cmd.StdoutPipe()
+		var in io.WriteCloser
+		if err == nil {
+			in, err = cmd.StdinPipe()
+		}
 		if err == nil {
 			err = cmd.Start()
 		}
 		if err != nil {
 			fail(i, "starting: %v", err)
+			idle.add(nil)
 			continue
 		}
 		cmds = append(cmds, cmd)
 		wg.Go(func() {
-			done, err := readStream(out, rec)
-			werr := cmd.Wait() // after the last read of out
+			var once sync.Once
+			done, err := readStream(out, rec, func() { once.Do(func() { idle.add(in) }) })
+			once.Do(func() { idle.add(nil) }) // a process that ends holds up no other
+			werr := cmd.Wait()                // after the last read of out
 			switch {
 			case err != nil:
 				fail(i, "%v", err)
@@ -113,9 +121,52 @@ func runProcs(ctx context.Context, cfg config, tgt *target, rec recorder, stderr
 	}
 }
 
+// idleCount gathers the worker processes' word that their workers are
+// done (the election kind), and once every process has said so, or ended,
+// tells each process still running, on its standard input: its observers
+// then wait for the elections' final state, which no candidate of any
+// process can change any more.
+type idleCount struct {
+	mu   sync.Mutex
+	left int              // guarded by mu; processes yet to say so
+	ins  []io.WriteCloser // guarded by mu; the standard inputs of those that did
+}
+
+func newIdleCount(n int) *idleCount { return &idleCount{left: n} }
+
+// add counts one process, whose standard input is in (nil: it ended, or
+// never started).
+func (c *idleCount) add(in io.WriteCloser) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if in != nil {
+		c.ins = append(c.ins, in)
+	}
+	if c.left--; c.left > 0 {
+		return
+	}
+	for _, w := range c.ins {
+		_, _ = io.WriteString(w, "idle\n") // a process that has exited since does not need it
+		_ = w.Close()
+	}
+	c.ins = nil
+}
+
+// allIdle returns a channel closed once the parent says, on r, that every
+// worker of the run is done, or r ends.
+func allIdle(r io.Reader) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() { // ends with r: a worker process's standard input
+		var b [1]byte
+		_, _ = r.Read(b[:])
+		close(ch)
+	}()
+	return ch
+}
+
 // workerMain is a worker process: it runs its share of the clients, as
 // described by spec, and streams their attempts to stdout as JSON lines.
-func workerMain(spec string, stdout, stderr io.Writer) int {
+func workerMain(spec string, stdin io.Reader, stdout, stderr io.Writer) int {
 	var cfg config
 	if err := json.Unmarshal([]byte(spec), &cfg); err != nil {
 		fmt.Fprintf(stderr, "stress worker: bad %s: %v\n", workerEnv, err)
@@ -128,6 +179,9 @@ func workerMain(spec string, stdout, stderr io.Writer) int {
 	tgt := remoteTarget(cfg)
 	p, err := newPool(cfg, tgt, cfg.ClientIDs, cfg.Ops, s, stderr)
 	if err == nil {
+		if len(p.viewers) > 0 {
+			p.idle, p.allIdle = s.idle, allIdle(stdin)
+		}
 		p.run(ctx)
 	}
 	if err := s.finish(err); err != nil {

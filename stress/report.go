@@ -19,7 +19,7 @@ type report struct {
 	Redis       string  `json:"redis"`
 	Prefix      string  `json:"prefix"`
 	Seed        uint64  `json:"seed"`
-	Kind        string  `json:"kind"`            // what each attempt took: runMutex, runMultiLock, runSemaphore or runRWMutex
+	Kind        string  `json:"kind"`            // what each attempt took: runMutex, runMultiLock, runSemaphore, runRWMutex or runElection
 	Names       string  `json:"names,omitempty"` // names per attempt of the multilock kind, "LO..HI"
 	Workload    string  `json:"workload"`
 	Elapsed     float64 `json:"elapsed_s"`
@@ -36,6 +36,7 @@ type report struct {
 	Fairness      fairness          `json:"fairness"`
 	Weighted      *weightedSums     `json:"weighted,omitempty"`          // the semaphore and rwmutex kinds
 	Quorum        *quorumSums       `json:"quorum,omitempty"`            // a run on a quorum of masters (-masters)
+	Election      *electionSums     `json:"election,omitempty"`          // the election kind
 	Faults        *faultSums        `json:"faults,omitempty"`            // the faults injected (-chaos, -restart-master)
 	Pause         float64           `json:"longest_pause_ms"`            // longest time in which no client saw anything happen
 	Commands      *commandSums      `json:"redis_commands,omitempty"`    // nil: not known, see CommandsNA
@@ -73,6 +74,76 @@ type weightedSums struct {
 	// scale.sweep): permits of a Semaphore, holds of a RWMutex (readers,
 	// when more than one).
 	MostHeld int64 `json:"most_held"`
+}
+
+// electionSums describes the leaderships of the election kind and what
+// their observers saw.
+type electionSums struct {
+	Leaderships int `json:"leaderships"` // Campaigns that returned a leadership
+	Resigned    int `json:"resigned"`    // leaderships ended by a Resign that returned
+	LeaseLost   int `json:"lease_lost"`  // leaderships whose lease was lost
+	// Proclaims counts the values proclaimed while leading, ByCampaign
+	// those of them proclaimed with Campaign and the leadership's
+	// context.
+	Proclaims  int `json:"proclaims"`
+	ByCampaign int `json:"by_campaign"`
+	// GivenBack counts the grants that came as a Campaign failed, and
+	// were given back, seen by an observer.
+	GivenBack int `json:"given_back"`
+	// Unreached counts the Leader and Proclaim calls of leaders that
+	// could not reach Redis.
+	Unreached int `json:"unreached,omitempty"`
+	Observers int `json:"observers"`
+	Views     int `json:"views"`
+	// Lag is the time from each change made certainly (Changes: a
+	// Campaign, a Proclaim or a Resign that returned, a lost lease run
+	// out) to the receipt of a view at least as new, for each observer
+	// then watching; 0 when the view came before the call returned. Bound
+	// is -lag, the most it may be.
+	Changes int          `json:"changes"`
+	Lag     latencyStats `json:"lag_ms"`
+	Bound   float64      `json:"lag_bound_ms"`
+}
+
+// electionReport sums up the leaderships of the election kind and the
+// check of their observers.
+func electionReport(cfg config, attempts []attempt, ec *electionCheck) *electionSums {
+	e := &electionSums{Observers: ec.observers, Views: ec.views, GivenBack: ec.givenBack,
+		Changes: ec.changes, Lag: latency(ec.lags), Bound: ms(cfg.Lag)}
+	for i := range attempts {
+		a := &attempts[i]
+		e.Unreached += a.Unreached
+		for _, p := range a.Proclaims {
+			if p.Err == "" {
+				e.Proclaims++
+				if p.Campaign {
+					e.ByCampaign++
+				}
+			}
+		}
+		if !a.Held() {
+			continue
+		}
+		e.Leaderships++
+		switch {
+		case a.LeaseLost:
+			e.LeaseLost++
+		case !a.UnlockEnd.IsZero() && !a.ResignFailed:
+			e.Resigned++
+		}
+	}
+	return e
+}
+
+// write writes the election's lines of the text report.
+func (e *electionSums) write(b *strings.Builder) {
+	fmt.Fprintf(b, "election:    %d leaderships (%d resigned, %d lost their lease); %d values proclaimed (%d with Campaign); %d grants given back seen",
+		e.Leaderships, e.Resigned, e.LeaseLost, e.Proclaims, e.ByCampaign, e.GivenBack)
+	if e.Unreached > 0 {
+		fmt.Fprintf(b, "; %d Leader or Proclaim calls could not reach Redis", e.Unreached)
+	}
+	fmt.Fprintf(b, "\nobservers:   %d saw %d views of %d changes\n", e.Observers, e.Views, e.Changes)
+	fmt.Fprintf(b, "lag:         %s (a change's call returned to an observer's view as new; bound %.0fms)\n", e.Lag, e.Bound)
 }
 
 // commandSums counts the Redis commands the run cost: those the primaries
@@ -360,6 +431,11 @@ func workload(c config) string {
 		kind = fmt.Sprintf("semaphores of %d permits (1 to %d per attempt) on ", c.Permits, c.Permits)
 	case runRWMutex:
 		kind = fmt.Sprintf("rwmutexes (%.0f%% of attempts read, %.0f%% of writers downgrade) on ", 100*c.Readers, 100*c.Downgrade)
+	case runElection:
+		return fmt.Sprintf("elections on %d names, %d observers each, %d clients × %d goroutines of candidates %s, %s; "+
+			"lead %v, %.0f%% of leaderships proclaim, give-up %.0f%% (after %v), lease %v, waiter TTL %v, lag bound %v",
+			c.Locks, c.Observers, clients, c.Goroutines, where, length, &c.Hold, 100*c.Proclaim,
+			100*c.GiveUp, &c.Patience, c.Lease, c.WaiterTTL, c.Lag)
 	}
 	return fmt.Sprintf("%s%d locks, %d clients × %d goroutines %s, %s; hold %v, re-entry up to %d, "+
 		"give-up %.0f%% (after %v), TryLock %.0f%%, lease %v, waiter TTL %v",
@@ -400,13 +476,22 @@ func (r *report) write(w io.Writer, asJSON bool) error {
 	if q := r.Quorum; q != nil {
 		q.write(&b)
 	}
+	if e := r.Election; e != nil {
+		e.write(&b)
+	}
 	if f := r.Faults; f != nil {
 		f.write(&b)
 	}
 	fmt.Fprintf(&b, "throughput:  %.0f grants/s\n", r.GrantsPerSec)
-	fmt.Fprintf(&b, "wait:        %s (Lock call to grant)\n", r.Wait)
-	fmt.Fprintf(&b, "hand-over:   %s (Unlock called to the next waiter's grant)\n", r.Handover)
-	fmt.Fprintf(&b, "push:        %s (a hand-over in Redis to its push reaching the waiter, as the Observer estimates it)\n", r.Push)
+	if r.Kind == runElection {
+		fmt.Fprintf(&b, "wait:        %s (Campaign call to its return as leader)\n", r.Wait)
+		fmt.Fprintf(&b, "hand-over:   %s (Resign called to the next candidate's election)\n", r.Handover)
+		fmt.Fprintf(&b, "push:        %s (a hand-over in Redis to its push reaching the candidate, as the Observer estimates it)\n", r.Push)
+	} else {
+		fmt.Fprintf(&b, "wait:        %s (Lock call to grant)\n", r.Wait)
+		fmt.Fprintf(&b, "hand-over:   %s (Unlock called to the next waiter's grant)\n", r.Handover)
+		fmt.Fprintf(&b, "push:        %s (a hand-over in Redis to its push reaching the waiter, as the Observer estimates it)\n", r.Push)
+	}
 	fmt.Fprintf(&b, "fairness:    Jain's index %.4f over %d workers (grants per worker %d to %d); largest wait %.1fms (%s)\n",
 		r.Fairness.Jain, r.Fairness.Workers, r.Fairness.MinGrants, r.Fairness.MaxGrants, r.Fairness.LargestWait, r.Fairness.LargestWaitBy)
 	fmt.Fprintf(&b, "pauses:      longest %.1fms in which no client saw anything happen\n", r.Pause)

@@ -213,6 +213,9 @@ func lockKey(c config, name string) string {
 	if kind, ok := weightedKinds[c.Kind]; ok {
 		k, err = queue.Weighted(c.Prefix, name, kind)
 	}
+	if c.Kind == runElection {
+		k, err = queue.Election(c.Prefix, name)
+	}
 	if err != nil {
 		return name // not reached: the run's names are valid
 	}

@@ -18,11 +18,14 @@ type worker struct {
 	id     string
 	client *fairlock.Client // the worker's client
 	// One handle per lock name, of the worker's client, of the run's kind:
-	// Mutexes (the mutex and multilock kinds), Semaphores or RWMutexes.
-	mutexes []*fairlock.Mutex
-	sems    []*fairlock.Semaphore
-	rws     []*fairlock.RWMutex
-	rng     *rand.Rand // used by the worker's goroutine only
+	// Mutexes (the mutex and multilock kinds), Semaphores, RWMutexes or
+	// Elections.
+	mutexes   []*fairlock.Mutex
+	sems      []*fairlock.Semaphore
+	rws       []*fairlock.RWMutex
+	elections []*fairlock.Election
+	rng       *rand.Rand // used by the worker's goroutine only
+	made      int        // attempts made: numbers an election candidate's value; used by the worker's goroutine only
 
 	mu        sync.Mutex
 	cur       *attempt // the attempt in progress; guarded by mu
@@ -61,6 +64,17 @@ func (w *worker) fail(format string, args ...any) {
 			a.Err = msg
 		} else {
 			a.Err += "; " + msg
+		}
+	})
+}
+
+// leaseLost notes that the attempt in progress lost the lease of its
+// hold, and, the first time, when the worker saw it (attempt.Lost).
+func (w *worker) leaseLost() {
+	now := wall(time.Now())
+	w.update(func(a *attempt) {
+		if !a.LeaseLost {
+			a.LeaseLost, a.Lost = true, now
 		}
 	})
 }
@@ -122,6 +136,8 @@ func (w *worker) attempt(cfg *config, rec recorder) {
 		w.semaphoreAttempt(cfg, rec)
 	case runRWMutex:
 		w.rwAttempt(cfg, rec)
+	case runElection:
+		w.electionAttempt(cfg, rec)
 	default:
 		m := w.mutexes[w.rng.IntN(len(w.mutexes))]
 		w.lockMutex(m, w.draw(cfg), cfg, rec)
@@ -200,13 +216,13 @@ func (w *worker) lockOne(l single, a attempt, p plan, cfg *config, rec recorder,
 		return
 	}
 	token, err := l.Token(held)
-	w.update(func(a *attempt) {
-		a.Granted, a.Token = end, token
+	w.update(func(a *attempt) { a.Granted, a.Token = end, token })
+	switch {
+	case errors.Is(err, fairlock.ErrLeaseLost):
 		// A quorum hold's first Token commits the token to a majority,
 		// and fails with the lease when it cannot.
-		a.LeaseLost = a.LeaseLost || errors.Is(err, fairlock.ErrLeaseLost)
-	})
-	if err != nil && !errors.Is(err, fairlock.ErrLeaseLost) {
+		w.leaseLost()
+	case err != nil:
 		w.fail("token: %v", err)
 	}
 	keep(held, token)
@@ -323,7 +339,7 @@ func (w *worker) hold(h holding, d time.Duration, depth int) {
 	held := h.held
 	lost := func(err error) bool {
 		if errors.Is(err, fairlock.ErrLeaseLost) {
-			w.update(func(a *attempt) { a.LeaseLost = true })
+			w.leaseLost()
 			return true
 		}
 		return false

@@ -185,3 +185,38 @@ func TestACLWithoutTheElectionsChannel(t *testing.T) {
 	require.ErrorIs(t, err, fairlock.ErrNoPermission)
 	t.Logf("Observe: %v", err)
 }
+
+// A Proclaim sent while Redis restarts is sent again until Redis answers
+// (within the call timeout), as a TryLock's attempt is: the value is
+// written once the server is back, with the leadership it kept on disk.
+func TestAProclaimRidesOutARestart(t *testing.T) {
+	t.Parallel()
+	srv, err := redistest.Start("--appendonly", "yes", "--appendfsync", "always")
+	require.NoError(t, err)
+	t.Cleanup(srv.Stop)
+	e := serverEnv(t, srv)
+	el := e.client().Election("restart-proclaim")
+	lead, err := el.Campaign(soon(t), "before")
+	require.NoError(t, err)
+
+	srv.Kill()
+	done := make(chan error, 1)
+	go func() { done <- el.Proclaim(lead, "after") }()
+	time.Sleep(2 * time.Second) // longer than go-redis's own retries of a refused connection
+	select {
+	case err := <-done:
+		t.Fatalf("Proclaim returned while Redis was down: %v", err)
+	default:
+	}
+	require.NoError(t, srv.Restart())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Proclaim did not return within 10s of the restart")
+	}
+	l, err := el.Leader(soon(t))
+	require.NoError(t, err)
+	require.Equal(t, "after", l.Value)
+	require.NoError(t, el.Resign(lead))
+}

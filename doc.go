@@ -49,8 +49,8 @@
 // not re-entrant, and a RWMutex's read hold cannot be upgraded
 // (ErrWouldDeadlock).
 //
-// Election elects one leader among candidates, in the order they began
-// to campaign: Campaign returns the leadership's context, which ends when
+// Election elects one leader among candidates, in the order they joined
+// the line: Campaign returns the leadership's context, which ends when
 // the leadership does (Resign hands it to the next candidate by push, a
 // lost lease ends it with ErrLeaseLost), and the leadership's term is its
 // fencing token. Leader reads the leadership, with the value its leader

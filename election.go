@@ -18,7 +18,7 @@ import (
 const MaxValueLen = queue.MaxValueLen
 
 // Election is a handle on one named leader election. Candidates wait in
-// one line, in the order they began to campaign, and the first is the
+// one line, in the order they joined it, and the first is the
 // leader until it resigns or its lease is lost; then the next is told
 // at once, by push. Each leadership has a term, the fencing token of its
 // grant, which rises with every election, and a value, which its leader
@@ -107,7 +107,7 @@ func checkValue(value string) error {
 }
 
 // Campaign waits until this candidate is elected, in the order the
-// candidates began to campaign, or until ctx ends. It returns the
+// candidates joined the line, or until ctx ends. It returns the
 // leadership's context, as Mutex.Lock returns a hold's: it keeps ctx's
 // values but not its deadline or cancellation, and it is cancelled when
 // the leadership ends: at Resign, when the lease is lost (context.Cause is

@@ -208,8 +208,9 @@ func (e *Election) proclaim(ctx context.Context, h fair.Held, value string) erro
 // leadership's context is cancelled. With nobody in line, the election
 // has no leader, and its observers are told so. It fails with ErrNotHeld
 // when ctx carries no live leadership of this election (wrapping
-// ErrLeaseLost when it was lost before). ctx's deadline bounds it as it
-// bounds Mutex.Unlock.
+// ErrLeaseLost when it was lost before), and with ErrLeaseLost when Redis
+// no longer had it (its lease ran out, a failover lost it), as Unlock
+// does. ctx's deadline bounds it as it bounds Mutex.Unlock.
 func (e *Election) Resign(ctx context.Context) error {
 	if err := e.usable(ctx); err != nil {
 		return notHeld(err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fairlock/fairlock"
@@ -90,22 +91,62 @@ func TestAnElectionAcrossARestart(t *testing.T) {
 	require.NoError(t, other.Resign(next))
 }
 
-// Across a Sentinel failover the election goes on: the candidates in line
-// are elected in turn, terms keep rising, and the observer, whose
-// connection moved to the new primary, ends with the final state.
-func TestAnElectionAcrossASentinelFailover(t *testing.T) {
+// Across a failover (a Sentinel's, a Cluster master's) the election goes
+// on: the candidates in line are elected in turn, terms keep rising, and
+// the observer, whose connection moved to the new primary, ends with the
+// final state.
+func TestAnElectionAcrossAFailover(t *testing.T) {
 	redistest.Slow(t)
 	t.Parallel()
-	set := redistest.SentinelFor(t, 1, 3)
+	const name = "failover"
+	for _, tc := range []struct {
+		name string
+		// start returns a client factory of a deployment and the failure
+		// to inject, which returns once it failed over.
+		start func(t *testing.T, prefix string) (dial func() redis.UniversalClient, fail func())
+	}{
+		{"Sentinel", func(t *testing.T, _ string) (func() redis.UniversalClient, func()) {
+			set := redistest.SentinelFor(t, 1, 3)
+			return func() redis.UniversalClient { return set.Client(t) }, func() {
+				old, err := set.KillPrimary(context.Background())
+				require.NoError(t, err)
+				_, err = set.WaitFailover(old, 30*time.Second)
+				require.NoError(t, err)
+			}
+		}},
+		{"Cluster", func(t *testing.T, prefix string) (func() redis.UniversalClient, func()) {
+			cluster := redistest.ClusterFor(t, 3, 1)
+			k, err := queue.Election(prefix, name)
+			require.NoError(t, err)
+			return func() redis.UniversalClient { return cluster.Client(t) }, func() {
+				master, err := cluster.MasterOf(context.Background(), k.Lock)
+				require.NoError(t, err)
+				require.NoError(t, cluster.Kill(master))
+				_, err = cluster.WaitFailover(k.Lock, master, 30*time.Second)
+				require.NoError(t, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			prefix := redistest.Prefix(t)
+			dial, fail := tc.start(t, prefix)
+			electionAcrossAFailover(t, prefix, name, dial, fail)
+		})
+	}
+}
+
+// electionAcrossAFailover runs TestAnElectionAcrossAFailover's election
+// on the deployment dial reaches, fail failing it over with the leader
+// and two candidates in line.
+func electionAcrossAFailover(t *testing.T, prefix, name string, dial func() redis.UniversalClient, fail func()) {
 	ctx := context.Background()
-	prefix := redistest.Prefix(t)
 	newClient := func() *fairlock.Client {
-		c, err := fairlock.New(set.Client(t), fairlock.WithPrefix(prefix), fairlock.WithLease(3*time.Second), fairlock.WithWaiterTTL(3*time.Second))
+		c, err := fairlock.New(dial(), fairlock.WithPrefix(prefix), fairlock.WithLease(3*time.Second), fairlock.WithWaiterTTL(3*time.Second))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	name := "failover"
 	a, b := newClient().Election(name), newClient().Election(name)
 	views := observe(t, newClient().Election(name))
 	lead, err := a.Campaign(soon(t), "a")
@@ -113,23 +154,20 @@ func TestAnElectionAcrossASentinelFailover(t *testing.T) {
 	term, err := a.Term(lead)
 	require.NoError(t, err)
 	views.until("a's leadership", leading("a", term))
+	k, err := queue.Election(prefix, name)
+	require.NoError(t, err)
+	probe := dial()
 	var waits []<-chan campaigned
 	for i, v := range []string{"b1", "b2"} {
 		waits = append(waits, campaignAsync(ctx, b, v))
-		k, err := queue.Election(prefix, name)
-		require.NoError(t, err)
-		probe := set.Client(t)
 		require.Eventually(t, func() bool { return probe.LLen(ctx, k.Queue).Val() == int64(i+1) }, 10*time.Second, 2*time.Millisecond)
 	}
-	old, err := set.KillPrimary(ctx)
-	require.NoError(t, err)
-	_, err = set.WaitFailover(old, 30*time.Second)
-	require.NoError(t, err)
+	fail()
 
 	// a resigns, or had lost its leadership in the failover; either way
 	// b's candidates follow, in order, under rising terms.
 	if err := a.Resign(lead); err != nil {
-		require.ErrorIs(t, err, fairlock.ErrNotHeld)
+		require.ErrorIs(t, err, fairlock.ErrLeaseLost)
 	}
 	for _, w := range waits {
 		var got campaigned

@@ -63,6 +63,17 @@ func (m *QuorumModel) Lapse(what, id string) {
 	}
 }
 
+// Leadership returns the entry of the hold and its value, when the hold
+// has an owner and a value (a candidate's grant wrote one): what a run on
+// several masters checks of each master's hold, without a copy of the
+// whole state at every step.
+func (m *QuorumModel) Leadership() (entry, value string, ok bool) {
+	if m.hold == nil || m.hold.Owner == "" || !m.hold.HasValue {
+		return "", "", false
+	}
+	return m.hold.Entry, m.hold.Value, true
+}
+
 // Places calls f with the entry of the hold (deadline 0), when it has an
 // owner, and with each entry in line and its deadline: what a run on
 // several masters watches to see a waiter lose its place, without a copy

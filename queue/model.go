@@ -65,6 +65,24 @@ type HoldState struct {
 	HasValue bool
 }
 
+// lead makes the hold a leadership whose value is value: the field
+// 'value' that a candidate's grant writes (present, however empty).
+func (h *HoldState) lead(value string) { h.Value, h.HasValue = value, true }
+
+// proclaim is the step of proclaim.lua that every deployment shares: the
+// hold, when it is owner's under entry, takes value as its value, and
+// proclaim reports whether it did. A hold whose entry was cleared is
+// nobody's (the script reads the field as absent, which no argument
+// equals). Like the script, it asks no more than that: a hold given to
+// an entry that is no candidate takes a value too.
+func (h *HoldState) proclaim(owner, entry, value string) bool {
+	if h.Entry == "" || h.Owner != owner || h.Entry != entry {
+		return false
+	}
+	h.lead(value)
+	return true
+}
+
 // Receipt is what one call that changed a hold left behind: its answer,
 // as the scripts store it ("<token>:<count>" for acquire, "<count>" for
 // release), and when the receipt expires.
@@ -252,13 +270,8 @@ func (m *Model) prune() (head string, deadline int64, ok bool) {
 func (m *Model) take(owner, entry string, ttl int64) int64 {
 	token := m.counter.next(m.srv.now, ttl)
 	m.hold = &HoldState{Owner: owner, Count: 1, Token: token, Entry: entry, Since: m.srv.now}
-	if IsCandidate(entry) {
-		value := m.values[entry]
-		if c := m.srv.candidacy; c != nil && c.entry == entry {
-			value = c.value
-		}
-		delete(m.values, entry)
-		m.hold.Value, m.hold.HasValue = value, true
+	if value, ok := m.grantValue(m.srv.candidacy, entry); ok {
+		m.hold.lead(value)
 		m.tellLeader()
 	}
 	m.expireHold(ttl)
@@ -271,8 +284,8 @@ func (m *Model) take(owner, entry string, ttl int64) int64 {
 // until the entry leaves the line or is granted.
 func (m *Model) join(entry string, now, ttl int64) int {
 	place := m.line.join(entry, now, ttl)
-	if c := m.srv.candidacy; place > 0 && c != nil && c.entry == entry {
-		m.values[entry] = c.value
+	if place > 0 {
+		m.keepValue(m.srv.candidacy, entry)
 	}
 	return place
 }

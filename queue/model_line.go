@@ -25,11 +25,13 @@ type line struct {
 	joined    map[string]int64 // entry -> server time (ms) it joined the line
 	// values is the hash P:{N}:values of an election: the value of each
 	// candidate in line (see IsCandidate), by entry, from the call that
-	// joins it to the line (see Model.join) until it leaves the line
-	// (leave, prune) or is granted (Model.take moves it into the hold;
-	// popHead leaves it to that). nil for a line whose waiters are never
-	// candidates, a weighted or a quorum lock's: the scripts forget a
-	// candidate's value in every line, but none is ever written there.
+	// joins it to the line (keepValue) until it leaves the line (leave,
+	// prune) or is granted (grantValue moves it into the hold; popHead
+	// leaves it to that). A Mutex's line and a quorum lock's keep one, as
+	// lib.lua's join and qlib.lua's queue_join write it; nil for a
+	// weighted lock's, whose waiters are never candidates: the scripts
+	// forget a candidate's value in every line, but none is ever written
+	// there.
 	values map[string]string
 }
 
@@ -43,9 +45,12 @@ func newMutexLine() line {
 	return l
 }
 
-// newOrderedLine returns the line of a quorum lock.
+// newOrderedLine returns the line of a quorum lock, which may hold an
+// election's candidates, and their values, as a Mutex's does.
 func newOrderedLine() line {
-	return line{deadlines: map[string]int64{}, tickets: map[string]int64{}, joined: map[string]int64{}}
+	l := newMutexLine()
+	l.tickets = map[string]int64{}
+	return l
 }
 
 // keyLess reports whether the key (ticket t1, entry e1) comes before (t2,
@@ -145,6 +150,36 @@ func (l *line) forgetValue(entry string) {
 	if IsCandidate(entry) {
 		delete(l.values, entry)
 	}
+}
+
+// keepValue writes the value of the candidate whose call the running
+// script is (c; nil for none) beside the line, when entry, which has just
+// joined it, is that candidate's: a join of lib.lua and a queue_join of
+// qlib.lua. A heartbeat writes none (its caller does not call this), so
+// the value an entry joined with stays until the entry leaves the line
+// or is granted.
+func (l *line) keepValue(c *candidacy, entry string) {
+	if c != nil && c.entry == entry {
+		l.values[entry] = c.value
+	}
+}
+
+// grantValue returns the value a grant to entry gives its hold, and
+// whether the grant is a leadership at all (entry is a candidate): the
+// value of the call that runs, when the call is the candidate's own (c),
+// else the one the entry joined the line with, or "" when it joined with
+// none. The value leaves the values beside the line either way. It is
+// the step that lib.lua's take and qlib.lua's quorum_value share.
+func (l *line) grantValue(c *candidacy, entry string) (value string, ok bool) {
+	if !IsCandidate(entry) {
+		return "", false
+	}
+	value = l.values[entry]
+	if c != nil && c.entry == entry {
+		value = c.value
+	}
+	delete(l.values, entry)
+	return value, true
 }
 
 // prune drops waiters from the head of the line while the head has no

@@ -129,10 +129,7 @@ func (m *Model) Acquire(call, owner, entry string, lease, waiterTTL int64, mode 
 // entry's own value. For an entry that is no candidate, value is
 // ignored, as the script ignores ARGV[8].
 func (m *Model) Campaign(call, owner, entry string, lease, waiterTTL int64, mode, value string) Reply {
-	if IsCandidate(entry) {
-		m.srv.candidacy = &candidacy{entry: entry, value: value}
-		defer func() { m.srv.candidacy = nil }()
-	}
+	defer m.srv.campaign(entry, value)()
 	return m.Acquire(call, owner, entry, lease, waiterTTL, mode)
 }
 
@@ -146,10 +143,9 @@ func (m *Model) Campaign(call, owner, entry string, lease, waiterTTL int64, mode
 // equals). Like the script, it asks no more than that: a hold given to
 // an entry that is no candidate takes a value too.
 func (m *Model) Proclaim(owner, entry, value string) bool {
-	if m.hold == nil || m.hold.Entry == "" || m.hold.Owner != owner || m.hold.Entry != entry {
+	if m.hold == nil || !m.hold.proclaim(owner, entry, value) {
 		return false
 	}
-	m.hold.Value, m.hold.HasValue = value, true
 	m.tellLeader()
 	return true
 }

@@ -7,9 +7,10 @@ import (
 
 // QuorumModel is a reference model of the scripts of a quorum lock on one
 // of its masters (qtry, qjoin, qcancel, qrelease, qrenew, qcommit and
-// qforce, after lua/qlib.lua), in plain Go, as Model is
-// of a Mutex's: the same keys, the same steps and the same answers. A
-// lock held on N masters is N of them, each on a Server of its own.
+// qforce, after lua/qlib.lua, and proclaim.lua on a quorum's election), in
+// plain Go, as Model is of a Mutex's: the same keys, the same steps and
+// the same answers. A lock held on N masters is N of them, each on a
+// Server of its own.
 //
 // Its line is ordered by ticket, (ticket, entry) ascending, the same
 // order on every master; its hold records the holder's ticket and the
@@ -30,13 +31,23 @@ import (
 // and below 2^53, where a Redis zset score and a Lua number are exact.
 // Entries are well formed, with a hex waiter id (see Entry).
 //
+// A quorum lock's line may hold an election's candidates, as a Mutex's
+// may (see Model): their values wait beside the line (P:{N}:q:values),
+// the grant of a master's hold to a candidate moves its value into the
+// hold, and every change of a master's hold of a candidate is told on
+// the lock's leader channel, <key>:leader: a grant, a new value (QProclaim),
+// a committed token (QCommit), and a hold that ends (a release, a cancel,
+// a yield, a forced removal), whether or not a hand-over follows. Which
+// leadership a majority of the masters holds is for their readers to
+// work out; each master tells of its own hold.
+//
 // A QuorumModel is not safe for concurrent use.
 type QuorumModel struct {
 	srv *Server
 	key string // the hash key P:{N}:q
 
 	hold     *QuorumHold      // the hash P:{N}:q; nil when there is none
-	line                      // the zset P:{N}:q:queue and the zset P:{N}:q:deadline
+	line                      // the zsets P:{N}:q:queue and P:{N}:q:deadline, and the hash P:{N}:q:values
 	token    counter          // K, the key P:{N}:q:token
 	ticket   counter          // C, the key P:{N}:q:ticket
 	gone     map[string]int64 // the tombstones P:{N}:q:gone:<waiter id>: server time (ms) each expires
@@ -56,6 +67,15 @@ type QuorumHold struct {
 	// it to expire at, which later calls only move later (a lower bound
 	// of ExpiresAt, on the scripts' clock); 0 when not written.
 	Expires int64
+	// Vseq is the field vseq: the sequence number of the leader's
+	// Proclaim call that wrote Value (QProclaim), so that a reading of
+	// a majority takes the latest value; HasVseq says whether the hash
+	// has the field. A grant writes none, and a grant that writes over
+	// the hash of a hold that has just ended (a release's hand-over)
+	// leaves the ended hold's, as it leaves every field it does not
+	// write (Value too, for a grant to an entry that is no candidate).
+	Vseq    int64
+	HasVseq bool
 }
 
 // QuorumState is everything a QuorumModel holds at one instant.
@@ -71,6 +91,7 @@ type QuorumState struct {
 	TicketAt  int64            // when Ticket > 0: server time (ms) at which it expires
 	Gone      map[string]int64 // waiter id -> server time (ms) at which its tombstone expires
 	Receipts  map[string]Receipt
+	Values    map[string]string // the values of the candidates in line, by entry (P:{N}:q:values)
 }
 
 // QuorumReply is the answer of one quorum script, as lua.QReply reads it;
@@ -140,7 +161,7 @@ func (m *QuorumModel) Clone() *QuorumModel {
 		c.hold = &h
 	}
 	c.line = line{queue: slices.Clone(m.queue), deadlines: maps.Clone(m.deadlines), tickets: maps.Clone(m.tickets),
-		joined: map[string]int64{}}
+		joined: map[string]int64{}, values: maps.Clone(m.values)}
 	c.token, c.ticket = m.token, m.ticket
 	c.gone, c.receipts = maps.Clone(m.gone), maps.Clone(m.receipts)
 	c.flaws = m.flaws
@@ -177,6 +198,7 @@ func (m *QuorumModel) State() QuorumState {
 		TicketAt:  m.ticket.tokenEnd,
 		Gone:      maps.Clone(m.gone),
 		Receipts:  maps.Clone(m.receipts),
+		Values:    maps.Clone(m.values),
 	}
 	if m.hold != nil {
 		h := *m.hold
@@ -185,15 +207,11 @@ func (m *QuorumModel) State() QuorumState {
 	return s
 }
 
-// Drain returns the messages published on the lock's wake channels since
-// they were last drained, oldest first, and forgets them.
-func (m *QuorumModel) Drain() []string {
-	var msgs []string
-	for _, w := range m.srv.drain(m.key) {
-		msgs = append(msgs, w.Message)
-	}
-	return msgs
-}
+// Drain returns the messages published on the lock's wake channels and
+// on its leader channel since they were last drained, in the order they
+// were published, and forgets them: a message on the leader channel has
+// Leader set (its Message is LeaderMessage).
+func (m *QuorumModel) Drain() []Wake { return m.srv.drain(m.key) }
 
 // qclock is the clock of one script run: the scripts' time in ms and in
 // µs (TIME plus the skew), and how long counters are kept at least (the
@@ -275,8 +293,15 @@ func (m *QuorumModel) prune(now int64) (head string, deadline int64, ok bool) {
 
 // take makes owner the holder under a fresh token (drawn as draw_token
 // does, with the run's keep), records the entry it was given to, and lets the
-// hold expire after ttl ms. HSET writes over a hash that is there (one
-// without an owner), and keeps its other fields.
+// hold expire after ttl ms. HSET writes over a hash that is there (that
+// of a hold that has just ended: see handOver), emptying the head it
+// was asked to yield to, and keeps its other fields.
+//
+// A candidate's grant is a leadership, as a Mutex's (see Model.take):
+// its value moves from beside the line, or from the call that runs when
+// the call is the candidate's own, into the hold (quorum_value), and the
+// election's observers are told, before the hold's PEXPIRE: a hold
+// given a lease of 0 ms is told all the same, and gone at once.
 func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
 	token := m.token.drawQuorum(c.now, ttl, c.keep)
 	m.token.expire(m.srv.now)
@@ -284,9 +309,36 @@ func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
 		m.hold = &QuorumHold{}
 	}
 	m.hold.Owner, m.hold.Count, m.hold.Token, m.hold.Entry, m.hold.Since = owner, 1, token, entry, c.now
-	m.hold.Expires = c.now + ttl
+	m.hold.Expires, m.hold.Inquired = c.now+ttl, ""
+	if value, ok := m.grantValue(m.srv.candidacy, entry); ok {
+		m.hold.lead(value)
+		m.tellLeader()
+	}
 	m.expireHold(ttl)
 	return token
+}
+
+// tellLeader is lib.lua's tell_leader on the lock: it publishes
+// LeaderMessage on its leader channel, <key>:leader.
+func (m *QuorumModel) tellLeader() { m.srv.publishLeader(m.key) }
+
+// ended is qlib.lua's quorum_ended: the hold here, given to entry ("" for
+// none known), has ended, and its end is told when it was a candidate's.
+// A hand-over that follows tells again, of its own grant.
+func (m *QuorumModel) ended(entry string) {
+	if IsCandidate(entry) {
+		m.tellLeader()
+	}
+}
+
+// join is qlib.lua's queue_join: entry joins the ordered line with
+// ticket, or moves its deadline (a heartbeat); an entry that joins as
+// the candidate of the call that runs has its value written beside the
+// line, as a Mutex's join writes it.
+func (m *QuorumModel) join(entry string, now, ttl, ticket int64) {
+	if m.joinByTicket(entry, now, ttl, ticket) > 0 {
+		m.keepValue(m.srv.candidacy, entry)
+	}
 }
 
 // blocked reports whether a live waiter with a smaller key than the hold
@@ -306,13 +358,22 @@ func (m *QuorumModel) blocked(h *QuorumHold, now int64) (bool, string) {
 // handOver is quorum_hand_over: the free lock goes to the live head of
 // the line, for its lease but no longer than its waiter deadline, and the
 // hold records the head's ticket. The head is told with "<entry> <token>"
-// (and " <time in µs>" for an entry that is Timed).
+// (and " <time in µs>" for an entry that is Timed), after the leader
+// channel when its grant is a leadership (see take).
+//
+// ended says that the hash still holds a hold that has just ended (a
+// release's): the new hold is written over it (see take), and the hash
+// goes when nobody lives in line. Otherwise the lock is free, and its
+// hash is gone.
 //
 // A head whose entry names a lease of 0 is handed a hold that PEXPIRE
 // deletes at once, with its ticket. Entry never makes such an entry.
-func (m *QuorumModel) handOver(c qclock) {
+func (m *QuorumModel) handOver(c qclock, ended bool) {
 	head, deadline, ok := m.prune(c.now)
 	if !ok {
+		if ended {
+			m.hold = nil
+		}
 		return
 	}
 	ticket := m.tickets[head]
@@ -345,5 +406,5 @@ func (m *QuorumModel) settle(c qclock) {
 		m.inquire(h, c)
 		return
 	}
-	m.handOver(c)
+	m.handOver(c, false)
 }

@@ -8,6 +8,12 @@ import (
 // The quorum lock's scripts on one master, each the model of the script
 // of the same name (lua/q*.lua): arguments in the script's order, without
 // the keys and the wake channel. Times are in ms, skew in µs.
+//
+// The tries and joins of an election's candidate carry its value last
+// (ARGV[9]), as lua.Call.WithValue adds it: "" sends none, and the
+// scripts then campaign with no value of the call's own (a value beside
+// the line, or "", becomes the leadership's at a grant). A value given
+// for an entry that is no candidate is ignored, as the scripts ignore it.
 
 // QTry is qtry.lua: owner's Lock call with entry takes the free lock
 // (mode ModeTry: the doorway), claims a grant made to entry, or adds a
@@ -19,7 +25,11 @@ import (
 // that finds its receipt answers from it. A fresh try never passes a live
 // waiter: when the lock is free while one waits, the lock goes to the
 // head and the try is refused. lease 0 keeps the expiry of the hold.
-func (m *QuorumModel) QTry(call, owner, entry string, lease, waiterTTL int64, mode string, receiptTTL, skew int64) QuorumReply {
+//
+// A candidate's grant, its own or the head's, is a leadership (see take);
+// value is its call's (see above).
+func (m *QuorumModel) QTry(call, owner, entry string, lease, waiterTTL int64, mode string, receiptTTL, skew int64, value string) QuorumReply {
+	defer m.campaign(entry, value)()
 	c := m.begin(waiterTTL, skew)
 	answer := func(state int, token int64, count int) QuorumReply {
 		return QuorumReply{State: state, Token: token, Count: count, Ticket: m.ticket.lastToken, Now: c.us, Counter: m.token.lastToken}
@@ -70,7 +80,12 @@ func (m *QuorumModel) QTry(call, owner, entry string, lease, waiterTTL int64, mo
 // least min(lease, waiterTTL) more. Then the lock settles (a hand-over, an
 // inquiry). The answer has State (-1 when the entry's call is buried),
 // Token, Lower, Hint, Counter (K) and Now (µs).
-func (m *QuorumModel) QJoin(owner, entry string, lease, waiterTTL, ticket, yield, skew int64) QuorumReply {
+//
+// A candidate that joins (again, after a yield) with value writes it
+// beside the line (see join); its yield is told on the leader channel,
+// before whatever the settling tells.
+func (m *QuorumModel) QJoin(owner, entry string, lease, waiterTTL, ticket, yield, skew int64, value string) QuorumReply {
+	defer m.campaign(entry, value)()
 	c := m.begin(waiterTTL, skew)
 	if m.buried(entry) {
 		return QuorumReply{State: -1, Hint: 1, Counter: m.token.lastToken, Now: c.us}
@@ -81,6 +96,7 @@ func (m *QuorumModel) QJoin(owner, entry string, lease, waiterTTL, ticket, yield
 	h := m.held()
 	if h != nil && h.Entry == entry && yield != 0 && h.Token == yield {
 		m.hold, h = nil, nil
+		m.ended(entry)
 	}
 	lower := false
 	if h != nil && h.Entry == entry {
@@ -90,7 +106,7 @@ func (m *QuorumModel) QJoin(owner, entry string, lease, waiterTTL, ticket, yield
 		}
 		lower = m.inquire(h, c)
 	} else {
-		m.joinByTicket(entry, c.now, waiterTTL, ticket)
+		m.join(entry, c.now, waiterTTL, ticket)
 		switch {
 		case h == nil:
 			m.settle(c)
@@ -111,8 +127,9 @@ func (m *QuorumModel) QJoin(owner, entry string, lease, waiterTTL, ticket, yield
 }
 
 // QCancel is qcancel.lua: entry's Lock call gives up. The entry leaves
-// the line and is buried for tomb ms, a hold of it is given up, and the
-// lock settles. It reports whether a hold was given up.
+// the line (a candidate's value with it) and is buried for tomb ms, a
+// hold of it is given up (told, a candidate's), and the lock settles. It
+// reports whether a hold was given up.
 func (m *QuorumModel) QCancel(entry string, waiterTTL, tomb, skew int64) bool {
 	c := m.begin(waiterTTL, skew)
 	m.leave(entry)
@@ -120,6 +137,7 @@ func (m *QuorumModel) QCancel(entry string, waiterTTL, tomb, skew int64) bool {
 	dropped := false
 	if h := m.held(); h != nil && h.Entry == entry {
 		m.hold, dropped = nil, true
+		m.ended(entry)
 	}
 	m.settle(c)
 	return dropped
@@ -135,6 +153,10 @@ func (m *QuorumModel) QCancel(entry string, waiterTTL, tomb, skew int64) bool {
 // and Count; a call that finds its receipt answers from it, and a last
 // one that finds entry buried (the tombstone is its receipt) answers
 // State 1, Count 0.
+//
+// A hold that ends is handed over in place: the next hold is written
+// over its hash (see handOver), whose grant is told first when it is a
+// leadership, and then the end of the hold, when it was a candidate's.
 func (m *QuorumModel) QRelease(call, owner, entry string, committed, lease int64, last bool, waiterTTL, tomb, receiptTTL, skew int64) QuorumReply {
 	if r, ok := m.receipts[call]; ok {
 		count, err := strconv.Atoi(r.Answer)
@@ -164,18 +186,21 @@ func (m *QuorumModel) QRelease(call, owner, entry string, committed, lease int64
 		m.receipts.keep(call, strconv.Itoa(h.Count), m.srv.now, receiptTTL)
 		return QuorumReply{State: 1, Count: h.Count}
 	}
-	m.hold = nil
 	// K at or above the committed token already (a commit here raised
 	// it) is kept until the clock term has passed it: nothing to write.
+	// Raised first, the token a hand-over draws is above it, as the
+	// script draws it above the committed token.
 	if committed != 0 && m.token.lastToken < committed && m.flaws&flawNoReleaseRaise == 0 {
 		m.token.raise(committed, c.now, m.srv.now, waiterTTL)
 	}
 	m.leave(entry)
 	m.bury(entry, tomb)
-	if h.Entry != entry {
-		m.bury(h.Entry, tomb)
+	over := h.Entry // h is the hash, which the hand-over writes over
+	if over != entry {
+		m.bury(over, tomb)
 	}
-	m.settle(c)
+	m.handOver(c, true)
+	m.ended(over)
 	return QuorumReply{State: 1}
 }
 
@@ -197,7 +222,8 @@ func (m *QuorumModel) QRenew(owner string, lease int64) QuorumReply {
 // ms, and until the clock term has passed it); the hold's expiry is left
 // as it is. The answer is
 // State 1 with Token t, 2 with the hold's larger Token, or 0 with Counter
-// (K) when owner does not hold here.
+// (K) when owner does not hold here. A candidate's hold whose token
+// changes is told: the committed token is the leadership's term.
 func (m *QuorumModel) QCommit(owner string, t, lease, waiterTTL, skew int64) QuorumReply {
 	c := m.begin(waiterTTL, skew)
 	h := m.held()
@@ -210,19 +236,50 @@ func (m *QuorumModel) QCommit(owner string, t, lease, waiterTTL, skew int64) Quo
 	if m.flaws&flawNoCommitRaise == 0 {
 		m.token.raise(t, c.now, m.srv.now, max(lease, waiterTTL))
 	}
+	if h.Token != t && IsCandidate(h.Entry) {
+		m.tellLeader() // a leadership's term is its committed token
+	}
 	h.Token = t
 	return QuorumReply{State: 1, Token: t}
 }
 
 // QForce is qforce.lua: the hold goes, whoever owns it (a hash without
 // an owner too), and the lock settles. It reports whether there was one.
+// The holder's Client is told first (Revoked), then the election's
+// observers, when the hold was a candidate's.
 func (m *QuorumModel) QForce(waiterTTL, skew int64) bool {
 	c := m.begin(waiterTTL, skew)
 	removed := m.hold != nil
 	if removed && m.hold.Entry != "" {
 		m.srv.publish(m.key, Revoked(m.hold.Entry))
+		m.ended(m.hold.Entry)
 	}
 	m.hold = nil
 	m.settle(c)
 	return removed
+}
+
+// QProclaim is proclaim.lua on this master of a quorum's election (the
+// binding lua.Scripts.QProclaim): the hold, when it is owner's under
+// entry, takes value as its value and seq, the sequence number of the
+// leader's Proclaim calls, as its vseq, and the election's observers
+// are told; the hold's expiry stays. It returns false, having written
+// nothing, when the hold is not owner's under entry (see
+// HoldState.proclaim). It reads no clock.
+func (m *QuorumModel) QProclaim(owner, entry, value string, seq int64) bool {
+	if m.hold == nil || !m.hold.proclaim(owner, entry, value) {
+		return false
+	}
+	m.hold.Vseq, m.hold.HasVseq = seq, true
+	m.tellLeader()
+	return true
+}
+
+// campaign is Server.campaign for a call of entry whose value is its
+// ARGV[9]: "" is none (see the top of this file).
+func (m *QuorumModel) campaign(entry, value string) (end func()) {
+	if value == "" {
+		return func() {}
+	}
+	return m.srv.campaign(entry, value)
 }

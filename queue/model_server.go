@@ -39,6 +39,19 @@ type Server struct {
 // campaigns with.
 type candidacy struct{ entry, value string }
 
+// campaign makes the call of entry, which the next script runs, campaign
+// with value, when entry is a candidate (the scripts ignore a value given
+// for another entry), and returns what ends the run's candidacy: call it
+// once the script has run (a script run's candidacy is lib.lua's, which
+// begin clears).
+func (s *Server) campaign(entry, value string) (end func()) {
+	if !IsCandidate(entry) {
+		return func() {}
+	}
+	s.candidacy = &candidacy{entry: entry, value: value}
+	return func() { s.candidacy = nil }
+}
+
 // Wake is a wake message, and the lock on whose wake channels it was
 // published (the lock's channel of the entry's Client; see Keys.WakeOf);
 // or, when Leader is set, a message on the lock's leader channel,

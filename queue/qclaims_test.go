@@ -19,7 +19,8 @@ import (
 type history struct {
 	q       int
 	calls   []*lockCall
-	skipped int // commits made without a round: a majority drew the token itself
+	skipped int   // commits made without a round: a majority drew the token itself
+	leads   leads // the masters' holds of candidates (see sim.lead)
 }
 
 // checkMutualExclusion reports two Lock calls whose clients believed
@@ -161,9 +162,16 @@ var simConfigs = []simConfig{
 	{masters: 5, clients: 4, calls: 1_500_000, offset: 20_000, giveUp: 0.1, crash: 0.02, pause: 0.05},
 }
 
+// checkValues reports a master's hold of a candidate whose value was not
+// the one the candidate campaigned with (see sim.lead).
+func checkValues(h history) error { return h.leads.wrong }
+
 // checkRun runs every checker on h.
 func checkRun(h history) (tokens, pairs int, err error) {
 	if err := checkMutualExclusion(h); err != nil {
+		return 0, 0, err
+	}
+	if err := checkValues(h); err != nil {
 		return 0, 0, err
 	}
 	if tokens, err = checkTokens(h); err != nil {
@@ -176,27 +184,31 @@ func checkRun(h history) (tokens, pairs int, err error) {
 }
 
 // The scripts' model on 3 and 5 masters, driven by clients that follow
-// the protocol, keeps every claim: no two clients believe they hold the
-// lock at once, committed tokens rise in commit order, a waiter whose
-// join reached a majority before another's doorway is served first, and
-// nobody is left waiting.
+// the protocol, half of them an election's candidates, keeps every claim:
+// no two clients believe they hold the lock at once, committed tokens rise
+// in commit order, a waiter whose join reached a majority before another's
+// doorway is served first, nobody is left waiting, and every master's
+// hold of a candidate has the candidate's value.
 func TestQuorumRunsKeepTheClaims(t *testing.T) {
 	for _, cfg := range simConfigs {
 		name := fmt.Sprintf("N=%d,clients=%d", cfg.masters, cfg.clients)
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			var tokens, pairs, skipped int
+			var tokens, pairs, skipped, held, told int
 			for _, seed := range seeds(t, 3) {
 				h := runSim(cfg, seed)
 				k, p, err := checkRun(h)
 				require.NoError(t, err, reproduce("TestQuorumRunsKeepTheClaims/"+name, seed))
 				tokens, pairs, skipped = tokens+k, pairs+p, skipped+h.skipped
+				held, told = held+h.leads.held, told+h.leads.told
 			}
+			require.Positive(t, held, "holds of candidates checked")
+			require.Positive(t, told, "changes of leaderships told")
 			require.Positive(t, tokens, "commits checked")
 			require.Positive(t, skipped, "commits a majority's equal tokens made needless, checked with the rest")
 			require.Less(t, skipped, tokens, "commits made by a round, checked with the rest")
 			require.Positive(t, pairs, "FIFO pairs checked")
-			t.Logf("%d commits checked, %d of them without a round", tokens, skipped)
+			t.Logf("%d commits checked, %d of them without a round; %d holds of candidates, %d changes told", tokens, skipped, held, told)
 		})
 	}
 }

@@ -45,6 +45,7 @@ type lockCall struct {
 	client *simClient
 	owner  string
 	entry  string
+	value  string // the value a candidate's call campaigns with; "" for a call of another client
 	ticket int64
 
 	// History (µs; -1 when it did not happen).
@@ -71,12 +72,16 @@ type lockCall struct {
 }
 
 // simClient is a process that makes one Lock call after another, each
-// with an owner id of its own.
+// with an owner id of its own. A client whose id is even campaigns in an
+// election: its Lock calls are candidates, each with a value of its own.
 type simClient struct {
 	id      int
 	owner   string
 	crashed bool
 }
+
+// candidate reports whether the client campaigns.
+func (cl *simClient) candidate() bool { return cl.id%2 == 0 }
 
 // startLock starts a Lock call of client cl: its doorway.
 func (s *sim) startLock(cl *simClient) {
@@ -89,7 +94,11 @@ func (s *sim) startLock(cl *simClient) {
 		joins: map[int][]int64{}, losses: map[int][]int64{}, views: make([]view, n),
 		firstJoin: make([]int64, n), lastAnswered: make([]int64, n), lastJoin: make([]int64, n)}
 	c.owner = cl.owner + "-" + strconv.Itoa(s.ids)
-	c.entry = queue.Entry(fmt.Sprintf("%016x%08x%s", s.ids, cl.id, queue.WakeVersion), simLease*time.Millisecond, c.owner)
+	version := queue.WakeVersion
+	if cl.candidate() {
+		version, c.value = queue.CandidateVersion, "the leader is "+c.owner+"\n"
+	}
+	c.entry = queue.Entry(fmt.Sprintf("%016x%08x%s", s.ids, cl.id, version), simLease*time.Millisecond, c.owner)
 	s.calls = append(s.calls, c)
 	s.byEntry[c.entry] = c
 	id := fmt.Sprintf("%016x", s.rnd.Uint64())

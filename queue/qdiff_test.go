@@ -60,6 +60,11 @@ func FuzzQuorumScriptsMatchModel(f *testing.F) {
 	f.Add([]byte{4, 0, 1, 0, 1, 6, 0, 2, 11, 6, 0, 0, 6, 0, 0, 6, 1, 0})
 	// A join, a cancel, and a late join of the cancelled call.
 	f.Add([]byte{0, 0, 2, 8, 0, 0, 0, 240, 0})
+	// An election: a candidate's try leads with its value, another
+	// candidate joins with its own; the leader proclaims, and its release
+	// hands the leadership on in place (the new leader's hold keeps the
+	// vseq written before).
+	f.Add([]byte{4, 0, 18, 0, 2, 24, 22, 33, 6, 9, 1, 1})
 	for seed := range uint64(3) {
 		b := make([]byte, 600)
 		src := newRandSource(seed)

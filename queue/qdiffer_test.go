@@ -15,9 +15,11 @@ import (
 )
 
 // qdiffer applies each call to the quorum model and to the scripts on a
-// real redis-server, and compares the replies, the whole state and the
-// wake messages after every step, then checks the invariants (see
-// checkQuorum).
+// real redis-server, and compares the replies, the whole state (the
+// candidates' values beside the line and the hold's value and vseq with
+// the rest) and the messages on the wake and leader channels, in the
+// order they were published, after every step, then checks the
+// invariants (see checkQuorum).
 //
 // Time. The scripts read the server's clock plus the skew named in each
 // call; keys expire on the server's clock alone. The differ moves the
@@ -222,9 +224,9 @@ func (d *qdiffer) scriptCall(c qcall) lua.Call {
 	k, s, skew := d.rig.k, lua.Classic, d.skew
 	switch c.kind {
 	case qTry, qReenter:
-		return s.QTry(k, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode, c.receiptTTL, skew)
+		return s.QTry(k, c.id, c.owner, c.entry, c.lease, c.ttl, c.mode, c.receiptTTL, skew).WithValue(c.value)
 	case qJoin, qYield:
-		return s.QJoin(k, c.owner, c.entry, c.lease, c.ttl, c.ticket, c.yield, skew)
+		return s.QJoin(k, c.owner, c.entry, c.lease, c.ttl, c.ticket, c.yield, skew).WithValue(c.value)
 	case qCancel:
 		return s.QCancel(k, c.entry, c.ttl, c.tomb, skew)
 	case qRelease:
@@ -235,6 +237,8 @@ func (d *qdiffer) scriptCall(c qcall) lua.Call {
 		return s.QCommit(k, c.owner, c.t, c.lease, c.ttl, skew)
 	case qForce:
 		return s.QForce(k, c.ttl, skew)
+	case qProclaim:
+		return s.QProclaim(k, c.owner, c.entry, c.value, c.t)
 	}
 	panic(fmt.Sprintf("no script for %v", c))
 }
@@ -244,9 +248,9 @@ func (d *qdiffer) apply(m *queue.QuorumModel, c qcall) any {
 	skew := d.skew
 	switch c.kind {
 	case qTry, qReenter:
-		return m.QTry(c.id, c.owner, c.entry, c.lease, c.ttl, c.mode, c.receiptTTL, skew)
+		return m.QTry(c.id, c.owner, c.entry, c.lease, c.ttl, c.mode, c.receiptTTL, skew, c.value)
 	case qJoin, qYield:
-		return m.QJoin(c.owner, c.entry, c.lease, c.ttl, c.ticket, c.yield, skew)
+		return m.QJoin(c.owner, c.entry, c.lease, c.ttl, c.ticket, c.yield, skew, c.value)
 	case qCancel:
 		return m.QCancel(c.entry, c.ttl, c.tomb, skew)
 	case qRelease:
@@ -257,6 +261,8 @@ func (d *qdiffer) apply(m *queue.QuorumModel, c qcall) any {
 		return m.QCommit(c.owner, c.t, c.lease, c.ttl, skew)
 	case qForce:
 		return m.QForce(c.ttl, skew)
+	case qProclaim:
+		return m.QProclaim(c.owner, c.entry, c.value, c.t)
 	}
 	panic(fmt.Sprintf("no model of %v", c))
 }
@@ -265,7 +271,7 @@ func (d *qdiffer) apply(m *queue.QuorumModel, c qcall) any {
 func readQuorum(c qcall, cmd *redis.Cmd) (any, error) {
 	var read func(*redis.Cmd) (lua.QReply, error)
 	switch c.kind {
-	case qCancel, qForce:
+	case qCancel, qForce, qProclaim:
 		return lua.ReadFlag(cmd)
 	case qTry, qReenter:
 		read = lua.ReadQTry
@@ -284,10 +290,10 @@ func readQuorum(c qcall, cmd *redis.Cmd) (any, error) {
 }
 
 // diff lists the differences between the model's side of a step (its
-// reply, state and wake messages) and the scripts'; "" when they agree.
-// Times the scripts answer or publish in µs are compared to the ms, a
-// hint that follows a hold's PTTL within qtol.
-func (d *qdiffer) diff(want, got any, ws, gs queue.QuorumState, wmsgs, gmsgs []string) string {
+// reply, state, and wake and leader messages) and the scripts'; "" when
+// they agree. Times the scripts answer or publish in µs are compared to
+// the ms, a hint that follows a hold's PTTL within qtol.
+func (d *qdiffer) diff(want, got any, ws, gs queue.QuorumState, wmsgs, gmsgs []queue.Wake) string {
 	var b strings.Builder
 	if w, ok := want.(queue.QuorumReply); ok {
 		g := got.(queue.QuorumReply)
@@ -302,17 +308,18 @@ func (d *qdiffer) diff(want, got any, ws, gs queue.QuorumState, wmsgs, gmsgs []s
 	}
 	b.WriteString(diffQuorumState(ws, gs))
 	if !slices.Equal(msToMs(wmsgs), msToMs(gmsgs)) {
-		fmt.Fprintf(&b, "wake messages: %q vs %q\n", wmsgs, gmsgs)
+		fmt.Fprintf(&b, "messages: %s vs %s\n", qshown(wmsgs), qshown(gmsgs))
 	}
 	return b.String()
 }
 
-// msToMs returns wake messages with their times (µs) cut to the ms.
-func msToMs(msgs []string) []string {
+// msToMs returns messages with the times (µs) of wake messages cut to the
+// ms. A leader message carries no time.
+func msToMs(msgs []queue.Wake) []queue.Wake {
 	out := slices.Clone(msgs)
 	for i, m := range out {
-		if head, at, ok := cutTime(m); ok {
-			out[i] = fmt.Sprintf("%s %d", head, floorDiv(at, 1000))
+		if head, at, ok := cutTime(m.Message); ok && !m.Leader {
+			out[i].Message = fmt.Sprintf("%s %d", head, floorDiv(at, 1000))
 		}
 	}
 	return out
@@ -326,13 +333,16 @@ func diffQuorumState(want, got queue.QuorumState) string {
 	switch w, g := want.Hold, got.Hold; {
 	case w == nil && g == nil:
 	case w == nil || g == nil:
-		fmt.Fprintf(&b, "hold: %+v vs %+v\n", w, g)
+		fmt.Fprintf(&b, "hold: %s vs %s\n", qholdText(w), qholdText(g))
 	default:
 		wh, gh := *w, *g
 		gh.ExpiresAt = wh.ExpiresAt
 		if wh != gh || !near(w.ExpiresAt, g.ExpiresAt) {
-			fmt.Fprintf(&b, "hold: %+v vs %+v\n", *w, *g)
+			fmt.Fprintf(&b, "hold: %s vs %s\n", qholdText(w), qholdText(g))
 		}
+	}
+	if !maps.Equal(want.Values, got.Values) {
+		fmt.Fprintf(&b, "values: %q vs %q\n", want.Values, got.Values)
 	}
 	if !slices.Equal(want.Queue, got.Queue) || !maps.Equal(want.Tickets, got.Tickets) {
 		fmt.Fprintf(&b, "line: %q %v vs %q %v\n", want.Queue, want.Tickets, got.Queue, got.Tickets)
@@ -351,6 +361,29 @@ func diffQuorumState(want, got queue.QuorumState) string {
 		return x.Answer == y.Answer && near(x.ExpiresAt, y.ExpiresAt)
 	})
 	return b.String()
+}
+
+// qshown lists a quorum lock's messages for a failure, each quoted, and
+// marked when it went out on the leader channel.
+func qshown(msgs []queue.Wake) string {
+	each := make([]string, len(msgs))
+	for i, w := range msgs {
+		each[i] = fmt.Sprintf("%q", w.Message)
+		if w.Leader {
+			each[i] = "(leader) " + each[i]
+		}
+	}
+	return "[" + strings.Join(each, ", ") + "]"
+}
+
+// qholdText shows a quorum hold for a failure, its strings quoted (see
+// holdText), or <nil>.
+func qholdText(h *queue.QuorumHold) string {
+	if h == nil {
+		return "<nil>"
+	}
+	return fmt.Sprintf("{%s Ticket:%d Ticketed:%t Inquired:%q Expires:%d Vseq:%d HasVseq:%t}",
+		holdText(h.HoldState), h.Ticket, h.Ticketed, h.Inquired, h.Expires, h.Vseq, h.HasVseq)
 }
 
 // diffKeys writes to b each key of want and got whose values differ by

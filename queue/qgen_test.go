@@ -18,6 +18,11 @@ import (
 // not), renewals, commits (the hold's token, a larger one, a smaller
 // one), force-unlocks, calls re-sent under their call id, the scripts'
 // clock jumping (the skew) and keys lapsing as their expiry would.
+//
+// A third of the Lock calls are an election's candidates, whose tries
+// and joins carry their value (mostly the one they began with, at times
+// another, or none), and the holder, a waiter or a stranger proclaims
+// new values under sequence numbers that rise, repeat or go back.
 
 // qkind is the kind of a quorum call.
 type qkind byte
@@ -36,11 +41,17 @@ const (
 	qLapse                // a key expires (deleted on the server)
 	qResend               // a recent re-entry or release is sent again under its call id
 	qNew                  // a Lock call stops; a new one takes its place
+
+	qProclaim // an election's leader proclaims a value (proclaim.lua with a vseq)
 )
 
+// qkinds are the kinds of calls, by weight. A new kind goes at the end:
+// the inputs written out in FuzzQuorumScriptsMatchModel name kinds by
+// their index, which then stays theirs.
 var qkinds = []qkind{
 	qJoin, qJoin, qJoin, qJoin, qTry, qTry, qYield, qYield, qCancel, qRelease, qRelease,
 	qReenter, qRenew, qCommit, qCommit, qForce, qAdvance, qAdvance, qLapse, qLapse, qResend, qNew,
+	qProclaim,
 }
 
 var (
@@ -54,8 +65,22 @@ const qslots = 5 // Lock calls alive at once
 // qwaiter is one Lock call of the generator.
 type qwaiter struct {
 	owner, entry string
+	value        string // a candidate's value (IsCandidate of entry)
 	lease        int64
 	ticket       int64 // 0 until it first joins
+}
+
+// qvalue picks a value for a candidate or a proclaim by b: one of value's
+// (empty, words, a newline, the leader message, long, bytes that are no
+// text), or one that is nearly empty, a lone space or a lone NUL.
+func qvalue(b byte) string {
+	switch b % 8 {
+	case 6:
+		return " "
+	case 7:
+		return "\x00"
+	}
+	return value(b / 8)
 }
 
 // qcall is one call of a run: a script with its arguments, a jump of the
@@ -63,9 +88,10 @@ type qwaiter struct {
 type qcall struct {
 	kind                         qkind
 	id, owner, entry, mode       string
-	lease, ttl, ticket, yield, t int64 // t: qcommit's token, qrelease's committed token
+	lease, ttl, ticket, yield, t int64 // t: qcommit's token, qrelease's committed token, qProclaim's sequence number
 	tomb, receiptTTL             int64
 	last                         bool
+	value                        string // qtry, qjoin: a candidate's value ("": none); qProclaim: the new value
 	d                            int64  // qAdvance: ms the scripts' clock jumps
 	lapse, lapseID               string // qLapse: which key (queue.Lapse*), and its id
 }
@@ -73,9 +99,11 @@ type qcall struct {
 func (c qcall) String() string {
 	switch c.kind {
 	case qTry, qReenter:
-		return fmt.Sprintf("qtry %s %s call=%s lease=%d ttl=%d %s", c.owner, c.entry, c.id, c.lease, c.ttl, c.mode)
+		return fmt.Sprintf("qtry %s %s call=%s lease=%d ttl=%d %s%s", c.owner, c.entry, c.id, c.lease, c.ttl, c.mode, valueArg(c.value))
 	case qJoin, qYield:
-		return fmt.Sprintf("qjoin %s lease=%d ttl=%d ticket=%d yield=%d", c.entry, c.lease, c.ttl, c.ticket, c.yield)
+		return fmt.Sprintf("qjoin %s lease=%d ttl=%d ticket=%d yield=%d%s", c.entry, c.lease, c.ttl, c.ticket, c.yield, valueArg(c.value))
+	case qProclaim:
+		return fmt.Sprintf("proclaim %s %s value=%q vseq=%d", c.owner, c.entry, c.value, c.t)
 	case qCancel:
 		return fmt.Sprintf("qcancel %s ttl=%d tomb=%d", c.entry, c.ttl, c.tomb)
 	case qRelease:
@@ -94,6 +122,15 @@ func (c qcall) String() string {
 	return fmt.Sprintf("kind %d", c.kind)
 }
 
+// valueArg shows a candidate's value among a call's arguments: nothing
+// when the call sends none.
+func valueArg(v string) string {
+	if v == "" {
+		return ""
+	}
+	return fmt.Sprintf(" value=%q", v)
+}
+
 // qworld is the generator's side of a run: the Lock calls, the cancelled
 // ones that may still join late, and the calls that may be re-sent.
 type qworld struct {
@@ -101,21 +138,44 @@ type qworld struct {
 	calls   [qslots]*qwaiter
 	gone    []*qwaiter // cancelled or released calls
 	history []qcall    // recent re-entries and releases
+	vseq    int64      // the latest proclaim's sequence number
 }
 
 func newQWorld() *qworld { return &qworld{ids: newWorld(1, false, "q")} }
 
 // call returns the Lock call of slot a, made anew from b when the slot
-// is empty.
+// is empty: a third of them an election's candidates, each with a value.
 func (w *qworld) call(a, b byte) *qwaiter {
 	i := int(a) % qslots
 	if w.calls[i] == nil {
 		lease := qleases[int(b)%len(qleases)]
 		owner := owners[int(b/4)%len(owners)]
-		w.calls[i] = &qwaiter{owner: owner, lease: lease,
-			entry: queue.Entry(w.ids.id(), time.Duration(lease)*time.Millisecond, owner)}
+		q := &qwaiter{owner: owner, lease: lease}
+		if (b/16)%3 == 1 {
+			q.entry, q.value = queue.Entry(w.ids.candidateID(), time.Duration(lease)*time.Millisecond, owner), qvalue(a/8+b)
+		} else {
+			q.entry = queue.Entry(w.ids.id(), time.Duration(lease)*time.Millisecond, owner)
+		}
+		w.calls[i] = q
 	}
 	return w.calls[i]
+}
+
+// valueOf returns the value a try or a join of Lock call q sends by b: a
+// candidate's own mostly, at times another, or none (lua.Call.WithValue
+// sends none for "": its grant then takes the value the entry joined
+// with, or ""); none for other calls.
+func valueOf(q *qwaiter, b byte) string {
+	if !queue.IsCandidate(q.entry) {
+		return ""
+	}
+	switch b % 8 {
+	case 0:
+		return ""
+	case 1:
+		return qvalue(b / 8)
+	}
+	return q.value
 }
 
 // ticket returns the ticket of Lock call c, drawn at its first join: the
@@ -184,12 +244,14 @@ func (w *qworld) resolve(o op, s queue.QuorumState, now int64) (c qcall, ok bool
 	case qTry:
 		q := w.call(o.a, o.b)
 		c.id, c.owner, c.entry, c.lease, c.mode = w.ids.id(), q.owner, q.entry, q.lease, queue.ModeTry
+		c.value = valueOf(q, o.b)
 	case qJoin, qYield:
 		q := w.call(o.a, o.b)
 		if c.kind == qJoin && o.a >= 240 && len(w.gone) > 0 {
 			q = w.gone[int(o.b)%len(w.gone)] // a join that arrives after its call went
 		}
 		c.owner, c.entry, c.lease = q.owner, q.entry, q.lease
+		c.value = valueOf(q, o.a)
 		c.ticket = w.ticket(q, s, now, o.b)
 		if o.b >= 248 {
 			c.ticket += 7 // a join that names another ticket than before
@@ -253,8 +315,36 @@ func (w *qworld) resolve(o op, s queue.QuorumState, now int64) (c qcall, ok bool
 	case qNew:
 		w.calls[int(o.a)%qslots] = nil
 		return c, false
+	case qProclaim:
+		w.proclaim(&c, s, o)
 	}
 	return c, true
+}
+
+// proclaim makes c a proclaim: mostly the holder's, under the entry its
+// hold was given to; else a Lock call's, or a candidate's that never
+// was. Its sequence number mostly rises, as a leader's Proclaim calls
+// number theirs, and now and then repeats or goes back.
+func (w *qworld) proclaim(c *qcall, s queue.QuorumState, o op) {
+	c.value = qvalue(o.b)
+	switch h, q := s.Hold, w.calls[int(o.a/4)%qslots]; {
+	case h != nil && o.a%4 != 0:
+		c.owner, c.entry = h.Owner, h.Entry
+	case q != nil:
+		c.owner, c.entry = q.owner, q.entry
+	default:
+		c.owner = owners[int(o.a/4)%len(owners)]
+		c.entry = queue.Entry(w.ids.candidateID(), time.Minute, c.owner)
+	}
+	switch o.a / 16 % 8 {
+	case 0:
+		c.t = w.vseq
+	case 1:
+		c.t = max(w.vseq-3, 0)
+	default:
+		w.vseq++
+		c.t = w.vseq
+	}
 }
 
 // entryOf returns the entry a release of owner names: the hold's when

@@ -27,7 +27,17 @@ func checkQuorum(prev, s queue.QuorumState, c qcall, got any, now, top int64) er
 			return fmt.Errorf("entry %q is queued while its call is buried", e)
 		}
 	}
+	// An election's values wait beside the line for the candidates in it
+	// alone, and a candidate's grant moves its value into the hold.
+	for entry := range s.Values {
+		if _, queued := s.Tickets[entry]; !queued || !queue.IsCandidate(entry) {
+			return fmt.Errorf("a value beside the line for %q, which is no candidate in line", entry)
+		}
+	}
 	h := s.Hold
+	if h != nil && queue.IsCandidate(h.Entry) && !h.HasValue {
+		return fmt.Errorf("the leadership of %q has no value", h.Entry)
+	}
 	if h != nil && h.Owner != "" {
 		if h.Count < 1 || h.Token < 1 || (s.Counter > 0 && h.Token > s.Counter) {
 			return fmt.Errorf("hold %+v with token counter %d", *h, s.Counter)
@@ -47,6 +57,8 @@ func checkQuorum(prev, s queue.QuorumState, c qcall, got any, now, top int64) er
 		return fmt.Errorf("the token %d was committed, and the hold is %+v with token counter %d", c.t, h, s.Counter)
 	case c.kind == qRelease && r.State == 1 && r.Count == 0 && c.t > 0 && !hadReceipt(prev, c) && s.Counter < c.t:
 		return fmt.Errorf("the committed token %d was released, and the token counter is %d", c.t, s.Counter)
+	case c.kind == qProclaim && got == true && (h == nil || h.Value != c.value || h.Vseq != c.t || !h.HasVseq):
+		return fmt.Errorf("the value %q was proclaimed under vseq %d, and the hold is %s", c.value, c.t, qholdText(h))
 	}
 	if err := checkGrant(prev, s, c, now, top); err != nil {
 		return err

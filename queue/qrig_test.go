@@ -20,25 +20,34 @@ import (
 type qrig struct {
 	rdb      *redis.Client
 	k        queue.Keys
-	ps       *redis.PubSub // subscribed to every wake channel of the lock
+	ps       *redis.PubSub // subscribed to every wake channel of the lock, and to its leader channel
 	barriers int
 }
 
 // newQRig returns a rig of the quorum lock "q" under prefix on the server
-// at addr, with its wake channels subscribed and every script loaded, so
-// that a call can go by its SHA1 alone between two readings of the clock.
+// at addr, with its wake channels and its leader channel subscribed and
+// every script loaded, so that a call can go by its SHA1 alone between
+// two readings of the clock. Its keys have an election's Values and
+// Leader besides, made from its hash key as lib.lua makes them: the
+// scripts know a candidate by its entry, on whatever keys they are
+// called, and the runs mix candidates among the other waiters. One
+// connection receives the messages of both channels, in the order they
+// were published.
 func newQRig(ctx context.Context, rdb *redis.Client, prefix string) (*qrig, error) {
 	k, err := queue.Quorum(prefix, "q")
 	if err != nil {
 		return nil, err
 	}
-	r := &qrig{rdb: rdb, k: k, ps: rdb.PSubscribe(ctx, k.Wake+"*")}
-	if msg, err := r.ps.Receive(ctx); err != nil {
-		_ = r.ps.Close()
-		return nil, err
-	} else if _, ok := msg.(*redis.Subscription); !ok {
-		_ = r.ps.Close()
-		return nil, fmt.Errorf("subscription not confirmed: %v", msg)
+	k.Values, k.Leader = k.Lock+":values", k.Lock+":leader"
+	r := &qrig{rdb: rdb, k: k, ps: rdb.PSubscribe(ctx, k.Wake+"*", k.Leader)}
+	for range 2 {
+		if msg, err := r.ps.Receive(ctx); err != nil {
+			_ = r.ps.Close()
+			return nil, err
+		} else if _, ok := msg.(*redis.Subscription); !ok {
+			_ = r.ps.Close()
+			return nil, fmt.Errorf("subscription not confirmed: %v", msg)
+		}
 	}
 	s := lua.Classic
 	if err := lua.Load(ctx, rdb, s.Library); err != nil {
@@ -49,6 +58,7 @@ func newQRig(ctx context.Context, rdb *redis.Client, prefix string) (*qrig, erro
 		s.QTry(k, "c", "o", "e", 1, 1, queue.ModeTry, 1, 0), s.QJoin(k, "o", "e", 1, 1, 1, 0, 0),
 		s.QCancel(k, "e", 1, 1, 0), s.QRelease(k, "c", "o", "e", 0, 1, true, 1, 1, 1, 0),
 		s.QForce(k, 1, 0), lua.QRenew(k, "o", 1), lua.Classic.QCommit(k, "o", 1, 1, 1, 0),
+		s.QProclaim(k, "o", "e", "v", 1),
 	} {
 		if err := c.Script.Load(ctx, rdb).Err(); err != nil {
 			_ = r.ps.Close()
@@ -84,7 +94,7 @@ func (r *qrig) del(ctx context.Context, key string) error { return r.rdb.Del(ctx
 // qreads is what state reads of the lock: its keys, then the tombstones'
 // and receipts' keys they name.
 type qreads struct {
-	hold                    *redis.MapStringStringCmd
+	hold, values            *redis.MapStringStringCmd
 	holdTTL                 *redis.DurationCmd
 	line, deadlines, joined *redis.ZSliceCmd
 	counter, ticket         *redis.StringCmd
@@ -95,17 +105,17 @@ type qreads struct {
 	now, later              int64                // the server's clock (ms) as each of the two reads began
 }
 
-// state reads the lock's state, and the wake messages its channels
-// carried since the last call, in the order they were published (a
-// barrier published after the reads arrives after all of them).
-func (r *qrig) state(ctx context.Context) (queue.QuorumState, []string, error) {
+// state reads the lock's state, and the wake and leader messages its
+// channels carried since the last call, in the order they were published
+// (a barrier published after the reads arrives after all of them).
+func (r *qrig) state(ctx context.Context) (queue.QuorumState, []queue.Wake, error) {
 	r.barriers++
 	barrier := "barrier " + strconv.Itoa(r.barriers)
 	k := r.k
 	p := r.rdb.Pipeline()
 	tm := p.Time(ctx)
 	rd := qreads{
-		hold: p.HGetAll(ctx, k.Lock), holdTTL: p.PTTL(ctx, k.Lock),
+		hold: p.HGetAll(ctx, k.Lock), holdTTL: p.PTTL(ctx, k.Lock), values: p.HGetAll(ctx, k.Values),
 		line: p.ZRangeWithScores(ctx, k.Queue, 0, -1), deadlines: p.ZRangeWithScores(ctx, k.Deadline, 0, -1),
 		joined:  p.ZRangeWithScores(ctx, k.Joined, 0, -1),
 		counter: p.Get(ctx, k.Token), counterTTL: p.PTTL(ctx, k.Token),
@@ -141,7 +151,7 @@ func (r *qrig) state(ctx context.Context) (queue.QuorumState, []string, error) {
 func (r *qrig) stateOf(rd qreads) (queue.QuorumState, error) {
 	now := rd.now
 	s := queue.QuorumState{Now: now, Tickets: map[string]int64{}, Deadlines: map[string]int64{},
-		Gone: map[string]int64{}, Receipts: map[string]queue.Receipt{}}
+		Gone: map[string]int64{}, Receipts: map[string]queue.Receipt{}, Values: rd.values.Val()}
 	expiry := func(d time.Duration) int64 { return expiryAt(now, d) }
 	if h := rd.hold.Val(); len(h) > 0 {
 		hs, err := quorumHold(h)
@@ -222,6 +232,10 @@ func quorumHold(h map[string]string) (queue.QuorumHold, error) {
 			hs.Inquired = v
 		case "expires":
 			hs.Expires = num(v)
+		case "value":
+			hs.Value, hs.HasValue = v, true
+		case "vseq":
+			hs.Vseq, hs.HasVseq = num(v), true
 		default:
 			return hs, fmt.Errorf("hold has an unknown field %q", f)
 		}
@@ -232,12 +246,13 @@ func quorumHold(h map[string]string) (queue.QuorumHold, error) {
 	return hs, nil
 }
 
-// messagesUntil returns the wake messages that arrive before barrier,
-// each checked to have gone out on the channel of the entry it names.
-func (r *qrig) messagesUntil(ctx context.Context, barrier string) ([]string, error) {
+// messagesUntil returns the wake and leader messages that arrive before
+// barrier, each wake message checked to have gone out on the channel of
+// the entry it names.
+func (r *qrig) messagesUntil(ctx context.Context, barrier string) ([]queue.Wake, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	var msgs []string
+	var msgs []queue.Wake
 	for {
 		m, err := r.ps.ReceiveMessage(ctx)
 		if err != nil {
@@ -246,9 +261,13 @@ func (r *qrig) messagesUntil(ctx context.Context, barrier string) ([]string, err
 		if m.Payload == barrier {
 			return msgs, nil
 		}
+		if m.Channel == r.k.Leader {
+			msgs = append(msgs, queue.Wake{Message: m.Payload, Leader: true})
+			continue
+		}
 		if want := r.k.WakeOf(queue.EntryOf(m.Payload)); m.Channel != want {
 			return msgs, fmt.Errorf("wake message %q published on %s, not %s", m.Payload, m.Channel, want)
 		}
-		msgs = append(msgs, m.Payload)
+		msgs = append(msgs, queue.Wake{Message: m.Payload})
 	}
 }

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"container/heap"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -15,11 +16,14 @@ import (
 // joins and heartbeats, yields to a smaller key, grants by push, a
 // watchdog that renews, the commit round of the token, and release. Some
 // calls give up, some clients crash, some holders pause past their lease.
-// Every message has its own delay: the calls and answers between one
-// Lock call and one master keep their order, as on one connection, and
-// wake messages cross them. The run records a history (see
-// qclaims_test.go) for the checkers of mutual exclusion, of the order of
-// committed tokens and of bakery FIFO.
+// Half the clients are an election's candidates, whose tries and joins
+// carry the value each Lock call campaigns with: the same protocol, whose
+// grants are leaderships. Every message has its own delay: the calls and
+// answers between one Lock call and one master keep their order, as on
+// one connection, and wake messages cross them. The run records a history
+// (see qclaims_test.go) for the checkers of mutual exclusion, of the
+// order of committed tokens, of bakery FIFO and of the leaderships'
+// values.
 //
 // Time is in µs of one true clock; a master's clock is the true one plus
 // its offset, in ms, as its scripts read it.
@@ -116,6 +120,7 @@ type sim struct {
 	fifo    map[[3]int]int64 // see inOrder
 	ids     int              // Lock calls and clients made
 	skipped int              // commits a majority's equal tokens made needless
+	leads   leads            // what the masters' holds of candidates showed
 }
 
 // runSim runs the protocol with cfg from seed, and returns its history.
@@ -147,7 +152,7 @@ func runSim(cfg simConfig, seed uint64) history {
 		s.advance()
 		e.do()
 	}
-	return history{q: s.q, calls: s.calls, skipped: s.skipped}
+	return history{q: s.q, calls: s.calls, skipped: s.skipped, leads: s.leads}
 }
 
 // at schedules f at time t.
@@ -206,6 +211,30 @@ func (s *sim) places(i int, by *lockCall, kind int) {
 	ms.present, ms.looked = cur, s.now
 }
 
+// leads is what a run saw of the masters' holds of candidates: how many
+// scripts left one, how many changes of them the masters told, and the
+// first hold whose value was not its candidate's, if any.
+type leads struct {
+	held, told int
+	wrong      error
+}
+
+// lead looks at master i's hold after a script ran there: a candidate's
+// hold carries the value its Lock call campaigns with, whether its own
+// call was granted or it was handed the lock as the head of the line
+// (from beside the line, where its joins wrote it). The run proclaims
+// nothing, so no other value is ever due.
+func (s *sim) lead(i int) {
+	entry, value, ok := s.masters[i].m.Leadership()
+	if !ok || !queue.IsCandidate(entry) {
+		return
+	}
+	s.leads.held++
+	if c := s.byEntry[entry]; s.leads.wrong == nil && value != c.value {
+		s.leads.wrong = fmt.Errorf("values: master %d's hold of call %d has the value %q, not %q", i, c.id, value, c.value)
+	}
+}
+
 // jump steps master i's wall clock forward, which the quorum lock
 // assumes never happens: its keys expire early, and its tokens and
 // tickets run ahead of the other masters'.
@@ -244,9 +273,9 @@ func (s *sim) run(r request) {
 	a := answer{request: r, proc: s.now}
 	switch r.kind {
 	case rTry:
-		a.rep = m.QTry(r.id, owner, c.entry, simLease, simWTTL, queue.ModeTry, simReceipt, 0)
+		a.rep = m.QTry(r.id, owner, c.entry, simLease, simWTTL, queue.ModeTry, simReceipt, 0, c.value)
 	case rJoin:
-		a.rep = m.QJoin(owner, c.entry, simLease, simWTTL, r.ticket, r.token, 0)
+		a.rep = m.QJoin(owner, c.entry, simLease, simWTTL, r.ticket, r.token, 0, c.value)
 		if a.rep.State >= 0 {
 			c.joins[r.master] = append(c.joins[r.master], s.now)
 		}
@@ -260,8 +289,13 @@ func (s *sim) run(r request) {
 		a.rep = m.QCommit(owner, r.token, simLease, simWTTL, 0)
 	}
 	s.places(r.master, c, r.kind)
-	for _, msg := range m.Drain() {
-		entry, rest, grant := strings.Cut(msg, " ")
+	s.lead(r.master)
+	for _, w := range m.Drain() {
+		if w.Leader {
+			s.leads.told++ // the observers of an election, which the run has none of, would read the holds now
+			continue
+		}
+		entry, rest, grant := strings.Cut(w.Message, " ")
 		to := s.byEntry[entry]
 		var token int64
 		if grant {

@@ -130,7 +130,7 @@ func TestQuorumModelCandidateLeadsAndEveryChangeOfItsHoldIsTold(t *testing.T) {
 	h := m.State().Hold
 	assert.Equal(t, HoldState{Owner: "a", Count: 1, Token: tok0, Entry: a, Since: t0, ExpiresAt: t0 + mLease,
 		Value: "alpha", HasValue: true}, h.HoldState)
-	assert.False(t, h.HasVseq, "a grant writes no vseq")
+	assert.Equal(t, []any{int64(0), true}, []any{h.Vseq, h.HasVseq}, "a candidate's grant writes vseq 0")
 	assert.Equal(t, []Wake{leader}, m.Drain())
 
 	// The next candidates wait with their values beside the line; one
@@ -152,6 +152,12 @@ func TestQuorumModelCandidateLeadsAndEveryChangeOfItsHoldIsTold(t *testing.T) {
 	assert.False(t, m.QProclaim("a", candidateEntry(9, "a"), "alpha 3", 2), "the leader's owner under another entry")
 	assert.Equal(t, "alpha 2", m.State().Hold.Value)
 	assert.Empty(t, m.Drain())
+	// A Proclaim that arrives after a later one (its number not above
+	// the hold's vseq) writes nothing, and answers that the leadership is
+	// the caller's.
+	assert.True(t, m.QProclaim("a", a, "alpha 0", 1))
+	assert.Equal(t, "alpha 2", m.State().Hold.Value)
+	assert.Empty(t, m.Drain())
 
 	// A committed token is the leadership's term: a new one is told.
 	require.Equal(t, 1, m.QCommit("a", tok0+5, mLease, mTTL, 0).State)
@@ -161,21 +167,22 @@ func TestQuorumModelCandidateLeadsAndEveryChangeOfItsHoldIsTold(t *testing.T) {
 
 	// The leader's release hands the leadership over in place: the next
 	// leader's grant is told, then its wake message goes, then the end of
-	// the hold that ended. The hash keeps the field it does not write, the
-	// vseq of the former leader's proclaim.
+	// the hold that ended. The grant writes vseq 0 over the former
+	// leader's, so that the next leader's first Proclaim (1) is the latest
+	// value.
 	m.Advance(1)
 	require.Equal(t, 1, m.QRelease("r1", "a", a, tok0+5, 0, true, mTTL, mReceipt, mReceipt, 0).State)
 	h = m.State().Hold
-	assert.Equal(t, []any{"b", "beta", int64(1), true}, []any{h.Owner, h.Value, h.Vseq, h.HasVseq})
+	assert.Equal(t, []any{"b", "beta", int64(0), true}, []any{h.Owner, h.Value, h.Vseq, h.HasVseq})
 	assert.Empty(t, m.State().Values)
 	assert.Equal(t, []Wake{leader, {Message: wakeMessage(b, tok0+6, t0+1)}, leader}, m.Drain())
 
 	// A yield is told; the candidate joins again with its value, and,
 	// heading the line, is handed a hold anew with the value of that
-	// call, in a hash of its own (no vseq).
+	// call (vseq 0).
 	m.QJoin("b", b, mLease, mTTL, 10, tok0+6, 0, "beta 2")
 	h = m.State().Hold
-	assert.Equal(t, []any{"b", "beta 2", false}, []any{h.Owner, h.Value, h.HasVseq})
+	assert.Equal(t, []any{"b", "beta 2", int64(0), true}, []any{h.Owner, h.Value, h.Vseq, h.HasVseq})
 	assert.Equal(t, []Wake{leader, leader, {Message: wakeMessage(b, tok0+7, t0+1)}}, m.Drain())
 
 	// A leader that gives up is told, and so is the next one's grant: the

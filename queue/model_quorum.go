@@ -70,10 +70,10 @@ type QuorumHold struct {
 	// Vseq is the field vseq: the sequence number of the leader's
 	// Proclaim call that wrote Value (QProclaim), so that a reading of
 	// a majority takes the latest value; HasVseq says whether the hash
-	// has the field. A grant writes none, and a grant that writes over
-	// the hash of a hold that has just ended (a release's hand-over)
-	// leaves the ended hold's, as it leaves every field it does not
-	// write (Value too, for a grant to an entry that is no candidate).
+	// has the field. A candidate's grant writes 0; any other grant none,
+	// and one that writes over the hash of a hold that has just ended (a
+	// release's hand-over) leaves the ended hold's, as it leaves every
+	// field it does not write (Value too).
 	Vseq    int64
 	HasVseq bool
 }
@@ -312,6 +312,7 @@ func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
 	m.hold.Expires, m.hold.Inquired = c.now+ttl, ""
 	if value, ok := m.grantValue(m.srv.candidacy, entry); ok {
 		m.hold.lead(value)
+		m.hold.Vseq, m.hold.HasVseq = 0, true // no Proclaim yet: not an ended leadership's
 		m.tellLeader()
 	}
 	m.expireHold(ttl)

@@ -263,13 +263,18 @@ func (m *QuorumModel) QForce(waiterTTL, skew int64) bool {
 // binding lua.Scripts.QProclaim): the hold, when it is owner's under
 // entry, takes value as its value and seq, the sequence number of the
 // leader's Proclaim calls, as its vseq, and the election's observers
-// are told; the hold's expiry stays. It returns false, having written
+// are told; the hold's expiry stays. A seq not above the hold's vseq
+// (a call that arrives after a later one) writes nothing and is true. It returns false, having written
 // nothing, when the hold is not owner's under entry (see
 // HoldState.proclaim). It reads no clock.
 func (m *QuorumModel) QProclaim(owner, entry, value string, seq int64) bool {
-	if m.hold == nil || !m.hold.proclaim(owner, entry, value) {
+	if m.hold == nil || m.hold.Owner != owner || m.hold.Entry == "" || m.hold.Entry != entry {
 		return false
 	}
+	if m.hold.HasVseq && m.hold.Vseq >= seq {
+		return true // a later Proclaim's value is there already
+	}
+	m.hold.proclaim(owner, entry, value)
 	m.hold.Vseq, m.hold.HasVseq = seq, true
 	m.tellLeader()
 	return true

@@ -57,7 +57,10 @@ func checkQuorum(prev, s queue.QuorumState, c qcall, got any, now, top int64) er
 		return fmt.Errorf("the token %d was committed, and the hold is %+v with token counter %d", c.t, h, s.Counter)
 	case c.kind == qRelease && r.State == 1 && r.Count == 0 && c.t > 0 && !hadReceipt(prev, c) && s.Counter < c.t:
 		return fmt.Errorf("the committed token %d was released, and the token counter is %d", c.t, s.Counter)
-	case c.kind == qProclaim && got == true && (h == nil || h.Value != c.value || h.Vseq != c.t || !h.HasVseq):
+	case c.kind == qProclaim && got == true && (h == nil || !h.HasVseq || h.Vseq < c.t ||
+		prevVseq(prev) < c.t && (h.Vseq != c.t || h.Value != c.value)):
+		// A Proclaim under a number above the hold's writes its value; one
+		// not above it (it came after a later one) writes nothing.
 		return fmt.Errorf("the value %q was proclaimed under vseq %d, and the hold is %s", c.value, c.t, qholdText(h))
 	}
 	if err := checkGrant(prev, s, c, now, top); err != nil {
@@ -179,4 +182,12 @@ func checkQuorumSettled(s queue.QuorumState) error {
 		return errors.New("the holder " + h.Entry + " blocks " + head + " and was not asked to yield")
 	}
 	return nil
+}
+
+// prevVseq is the vseq of the hold before a call, -1 when it had none.
+func prevVseq(prev queue.QuorumState) int64 {
+	if prev.Hold == nil || !prev.Hold.HasVseq {
+		return -1
+	}
+	return prev.Hold.Vseq
 }

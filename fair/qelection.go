@@ -53,12 +53,14 @@ func (qm *Quorum) Election(prefix, name string) (queue.Keys, Elector, error) {
 }
 
 // Leader reads the leadership on every master: the hold of the owner that
-// holds on a majority, its term the q-th largest token among them (the
-// token the leader committed with Token: at least q masters hold it, and
-// fewer than q hold a larger one, drawn on a master the commit did not
-// need), its value the latest proclaimed there (the largest vseq), and
-// its lease the validity that majority keeps.
-// Errors as for IsLocked.
+// holds on a majority, its term the one its commit wrote (field term: a
+// commit reaches a majority, so every majority's reading has a master of
+// it), its value the latest proclaimed there (the largest vseq), and its
+// lease the validity that majority keeps. A majority's hold whose term
+// is not committed yet (its Campaign has not returned) is no leadership
+// yet. When the masters that answered decide nothing (no owner holds on
+// a majority of them, but one could with those that did not), it fails
+// with errs.ErrNoQuorum. Errors as for IsLocked.
 func (l *QMutex) Leader(ctx context.Context) (Leadership, bool, error) {
 	reads, err := l.readAll(ctx, l.settled)
 	if err != nil {
@@ -66,18 +68,20 @@ func (l *QMutex) Leader(ctx context.Context) (Leadership, bool, error) {
 	}
 	owner, _, ttl := l.majorityOwner(reads)
 	if owner == "" {
+		if err := l.undecided(reads); err != nil {
+			return Leadership{}, false, err
+		}
 		return Leadership{}, false, nil
 	}
 	lead := Leadership{Owner: owner, TTL: max(ttl, 0)}
 	vseq := int64(-1)
 	var since int64
-	var tokens []int64
 	for _, r := range reads {
 		if !r.ok || r.owner != owner {
 			continue
 		}
 		lead.Entry = r.entry
-		tokens = append(tokens, r.token)
+		lead.Term = max(lead.Term, r.term)
 		if r.vseq > vseq {
 			vseq, lead.Value = r.vseq, r.value
 		}
@@ -85,9 +89,34 @@ func (l *QMutex) Leader(ctx context.Context) (Leadership, bool, error) {
 			since = r.since
 		}
 	}
-	lead.Term = kthLargestInt(tokens, l.qm.q)
+	if lead.Term == 0 {
+		return Leadership{}, false, nil // elected, its term not committed yet
+	}
 	lead.Since = time.UnixMilli(since)
 	return lead, true, nil
+}
+
+// undecided returns errs.ErrNoQuorum when reads, in which no owner holds
+// on a majority, leave that open: an owner holds on so many of them that
+// with the masters that did not answer it could hold on a majority.
+func (l *QMutex) undecided(reads []holdRead) error {
+	by := map[string]int{}
+	answered := 0
+	for _, r := range reads {
+		if !r.ok {
+			continue
+		}
+		answered++
+		if r.owner != "" {
+			by[r.owner]++
+		}
+	}
+	for _, n := range by {
+		if n+len(reads)-answered >= l.qm.q {
+			return fmt.Errorf("%w: %d of %d masters answered, which do not decide who leads", errs.ErrNoQuorum, answered, len(reads))
+		}
+	}
+	return nil
 }
 
 // Proclaim makes value the value of the leadership held on every master,

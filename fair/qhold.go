@@ -158,11 +158,12 @@ func (h *QHold) Token(ctx context.Context) (int64, error) {
 			same++
 		}
 	}
-	if same >= qm.q {
+	if same >= qm.q && h.l.keys.Values == "" {
 		// A majority drew t for this hold (their counters were equal:
 		// draw_token in lua/qlib.lua), so each holds it under t with K at
 		// t or above: what a commit would make of them. t is committed
-		// without a call.
+		// without a call. (Not an election's: its commit writes the term
+		// where readers look for it, see qcommit.lua.)
 		defer h.mu.Unlock()
 		h.committed = t
 		return t, nil

@@ -372,7 +372,7 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 		sent := time.Now()
 		err := shortly.Run(ctx, func() error {
 			p := rdb.Pipeline()
-			hm = p.HMGet(ctx, l.keys.Lock, "owner", "count", "entry", "token", "since", "value", "vseq")
+			hm = p.HMGet(ctx, l.keys.Lock, "owner", "count", "entry", "token", "since", "value", "vseq", "term")
 			pt = p.PTTL(ctx, l.keys.Lock)
 			_, err := p.Exec(ctx)
 			return err
@@ -383,7 +383,7 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 		}
 		l.qm.masters[i].called(sent, nil)
 		r := holdRead{ok: true, ttl: pt.Val()}
-		if v := hm.Val(); len(v) == 7 {
+		if v := hm.Val(); len(v) == 8 {
 			r.owner, _ = v[0].(string)
 			if c, ok := v[1].(string); ok {
 				_, _ = fmt.Sscan(c, &r.count)
@@ -398,6 +398,9 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 			r.value, _ = v[5].(string)
 			if s, ok := v[6].(string); ok {
 				r.vseq, _ = strconv.ParseInt(s, 10, 64)
+			}
+			if s, ok := v[7].(string); ok {
+				r.term, _ = strconv.ParseInt(s, 10, 64)
 			}
 		}
 		mu.Lock()
@@ -449,12 +452,13 @@ type holdRead struct {
 	count int
 	ttl   time.Duration
 	// An election's hold besides (see qelection.go): the entry it was
-	// granted to, its token, since when (ms), its value and the
-	// sequence number of the Proclaim that wrote it (0: Campaign's).
+	// granted to, its token, since when (ms), its value, the sequence
+	// number of the Proclaim that wrote it (0: Campaign's), and the term
+	// committed here (0: none yet).
 	entry        string
 	token, since int64
 	value        string
-	vseq         int64
+	vseq, term   int64
 }
 
 // majorityOwner returns the owner that holds on a majority of reads, and

@@ -41,10 +41,16 @@ if redis.REDIS_VERSION then
 else
   raise(lk.token, tonumber(redis.call('GET', lk.token) or '0'), t, now, keep)
 end
-if h.token ~= t then
-  redis.call('HSET', lk.hold, 'token', t)
-  if is_candidate(h.entry) then
-    tell_leader(lk) -- a leadership's term is its committed token
+if is_candidate(h.entry) then
+  -- A leadership's term is its committed token, kept as 'term' on each
+  -- master the commit reaches: a reading of any majority finds it there
+  -- (a master the commit did not need may hold under another token).
+  -- A change is told.
+  if h.token ~= t or redis.call('HGET', lk.hold, 'term') ~= t then
+    redis.call('HSET', lk.hold, 'token', t, 'term', t)
+    tell_leader(lk)
   end
+elseif h.token ~= t then
+  redis.call('HSET', lk.hold, 'token', t)
 end
 return finish({1, t})

@@ -288,12 +288,13 @@ local function quorum_hand_over(lk, now, channel, ended)
       local expires = string.format('%d', now + ttl)
       local value = quorum_value(lk, head)
       if value then
-        -- A candidate's: 'value' beside the others, and 'vseq' 0, the
-        -- sequence number of no Proclaim yet, over an ended
-        -- leadership's ('inquired' emptied, as below).
+        -- A candidate's: 'value' beside the others, 'vseq' 0, the
+        -- sequence number of no Proclaim yet, and 'term' 0, no term
+        -- committed yet (see qcommit.lua), over an ended leadership's
+        -- ('inquired' emptied, as below).
         redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,
           'since', string.format('%d', now), 'ticket', r[2], 'expires', expires, 'inquired', '', 'value', value,
-          'vseq', '0')
+          'vseq', '0', 'term', '0')
         tell_leader(lk)
       elseif ended then
         redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', head,

@@ -80,7 +80,8 @@ local token = draw_token(lk, lease, now)
 local value = quorum_value(lk, entry)
 if value then
   redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
-    'since', string.format('%d', now), 'expires', string.format('%d', now + lease), 'value', value, 'vseq', '0')
+    'since', string.format('%d', now), 'expires', string.format('%d', now + lease), 'value', value, 'vseq', '0',
+    'term', '0')
   tell_leader(lk)
 else
   redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,

@@ -76,6 +76,12 @@ type QuorumHold struct {
 	// field it does not write (Value too).
 	Vseq    int64
 	HasVseq bool
+	// Term is the field term of a candidate's hold: the token a commit
+	// (QCommit) made the leadership's term, 0 when none was committed
+	// here yet; HasTerm says whether the hash has the field (a
+	// candidate's grant writes 0).
+	Term    int64
+	HasTerm bool
 }
 
 // QuorumState is everything a QuorumModel holds at one instant.
@@ -313,6 +319,7 @@ func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
 	if value, ok := m.grantValue(m.srv.candidacy, entry); ok {
 		m.hold.lead(value)
 		m.hold.Vseq, m.hold.HasVseq = 0, true // no Proclaim yet: not an ended leadership's
+		m.hold.Term, m.hold.HasTerm = 0, true // no term committed yet
 		m.tellLeader()
 	}
 	m.expireHold(ttl)

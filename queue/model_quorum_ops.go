@@ -236,8 +236,10 @@ func (m *QuorumModel) QCommit(owner string, t, lease, waiterTTL, skew int64) Quo
 	if m.flaws&flawNoCommitRaise == 0 {
 		m.token.raise(t, c.now, m.srv.now, max(lease, waiterTTL))
 	}
-	if h.Token != t && IsCandidate(h.Entry) {
-		m.tellLeader() // a leadership's term is its committed token
+	if IsCandidate(h.Entry) && (h.Token != t || !h.HasTerm || h.Term != t) {
+		// A leadership's term is its committed token, kept as its term.
+		h.Term, h.HasTerm = t, true
+		m.tellLeader()
 	}
 	h.Token = t
 	return QuorumReply{State: 1, Token: t}

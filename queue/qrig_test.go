@@ -236,6 +236,8 @@ func quorumHold(h map[string]string) (queue.QuorumHold, error) {
 			hs.Value, hs.HasValue = v, true
 		case "vseq":
 			hs.Vseq, hs.HasVseq = num(v), true
+		case "term":
+			hs.Term, hs.HasTerm = num(v), true
 		default:
 			return hs, fmt.Errorf("hold has an unknown field %q", f)
 		}

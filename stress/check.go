@@ -159,7 +159,12 @@ func (c *checker) ending(a *attempt) {
 			c.add(leftBehind, a.Lock, a.UnlockStart, "%s still unlocking at the end (called %s)", a.Worker, c.t(a.UnlockStart))
 		}
 	}
-	if a.LeaseLost {
+	switch {
+	case a.LeaseLost && !a.Held():
+		c.add(leaseLost, a.Lock, a.Ended, "%s lost the lease of the leadership it was elected to before its Campaign could commit the term (called %s, failed %s)",
+			a.Worker, c.t(a.Start), c.t(a.Ended))
+		c.about(a, nil)
+	case a.LeaseLost:
 		c.add(leaseLost, a.Lock, a.Granted, "%s lost the lease of its hold (granted %s, %s)", a.Worker, c.t(a.Granted), a.tokenText())
 		c.about(a, nil)
 	}

@@ -112,9 +112,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			"election the workers are candidates of Elections, observed by -observers\n"+
 			"per election: at most one leader at a time, rising terms, FIFO, and every\n"+
 			"observer's views real, never backwards, within -lag of each change and\n"+
-			"right at the end. With -masters\n"+
-			"the Mutexes are quorum locks over independent masters, and grants must\n"+
-			"come in their bakery order. With -chaos it starts its own servers and\n"+
+			"right at the end. With -masters the Mutexes (or the Elections) are\n"+
+			"quorum locks over independent masters, and grants must come in their\n"+
+			"bakery order. With -chaos it starts its own servers and\n"+
 			"injects faults into them, and the verdicts a fault explains are excused.\n"+
 			"Without -redis, -cluster, -sentinel, -masters or -chaos it runs against\n"+
 			"an embedded Redis.\n\nFlags:\n")
@@ -123,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	c.Spec.Flags(fs, "(default: an embedded Redis)")
 	fs.Var(masterFlag{&c}, "masters", "a quorum of independent Redis masters, their `addresses` host:port,host:port,..., or how many\n"+
 		"to start here on free loopback ports (redis-server on PATH); every Client is fairlock.NewQuorum\n"+
-		"over them; only -kind "+runMutex)
+		"over them; only -kind "+runMutex+" or "+runElection)
 	fs.DurationVar(&c.RestartMaster, "restart-master", 0, "with -masters N: `D` after the start, kill master 1 (SIGKILL: its keys are lost), and restart it\n"+
 		"empty on its port once the lease and the waiter TTL have passed (0: never)")
 	c.chaosFlags(fs)
@@ -314,8 +314,8 @@ func (c *config) validateQuorum() error {
 	switch {
 	case c.quorum() && len(c.Chosen()) > 0:
 		return fmt.Errorf("-masters and %s exclude each other: give one", c.Chosen()[0])
-	case c.quorum() && c.Kind != runMutex:
-		return fmt.Errorf("-masters needs -kind %s: a quorum Client has Mutexes only", runMutex)
+	case c.quorum() && c.Kind != runMutex && c.Kind != runElection:
+		return fmt.Errorf("-masters needs -kind %s or %s: a quorum Client has Mutexes and Elections only", runMutex, runElection)
 	case c.RestartMaster < 0:
 		return fmt.Errorf("-restart-master %v: negative", c.RestartMaster)
 	case c.RestartMaster > 0 && c.StartMasters == 0:

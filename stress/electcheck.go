@@ -31,6 +31,15 @@ import (
 //   - final-view: once every candidate had ended, every observer's last
 //     view was the election's final state: no leader, unless a leadership
 //     never ended.
+//
+// On a quorum (-masters) a Leadership is what a majority of the masters
+// holds when a watcher reads them, and a change reaches the masters one
+// after another: a read made while a change is on some of them only may
+// show it or not, and one begun before a Campaign has committed its term
+// shows the term the majority then holds. So view-order is judged by
+// what the record proves of the reads (quorumOrder), and a view of a
+// leadership read before its Campaign returned may have a provisional
+// term (viewRanks).
 
 // Kinds of violations the observers' check reports.
 const (
@@ -43,8 +52,9 @@ const (
 // electionCheck checks what the observers of an election run saw, and
 // keeps the figures the report gives of it.
 type electionCheck struct {
-	Bound time.Duration // -lag: the most an observer may lag a change
-	Lease time.Duration // -lease: a leadership lost has run out in Redis within it
+	Bound  time.Duration // -lag: the most an observer may lag a change
+	Lease  time.Duration // -lease: a leadership lost has run out in Redis within it
+	Quorum bool          // the elections are on a quorum of masters (-masters)
 
 	// Filled in by check.
 	lags      []time.Duration // for every change and every observer watching then: its lag (0: seen before its call returned)
@@ -52,6 +62,10 @@ type electionCheck struct {
 	observers int
 	views     int
 	givenBack int // leaderships of candidates whose Campaign failed, seen by observers: grants given back
+	// On a quorum: views of a leadership under a term below the one its
+	// Campaign committed, whose read may have begun before the commit
+	// (see viewRanks).
+	provisional int
 }
 
 // state is one state an election could be in, in the order of the
@@ -243,13 +257,45 @@ func (c *checker) election(ec *electionCheck, name string, as []*attempt, ws []*
 	}
 
 	final := lastState(states)
+	certain := certainBy(states)
 	for _, w := range ws {
-		ranks := c.viewRanks(w, states, index, noLeader, upTo)
-		c.viewOrder(w, states, ranks)
+		ranks, real := c.viewRanks(ec, w, states, index, noLeader, upTo)
+		if ec.Quorum {
+			c.quorumOrder(w, states, ranks, real, certain)
+		} else {
+			c.viewOrder(w, states, ranks)
+		}
 		c.lag(ec, w, states, ranks)
 		c.finalView(w, states, final)
 	}
 	ec.changes += countBy(states)
+}
+
+// certainBy returns a function that gives the latest of states (its
+// place) certainly made before t: the greatest place among the states
+// whose time by is before t; -1 when there is none.
+func certainBy(states []state) func(t time.Time) int {
+	type sure struct {
+		by   time.Time
+		rank int
+	}
+	var sures []sure
+	for i, s := range states {
+		if !s.by.IsZero() {
+			sures = append(sures, sure{s.by, i})
+		}
+	}
+	slices.SortStableFunc(sures, func(x, y sure) int { return x.by.Compare(y.by) })
+	for i := 1; i < len(sures); i++ {
+		sures[i].rank = max(sures[i].rank, sures[i-1].rank)
+	}
+	return func(t time.Time) int {
+		i := sort.Search(len(sures), func(i int) bool { return !sures[i].by.Before(t) })
+		if i == 0 {
+			return -1
+		}
+		return sures[i-1].rank
+	}
 }
 
 // countBy counts the states made certainly: the changes whose lag is
@@ -265,14 +311,31 @@ func countBy(states []state) int {
 }
 
 // viewRanks returns the place in states of each of w's views, and
-// reports the views that stand for no state: a value nobody campaigned
-// with or proclaimed, a term not that value's, a view received before
-// the call that made it began, or a leader's Client that is not the
-// candidate's. A view without a leader stands, at best, for the latest
-// end that may have come before it was received (noLeader); one that
-// stands for nothing, for the latest state of its term (upTo).
-func (c *checker) viewRanks(w *watch, states []state, index map[string]int, noLeader func(time.Time) int, upTo func(int64) int) []int {
-	ranks := make([]int, len(w.Views))
+// whether each shows a value of a state (received after the call that
+// made it began: the read came after that), and reports the views
+// that stand for no state: a value nobody campaigned with or proclaimed,
+// a term not that value's, a view received before the call that made it
+// began, or a leader's Client that is not the candidate's. A view
+// without a leader stands, at best, for the latest end that may have
+// come before it was received (noLeader); one that stands for nothing,
+// for the latest state of its term (upTo).
+//
+// On a quorum, a view of a leadership may have a term below the one its
+// Campaign returned: a read made before the Campaign committed its term
+// to a majority finds the term the majority then holds, the q-th
+// largest of the tokens the masters drew for it. A read asks every
+// master at once and takes each answer as it comes, so one that began
+// before the commit may show, besides, a value proclaimed since, from a
+// master that answered later. Such a view is provisional, and counted,
+// unless the read certainly began after the Campaign returned: an
+// earlier view of w stood for a state whose call began after that (the
+// watcher's reads are made one after another, each once the one before
+// has returned). A term above the committed one is never read, and any
+// term goes for a candidate whose Campaign failed, or whose term could
+// not be read: none was committed.
+func (c *checker) viewRanks(ec *electionCheck, w *watch, states []state, index map[string]int, noLeader func(time.Time) int, upTo func(int64) int) (ranks []int, real []bool) {
+	ranks, real = make([]int, len(w.Views)), make([]bool, len(w.Views))
+	var readAfter time.Time // w's reads from here on came after it: the latest start of a state an earlier view stood for
 	for i, v := range w.Views {
 		if v.Term == 0 {
 			ranks[i] = noLeader(v.At)
@@ -287,8 +350,16 @@ func (c *checker) viewRanks(w *watch, states []state, index map[string]int, noLe
 		}
 		ranks[i] = j
 		s := &states[j]
+		provisional := false
+		if ec.Quorum && s.term != v.Term {
+			uncommitted := !s.lead.Held() || s.lead.Token <= 0
+			provisional = uncommitted || v.Term < s.term && !readAfter.After(s.lead.Granted)
+		}
+		if provisional {
+			ec.provisional++
+		}
 		switch {
-		case s.term != v.Term:
+		case s.term != v.Term && !provisional:
 			// A state the record does not have: at best the latest of
 			// the value's term and the states up to the view's.
 			ranks[i] = max(j, upTo(v.Term))
@@ -302,8 +373,14 @@ func (c *checker) viewRanks(w *watch, states []state, index map[string]int, noLe
 			c.add(viewFalse, w.Lock, v.At, "observer %s received term %d with value %q at %s naming Client %q, where %s's Client is %q",
 				w.Observer, v.Term, v.Value, c.t(v.At), v.Client, s.lead.Worker, s.client)
 		}
+		if v.At.After(s.from) {
+			// The read found the value, which the call that made it
+			// wrote: the next read began after that call did.
+			real[i] = true
+			readAfter = later(readAfter, s.from)
+		}
 	}
-	return ranks
+	return ranks, real
 }
 
 // viewOrder reports where w's views went backwards: a term lower than one
@@ -344,6 +421,57 @@ func (c *checker) viewOrder(w *watch, states []state, ranks []int) {
 		}
 		if v.Term > top || r >= newestRank {
 			top, newest, newestRank, gone = v.Term, v, r, nil
+		}
+	}
+}
+
+// quorumOrder reports, on a quorum, where w's views went backwards as
+// far as the record proves: a term lower than one seen before (never,
+// says Observe), or a view that stands for a state older than one
+// certainly made before w's read of it. On one deployment every read
+// shows the latest state, and viewOrder judges any step back; on a
+// quorum a read shows what a majority of the masters holds, so a change
+// under way, on some masters only, may be read and then not, and a
+// majority may hold a candidate's election for a while before its
+// Campaign counts it (and lose it again to a candidate ahead of it, by
+// a yield). What is certain once its call returned (a Campaign, a
+// Proclaim, a Resign, or a lost lease run out) is on a majority, and
+// every read made after that finds it, or a later state. A read came
+// after the start of every state an earlier view of w stood for (the
+// watcher's reads are made one after another), so a view that stands
+// for a state older than one made certainly before such a start went
+// backwards. The window is from the time the older state's successor
+// was certain to the receipt of the view: a fault that undid writes
+// then may explain it.
+func (c *checker) quorumOrder(w *watch, states []state, ranks []int, real []bool, certain func(time.Time) int) {
+	var top int64 // the highest term seen
+	var newest *view
+	var readAfter time.Time // w's reads from here on came after it
+	shown := -1             // the view whose state began at readAfter
+	for i := range w.Views {
+		v := &w.Views[i]
+		r := ranks[i]
+		if v.Term != 0 && v.Term < top {
+			c.add(viewBack, w.Lock, v.At, "observer %s received term %d at %s, after term %d at %s",
+				w.Observer, v.Term, c.t(v.At), top, c.t(newest.At))
+			continue
+		}
+		if k := certain(readAfter); shown >= 0 && k > r {
+			s, sk := states[ranks[shown]], states[k]
+			what := "no leader"
+			if v.Term != 0 {
+				what = fmt.Sprintf("term %d with value %q", v.Term, v.Value)
+			}
+			c.add(viewBack, w.Lock, v.At, "observer %s received %s at %s, a state older than %s, certain since %s; "+
+				"its read came after its view of %s (received %s), which began at %s, and a read of a majority after that must find it or a later state",
+				w.Observer, what, c.t(v.At), sk.what, c.t(sk.by), s.what, c.t(w.Views[shown].At), c.t(readAfter))
+			c.window(sk.lead, sk.by, v.At)
+		}
+		if v.Term > top {
+			top, newest = v.Term, v
+		}
+		if real[i] && states[r].from.After(readAfter) {
+			readAfter, shown = states[r].from, i
 		}
 	}
 }

@@ -345,6 +345,7 @@ func TestUnreachedTellsCallsAFaultExplains(t *testing.T) {
 		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, true},
 		{fmt.Errorf("fairlock: %w", io.EOF), true},
 		{errors.Join(context.DeadlineExceeded, fairlock.ErrUnavailable), true},
+		{fmt.Errorf("%w: 1 of 3 masters answered, 2 needed", fairlock.ErrNoQuorum), true},
 		{replyError("MOVED 2551 127.0.0.1:7001"), true},
 		{fmt.Errorf("read: %w", replyError("CLUSTERDOWN The cluster is down")), true},
 		{replyError("LOADING Redis is loading the dataset in memory"), true},
@@ -353,5 +354,173 @@ func TestUnreachedTellsCallsAFaultExplains(t *testing.T) {
 		{context.Canceled, false},
 	} {
 		assert.Equal(t, tc.want, unreached(tc.err), "%v", tc.err)
+	}
+}
+
+// checkQuorumElection checks an election history of a quorum, as a run
+// with -masters does.
+func checkQuorumElection(as []attempt, ws []watch) ([]violation, *electionCheck) {
+	ec := &electionCheck{Bound: testLag, Lease: time.Second, Quorum: true}
+	vs := append(checkRun(as, 0, oneTicket, &quorumCheck{}), ec.check(as, ws)...)
+	return vs, ec
+}
+
+// tamperQuorumViews checks the clean history, as a quorum's, with
+// observer i's views changed by f.
+func tamperQuorumViews(i int, f func(w *watch)) ([]violation, *electionCheck) {
+	as, ws := electionHistory()
+	f(&ws[i])
+	return checkQuorumElection(as, ws)
+}
+
+// On a quorum a read shows what a majority of the masters holds: a
+// candidate's election under the term the majority holds before its
+// Campaign commits one, a value read while its Proclaim is on some
+// masters only and then not, a candidate held by a majority and lost
+// again (to a yield) before its Campaign counts it, and no leader while
+// a hand-over moves from master to master. None of these is a verdict
+// there; on one deployment each is.
+func TestQuorumElectionCheckAcceptsWhatAMajorityMayShowMeanwhile(t *testing.T) {
+	as, ws := electionHistory()
+	vs, ec := checkQuorumElection(as, ws)
+	assert.Empty(t, vs)
+	assert.Zero(t, ec.provisional)
+
+	for _, tc := range []struct {
+		name        string
+		views       []view
+		single      violationKind
+		provisional int
+	}{
+		{"a provisional term before the Campaign returned", []view{vw(3, "w4#1", "w4", 8.45)}, viewFalse, 1},
+		{"a value read while its Proclaim was under way, then not", []view{vw(1, "w1#1", "w1", 2.45)}, viewBack, 0},
+		{"an election held, lost and held again before its Campaign returned", []view{vw(4, "w4#1", "w4", 8.2), vw(0, "", "", 8.3)}, viewBack, 0},
+		{"no leader between two leaders", []view{vw(0, "", "", 5.1)}, "", 0},
+	} {
+		change := func(w *watch) {
+			for _, v := range tc.views {
+				insertView(w, v)
+			}
+		}
+		vs, ec := tamperQuorumViews(0, change)
+		assert.Empty(t, vs, tc.name)
+		assert.Equal(t, tc.provisional, ec.provisional, tc.name)
+		if tc.single != "" {
+			assert.Contains(t, kinds(tamperViews(0, change)), tc.single, "%s, on one deployment", tc.name)
+		}
+	}
+
+	// A read begun before w2's Campaign committed its term may find a
+	// value it proclaimed since on a master that answered later.
+	as, ws = electionHistory()
+	as[1] = proclaiming(as[1], "w2#1.1", 5.05)
+	insertView(&ws[0], vw(1, "w2#1.1", "w2", 5.1))
+	vs, ec = checkQuorumElection(as, ws)
+	assert.Empty(t, vs)
+	assert.Equal(t, 1, ec.provisional)
+
+	// A candidate whose Campaign failed committed no term: any term of
+	// its grant may be read.
+	as, ws = electionHistory()
+	as[3].Token = 6
+	for i := range ws {
+		for j := range ws[i].Views {
+			if ws[i].Views[j].Term == 4 {
+				ws[i].Views[j].Term = 6
+			}
+		}
+	}
+	insertView(&ws[1], vw(5, "w3#1", "w3", 7.3))
+	vs, ec = checkQuorumElection(as, ws)
+	assert.Empty(t, vs)
+	assert.Equal(t, 1, ec.provisional)
+}
+
+// What the record proves is judged on a quorum too: a read made after a
+// state's call began (an earlier view showed that state) must find every
+// change certainly made before, and a view of a proclaimed value, or of
+// an election read after its Campaign returned, must carry the committed
+// term.
+func TestQuorumElectionCheckReportsWhatTheRecordProves(t *testing.T) {
+	as, ws := electionHistory()
+	as[0] = proclaiming(as[0], "w1#1.2", 3) // w1#1.1 returned at 2.5, w1#1.2 called at 3
+	insertView(&ws[0], vw(1, "w1#1.2", "w1", 3.2))
+	insertView(&ws[0], vw(1, "w1#1", "w1", 3.3))
+	vs, _ := checkQuorumElection(as, ws)
+	require.Equal(t, map[violationKind]int{viewBack: 1}, kinds(vs), "%v", vs)
+	assert.Contains(t, vs[0].Detail, `observer o1 received term 1 with value "w1#1" at +0.003300s, a state older than the value "w1#1.1" proclaimed by w1 under term 1, certain since +0.002500s; `+
+		`its read came after its view of the value "w1#1.2" proclaimed by w1 under term 1 (received +0.003200s), which began at +0.003000s`)
+
+	// No leader, read after a view of w1's proclaim, which began once
+	// w1's election was certain.
+	vs, _ = tamperQuorumViews(0, func(w *watch) { insertView(w, vw(0, "", "", 2.8)) })
+	require.Equal(t, map[violationKind]int{viewBack: 1}, kinds(vs), "%v", vs)
+	assert.Contains(t, vs[0].Detail, `observer o1 received no leader at +0.002800s, a state older than the election of w1, term 1 (value "w1#1"), certain since +0.001000s`)
+
+	// A lower term than one seen is never sent.
+	vs, _ = tamperQuorumViews(0, func(w *watch) { insertView(w, vw(1, "w1#1.1", "w1", 5.3)) })
+	require.Equal(t, map[violationKind]int{viewBack: 1}, kinds(vs), "%v", vs)
+	assert.Contains(t, vs[0].Detail, "observer o1 received term 1 at +0.005300s, after term 2 at +0.005200s")
+
+	// w4 proclaims at 8.6, after its Campaign committed term 4 at 8.5: a
+	// view of the value under term 3 may come of a read begun before the
+	// commit (the value from a master that answered later), but the read
+	// after it began after 8.6, and must find term 4.
+	as, ws = electionHistory()
+	as[3] = proclaiming(as[3], "w4#1.1", 8.6)
+	ws[0].Views = slices.DeleteFunc(ws[0].Views, func(v view) bool { return v.Term == 4 })
+	insertView(&ws[0], vw(3, "w4#1.1", "w4", 8.7))
+	insertView(&ws[0], vw(3, "w4#1", "w4", 8.8))
+	vs, ec := checkQuorumElection(as, ws)
+	require.Equal(t, map[violationKind]int{viewFalse: 1}, kinds(vs), "%v", vs)
+	assert.Contains(t, vs[0].Detail, `observer o1 received value "w4#1" with term 3 at +0.008800s, where it is the value of term 4 (w4)`)
+	assert.Equal(t, 1, ec.provisional)
+
+	// A term above the committed one is never read.
+	vs, _ = tamperQuorumViews(0, func(w *watch) { insertView(w, vw(5, "w4#1", "w4", 8.45)) })
+	assert.Contains(t, kinds(vs), viewFalse)
+}
+
+// A view older than a change certainly made is excused on a quorum by a
+// fault that may have undone writes between that change and the view.
+func TestExcuseOfAQuorumObserversStepBack(t *testing.T) {
+	back, _ := tamperQuorumViews(0, func(w *watch) { insertView(w, vw(0, "", "", 2.8)) })
+	require.Len(t, back, 1)
+	for _, tc := range []struct {
+		f       fault
+		excused bool
+	}{
+		{flt(chaosRestartEmpty, 1.5, 1.6, 2), true},
+		{flt(chaosRestartEmpty, 0.5, 0.9, 2), false}, // over before w1's election was certain
+		{flt(chaosPause, 1.5, 0, 2), false},
+	} {
+		vs := slices.Clone(back)
+		excuse(vs, []fault{tc.f}, t0)
+		assert.Equal(t, tc.excused, vs[0].Excused != "", "%+v", tc.f)
+	}
+}
+
+// A quorum's Campaign that was elected but could not commit its term (a
+// master down) fails with the lease lost: a lease-lost verdict, which a
+// fault that held Redis up while the call went on explains.
+func TestACampaignThatLostItsLeaseBeforeItsTerm(t *testing.T) {
+	as, ws := electionHistory()
+	w3 := &as[2]
+	w3.Outcome, w3.LeaseLost, w3.Lost, w3.Deadline = outFailed, true, w3.Ended, time.Time{}
+	vs, ec := checkQuorumElection(as, ws)
+	require.Equal(t, map[violationKind]int{leaseLost: 1}, kinds(vs), "%v", vs)
+	assert.Equal(t, "w3 lost the lease of the leadership it was elected to before its Campaign could commit the term (called +0.006200s, failed +0.007300s)", vs[0].Detail)
+	assert.Equal(t, 1, ec.givenBack, "its grant, seen, was given back")
+	for _, tc := range []struct {
+		f       fault
+		excused bool
+	}{
+		{flt(chaosRestartEmpty, 6.5, 6.6, 9), true},
+		{flt(chaosRestartEmpty, 7.5, 7.6, 9), false}, // after the call returned
+		{flt(chaosRestartEmpty, 1, 1.1, 2), false},
+	} {
+		v := slices.Clone(vs)
+		excuse(v, []fault{tc.f}, t0)
+		assert.Equal(t, tc.excused, v[0].Excused != "", "%+v", tc.f)
 	}
 }

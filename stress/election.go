@@ -141,7 +141,8 @@ func (w *worker) lead(e *fairlock.Election, held context.Context, term int64, va
 // unreached reports whether err is the error of a call that could not
 // reach Redis, or that Redis could not serve then: a server down, a
 // connection cut, a reply of a failover or a slot that moved (see
-// failoverReplies). Leader and Proclaim send their call once (within the
+// failoverReplies), on a quorum fewer than a majority of the masters
+// answering (ErrNoQuorum). Leader and Proclaim send their call once (within the
 // call timeout), as IsLocked and ForceUnlock do, where Unlock, TryLock
 // and a waiting call send theirs again; so a fault explains it, and it
 // is counted (attempt.Unreached), not judged.
@@ -154,7 +155,7 @@ func unreached(err error) bool {
 			}
 		}
 	}
-	return connectionError(err) || errors.Is(err, fairlock.ErrUnavailable)
+	return connectionError(err) || errors.Is(err, fairlock.ErrUnavailable) || errors.Is(err, fairlock.ErrNoQuorum)
 }
 
 // failoverReplies are the replies of a server that cannot serve a call

@@ -19,7 +19,9 @@ import (
 //     or hold its renewals or its release up (see fault.heldUp): its call
 //     began before that stretch ended, and its Unlock had not returned
 //     when the stretch began (an Unlock that Redis does not answer ends
-//     with the lease lost when the lease runs out first).
+//     with the lease lost when the lease runs out first). A quorum's
+//     Campaign that failed as it lost the lease before it could commit
+//     its term: the call had not returned when the stretch began.
 //   - lag, final-view (the election kind): a stretch in which the fault
 //     held Redis up, and the observers' reads and pushes with it, or
 //     recoverWithin after it (a Client's watcher of an election backs
@@ -120,9 +122,12 @@ func explainsView(f *fault, v *violation) string {
 }
 
 // live reports whether hold a may have been live during o: its call
-// began before o ended, and its Unlock had not returned when o began.
+// began before o ended, and its Unlock (or, for a Campaign that failed
+// as it lost the leadership's lease, the call) had not returned when o
+// began.
 func live(a *attempt, o outage) bool {
-	return began(a).Before(o.To) && (a.UnlockEnd.IsZero() || !a.UnlockEnd.Before(o.From))
+	end := firstSet(a.UnlockEnd, a.Ended)
+	return began(a).Before(o.To) && (end.IsZero() || !end.Before(o.From))
 }
 
 // counted returns how many of vs are not excused: what the exit status

@@ -42,7 +42,14 @@
 // a waiter whose join reached a majority before another call began is
 // granted first. -restart-master kills one of the masters it started
 // during the run and restarts it empty once no hold or place in line it
-// kept could still count.
+// kept could still count. With -kind election the Elections are the
+// quorum Client's: the leaderships are checked as the quorum's holds
+// (one at a time, terms rising, candidates in bakery order), and the
+// views as what a majority of the masters can show: a view of a
+// leadership read as its Campaign committed the term may carry a
+// provisional one, a change under way on some masters only may be read
+// and then not, and only a view older than a change certainly made
+// before the watcher's read began went backwards.
 //
 // With -chaos the command starts its own servers on loopback and injects
 // faults of one kind into them, one after another with -every of quiet
@@ -68,6 +75,7 @@
 //	go run ./stress -kind election -observers 3       # Elections, 3 observers of each
 //	go run ./stress -masters 3 -restart-master 20s -duration 60s
 //	                                                  # a quorum of 3 masters, one restarted
+//	go run ./stress -kind election -masters 3         # Elections on a quorum of 3 masters
 //	go run ./stress -chaos failover -every 3s -duration 20s
 //	                                                  # Sentinel failovers, 3 s apart
 //	go run ./stress -json -history attempts.jsonl     # for machines
@@ -185,6 +193,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "stress: %s, prefix %s, seed %d\n", tgt, cfg.Prefix, cfg.Seed)
 	switch {
+	case tgt.mini == nil && cfg.Kind == runElection && tgt.quorum():
+		fmt.Fprintf(stderr, "stress: to look at an election meanwhile, read its keys %s:{lock-0}:e:q* on each master (a quorum lock's, and its values)\n", cfg.Prefix)
 	case tgt.mini == nil && cfg.Kind == runElection:
 		fmt.Fprintf(stderr, "stress: to look at an election meanwhile, read its keys %s:{lock-0}:e* (a Mutex's, and its values)\n", cfg.Prefix)
 	case tgt.mini == nil && !tgt.quorum():
@@ -250,7 +260,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	watches := hist.Watches()
 	var el *electionCheck
 	if cfg.Kind == runElection {
-		el = &electionCheck{Bound: cfg.Lag, Lease: cfg.Lease}
+		el = &electionCheck{Bound: cfg.Lag, Lease: cfg.Lease, Quorum: tgt.quorum()}
 		violations = append(violations, el.check(attempts, watches)...)
 	}
 	var snaps map[string]string

@@ -257,7 +257,7 @@ func TestBadFlagsExitWithStatus2(t *testing.T) {
 		{[]string{"-kind", "election", "-observers", "-1"}, "-observers -1: want 0 to 1000"},
 		{[]string{"-kind", "election", "-lag", "0s"}, "-lag 0s: want a positive duration"},
 		{[]string{"-kind", "election", "-proclaim", "2"}, "-proclaim 2: want a fraction"},
-		{[]string{"-kind", "election", "-masters", "3"}, "-masters needs -kind mutex"},
+		{[]string{"-kind", "election", "-masters", "3", "-try", "0.1"}, "-try does not go with -kind election"},
 		{[]string{"-permits", "3"}, "-permits needs -kind semaphore"},
 		{[]string{"-kind", "rwmutex", "-permits", "3"}, "-permits needs -kind semaphore"},
 		{[]string{"-readers", "0.5"}, "-readers needs -kind rwmutex"},

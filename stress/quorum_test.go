@@ -27,8 +27,9 @@ func TestQuorumFlags(t *testing.T) {
 		{[]string{"-masters", " , "}, "no address"},
 		{[]string{"-masters", "3", "-redis", "redis://a:1"}, "-masters and -redis exclude each other"},
 		{[]string{"-masters", "a:1,b:2,c:3", "-cluster", "d:4"}, "-masters and -cluster exclude each other"},
-		{[]string{"-masters", "3", "-kind", "semaphore"}, "-masters needs -kind mutex"},
-		{[]string{"-masters", "3", "-kind", "multilock"}, "-masters needs -kind mutex"},
+		{[]string{"-masters", "3", "-kind", "semaphore"}, "-masters needs -kind mutex or election"},
+		{[]string{"-masters", "3", "-kind", "multilock"}, "-masters needs -kind mutex or election"},
+		{[]string{"-masters", "3", "-kind", "rwmutex"}, "a quorum Client has Mutexes and Elections only"},
 		{[]string{"-restart-master", "1s"}, "-restart-master needs -masters N"},
 		{[]string{"-masters", "a:1,b:2,c:3", "-restart-master", "1s"}, "-restart-master needs -masters N"},
 		{[]string{"-masters", "2", "-restart-master", "1s"}, "-restart-master needs -masters 3 or more"},
@@ -52,6 +53,11 @@ func TestQuorumFlags(t *testing.T) {
 	assert.Equal(t, 5, c.StartMasters)
 	assert.Empty(t, c.Masters)
 	assert.Equal(t, 2*time.Second, c.RestartMaster)
+
+	c, err = parseFlags([]string{"-masters", "3", "-kind", "election", "-restart-master", "2s"}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, runElection, c.Kind)
+	assert.True(t, c.quorum())
 
 	code, _, errs := runCmd(t, "-h")
 	assert.Equal(t, exitOK, code)
@@ -159,6 +165,13 @@ func TestQuorumResidue(t *testing.T) {
 		assert.True(t, strings.HasPrefix(v.Detail, "master 2 (b:2): "), v.Detail)
 	}
 	assert.Contains(t, dirty.String(), "lock-0 on master 2 (b:2): held by o1 (entry , token 9, 1 level(s), lease left 0s), 1 waiter(s)")
+
+	// An election's: a candidate's value left beside the line too.
+	values := quorumState{Name: "lock-0", Master: "master 1 (a:1)", Values: map[string]string{"e2": "w#2", "e1": "w#1"}}
+	vs = values.residue()
+	require.Len(t, vs, 1)
+	assert.Equal(t, `master 1 (a:1): 2 candidate value(s) left beside the line after the run, first e1 ("w#1")`, vs[0].Detail)
+	assert.Contains(t, values.String(), "\n  value of e1: \"w#1\"\n  value of e2: \"w#2\"\n")
 }
 
 func TestQuorumFinalStateReadsTheLockOnEveryMaster(t *testing.T) {
@@ -187,4 +200,17 @@ func TestQuorumFinalStateReadsTheLockOnEveryMaster(t *testing.T) {
 	assert.NotContains(t, snaps, "lock-1")
 	assert.Contains(t, snaps["lock-0"], "lock-0 on master 1 ("+tgt.masters[0]+"): free, 0 waiter(s), 0 deadline(s), token counter 5")
 	assert.Contains(t, snaps["lock-0"], "lock-0 on master 2 ("+tgt.masters[1]+"): held by o1")
+
+	// The elections' keys, for -kind election: a candidate's value left
+	// on master 1; the Mutex's hold above is another lock's.
+	e, err := queue.QuorumElection("p", "lock-1")
+	require.NoError(t, err)
+	require.NoError(t, rdbs[0].HSet(ctx, e.Values, "e1", "w#1").Err())
+	vs = nil
+	snaps = quorumFinalState(ctx, rdbs, tgt.masters, config{Prefix: "p", Locks: 2, Kind: runElection}, &vs)
+	require.Len(t, vs, 1)
+	assert.Equal(t, "lock-1", vs[0].Lock)
+	assert.Equal(t, "master 1 ("+tgt.masters[0]+`): 1 candidate value(s) left beside the line after the run, first e1 ("w#1")`, vs[0].Detail)
+	assert.NotContains(t, snaps, "lock-0")
+	assert.Contains(t, snaps["lock-1"], "lock-1 on master 1 ("+tgt.masters[0]+"): free, 0 waiter(s)")
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,6 +22,7 @@ type quorumState struct {
 	Hold      map[string]string // the hold's hash: owner, count, token, entry, ticket, inquired
 	HoldTTL   time.Duration     // the hold's time left
 	Queue     []string          // waiter entries, in ticket order
+	Values    map[string]string // an election's candidate entry -> value, for the candidates in line
 	Deadlines int64             // entries of the deadline zset
 	LastToken int64             // the token counter K; 0 when there is none
 	TokenTTL  time.Duration     // its time left; negative when it never expires
@@ -28,13 +31,22 @@ type quorumState struct {
 }
 
 // inspectQuorum reads the keys of the quorum lock name under prefix on
-// one master, in one transaction.
-func inspectQuorum(ctx context.Context, rdb redis.UniversalClient, prefix, name, master string) (quorumState, error) {
-	k, err := queue.Quorum(prefix, name)
+// one master, in one transaction: a Mutex's, or with -kind election an
+// Election's, with the values of its candidates.
+func inspectQuorum(ctx context.Context, rdb redis.UniversalClient, prefix, name, kind, master string) (quorumState, error) {
+	keysOf := queue.Quorum
+	if kind == runElection {
+		keysOf = queue.QuorumElection
+	}
+	k, err := keysOf(prefix, name)
 	if err != nil {
 		return quorumState{}, err
 	}
 	p := rdb.TxPipeline()
+	var values *redis.MapStringStringCmd
+	if k.Values != "" {
+		values = p.HGetAll(ctx, k.Values)
+	}
 	hold, holdTTL := p.HGetAll(ctx, k.Lock), p.PTTL(ctx, k.Lock)
 	line := p.ZRange(ctx, k.Queue, 0, -1)
 	deadlines := p.ZCard(ctx, k.Deadline)
@@ -44,6 +56,9 @@ func inspectQuorum(ctx context.Context, rdb redis.UniversalClient, prefix, name,
 		return quorumState{}, err
 	}
 	s := quorumState{Name: name, Master: master, Hold: hold.Val(), HoldTTL: holdTTL.Val(), Queue: line.Val(), Deadlines: deadlines.Val()}
+	if values != nil {
+		s.Values = values.Val()
+	}
 	s.LastToken, s.TokenTTL = counterOf(token, tokenTTL)
 	s.Ticket, s.TicketTTL = counterOf(ticket, ticketTTL)
 	return s, nil
@@ -77,6 +92,10 @@ func (s quorumState) residue() []violation {
 	if n := s.Deadlines; n > int64(len(s.Queue)) {
 		add("%d deadline entr(ies) without a waiter after the run", n-int64(len(s.Queue)))
 	}
+	if n := len(s.Values); n > 0 {
+		first := slices.Sorted(maps.Keys(s.Values))[0]
+		add("%d candidate value(s) left beside the line after the run, first %s (%q)", n, first, s.Values[first])
+	}
 	if s.LastToken > 0 && s.TokenTTL < 0 {
 		add("token counter %d never expires", s.LastToken)
 	}
@@ -98,6 +117,9 @@ func (s quorumState) String() string {
 	}
 	fmt.Fprintf(&b, ", %d waiter(s), %d deadline(s), token counter %d (ttl %v), ticket counter %d (ttl %v)\n",
 		len(s.Queue), s.Deadlines, s.LastToken, s.TokenTTL, s.Ticket, s.TicketTTL)
+	for _, e := range slices.Sorted(maps.Keys(s.Values)) {
+		fmt.Fprintf(&b, "  value of %s: %q\n", e, s.Values[e])
+	}
 	return b.String()
 }
 
@@ -112,7 +134,7 @@ func quorumFinalState(ctx context.Context, admins []redis.UniversalClient, addrs
 		for i, rdb := range admins {
 			master := fmt.Sprintf("master %d (%s)", i+1, addrs[i])
 			s, err := inspectAfterRun(ctx, rdb, func(ctx context.Context) (quorumState, error) {
-				return inspectQuorum(ctx, rdb, cfg.Prefix, name, master)
+				return inspectQuorum(ctx, rdb, cfg.Prefix, name, cfg.Kind, master)
 			})
 			if err != nil {
 				*violations = append(*violations, violation{Kind: errored, Lock: name, Detail: "inspecting " + master + " after the run: " + err.Error()})

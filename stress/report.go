@@ -90,6 +90,10 @@ type electionSums struct {
 	// GivenBack counts the grants that came as a Campaign failed, and
 	// were given back, seen by an observer.
 	GivenBack int `json:"given_back"`
+	// Provisional counts, on a quorum, the views of a leadership under
+	// a term below the one its Campaign committed, whose read may have
+	// begun before the commit.
+	Provisional int `json:"provisional,omitempty"`
 	// Unreached counts the Leader and Proclaim calls of leaders that
 	// could not reach Redis.
 	Unreached int `json:"unreached,omitempty"`
@@ -108,7 +112,7 @@ type electionSums struct {
 // electionReport sums up the leaderships of the election kind and the
 // check of their observers.
 func electionReport(cfg config, attempts []attempt, ec *electionCheck) *electionSums {
-	e := &electionSums{Observers: ec.observers, Views: ec.views, GivenBack: ec.givenBack,
+	e := &electionSums{Observers: ec.observers, Views: ec.views, GivenBack: ec.givenBack, Provisional: ec.provisional,
 		Changes: ec.changes, Lag: latency(ec.lags), Bound: ms(cfg.Lag)}
 	for i := range attempts {
 		a := &attempts[i]
@@ -142,7 +146,11 @@ func (e *electionSums) write(b *strings.Builder) {
 	if e.Unreached > 0 {
 		fmt.Fprintf(b, "; %d Leader or Proclaim calls could not reach Redis", e.Unreached)
 	}
-	fmt.Fprintf(b, "\nobservers:   %d saw %d views of %d changes\n", e.Observers, e.Views, e.Changes)
+	fmt.Fprintf(b, "\nobservers:   %d saw %d views of %d changes", e.Observers, e.Views, e.Changes)
+	if e.Provisional > 0 {
+		fmt.Fprintf(b, "; %d views under a provisional term, read as the Campaign committed its own", e.Provisional)
+	}
+	b.WriteByte('\n')
 	fmt.Fprintf(b, "lag:         %s (a change's call returned to an observer's view as new; bound %.0fms)\n", e.Lag, e.Bound)
 }
 

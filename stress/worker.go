@@ -295,6 +295,11 @@ func (w *worker) failed(p plan, end time.Time, err error) {
 			// If leaving the queue failed too, the entry is left in
 			// Redis: the final inspection reports it.
 			a.Outcome = outGaveUp
+		case a.Type == runElection && errors.Is(err, fairlock.ErrLeaseLost):
+			// A quorum's Campaign commits the term before it returns,
+			// and gives the leadership back when it cannot: the lease
+			// was lost, as a hold's may be.
+			a.Outcome, a.LeaseLost, a.Lost = outFailed, true, end
 		default:
 			a.Outcome = outFailed
 			a.Err = err.Error()

@@ -37,8 +37,6 @@ func runQuorumElection(t *testing.T, args ...string) (report, []attempt, []watch
 // the masters can show.
 func TestElectionRunOnAQuorumFindsNoViolation(t *testing.T) {
 	redistest.Slow(t)
-	t.Skip("the quorum Election reads a term below the one Campaign committed, and, after a hand-over, " +
-		"a leader's first value over the values it proclaimed: docs/stress.md, \"Elections on a quorum\"")
 	r, as, ws := runQuorumElection(t, "-duration", "2s")
 	checkElectionReport(t, r, 4)
 	assert.Nil(t, r.Faults)

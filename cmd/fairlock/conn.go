@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -47,6 +48,29 @@ func (d *deployment) close() {
 // connect returns the deployment the flags name: a Client of New on
 // -redis, -cluster or -sentinel, or of NewQuorum on -masters (which asks
 // every master, bounded by ctx).
+// following connects for a command that follows changes (watch, leader
+// -watch) for dur, or until interrupted when dur is 0: it returns the
+// context to follow under (ended after dur), the deployment and what to
+// call when done; or, when the command cannot go on, ok false and the
+// exit status (exitOK when interrupted while connecting).
+func (c *common) following(ctx context.Context, dur time.Duration, stderr io.Writer) (context.Context, *deployment, func(), int, bool) {
+	stop := func() {}
+	if dur > 0 {
+		ctx, stop = context.WithTimeout(ctx, dur)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.bound())
+	d, err := c.connect(cctx)
+	cancel()
+	if err != nil {
+		stop()
+		if ctx.Err() != nil {
+			return ctx, nil, nil, exitOK, false // interrupted while connecting
+		}
+		return ctx, nil, nil, c.fail(stderr, err), false
+	}
+	return ctx, d, func() { d.close(); stop() }, 0, true
+}
+
 func (c *common) connect(ctx context.Context) (*deployment, error) {
 	opts := []fairlock.Option{fairlock.WithPrefix(c.prefix)}
 	if c.verbose {

@@ -206,27 +206,17 @@ func leaderLine(why string, l fairlock.Leadership) string {
 // election name, then every change of it that Observe sends, until ctx
 // ends or dur has passed.
 func (c *common) followLeader(ctx context.Context, name string, dur time.Duration, stdout, stderr io.Writer) int {
-	if dur > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, dur)
-		defer cancel()
+	ctx, d, done, code, ok := c.following(ctx, dur, stderr)
+	if !ok {
+		return code
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.bound())
-	d, err := c.connect(cctx)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return exitOK // interrupted while connecting
-		}
-		return c.fail(stderr, err)
-	}
-	defer d.close()
+	defer done()
 	el := d.fl.Election(name)
 	// One read first, bounded by -timeout: a Redis that does not answer,
 	// or refuses the read, fails the command here. Observe itself waits
 	// for Redis without a word.
 	rctx, cancel := context.WithTimeout(ctx, c.bound())
-	_, err = el.Leader(rctx)
+	_, err := el.Leader(rctx)
 	cancel()
 	switch {
 	case ctx.Err() != nil:

@@ -51,21 +51,11 @@ func watchMain(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if _, err := queue.For(c.prefix, name); err != nil {
 		return c.usageError(stderr, err)
 	}
-	if dur > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, dur)
-		defer cancel()
+	ctx, d, done, code, ok := c.following(ctx, dur, stderr)
+	if !ok {
+		return code
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.bound())
-	d, err := c.connect(cctx)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return exitOK // interrupted while connecting
-		}
-		return c.fail(stderr, err)
-	}
-	defer d.close()
+	defer done()
 	// The subscription is confirmed before the first view, so that no
 	// hand-over after it goes unseen.
 	wk, err := subscribe(ctx, d, c.prefix, name, c.timeout)

@@ -31,7 +31,9 @@ import (
 //
 // Views never go backwards: no term lower than one already sent is sent.
 // A receiver that falls behind gets the latest view, not every one in
-// between. While Redis does not answer, the channel stays open and the
+// between; and a leadership that begins and ends between two reads of
+// the Client's watcher (a short one, on a busy Client) is not sent at
+// all: the observers' view, no leader, was the state after it. While Redis does not answer, the channel stays open and the
 // Client reads again, with a backoff, until it does.
 //
 // Observe returns once the Client's subscription to the election's

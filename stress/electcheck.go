@@ -476,6 +476,37 @@ func (c *checker) quorumOrder(w *watch, states []state, ranks []int, real []bool
 	}
 }
 
+// showsEndBy reports whether w's latest view received by deadline shows
+// no leader while the election certainly had none then, after the state
+// of rank or a later one (the state at deadline is an end certain by
+// then, with no leadership begun after it by then), and w received no
+// view of an older state after deadline. A view without a leader shows
+// every end alike, and Observe sends a view only when it differs from
+// the last: a leadership that began and ended between two of the
+// watcher's reads leaves its observers' view as it was, which is the
+// state after it (see Observe's doc).
+func showsEndBy(w *watch, states []state, ranks []int, rank int, deadline time.Time) bool {
+	k := sort.Search(len(w.Views), func(i int) bool { return w.Views[i].At.After(deadline) }) - 1
+	if k < 0 || w.Views[k].Term != 0 {
+		return false
+	}
+	m := -1 // the latest state certain by deadline
+	for j := range states {
+		if !states[j].by.IsZero() && !states[j].by.After(deadline) {
+			m = max(m, j)
+		}
+	}
+	if m < rank || !states[m].end || m+1 < len(states) && !states[m+1].from.After(deadline) {
+		return false
+	}
+	for i := k + 1; i < len(w.Views); i++ {
+		if ranks[i] < m {
+			return false // an older state, received late
+		}
+	}
+	return true
+}
+
 // lag measures how long w took to receive a view at least as new as each
 // change made certainly (a state with a time by), from that time, or from
 // the start of w when it came later, and reports the changes it took
@@ -547,7 +578,7 @@ func (c *checker) lag(ec *electionCheck, w *watch, states []state, ranks []int) 
 			ec.lags = append(ec.lags, max(seen.Sub(d.from), 0))
 		}
 		late := !seen.IsZero() && seen.After(deadline) || seen.IsZero() && !w.End.Before(deadline)
-		if !late {
+		if !late || showsEndBy(w, states, ranks, d.rank, deadline) {
 			continue
 		}
 		if cur != nil && (cur.seen.IsZero() || d.from.Before(cur.seen)) {

@@ -155,10 +155,16 @@ func (e *Election) Campaign(ctx context.Context, value string) (context.Context,
 	return withHoldOf(ctx, e.key, held), nil
 }
 
+// holdFrom returns the leadership of this election that ctx carries, or
+// nil, as Mutex.holdFrom does a hold.
+func (e *Election) holdFrom(ctx context.Context) (fair.Held, error) {
+	return heldOf(ctx, e.key, e.lock, anyHold)
+}
+
 // leadership returns the live leadership of this election that ctx
 // carries, or nil.
 func (e *Election) leadership(ctx context.Context) (fair.Held, error) {
-	h, err := heldOf(ctx, e.key, e.lock, anyHold)
+	h, err := e.holdFrom(ctx)
 	if err != nil || h == nil {
 		return nil, err
 	}
@@ -215,7 +221,7 @@ func (e *Election) Resign(ctx context.Context) error {
 	if err := e.usable(ctx); err != nil {
 		return notHeld(err)
 	}
-	h, err := heldOf(ctx, e.key, e.lock, anyHold)
+	h, err := e.holdFrom(ctx)
 	switch {
 	case err != nil:
 		return err
@@ -234,7 +240,7 @@ func (e *Election) Term(ctx context.Context) (int64, error) {
 	if err := e.usable(ctx); err != nil {
 		return 0, notHeld(err)
 	}
-	h, err := heldOf(ctx, e.key, e.lock, anyHold)
+	h, err := e.holdFrom(ctx)
 	switch {
 	case err != nil:
 		return 0, err

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fairlock/fairlock/internal/errs"
-	"github.com/fairlock/fairlock/internal/pause"
 	"github.com/fairlock/fairlock/lua"
 	"github.com/fairlock/fairlock/queue"
 )
@@ -103,14 +102,9 @@ func (l *Mutex) Proclaim(ctx context.Context, held Held, value string) (bool, er
 		// Sent again while Redis does not answer (a restart, a failover
 		// under way), as a TryLock's attempt is, until the call timeout:
 		// a Proclaim that ran twice writes the same value twice.
-		var done bool
-		var err error
-		for retry := retryMin; ; retry = min(2*retry, retryMax) {
-			done, err = l.e.flagCall(cctx, func(s *lua.Scripts) lua.Call { return s.Proclaim(l.keys, h.owner, h.entry, value) })
-			if !unanswered(err) || cctx.Err() != nil || !pause.For(cctx, retry) {
-				break
-			}
-		}
+		done, err := untilAnswered(cctx, func() (bool, error) {
+			return l.e.flagCall(cctx, func(s *lua.Scripts) lua.Call { return s.Proclaim(l.keys, h.owner, h.entry, value) })
+		})
 		if publishRefused(err) {
 			return true, fmt.Errorf("fairlock: the value was proclaimed, but %w", refusal(err))
 		}

@@ -270,13 +270,19 @@ func (l *Mutex) poll(ctx context.Context, req Request, entry, mode string) (queu
 	if mode == queue.ModeWait || (mode == queue.ModeTry && req.Wait) {
 		return l.acquireCall(cctx, call, req, entry, mode)
 	}
-	retry := retryMin
-	for {
-		rep, err := l.acquireCall(cctx, call, req, entry, mode)
-		if !unanswered(err) || cctx.Err() != nil || !pause.For(cctx, retry) {
-			return rep, err
+	return untilAnswered(cctx, func() (queue.Reply, error) { return l.acquireCall(cctx, call, req, entry, mode) })
+}
+
+// untilAnswered runs f, and again, with the backoff of a waiting Lock's
+// polls, while Redis does not answer it (see unanswered), until it
+// answers or ctx ends: for a call that may run twice, sent under the same
+// id or writing the same thing.
+func untilAnswered[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	for retry := retryMin; ; retry = min(2*retry, retryMax) {
+		v, err := f()
+		if !unanswered(err) || ctx.Err() != nil || !pause.For(ctx, retry) {
+			return v, err
 		}
-		retry = min(2*retry, retryMax)
 	}
 }
 

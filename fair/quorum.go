@@ -372,7 +372,7 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 		sent := time.Now()
 		err := shortly.Run(ctx, func() error {
 			p := rdb.Pipeline()
-			hm = p.HMGet(ctx, l.keys.Lock, "owner", "count", "entry", "token", "since", "value", "vseq", "term")
+			hm = p.HMGet(ctx, l.keys.Lock, l.readFields()...)
 			pt = p.PTTL(ctx, l.keys.Lock)
 			_, err := p.Exec(ctx)
 			return err
@@ -383,11 +383,13 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 		}
 		l.qm.masters[i].called(sent, nil)
 		r := holdRead{ok: true, ttl: pt.Val()}
-		if v := hm.Val(); len(v) == 8 {
+		if v := hm.Val(); len(v) >= 2 {
 			r.owner, _ = v[0].(string)
 			if c, ok := v[1].(string); ok {
 				_, _ = fmt.Sscan(c, &r.count)
 			}
+		}
+		if v := hm.Val(); len(v) == len(electionFields) {
 			r.entry, _ = v[2].(string)
 			if t, ok := v[3].(string); ok {
 				r.token, _ = strconv.ParseInt(t, 10, 64)
@@ -443,6 +445,22 @@ func (l *QMutex) settled(reads []holdRead) bool {
 	}
 	pending := len(reads) - answered
 	return most >= l.qm.q || most+pending < l.qm.q && answered >= l.qm.q
+}
+
+// The fields readAll reads of a hold: a quorum Mutex's reads need its
+// owner and count; an election's its leadership besides (see
+// qelection.go), which a Mutex's would read as absent every time.
+var (
+	mutexFields    = []string{"owner", "count"}
+	electionFields = []string{"owner", "count", "entry", "token", "since", "value", "vseq", "term"}
+)
+
+// readFields returns the fields readAll reads of l's hold.
+func (l *QMutex) readFields() []string {
+	if l.keys.Values != "" {
+		return electionFields
+	}
+	return mutexFields
 }
 
 // holdRead is what readAll read on one master.

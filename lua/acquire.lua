@@ -57,9 +57,7 @@ local lease = tonumber(ARGV[3])
 local waiter_ttl = tonumber(ARGV[4])
 local mode = ARGV[5]
 local channel = ARGV[6]
-if ARGV[8] and is_candidate(entry) then
-  candidacy = {entry = entry, value = ARGV[8]}
-end
+campaign(entry, ARGV[8])
 
 
 -- 0. The path most calls take: the first attempt of a Lock (try mode)

@@ -175,6 +175,33 @@ local function values_key(lk)
   return lk.hold .. ':values'
 end
 
+-- campaign makes the call of entry the candidacy of this run when its
+-- value (an argument; nil when absent) came with it and entry is a
+-- candidate's.
+local function campaign(entry, value)
+  if value and is_candidate(entry) then
+    candidacy = {entry = entry, value = value}
+  end
+end
+
+-- granted_value returns the value a grant to entry gives its hold, and
+-- takes it from beside the line: a candidate's (from the call's own
+-- argument when the call is the candidate's, else from the hash of
+-- values, '' when missing there), or nil for any other entry.
+local function granted_value(lk, entry)
+  if not is_candidate(entry) then
+    return nil
+  end
+  local value
+  if candidacy and candidacy.entry == entry then
+    value = candidacy.value
+  else
+    value = redis.call('HGET', values_key(lk), entry) or ''
+  end
+  redis.call('HDEL', values_key(lk), entry)
+  return value
+end
+
 -- forget_value drops the value of entry, a candidate that leaves lk's
 -- line without being granted.
 local function forget_value(lk, entry)
@@ -409,14 +436,8 @@ local function take(lk, owner, entry, ttl, now)
   end
   local token = next_token(lk, ttl, now)
   local since = string.format('%d', now)
-  if is_candidate(entry) then
-    local value
-    if candidacy and candidacy.entry == entry then
-      value = candidacy.value
-    else
-      value = redis.call('HGET', values_key(lk), entry) or ''
-    end
-    redis.call('HDEL', values_key(lk), entry)
+  local value = granted_value(lk, entry)
+  if value then
     redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry, 'since', since,
       'value', value)
     tell_leader(lk)
@@ -453,6 +474,15 @@ end
 -- election (P:{N}:leader): its leadership changed.
 tell_leader = function(lk)
   publish(lk.hold .. ':leader', 'leader')
+end
+
+-- tell_ended tells the election's observers that a hold of lk, given to
+-- entry (false or nil when not known), ended, when it was a candidate's:
+-- its leadership.
+local function tell_ended(lk, entry)
+  if entry and is_candidate(entry) then
+    tell_leader(lk)
+  end
 end
 
 -- finish returns a script's reply, or in its place, when a PUBLISH of this
@@ -685,8 +715,8 @@ end
 -- are told that it has no leader (a grant tells them itself, see take).
 local function hand_on(lk, entry, now, channel, own)
   local granted, message = hand_over(lk, now, channel, own)
-  if not granted and entry and is_candidate(entry) then
-    tell_leader(lk)
+  if not granted then
+    tell_ended(lk, entry)
   end
   return granted, message
 end

@@ -22,7 +22,7 @@ local h = quorum_hold(lk)
 local dropped = 0
 if h and h.entry == entry then
   redis.call('DEL', lk.hold)
-  quorum_ended(lk, entry)
+  tell_ended(lk, entry)
   h, dropped = nil, 1
 end
 settle(lk, h, now, channel)

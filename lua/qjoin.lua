@@ -40,9 +40,7 @@ local channel = ARGV[5]
 local ticket = ARGV[6]
 local yield_token = ARGV[7]
 local lk = quorum_lock(8, waiter_ttl)
-if ARGV[9] and is_candidate(entry) then
-  candidacy = {entry = entry, value = ARGV[9]}
-end
+campaign(entry, ARGV[9])
 local now = now_ms()
 local got = redis.call('MGET', gone_key(lk, entry), lk.ticket, lk.token)
 load_counter(lk, got[3])
@@ -54,7 +52,7 @@ raise(lk.ticket, tonumber(got[2] or '0'), ticket, now, waiter_ttl)
 local h = quorum_hold(lk)
 if h and h.entry == entry and yield_token ~= '0' and h.token == yield_token then
   redis.call('DEL', lk.hold)
-  quorum_ended(lk, entry)
+  tell_ended(lk, entry)
   h = nil
 end
 local lower = false

@@ -229,35 +229,12 @@ local function queue_join(lk, entry, now, ttl, ticket)
   redis.call('ZADD', lk.deadline, now + ttl, entry)
 end
 
--- quorum_value returns the value a grant to entry gives its hold on this
--- master: an election candidate's (from the call's own argument when the
--- call is its own, else from beside the line, which it leaves), or nil
--- for any other entry. The grant is then told on the election's channel
--- (tell_leader): on a quorum, a master's hold is a leadership once a
--- majority of the masters hold for the same entry, which the observers
--- read.
-local function quorum_value(lk, entry)
-  if not is_candidate(entry) then
-    return nil
-  end
-  local value
-  if candidacy and candidacy.entry == entry then
-    value = candidacy.value
-  else
-    value = redis.call('HGET', values_key(lk), entry) or ''
-  end
-  redis.call('HDEL', values_key(lk), entry)
-  return value
-end
-
--- quorum_ended tells the election's observers that the hold here, given
--- to entry, ended (a release, a cancel, a yield, a forced removal), when
--- it was a candidate's. (A hand-over that follows tells again.)
-local function quorum_ended(lk, entry)
-  if entry and entry ~= '' and is_candidate(entry) then
-    tell_leader(lk)
-  end
-end
+-- A grant here takes a candidate's value as lib.lua's take does
+-- (granted_value), and is told on the election's channel: on a quorum, a
+-- master's hold is a leadership once a majority of the masters hold for
+-- the same entry, which the observers read. A candidate's hold that ends
+-- here (a release, a cancel, a yield, a forced removal) is told too
+-- (tell_ended), and a hand-over that follows tells of its own grant.
 
 -- quorum_hand_over gives the free lock to the live head of the line (the
 -- smallest key), which holds it for its lease, but no longer than its
@@ -286,7 +263,7 @@ local function quorum_hand_over(lk, now, channel, ended)
       local ttl = math.min(lease, deadline - now)
       local token = draw_token(lk, ttl, now)
       local expires = string.format('%d', now + ttl)
-      local value = quorum_value(lk, head)
+      local value = granted_value(lk, head)
       if value then
         -- A candidate's: 'value' beside the others, 'vseq' 0, the
         -- sequence number of no Proclaim yet, and 'term' 0, no term

@@ -75,7 +75,7 @@ end
 -- The head takes the hold in place, or the hash goes: either way the
 -- first write cannot grow memory (ZPOPMIN, DEL; see allow_full).
 quorum_hand_over(lk, now, channel, true)
-quorum_ended(lk, h.entry)
+tell_ended(lk, h.entry)
 if raise_to and lk.k then
   -- No token was drawn (draw_token forgets lk.k): K is raised here.
   raise(lk.token, tonumber(got[2] or '0') or 0, raise_to, now, waiter_ttl)

@@ -35,9 +35,7 @@ local channel = ARGV[5]
 local mode = ARGV[6]
 local receipt_ttl = tonumber(ARGV[7])
 local lk = quorum_lock(8, waiter_ttl)
-if ARGV[9] and is_candidate(entry) then
-  candidacy = {entry = entry, value = ARGV[9]}
-end
+campaign(entry, ARGV[9])
 local now = now_ms()
 local got = redis.call('MGET', KEYS[6], gone_key(lk, entry), lk.ticket, lk.token)
 load_counter(lk, got[4])
@@ -77,7 +75,7 @@ if line_front(lk, now) then
   return finish(answer(0, '0', 0))
 end
 local token = draw_token(lk, lease, now)
-local value = quorum_value(lk, entry)
+local value = granted_value(lk, entry)
 if value then
   redis.call('HSET', lk.hold, 'owner', owner, 'count', 1, 'token', token, 'entry', entry,
     'since', string.format('%d', now), 'expires', string.format('%d', now + lease), 'value', value, 'vseq', '0',

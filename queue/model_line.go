@@ -169,7 +169,7 @@ func (l *line) keepValue(c *candidacy, entry string) {
 // value of the call that runs, when the call is the candidate's own (c),
 // else the one the entry joined the line with, or "" when it joined with
 // none. The value leaves the values beside the line either way. It is
-// the step that lib.lua's take and qlib.lua's quorum_value share.
+// the step lib.lua's granted_value makes for take and the quorum's grants.
 func (l *line) grantValue(c *candidacy, entry string) (value string, ok bool) {
 	if !IsCandidate(entry) {
 		return "", false

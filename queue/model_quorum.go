@@ -305,7 +305,7 @@ func (m *QuorumModel) prune(now int64) (head string, deadline int64, ok bool) {
 //
 // A candidate's grant is a leadership, as a Mutex's (see Model.take):
 // its value moves from beside the line, or from the call that runs when
-// the call is the candidate's own, into the hold (quorum_value), and the
+// the call is the candidate's own, into the hold (granted_value in lib.lua), and the
 // election's observers are told, before the hold's PEXPIRE: a hold
 // given a lease of 0 ms is told all the same, and gone at once.
 func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
@@ -330,7 +330,7 @@ func (m *QuorumModel) take(owner, entry string, ttl int64, c qclock) int64 {
 // LeaderMessage on its leader channel, <key>:leader.
 func (m *QuorumModel) tellLeader() { m.srv.publishLeader(m.key) }
 
-// ended is qlib.lua's quorum_ended: the hold here, given to entry ("" for
+// ended is lib.lua's tell_ended: the hold here, given to entry ("" for
 // none known), has ended, and its end is told when it was a candidate's.
 // A hand-over that follows tells again, of its own grant.
 func (m *QuorumModel) ended(entry string) {

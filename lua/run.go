@@ -72,10 +72,19 @@ type Runner struct {
 	Go func(f func()) bool
 
 	scriptsOnly atomic.Bool
-	background  atomic.Bool   // a load runs in the background
-	loads       atomic.Uint64 // libraries loaded by the Runner
-	once        sync.Once
-	loading     chan struct{} // held while one loads
+	// started counts the loads sent, and covered is the number (in that
+	// count) of the latest that succeeded: it serves every call sent
+	// before it started (see load).
+	started atomic.Uint64
+	covered atomic.Uint64
+	once    sync.Once
+	loading chan struct{} // held while one loads
+
+	mu      sync.Mutex // guards the two below
+	running bool       // a load runs in the background
+	// wanted is 1 + the newest started count seen by a call that found
+	// the library missing and waits for a background load (0: none).
+	wanted uint64
 }
 
 // NewRunner returns a Runner of one deployment. A zero Runner is one too.
@@ -89,13 +98,13 @@ func (r *Runner) ScriptsOnly() bool { return r.scriptsOnly.Load() }
 type Sending struct {
 	// Via is how to send the call next.
 	Via    Via
-	seen   uint64 // the Runner's loads when the call was first sent
+	seen   uint64 // the loads the Runner had started when the call was first sent
 	loaded bool   // a load was tried for the call
 }
 
 // Start returns how to send c first.
 func (r *Runner) Start(c Call) Sending {
-	s := Sending{Via: BySHA, seen: r.loads.Load()}
+	s := Sending{Via: BySHA, seen: r.started.Load()}
 	if c.Function != "" && !r.scriptsOnly.Load() {
 		s.Via = ByFunction
 	}
@@ -162,23 +171,44 @@ func (r *Runner) Run(ctx context.Context, rdb Client, c Call) *redis.Cmd {
 // of a quorum's masters, each preloaded alike, then cost the same on each.
 // A failure is left to those calls, which find the library missing.
 func (r *Runner) Preload(ctx context.Context, rdb Client, lib *Library) {
-	if r.scriptsOnly.Load() || r.loads.Load() > 0 {
+	if r.scriptsOnly.Load() || r.covered.Load() > 0 {
 		return
 	}
 	_ = r.loadNow(ctx, rdb, lib, 0)
 }
 
-// loadSoon loads lib in the background, unless a load runs there already;
-// the load detaches itself from ctx (see load).
+// loadSoon loads lib in the background for a call that saw seen loads
+// started; the load detaches itself from ctx (see load). While one runs
+// there, the call waits for it, and for one more after it when the call
+// was sent after it started: the library the running load sends may be
+// gone already (a FUNCTION FLUSH between the two), so the newer call
+// must not be taken as served by it. However many calls wait, one more
+// load serves them all.
 func (r *Runner) loadSoon(ctx context.Context, rdb Client, lib *Library, seen uint64) {
-	if !r.background.CompareAndSwap(false, true) {
+	r.mu.Lock()
+	r.wanted = max(r.wanted, seen+1)
+	if r.running {
+		r.mu.Unlock()
 		return
 	}
+	r.running = true
+	r.mu.Unlock()
+	next := func() (uint64, bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		w := r.wanted
+		r.wanted = 0
+		r.running = w != 0
+		return w, w != 0
+	}
 	if !r.Go(func() {
-		defer r.background.Store(false)
-		_ = r.loadNow(ctx, rdb, lib, seen)
+		for w, ok := next(); ok; w, ok = next() {
+			_ = r.loadNow(ctx, rdb, lib, w-1)
+		}
 	}) {
-		r.background.Store(false)
+		r.mu.Lock()
+		r.running, r.wanted = false, 0
+		r.mu.Unlock()
 	}
 }
 
@@ -195,9 +225,12 @@ func (r *Runner) loadNow(ctx context.Context, rdb Client, lib *Library, seen uin
 // loadTimeout bounds a load of a Runner without Detach.
 const loadTimeout = 10 * time.Second
 
-// load loads lib with rdb, unless a load of the Runner ended since a call
-// that saw seen loads was sent: calls that find the library missing at
-// once load it once.
+// load loads lib with rdb for a call that found it missing and saw seen
+// loads started when it was sent, unless a load that started after that
+// has succeeded: calls that find the library missing at once load it
+// once. A load that started before the call was sent does not serve it,
+// even if it ended after: the server may have run it before the call
+// and lost the library between the two (FUNCTION FLUSH, a restart).
 func (r *Runner) load(ctx context.Context, rdb Client, lib *Library, seen uint64) error {
 	r.once.Do(func() { r.loading = make(chan struct{}, 1) })
 	detach := r.Detach
@@ -214,13 +247,14 @@ func (r *Runner) load(ctx context.Context, rdb Client, lib *Library, seen uint64
 		return ctx.Err()
 	}
 	defer func() { <-r.loading }()
-	if r.loads.Load() != seen {
+	if r.covered.Load() > seen {
 		return nil
 	}
+	n := r.started.Add(1)
 	if err := Load(ctx, rdb, lib); err != nil {
 		return err
 	}
-	r.loads.Add(1)
+	r.covered.Store(n) // loads run one at a time: n is the newest
 	return nil
 }
 

@@ -291,6 +291,69 @@ func TestRunnerLoadsTheLibraryInTheBackground(t *testing.T) {
 		commandCalls(t, rdb, "fcall", "eval", "function|load"), "loaded: FCALL alone")
 }
 
+// heldLoad is a client whose first FUNCTION LOAD, once the server has run
+// it, waits for release before it answers: a load still running.
+type heldLoad struct {
+	*redis.Client
+	ran, release chan struct{}
+	once         sync.Once
+}
+
+func (h *heldLoad) FunctionLoad(ctx context.Context, code string) *redis.StringCmd {
+	cmd := h.Client.FunctionLoad(ctx, code)
+	h.once.Do(func() {
+		close(h.ran)
+		<-h.release
+	})
+	return cmd
+}
+
+// A call sent while a background load runs, after the server lost what
+// that load sent (FUNCTION FLUSH between the two), is not taken as served
+// by it: one more load follows, so the calls after it find the library.
+func TestRunnerLoadsAgainForACallTheRunningLoadCannotServe(t *testing.T) {
+	_, rdb := ownServer(t)
+	ctx := t.Context()
+	held := &heldLoad{Client: rdb, ran: make(chan struct{}), release: make(chan struct{})}
+	r := lua.NewRunner()
+	done := make(chan struct{})
+	var started sync.WaitGroup
+	r.Go = func(f func()) bool {
+		started.Add(1)
+		go func() {
+			defer started.Done()
+			f()
+		}()
+		return true
+	}
+	k, err := queue.For(redistest.Prefix(t), "held")
+	require.NoError(t, err)
+	entry := queue.Entry(queue.NewID()+queue.NewTag()+queue.WakeVersion, time.Minute, "o")
+	rep, err := lua.ReadAcquire(r.Run(ctx, held, lua.Classic.Acquire(k, queue.NewID(), "o", entry, 60000, 30000, queue.ModeTry, 20000)))
+	require.NoError(t, err)
+	require.True(t, rep.Granted)
+	<-held.ran // the first load ran on the server and has not answered
+	require.NoError(t, rdb.FunctionFlush(ctx).Err())
+	rel, err := lua.ReadRelease(r.Run(ctx, held, lua.Classic.Release(k, queue.NewID(), "o", "", 60000, 20000)))
+	require.NoError(t, err)
+	require.Equal(t, 0, rel.Count)
+	close(held.release)
+	go func() {
+		started.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the background loads did not end")
+	}
+	libs, err := rdb.FunctionList(ctx, redis.FunctionListQuery{}).Result()
+	require.NoError(t, err)
+	require.Len(t, libs, 1, "the library is there for the calls after")
+	require.Equal(t, map[string]int{"fcall": 2, "eval": 2, "function|load": 2},
+		commandCalls(t, rdb, "fcall", "eval", "function|load"), "one load for each call")
+}
+
 // Preload loads the library before the first call, once, and the first
 // call then goes by FCALL alone.
 func TestRunnerPreloadsTheLibraryOnce(t *testing.T) {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -123,6 +125,31 @@ func contend(clients []*fairlock.Client, name string, g *grantLog) (stop func())
 	return func() { cancel(); wg.Wait() }
 }
 
+// logTail keeps the last lines written to it (a bounded log of the
+// Clients, printed when a round fails).
+type logTail struct {
+	mu    sync.Mutex
+	lines []string // guarded by mu
+}
+
+const logTailLines = 400
+
+func (l *logTail) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, string(p))
+	if len(l.lines) > 2*logTailLines {
+		l.lines = slices.Clone(l.lines[len(l.lines)-logTailLines:])
+	}
+	return len(p), nil
+}
+
+func (l *logTail) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines[max(0, len(l.lines)-logTailLines):], "")
+}
+
 // switchRound is what one failover of TestGracefulFailoverStallsNoLockPastTheSwitch
 // measured.
 type switchRound struct {
@@ -130,6 +157,7 @@ type switchRound struct {
 	asked    []string      // the sentinels the Clients asked before it
 	switched time.Duration // from SENTINEL FAILOVER to the leader's +switch-master
 	stayed   []string      // Clients with a connection to the old primary a second after the switch
+	back     []string      // Clients seen there again later, before the demotion, and when
 	gap      time.Duration // the longest time without a grant
 	gapAt    time.Duration // when that gap began, after the switch
 	failed   int           // Lock calls that failed meanwhile
@@ -155,16 +183,21 @@ func TestGracefulFailoverStallsNoLockPastTheSwitch(t *testing.T) {
 	prefix := redistest.Prefix(t)
 	names := []string{prefix + "-a", prefix + "-b"}
 	var clients []*fairlock.Client
+	tail := &logTail{}
 	for _, name := range names {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: set.MasterName(), SentinelAddrs: set.SentinelAddrs(), ClientName: name,
 		})
 		t.Cleanup(func() { _ = rdb.Close() })
-		opts := []fairlock.Option{fairlock.WithPrefix(prefix)}
+		// The Clients' logs from Info up are kept and shown when a round
+		// fails; FAIRLOCK_FAILOVER_LOG sends them to stderr, from Debug.
+		var logs io.Writer = tail
+		level := slog.LevelInfo
 		if os.Getenv("FAIRLOCK_FAILOVER_LOG") != "" {
-			opts = append(opts, fairlock.WithLogger(slog.New(slog.NewTextHandler(os.Stderr,
-				&slog.HandlerOptions{Level: slog.LevelDebug})).With("client", name)))
+			logs, level = os.Stderr, slog.LevelDebug
 		}
+		opts := []fairlock.Option{fairlock.WithPrefix(prefix), fairlock.WithLogger(slog.New(slog.NewTextHandler(logs,
+			&slog.HandlerOptions{Level: level})).With("client", name))}
 		c, err := fairlock.New(rdb, opts...)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
@@ -186,10 +219,16 @@ func TestGracefulFailoverStallsNoLockPastTheSwitch(t *testing.T) {
 			t.Logf("round %d: %v; again", i, err)
 			r, err = failoverRound(t, set, switches, names, g, lag)
 		}
-		t.Logf("round %d: led by %s (the Clients asked %v): switched in %v; longest gap %v, from %v after the switch; %d Lock calls failed, %d holds lost; still on the old primary after a second: %v",
+		t.Logf("round %d: led by %s (the Clients asked %v): switched in %v; longest gap %v, from %v after the switch; %d Lock calls failed, %d holds lost; still on the old primary after a second: %v; there again before the demotion: %v",
 			i, r.leader, r.asked, r.switched.Round(time.Millisecond), r.gap.Round(time.Millisecond),
-			r.gapAt.Round(time.Millisecond), r.failed, r.lost, r.stayed)
+			r.gapAt.Round(time.Millisecond), r.failed, r.lost, r.stayed, r.back)
 		results = append(results, r)
+	}
+	for _, r := range results {
+		if len(r.stayed) > 0 || r.gap > r.switched+time.Second {
+			t.Logf("the Clients' logs end:\n%s", tail)
+			break
+		}
 	}
 	for i, r := range results {
 		require.Empty(t, r.stayed, "round %d: Clients kept a connection to the old primary a second after the switch", i)
@@ -250,12 +289,38 @@ func failoverRound(t *testing.T, set *redistest.SentinelSet, switches *redistest
 			r.stayed = append(r.stayed, n)
 		}
 	}
+	// Until the demotion, look for a Client back on the old primary
+	// (it answers as a master until then): a cause of a gap, if any.
+	sampling, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan []string, 1)
+	go func() {
+		var back []string
+		defer func() { sampled <- back }()
+		for sampling.Err() == nil {
+			select {
+			case <-sampling.Done():
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			conns, err := redistest.ClientNames(sampling, old, true)
+			if err != nil {
+				continue
+			}
+			for _, n := range names {
+				if slices.Contains(conns, n) {
+					back = append(back, fmt.Sprintf("%s at %v", n, time.Since(sw.At).Round(time.Millisecond)))
+				}
+			}
+		}
+	}()
 	time.Sleep(time.Until(sw.At.Add(lag)))
 	for _, f := range resume {
 		f()
 	}
 	require.NoError(t, set.WaitDemoted(old, 40*time.Second))
 	demoted := time.Now()
+	stopSampling()
+	r.back = <-sampled
 
 	var began time.Time
 	r.gap, began = g.longestGap(sent, demoted)

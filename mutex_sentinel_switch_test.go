@@ -158,6 +158,7 @@ type switchRound struct {
 	switched time.Duration // from SENTINEL FAILOVER to the leader's +switch-master
 	stayed   []string      // Clients with a connection to the old primary a second after the switch
 	back     []string      // Clients seen there again later, before the demotion, and when
+	demoted  time.Duration // when Sentinel demoted the old primary, after the switch: the end of the gaps measured
 	gap      time.Duration // the longest time without a grant
 	gapAt    time.Duration // when that gap began, after the switch
 	failed   int           // Lock calls that failed meanwhile
@@ -219,9 +220,9 @@ func TestGracefulFailoverStallsNoLockPastTheSwitch(t *testing.T) {
 			t.Logf("round %d: %v; again", i, err)
 			r, err = failoverRound(t, set, switches, names, g, lag)
 		}
-		t.Logf("round %d: led by %s (the Clients asked %v): switched in %v; longest gap %v, from %v after the switch; %d Lock calls failed, %d holds lost; still on the old primary after a second: %v; there again before the demotion: %v",
+		t.Logf("round %d: led by %s (the Clients asked %v): switched in %v; longest gap %v, from %v after the switch (demoted at %v); %d Lock calls failed, %d holds lost; still on the old primary after a second: %v; there again before the demotion: %v",
 			i, r.leader, r.asked, r.switched.Round(time.Millisecond), r.gap.Round(time.Millisecond),
-			r.gapAt.Round(time.Millisecond), r.failed, r.lost, r.stayed, r.back)
+			r.gapAt.Round(time.Millisecond), r.demoted.Round(time.Millisecond), r.failed, r.lost, r.stayed, r.back)
 		results = append(results, r)
 	}
 	for _, r := range results {
@@ -319,6 +320,7 @@ func failoverRound(t *testing.T, set *redistest.SentinelSet, switches *redistest
 	}
 	require.NoError(t, set.WaitDemoted(old, 40*time.Second))
 	demoted := time.Now()
+	r.demoted = demoted.Sub(sw.At)
 	stopSampling()
 	r.back = <-sampled
 

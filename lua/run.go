@@ -82,9 +82,19 @@ type Runner struct {
 
 	mu      sync.Mutex // guards the two below
 	running bool       // a load runs in the background
-	// wanted is 1 + the newest started count seen by a call that found
-	// the library missing and waits for a background load (0: none).
-	wanted uint64
+	// wanted is the load that calls which found the library missing
+	// wait for in the background, after the one running (nil: none).
+	wanted *wantedLoad
+}
+
+// wantedLoad is a background load that calls wait for: of the library of
+// the latest of them, with its client and context, for the newest loads
+// started that one of them saw.
+type wantedLoad struct {
+	ctx  context.Context
+	rdb  Client
+	lib  *Library
+	seen uint64
 }
 
 // NewRunner returns a Runner of one deployment. A zero Runner is one too.
@@ -186,28 +196,31 @@ func (r *Runner) Preload(ctx context.Context, rdb Client, lib *Library) {
 // load serves them all.
 func (r *Runner) loadSoon(ctx context.Context, rdb Client, lib *Library, seen uint64) {
 	r.mu.Lock()
-	r.wanted = max(r.wanted, seen+1)
+	if r.wanted != nil {
+		seen = max(seen, r.wanted.seen)
+	}
+	r.wanted = &wantedLoad{ctx: ctx, rdb: rdb, lib: lib, seen: seen}
 	if r.running {
 		r.mu.Unlock()
 		return
 	}
 	r.running = true
 	r.mu.Unlock()
-	next := func() (uint64, bool) {
+	next := func() *wantedLoad {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		w := r.wanted
-		r.wanted = 0
-		r.running = w != 0
-		return w, w != 0
+		r.wanted = nil
+		r.running = w != nil
+		return w
 	}
 	if !r.Go(func() {
-		for w, ok := next(); ok; w, ok = next() {
-			_ = r.loadNow(ctx, rdb, lib, w-1)
+		for w := next(); w != nil; w = next() {
+			_ = r.loadNow(w.ctx, w.rdb, w.lib, w.seen)
 		}
 	}) {
 		r.mu.Lock()
-		r.running, r.wanted = false, 0
+		r.running, r.wanted = false, nil
 		r.mu.Unlock()
 	}
 }

@@ -100,21 +100,8 @@ func (l *QMutex) Leader(ctx context.Context) (Leadership, bool, error) {
 // on a majority, leave that open: an owner holds on so many of them that
 // with the masters that did not answer it could hold on a majority.
 func (l *QMutex) undecided(reads []holdRead) error {
-	by := map[string]int{}
-	answered := 0
-	for _, r := range reads {
-		if !r.ok {
-			continue
-		}
-		answered++
-		if r.owner != "" {
-			by[r.owner]++
-		}
-	}
-	for _, n := range by {
-		if n+len(reads)-answered >= l.qm.q {
-			return fmt.Errorf("%w: %d of %d masters answered, which do not decide who leads", errs.ErrNoQuorum, answered, len(reads))
-		}
+	if answered, most := tally(reads); most+len(reads)-answered >= l.qm.q {
+		return fmt.Errorf("%w: %d of %d masters answered, which do not decide who leads", errs.ErrNoQuorum, answered, len(reads))
 	}
 	return nil
 }

@@ -385,25 +385,13 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 		r := holdRead{ok: true, ttl: pt.Val()}
 		if v := hm.Val(); len(v) >= 2 {
 			r.owner, _ = v[0].(string)
-			if c, ok := v[1].(string); ok {
-				_, _ = fmt.Sscan(c, &r.count)
-			}
+			r.count = int(fieldInt(v[1]))
 		}
 		if v := hm.Val(); len(v) == len(electionFields) {
 			r.entry, _ = v[2].(string)
-			if t, ok := v[3].(string); ok {
-				r.token, _ = strconv.ParseInt(t, 10, 64)
-			}
-			if s, ok := v[4].(string); ok {
-				r.since, _ = strconv.ParseInt(s, 10, 64)
-			}
+			r.token, r.since = fieldInt(v[3]), fieldInt(v[4])
 			r.value, _ = v[5].(string)
-			if s, ok := v[6].(string); ok {
-				r.vseq, _ = strconv.ParseInt(s, 10, 64)
-			}
-			if s, ok := v[7].(string); ok {
-				r.term, _ = strconv.ParseInt(s, 10, 64)
-			}
+			r.vseq, r.term = fieldInt(v[6]), fieldInt(v[7])
 		}
 		mu.Lock()
 		reads[i] = r
@@ -431,8 +419,15 @@ func (l *QMutex) readAll(ctx context.Context, settled func([]holdRead) bool) ([]
 // the masters still to answer. Holds on different masters are held by
 // one owner at a time each, so no later answer changes that verdict.
 func (l *QMutex) settled(reads []holdRead) bool {
+	answered, most := tally(reads)
+	pending := len(reads) - answered
+	return most >= l.qm.q || most+pending < l.qm.q && answered >= l.qm.q
+}
+
+// tally counts the reads that answered, and the most masters among them
+// on which one owner holds.
+func tally(reads []holdRead) (answered, most int) {
 	by := map[string]int{}
-	answered, most := 0, 0
 	for _, r := range reads {
 		if !r.ok {
 			continue
@@ -443,8 +438,7 @@ func (l *QMutex) settled(reads []holdRead) bool {
 			most = max(most, by[r.owner])
 		}
 	}
-	pending := len(reads) - answered
-	return most >= l.qm.q || most+pending < l.qm.q && answered >= l.qm.q
+	return answered, most
 }
 
 // The fields readAll reads of a hold: a quorum Mutex's reads need its
@@ -461,6 +455,14 @@ func (l *QMutex) readFields() []string {
 		return electionFields
 	}
 	return mutexFields
+}
+
+// fieldInt is the integer of a field HMGET answered: 0 when the field is
+// missing or not one.
+func fieldInt(v any) int64 {
+	s, _ := v.(string)
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
 }
 
 // holdRead is what readAll read on one master.

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -57,36 +56,22 @@ func (s *etcdSystem) candidate(ctx context.Context, election string) (candidate,
 }
 
 func (s *etcdSystem) observe(ctx context.Context, election string, clients, perClient int, see func(int, string)) (func(), error) {
-	ctx, cancel := context.WithCancel(ctx)
-	var closers []func()
-	var wg sync.WaitGroup
-	stop := func() {
-		cancel()
-		wg.Wait()
-		for _, f := range closers {
-			f()
-		}
-	}
-	for ci := range clients {
+	return observers(ctx, clients, perClient, see, func() (watcher, func(), error) {
 		sess, closeFn, err := s.session(context.Background())
 		if err != nil {
-			stop()
-			return nil, err
+			return nil, nil, err
 		}
-		closers = append(closers, closeFn)
-		for j := range perClient {
-			i := ci*perClient + j
+		return func(ctx context.Context, see func(string)) (func(), error) {
 			ch := concurrency.NewElection(sess, s.key(election)).Observe(ctx)
-			wg.Go(func() {
+			return func() {
 				for resp := range ch {
 					if len(resp.Kvs) > 0 {
-						see(i, string(resp.Kvs[0].Value))
+						see(string(resp.Kvs[0].Value))
 					}
 				}
-			})
-		}
-	}
-	return stop, nil
+			}, nil
+		}, closeFn, nil
+	})
 }
 
 func (s *etcdSystem) worker(election string) workerSpec {

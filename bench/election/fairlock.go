@@ -48,39 +48,24 @@ func (s *fairlockSystem) candidate(ctx context.Context, election string) (candid
 }
 
 func (s *fairlockSystem) observe(ctx context.Context, election string, clients, perClient int, see func(int, string)) (func(), error) {
-	ctx, cancel := context.WithCancel(ctx)
-	var closers []func()
-	var wg sync.WaitGroup
-	stop := func() {
-		cancel()
-		wg.Wait()
-		for _, f := range closers {
-			f()
-		}
-	}
-	for ci := range clients {
+	return observers(ctx, clients, perClient, see, func() (watcher, func(), error) {
 		c, closeFn, err := s.client()
 		if err != nil {
-			stop()
-			return nil, err
+			return nil, nil, err
 		}
-		closers = append(closers, closeFn)
 		e := c.Election(election)
-		for j := range perClient {
-			i := ci*perClient + j
+		return func(ctx context.Context, see func(string)) (func(), error) {
 			ch, err := e.Observe(ctx)
 			if err != nil {
-				stop()
 				return nil, err
 			}
-			wg.Go(func() {
+			return func() {
 				for l := range ch {
-					see(i, l.Value)
+					see(l.Value)
 				}
-			})
-		}
-	}
-	return stop, nil
+			}, nil
+		}, closeFn, nil
+	})
 }
 
 func (s *fairlockSystem) worker(election string) workerSpec {

@@ -1,6 +1,9 @@
 package main
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
 // A system is one of the elections compared: fairlock's on the Redis the
 // run started, or etcd's on the etcd it started. Every candidate and
@@ -37,4 +40,43 @@ type candidate interface {
 	// resign ends the leadership the candidate holds.
 	resign(ctx context.Context) error
 	close()
+}
+
+// watcher starts one observer on a client of a system: run reports each
+// value the observer receives to see until ctx ends.
+type watcher func(ctx context.Context, see func(value string)) (run func(), err error)
+
+// observers is a system's observe: connect returns a new client's
+// watcher and the function that closes the client; observers connects
+// clients of them and starts perClient observers on each, observer i's
+// values told to see(i, value) from its own goroutine.
+func observers(ctx context.Context, clients, perClient int, see func(int, string), connect func() (watcher, func(), error)) (func(), error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var closers []func()
+	var wg sync.WaitGroup
+	stop := func() {
+		cancel()
+		wg.Wait()
+		for _, f := range closers {
+			f()
+		}
+	}
+	for ci := range clients {
+		watch, closeFn, err := connect()
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		closers = append(closers, closeFn)
+		for j := range perClient {
+			i := ci*perClient + j
+			run, err := watch(ctx, func(v string) { see(i, v) })
+			if err != nil {
+				stop()
+				return nil, err
+			}
+			wg.Go(run)
+		}
+	}
+	return stop, nil
 }

@@ -288,6 +288,7 @@ func gapText(gap time.Duration) string {
 func runKill(ctx context.Context, o options, systems []system, r *report, log io.Writer) error {
 	errs := make([]error, len(systems))
 	samples := make([][]killSample, len(systems))
+	var logMu sync.Mutex // the systems' goroutines write log in turn: it may be any writer
 	var wg sync.WaitGroup
 	for i, sys := range systems {
 		wg.Go(func() {
@@ -297,7 +298,9 @@ func runKill(ctx context.Context, o options, systems []system, r *report, log io
 				errs[i] = ctx.Err()
 				return
 			}
+			logMu.Lock()
 			fmt.Fprintf(log, "election: %s: SIGKILL -> new leader, %d rounds of about %v\n", sys.name(), o.killRounds, o.lease)
+			logMu.Unlock()
 			var err error
 			samples[i], err = measureKill(ctx, sys, "kill", o.killRounds, o.lease)
 			if err != nil {

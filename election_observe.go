@@ -33,8 +33,9 @@ import (
 // A receiver that falls behind gets the latest view, not every one in
 // between; and a leadership that begins and ends between two reads of
 // the Client's watcher (a short one, on a busy Client) is not sent at
-// all: the observers' view, no leader, was the state after it. While Redis does not answer, the channel stays open and the
-// Client reads again, with a backoff, until it does.
+// all: the observers' view, no leader, was the state after it. While
+// Redis does not answer, the channel stays open and the Client reads
+// again, with a backoff, until it does.
 //
 // Observe returns once the Client's subscription to the election's
 // channel is confirmed (at once when it already observes the election),

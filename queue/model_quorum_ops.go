@@ -264,11 +264,11 @@ func (m *QuorumModel) QForce(waiterTTL, skew int64) bool {
 // QProclaim is proclaim.lua on this master of a quorum's election (the
 // binding lua.Scripts.QProclaim): the hold, when it is owner's under
 // entry, takes value as its value and seq, the sequence number of the
-// leader's Proclaim calls, as its vseq, and the election's observers
-// are told; the hold's expiry stays. A seq not above the hold's vseq
-// (a call that arrives after a later one) writes nothing and is true. It returns false, having written
-// nothing, when the hold is not owner's under entry (see
-// HoldState.proclaim). It reads no clock.
+// leader's Proclaim calls, as its vseq, and the election's observers are
+// told; the hold's expiry stays. A seq not above the hold's vseq (a call
+// that arrives after a later one) writes nothing and is true. It returns
+// false, having written nothing, when the hold is not owner's under entry
+// (see HoldState.proclaim). It reads no clock.
 func (m *QuorumModel) QProclaim(owner, entry, value string, seq int64) bool {
 	if m.hold == nil || m.hold.Owner != owner || m.hold.Entry == "" || m.hold.Entry != entry {
 		return false

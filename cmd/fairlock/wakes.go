@@ -21,13 +21,13 @@ import (
 // P:{N}:e:wake, each followed by a Client's tag) and the Election's leader
 // channel (P:{N}:e:leader, told of every change of its leadership, a new
 // value and a leader gone with nobody in line among them), or on a quorum
-// the lock's channels on every master (P:{N}:q:wake). A MultiLock's ticket is granted every one of its locks
-// at once, and its grant is published on the channel of its first lock
-// only, in key order: while a ticket waits in the line of the name, the
-// channels of its first lock are followed too (track). A hand-over to a waiter of
-// the very Client that gave the lock up publishes nothing (the Client
-// hands it over itself), nor does a lock taken while free: those are
-// seen at the next timer tick.
+// the lock's channels on every master (P:{N}:q:wake). A MultiLock's ticket
+// is granted every one of its locks at once, and its grant is published on
+// the channel of its first lock only, in key order: while a ticket waits
+// in the line of the name, the channels of its first lock are followed too
+// (track). A hand-over to a waiter of the very Client that gave the lock
+// up publishes nothing (the Client hands it over itself), nor does a lock
+// taken while free: those are seen at the next timer tick.
 type wakes struct {
 	prefix, name string
 	// heard gets a value when a message came since the last receive,

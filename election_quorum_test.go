@@ -49,6 +49,19 @@ func TestAnElectionOnAQuorum(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, fairlock.KindElection, st.Kind)
 	require.Equal(t, term, st.Token)
+	// The Client's Inspect of the name finds the election in use (its
+	// Mutex is free), and InspectAll gives both, the Mutex first.
+	st, err = a.Inspect(ctx, "q")
+	require.NoError(t, err)
+	require.Equal(t, fairlock.KindElection, st.Kind)
+	require.Equal(t, "a-2", st.Value)
+	all, err := a.InspectAll(ctx, "q")
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	require.Equal(t, fairlock.KindMutex, all[0].Kind)
+	require.False(t, all[0].Held)
+	require.Equal(t, fairlock.KindElection, all[1].Kind)
+	require.Equal(t, term, all[1].Token)
 
 	// One master stops: the majority goes on.
 	servers[2].Kill()

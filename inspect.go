@@ -188,7 +188,14 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockState, error) {
 		return LockState{}, err
 	}
 	if c.engine == nil {
-		return c.inspectQuorum(ctx, name)
+		states, err := c.quorumStates(ctx, name)
+		if err != nil {
+			return LockState{}, err
+		}
+		if i := slices.IndexFunc(states, quorumInUse); i >= 0 {
+			return states[i], nil
+		}
+		return states[0], nil // the free Mutex's
 	}
 	ss, err := c.engine.InspectAll(ctx, c.cfg.prefix, name)
 	if err != nil {
@@ -203,18 +210,15 @@ func (c *Client) Inspect(ctx context.Context, name string) (LockState, error) {
 
 // InspectAll reads, as Inspect does, every lock called name that is in
 // use: its Mutex, its Semaphore, its RWMutex and its Election, in that
-// order, leaving out those that nobody holds or waits for. On a quorum Client it returns
-// the one quorum lock's state, in use or not.
+// order, leaving out those that nobody holds or waits for. On a quorum
+// Client it returns its quorum Mutex's state, in use or not, and its
+// Election's when in use.
 func (c *Client) InspectAll(ctx context.Context, name string) ([]LockState, error) {
 	if err := c.usable(ctx); err != nil {
 		return nil, err
 	}
 	if c.engine == nil {
-		st, err := c.inspectQuorum(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		return []LockState{st}, nil
+		return c.quorumStates(ctx, name)
 	}
 	ss, err := c.engine.InspectAll(ctx, c.cfg.prefix, name)
 	if err != nil {
@@ -261,9 +265,8 @@ func (rw *RWMutex) Inspect(ctx context.Context) (LockState, error) {
 
 // Inspect reads the state of the Election, as Client.Inspect does: its
 // leader is the one holder (Token is the term, Value the leader's
-// value), its candidates in line the waiters, each with its value. A
-// quorum Client's Election fails with ErrInvalidOption, as its other
-// calls do.
+// value), its candidates in line the waiters, each with its value. On a
+// quorum Client it reads every master, as a quorum Mutex's Inspect does.
 func (e *Election) Inspect(ctx context.Context) (LockState, error) {
 	if err := e.usable(ctx); err != nil {
 		return LockState{}, err
@@ -403,6 +406,36 @@ func (c *Client) inspectQuorum(ctx context.Context, name string) (LockState, err
 		return LockState{}, err
 	}
 	return c.quorumState(ctx, keys, l.(*fair.QMutex), KindMutex)
+}
+
+// quorumStates reads the quorum locks called name on every master: its
+// Mutex, and its Election, whose state follows the Mutex's when it is in
+// use on some master.
+func (c *Client) quorumStates(ctx context.Context, name string) ([]LockState, error) {
+	st, err := c.inspectQuorum(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	keys, l, err := c.run.Election(c.cfg.prefix, name)
+	if err != nil {
+		return nil, err
+	}
+	est, err := c.quorumState(ctx, keys, l.(*fair.QMutex), KindElection)
+	if err != nil {
+		return nil, err
+	}
+	if !quorumInUse(est) {
+		return []LockState{st}, nil
+	}
+	return []LockState{st, est}, nil
+}
+
+// quorumInUse reports whether a quorum lock's state has a holder or a
+// waiter on some master.
+func quorumInUse(st LockState) bool {
+	return slices.ContainsFunc(st.Masters, func(m MasterState) bool {
+		return len(m.State.Holders) > 0 || len(m.State.Waiters) > 0
+	})
 }
 
 // quorumState reads the quorum lock l (of keys) on every master as kind
